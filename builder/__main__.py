@@ -1,0 +1,5 @@
+"""`python -m builder` runs the tfsmith CLI."""
+
+from builder.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per room; each exposes `register(app)` adding its Typer commands."""

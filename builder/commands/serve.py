@@ -1,0 +1,9 @@
+"""CLI commands of the serve room (filled in by its issue)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the tfsmith app."""

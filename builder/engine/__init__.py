@@ -1,0 +1,1 @@
+"""Container engines: the `Engine` interface, the Docker implementation, a fake for unit tests."""

@@ -1,0 +1,61 @@
+"""The resolved build target: plain frozen data that every later stage reads.
+
+`builder.targets` computes these (from host facts, a level like `x86-64-v3`, an archspec name, and CUDA
+capabilities); render, build, optimize and package only read them. Kept in its own module so the
+consumers depend on the shape, not on the resolution logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CudaSpec:
+    """CUDA part of a target: hermetic toolkit versions and the GPU capabilities to compile for."""
+
+    version: str  # hermetic CUDA, e.g. "12.5.1"
+    cudnn: str  # hermetic cuDNN, e.g. "9.3.0"
+    capabilities: tuple[str, ...]  # distinct, sorted, e.g. ("8.0", "9.0")
+    ptx: str  # capability also embedded as PTX (the newest), e.g. "9.0"
+
+    @property
+    def hermetic_list(self) -> str:
+        """Value for HERMETIC_CUDA_COMPUTE_CAPABILITIES: sm_XX per capability, compute_XX for the PTX one."""
+        sms = [f"sm_{cc.replace('.', '')}" for cc in self.capabilities]
+        return ",".join([*sms, f"compute_{self.ptx.replace('.', '')}"])
+
+    @property
+    def tag_token(self) -> str:
+        """Image-tag part, e.g. "cu12.5-cc80-cc90-ptx90"."""
+        major_minor = ".".join(self.version.split(".")[:2])
+        ccs = "-".join(f"cc{cc.replace('.', '')}" for cc in self.capabilities)
+        return f"cu{major_minor}-{ccs}-ptx{self.ptx.replace('.', '')}"
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """What one TensorFlow build is compiled for.
+
+    `name` is the canonical target name (`x86-64-v3`, `icelake`, `neoverse_v1`, ...). `features` are the CPU
+    feature flags (Linux /proc/cpuinfo spelling: `avx2`, `avx512_vnni`, `asimd`, `sve`, ...) a machine must
+    have to run code built with `copts`; the preflight guard checks exactly these. `host_copts` are for the
+    tools bazel runs during the build, on the build machine, and are never newer than that machine.
+    """
+
+    name: str
+    arch: str  # "x86_64" or "aarch64"
+    features: frozenset[str]
+    copts: tuple[str, ...]  # target code, e.g. ("-march=haswell", "-mtune=haswell")
+    host_copts: tuple[str, ...]  # build-machine tools, e.g. ("-march=x86-64-v2",)
+    cuda: CudaSpec | None = None
+    tf_version: str = "2.21.0"
+    python: str = "3.12"
+    compiler: str = "clang"
+    compiler_version: str = "18.1.8"
+
+    @property
+    def tag_token(self) -> str:
+        """Image-tag token: `x86-64-v3-cpu`, `icelake-cu12.5-cc80-cc90-ptx90`, ..."""
+        name = self.name.replace("_", "-") if self.name.startswith("x86_64") else self.name
+        return f"{name}-{self.cuda.tag_token}" if self.cuda else f"{name}-cpu"
