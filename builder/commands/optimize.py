@@ -1,9 +1,68 @@
-"""CLI commands of the optimize room (filled in by its issue)."""
+"""CLI commands of the optimize room: `tfsmith optimize` and `tfsmith example`.
+
+Thin: parse flags, call builder.optimize, print. TensorFlow is imported only inside the command bodies so
+`tfsmith detect` stays fast and the core works without the optimize extra.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from builder.errors import InputError
+
+
+def _require_optimize_extra() -> None:
+    """One clear line when the optimize extra is not installed, instead of an ImportError traceback."""
+    import importlib.util
+
+    missing = [m for m in ("tensorflow", "tf_keras", "tensorflow_model_optimization", "ai_edge_litert")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"the optimize extra is not installed (missing {', '.join(missing)}): "
+                         "pip install 'tfsmith[optimize]'")
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the tfsmith app."""
+
+    @app.command("example")
+    def example(
+        out: Path = typer.Option(Path("example"), "--out", help="Folder for MODEL and DATA."),
+        epochs: int = typer.Option(15, "--epochs", min=1, help="Training epochs (a few seconds on 2 cores)."),
+    ) -> None:
+        """Train a small CNN on scikit-learn's bundled digits and write MODEL + DATA (no network needed)."""
+        _require_optimize_extra()
+        from rich.console import Console
+
+        from builder.optimize.example import write_example
+
+        console = Console(stderr=True)
+        with console.status("training the example digits CNN (tf_keras)..."):
+            files = write_example(out, epochs=epochs)
+        typer.echo(f"model: {files.model}")
+        typer.echo(f"data:  {files.data}")
+        typer.echo(f"validation accuracy: {files.val_accuracy:.4f}")
+        typer.echo(f"next:  tfsmith optimize {files.model} --data {files.data} --recipe auto --out optimized")
+
+    @app.command("optimize")
+    def optimize(
+        model: Path = typer.Argument(..., help="Keras 2 .keras/.h5 file (tf_keras), Keras 3 .keras, or SavedModel dir."),
+        data: str = typer.Option(..., "--data", help="DATA: .npz (x_train,y_train,x_val,y_val[,x_calib]) or module:function."),
+        recipe: str = typer.Option("auto", "--recipe", help="Recipe file (TOML/YAML) or 'auto' (from the target's facts)."),
+        target: Optional[str] = typer.Option(None, "--target", help="Named build target to optimize for (default: this host)."),
+        out: Path = typer.Option(Path("optimized"), "--out", help="Output folder (written atomically)."),
+        max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", min=0.0, max=1.0,
+                                                help="Quality gate: largest accuracy loss allowed for the chosen artifact."),
+        explain: bool = typer.Option(False, "--explain", help="Print the plan and the reason for every choice, then stop."),
+        threads: int = typer.Option(2, "--threads", min=1, help="Interpreter / intra-op threads for evaluation."),
+    ) -> None:
+        """Prune, quantize and export MODEL; evaluate every artifact; gate on accuracy."""
+        from builder.optimize.pipeline import run_optimize_command
+
+        code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
+                                    max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads)
+        if code:
+            raise typer.Exit(code)
