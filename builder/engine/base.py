@@ -24,7 +24,24 @@ class EngineUnavailable(EngineError):
 
 
 class BuildFailed(EngineError):
-    """A build ran and failed; the message names the failing step and where the full log is."""
+    """A build ran and failed; the message names the failing step and where the full log is.
+
+    `step` is the failing step's title, `tail` its last output lines, `log_path` the full log (all optional,
+    so a plain `BuildFailed("...")` still works).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str = "",
+        tail: Sequence[str] = (),
+        log_path: Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.tail = tuple(tail)
+        self.log_path = log_path
 
 
 class ImageNotFound(EngineError):
@@ -53,6 +70,7 @@ class BuildRequest:
     secrets: Mapping[str, Path] = field(default_factory=dict)  # id -> file, for RUN --mount=type=secret
     build_contexts: Mapping[str, Path] = field(default_factory=dict)  # named contexts (--build-context)
     output_dir: Path | None = None  # export the target stage's filesystem here instead of an image
+    log_file: Path | None = None  # where the engine writes the full build log (engine's choice when None)
 
 
 LogSink = Callable[[str], None]

@@ -1,0 +1,386 @@
+"""The Docker engine: BuildKit builds through the docker CLI, everything else through the Python SDK.
+
+Why the CLI for builds: the SDK's `images.build()` only speaks the classic builder (no `RUN --mount`), and
+the Engine API's `/build?version=2` cannot carry secrets without a BuildKit session, which only the CLI
+implements. Our builds need secret mounts (a CA bundle for pip behind a TLS-intercepting proxy) and cache
+mounts (bazel's output base), so `DOCKER_BUILDKIT=1 docker build --progress=plain` it is, with each output
+line streamed to the caller. Not every `docker` binary can do this: a modern CLI without the buildx plugin
+refuses BuildKit outright, while Debian's 20.10 CLI has it built in, so the CLI is chosen by probing what
+it can do, never by name alone. Inspect, find-by-label, tag, run and push go through the SDK (`docker`).
+
+Never `--pull`: base images are local (there may be no registry at all), and a pull attempt fails offline
+even when the image is present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from builder.engine.base import (
+    BuildFailed,
+    BuildRequest,
+    Engine,
+    EngineError,
+    EngineUnavailable,
+    Image,
+    ImageNotFound,
+    LogSink,
+)
+from builder.engine.buildlog import StepTracker
+from builder.engine.local import STATE_DIR
+
+MIN_BUILDKIT_API = (1, 39)  # Docker 18.09: the first engine with BuildKit
+CLI_CANDIDATES = ("/usr/bin/docker", "docker")
+ENGINE_HINT = "start one with `tfsmith engine up` (or `make engine`)"
+BASE_IMAGE_HINT = "pass --base-image NAME with an image present locally (`tfsmith engine up` creates tfsmith/python:bookworm)"
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
+_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.IGNORECASE)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def base_images(dockerfile_text: str, build_args: Mapping[str, str]) -> list[str]:
+    """The external images a Dockerfile's FROM lines name (not `scratch`, not earlier stages).
+
+    Global ARGs (before the first FROM) are expanded with their defaults overridden by `build_args`, as
+    the Dockerfile frontend does.
+    """
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    images: list[str] = []
+    seen_from = False
+    for raw in dockerfile_text.splitlines():
+        arg = _ARG.match(raw)
+        if arg and not seen_from:
+            name, default = arg.group(1), arg.group(2) or ""
+            args[name] = build_args.get(name, default.strip("\"'"))
+            continue
+        match = _FROM.match(raw)
+        if not match:
+            continue
+        seen_from = True
+        ref = _VAR.sub(lambda m: args.get(m.group(1) or m.group(2), ""), match.group(1))
+        if ref.lower() != "scratch" and ref not in stages and ref not in images:
+            images.append(ref)
+        if match.group(2):
+            stages.add(match.group(2))
+    return images
+
+
+def split_tag(ref: str) -> tuple[str, str]:
+    """`host:5000/repo/name:tag` -> (`host:5000/repo/name`, `tag`); no tag -> `latest`."""
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1 :]
+    return ref, "latest"
+
+
+def _to_image(raw: Any) -> Image:
+    config = raw.attrs.get("Config") or {}
+    return Image(id=raw.id, tags=tuple(raw.tags), labels=dict(config.get("Labels") or {}))
+
+
+class DockerEngine(Engine):
+    """A Docker daemon reached through the default socket (or DOCKER_HOST)."""
+
+    def __init__(self, cli: str | None = None, log_dir: Path | None = None) -> None:
+        self._cli_choice = cli
+        self._cli: str | None = None
+        self._client: Any = None
+        self.log_dir = log_dir or STATE_DIR / "logs"
+
+    # --- connection -----------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The SDK client, connected and checked once: raises EngineUnavailable with what to do."""
+        if self._client is None:
+            import docker  # heavy-ish; only engine users pay for it
+
+            try:
+                client = docker.from_env(timeout=120)
+                version = client.version()
+            except Exception as error:  # noqa: BLE001 - the SDK raises many kinds when nothing answers
+                raise EngineUnavailable(f"no Docker engine answers ({_first_line(error)}); {ENGINE_HINT}") from None
+            api = tuple(int(p) for p in str(version.get("ApiVersion", "0.0")).split(".")[:2])
+            if api < MIN_BUILDKIT_API:
+                raise EngineUnavailable(
+                    f"Docker engine {version.get('Version', '?')} (API {version.get('ApiVersion')}) is too old "
+                    "for BuildKit; tfsmith needs Docker 18.09 (API 1.39) or newer"
+                )
+            self._client = client
+        return self._client
+
+    @property
+    def cli(self) -> str:
+        """A docker CLI that builds with BuildKit and supports `--secret` (probed, then remembered)."""
+        if self._cli is None:
+            candidates = (self._cli_choice,) if self._cli_choice else CLI_CANDIDATES
+            tried = []
+            for candidate in candidates:
+                path = shutil.which(candidate)
+                if path is None:
+                    continue
+                tried.append(path)
+                if _buildkit_cli(path):
+                    self._cli = path
+                    break
+            else:
+                raise EngineUnavailable(
+                    "no docker CLI here can build with BuildKit "
+                    f"(tried: {', '.join(tried) or 'none found'}); install Debian's docker.io (its "
+                    "/usr/bin/docker has BuildKit built in) or the buildx plugin"
+                )
+        return self._cli
+
+    def supports_named_contexts(self) -> bool:
+        """Whether `--build-context` exists (buildx/Docker 23+); Debian's 20.10 CLI lacks it."""
+        return "--build-context" in _build_help(self.cli)
+
+    # --- build ----------------------------------------------------------------------------------------
+    def build(self, request: BuildRequest, log: LogSink | None = None) -> Image | None:
+        log = log or _quiet
+        dockerfile = request.context / request.dockerfile
+        if not dockerfile.is_file():
+            raise EngineError(f"no Dockerfile at {dockerfile}")
+        for secret_id, src in request.secrets.items():
+            if not Path(src).is_file():
+                raise EngineError(f"secret {secret_id!r}: no such file {src}")
+        self.client  # noqa: B018 - fail early and clearly when no engine answers
+        self._check_base_images(dockerfile.read_text(), request.build_args, log)
+        argv = self._build_argv(request)
+        log_path = request.log_file or self.log_dir / f"build-{_stamp()}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="tfsmith-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            if request.output_dir is None:
+                argv[2:2] = ["--iidfile", str(iidfile)]
+            tracker, code = self._stream(argv, log_path, log)
+            if code != 0:
+                self._raise_failure(tracker, log_path, request)
+            if request.output_dir is not None:
+                return None
+            image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+        if not image_id:
+            raise BuildFailed(f"docker build reported success but no image id; full log: {log_path}",
+                              log_path=log_path)
+        return self.inspect(image_id)
+
+    def _build_argv(self, request: BuildRequest) -> list[str]:
+        argv = [self.cli, "build", "--progress=plain", "-f", str(request.context / request.dockerfile)]
+        if request.target:
+            argv += ["--target", request.target]
+        for key, value in sorted(request.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(request.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for secret_id, src in sorted(request.secrets.items()):
+            argv += ["--secret", f"id={secret_id},src={Path(src).resolve()}"]
+        if request.build_contexts:
+            if not self.supports_named_contexts():
+                raise EngineError(
+                    f"named build contexts ({', '.join(request.build_contexts)}) need `--build-context`, which "
+                    f"{self.cli} lacks (Docker 20.10's built-in BuildKit frontend predates them, and a newer "
+                    "frontend cannot be pulled offline); put those files in the main context instead"
+                )
+            for name, path in sorted(request.build_contexts.items()):
+                argv += ["--build-context", f"{name}={Path(path).resolve()}"]
+        if request.output_dir is not None:
+            argv += ["--output", f"type=local,dest={Path(request.output_dir).resolve()}"]
+        else:
+            for tag in request.tags:
+                argv += ["-t", tag]
+        argv.append(str(request.context))
+        return argv
+
+    def _stream(self, argv: list[str], log_path: Path, log: LogSink) -> tuple[StepTracker, int]:
+        tracker = StepTracker()
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        with open(log_path, "a", encoding="utf-8") as full:
+            full.write(f"$ {' '.join(argv)}\n")
+            process = subprocess.Popen(  # noqa: S603 - argv built from plain data, no shell
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
+            assert process.stdout is not None
+            for line in process.stdout:
+                full.write(line)
+                full.flush()
+                tracker.feed(line)
+                log(line.rstrip("\n"))
+            code = process.wait()
+            full.write(f"\n[exit code {code}]\n")
+        return tracker, code
+
+    def _raise_failure(self, tracker: StepTracker, log_path: Path, request: BuildRequest) -> None:
+        reason, tail = tracker.failure_summary()
+        step = tracker.failed_step()
+        metadata = re.search(r"load metadata for (?:docker\.io/)?(?:library/)?(\S+)", step.title if step else "")
+        if metadata or "pull access denied" in reason:
+            image = metadata.group(1) if metadata else "a base image"
+            raise ImageNotFound(
+                f"base image {image} is not present locally and cannot be pulled; {BASE_IMAGE_HINT}"
+            )
+        raise BuildFailed(
+            f"build failed at {reason}; full log: {log_path}",
+            step=step.title if step else "",
+            tail=tail,
+            log_path=log_path,
+        )
+
+    def _check_base_images(self, dockerfile_text: str, build_args: Mapping[str, str], log: LogSink) -> None:
+        """Every FROM image must be local (or pullable): say which one is missing before BuildKit does."""
+        import docker.errors
+
+        for ref in base_images(dockerfile_text, build_args):
+            if not ref:
+                raise ImageNotFound(f"a FROM line names an empty image (unset build arg?); {BASE_IMAGE_HINT}")
+            try:
+                self.client.images.get(ref)
+                continue
+            except docker.errors.ImageNotFound:
+                pass
+            log(f"base image {ref} is not local; trying to pull it")
+            try:
+                repo, tag = split_tag(ref)
+                self.client.images.pull(repo, tag=tag)
+            except docker.errors.APIError as error:
+                raise ImageNotFound(
+                    f"base image {ref} is not present locally and cannot be pulled "
+                    f"({str(getattr(error, 'explanation', '') or _first_line(error))[:120]}); {BASE_IMAGE_HINT}"
+                ) from None
+
+    # --- the rest, through the SDK ----------------------------------------------------------------------
+    def inspect(self, ref: str) -> Image:
+        import docker.errors
+
+        try:
+            return _to_image(self.client.images.get(ref))
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(f"no image {ref} on this engine") from None
+
+    def find(self, labels: Mapping[str, str]) -> Image | None:
+        filters = {"label": [f"{key}={value}" for key, value in sorted(labels.items())]}
+        found = self.client.images.list(filters=filters)
+        if not found:
+            return None
+        newest = max(found, key=lambda image: image.attrs.get("Created", ""))
+        return _to_image(newest)
+
+    def tag(self, ref: str, tag: str) -> None:
+        import docker.errors
+
+        repo, name = split_tag(tag)
+        try:
+            self.client.images.get(ref).tag(repo, tag=name)
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(f"no image {ref} to tag as {tag}") from None
+
+    def remove(self, ref: str) -> None:
+        """Remove a tag or image (used by tests and cleanup; not part of the Engine interface)."""
+        import docker.errors
+
+        try:
+            self.client.images.remove(ref, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def run(
+        self,
+        ref: str,
+        command: Sequence[str] | None = None,
+        *,
+        entrypoint: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 300.0,
+    ) -> tuple[int, str]:
+        import docker.errors
+
+        try:
+            container = self.client.containers.run(
+                ref,
+                list(command) if command is not None else None,
+                entrypoint=list(entrypoint) if entrypoint is not None else None,
+                environment=dict(env or {}),
+                detach=True,
+            )
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(f"no image {ref} to run") from None
+        try:
+            try:
+                result = container.wait(timeout=timeout)
+            except Exception:  # noqa: BLE001 - requests' timeout types vary
+                container.kill()
+                raise EngineError(f"{ref} did not finish within {timeout:.0f} s") from None
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            return int(result.get("StatusCode", -1)), output
+        finally:
+            container.remove(force=True)
+
+    def push(self, tag: str, log: LogSink | None = None) -> str:
+        log = log or _quiet
+        repo, name = split_tag(tag)
+        digest = ""
+        try:
+            stream = self.client.images.push(repo, tag=name, stream=True, decode=True)
+            for event in stream:
+                if "error" in event:
+                    raise EngineError(f"push of {tag} failed: {event['error']}")
+                aux = event.get("aux") or {}
+                digest = aux.get("Digest", digest)
+                status = event.get("status")
+                if status:
+                    log(f"{event.get('id', '')} {status} {event.get('progress', '')}".strip())
+        except EngineError:
+            raise
+        except Exception as error:  # noqa: BLE001 - connection errors from requests/urllib3
+            raise EngineError(f"push of {tag} failed: {_first_line(error)}") from None
+        if not digest:
+            raise EngineError(f"push of {tag} finished without a digest")
+        return digest
+
+
+def _build_help(cli: str) -> str:
+    probe = subprocess.run(  # noqa: S603 - fixed argv
+        [cli, "build", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=30,
+        check=False,
+    )
+    return probe.stdout + probe.stderr
+
+
+def _buildkit_cli(cli: str) -> bool:
+    """True when this CLI builds with BuildKit: its build help offers `--secret` and no buildx complaint."""
+    text = _build_help(cli)
+    return "--secret" in text and "buildx component is missing" not in text
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
