@@ -59,3 +59,18 @@ class BuildTarget:
         """Image-tag token: `x86-64-v3-cpu`, `icelake-cu12.5-cc80-cc90-ptx90`, ..."""
         name = self.name.replace("_", "-") if self.name.startswith("x86_64") else self.name
         return f"{name}-{self.cuda.tag_token}" if self.cuda else f"{name}-cpu"
+
+    @property
+    def guard_env(self) -> dict[str, str]:
+        """Environment for the preflight guard (builder/guard.py) baked into images built for this target.
+
+        `ENV` these in the runtime image and run `tfsmith-guard -- CMD` as the entrypoint: it refuses to
+        start, with one clear line, on a CPU lacking any of `features` (or a GPU none of the capabilities
+        can run on). Feature spelling is /proc/cpuinfo's, exactly what the guard compares.
+        """
+        env = {"TFSMITH_TARGET": self.name, "TFSMITH_FEATURES": ",".join(sorted(self.features))}
+        if self.cuda:
+            env["TFSMITH_CUDA_CC"] = ",".join(self.cuda.capabilities)
+            env["TFSMITH_PTX"] = self.cuda.ptx
+        return env
+

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""tfsmith preflight guard: refuse to start an image on a machine that cannot run its code.
+
+A TensorFlow build compiled for a newer CPU than the one it lands on dies with a bare "Illegal
+instruction" (TensorFlow's own startup check only knows ~17 features). This file runs first in every
+image tfsmith renders and compares the image's target against this machine:
+
+    tfsmith-guard --target x86-64-v3 --features avx,avx2,fma,... [--cuda-cc 8.0,9.0 --ptx 9.0] -- CMD ...
+
+- every feature present (and, for CUDA targets, every visible GPU runnable): exit 0 silently, or exec CMD;
+- a feature missing: ONE line on stderr naming the target and the missing features, exit 3;
+- CUDA target but no NVIDIA GPU visible: one warning line (TensorFlow will fall back to the CPU), then go
+  on; with `--require-gpu` (or TFSMITH_REQUIRE_GPU=1) that is an error too (exit 3);
+- a visible GPU that none of the compiled capabilities (nor the PTX) can run on: exit 3.
+Usage errors exit 2. Every option can also come from the environment (TFSMITH_TARGET, TFSMITH_FEATURES,
+TFSMITH_CUDA_CC, TFSMITH_PTX, TFSMITH_REQUIRE_GPU) so a Dockerfile can bake them in with ENV.
+
+Why pure standard library, one file: it is copied as-is into slim runtime images that have neither tfsmith
+nor archspec, and it must start in a few tens of milliseconds (no third-party imports; NVML through
+ctypes, nvidia-smi only as a fallback). `builder.targets` imports `canonical_features` from here so the
+feature spelling the guard checks is exactly the spelling targets are resolved with.
+
+Feature spelling is Linux /proc/cpuinfo's (what archspec uses too): `avx2`, `avx512_vnni`, `amx_tile`,
+`asimd`, `sve`, `asimddp`. Aliases users may type or other tools print are folded in: `pni` -> `sse3`,
+`lzcnt` -> `abm`, `dotprod` -> `asimddp`, `neon` -> `asimd`, ...
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+# Alternative spelling -> the canonical /proc/cpuinfo (archspec) spelling.
+FEATURE_ALIASES: dict[str, str] = {
+    "pni": "sse3",  # /proc/cpuinfo calls SSE3 "pni" (Prescott New Instructions)
+    "lzcnt": "abm",  # LZCNT shows as "abm" on x86 (AMD's name for LZCNT+POPCNT)
+    "sse4.1": "sse4_1",
+    "sse4.2": "sse4_2",
+    "sse41": "sse4_1",
+    "sse42": "sse4_2",
+    "sha": "sha_ni",
+    "bmi": "bmi1",
+    "lahf": "lahf_lm",
+    "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16",
+    "avxvnni": "avx_vnni",
+    "amx-tile": "amx_tile",
+    "amx-int8": "amx_int8",
+    "amx-bf16": "amx_bf16",
+    "neon": "asimd",
+    "dotprod": "asimddp",
+    "fp16": "fphp",
+}
+
+# Canonical spelling -> what people call it, for messages ("asimddp (dotprod)").
+FEATURE_LABELS: dict[str, str] = {"asimddp": "dotprod", "abm": "lzcnt", "asimd": "neon"}
+
+EXIT_CANNOT_RUN = 3
+EXIT_USAGE = 2
+
+
+def canonical_feature(name: str) -> str:
+    """One feature name in the canonical /proc/cpuinfo spelling."""
+    lowered = name.strip().lower()
+    return FEATURE_ALIASES.get(lowered, lowered)
+
+
+def canonical_features(flags: Iterable[str]) -> frozenset[str]:
+    """Flags as a machine reports them, plus their canonical spellings and what they imply.
+
+    `ssse3` implies `sse3` (archspec adds it the same way), so a target listing `sse3` matches a
+    /proc/cpuinfo that only says `pni`/`ssse3`.
+    """
+    raw = {flag.strip().lower() for flag in flags if flag.strip()}
+    result = raw | {FEATURE_ALIASES.get(flag, flag) for flag in raw}
+    if "ssse3" in result:
+        result.add("sse3")
+    return frozenset(result)
+
+
+def label(feature: str) -> str:
+    """`asimddp (dotprod)` for features better known by another name, else the name itself."""
+    other = FEATURE_LABELS.get(feature)
+    return f"{feature} ({other})" if other else feature
+
+
+def missing_features(required: Iterable[str], host_flags: Iterable[str]) -> tuple[str, ...]:
+    """Required features (canonical spelling) that the host lacks, sorted; empty means it can run."""
+    have = canonical_features(host_flags)
+    return tuple(sorted({canonical_feature(f) for f in required if f.strip()} - have))
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """Key/value pairs of the first processor stanza of a /proc/cpuinfo dump."""
+    data: dict[str, str] = {}
+    for line in text.splitlines():
+        key, separator, value = line.partition(":")
+        if separator != ":":
+            if data:
+                break
+            continue
+        data.setdefault(key.strip(), value.strip())
+    return data
+
+
+def cpuinfo_flags(data: dict[str, str]) -> frozenset[str]:
+    """Raw feature flags: the `flags` line on x86, the `Features` line on ARM."""
+    return frozenset((data.get("flags") or data.get("Features") or "").split())
+
+
+def read_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """Raw feature flags of this machine (or of a recorded dump)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return cpuinfo_flags(parse_cpuinfo(handle.read()))
+
+
+# ---------------------------------------------------------------------------------------------- GPUs
+def parse_capability(text: str) -> tuple[int, int]:
+    """`8.0`, `80`, `sm_80`, `compute_90` -> (8, 0)."""
+    value = text.strip().lower()
+    for prefix in ("sm_", "compute_"):
+        if value.startswith(prefix):
+            value = value[len(prefix) :]
+    value = value.rstrip("af")  # sm_90a / sm_100f: arch-specific variants of the same capability
+    if "." in value:
+        major, minor = value.split(".", 1)
+    elif value.isdigit() and len(value) >= 2:
+        major, minor = value[:-1], value[-1]
+    else:
+        raise ValueError(f"not a CUDA compute capability: {text!r} (use e.g. 8.0 or sm_80)")
+    if not (major.isdigit() and minor.isdigit()):
+        raise ValueError(f"not a CUDA compute capability: {text!r} (use e.g. 8.0 or sm_80)")
+    return int(major), int(minor)
+
+
+def gpu_can_run(gpu: tuple[int, int], capabilities: Sequence[tuple[int, int]], ptx: tuple[int, int] | None) -> bool:
+    """Whether a GPU of capability `gpu` can run code built for `capabilities` (+ PTX for `ptx`).
+
+    Machine code (sm_XY) runs on the same major version with an equal or newer minor; PTX (compute_XY) is
+    compiled by the driver for any GPU at least that new.
+    """
+    if any(cap[0] == gpu[0] and cap[1] <= gpu[1] for cap in capabilities):
+        return True
+    return ptx is not None and ptx <= gpu
+
+
+def _nvml_capabilities() -> list[tuple[str, tuple[int, int]]] | None:
+    """(name, capability) of every GPU via libnvidia-ml through ctypes; None when NVML is unusable."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    try:
+        if lib.nvmlInit_v2() != 0:
+            return None
+        count = ctypes.c_uint(0)
+        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        gpus = []
+        for index in range(count.value):
+            handle = ctypes.c_void_p()
+            if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+                return None
+            major, minor = ctypes.c_int(0), ctypes.c_int(0)
+            if lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+                return None
+            name = ctypes.create_string_buffer(96)
+            lib.nvmlDeviceGetName(handle, name, 96)
+            gpus.append((name.value.decode(errors="replace") or f"GPU {index}", (major.value, minor.value)))
+        return gpus
+    except AttributeError:  # a very old libnvidia-ml without the _v2 symbols
+        return None
+    finally:
+        try:
+            lib.nvmlShutdown()
+        except AttributeError:
+            pass
+
+
+def _smi_capabilities() -> list[tuple[str, tuple[int, int]]] | None:
+    """(name, capability) of every GPU via nvidia-smi; None when it is missing or fails."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    try:
+        result = subprocess.run(
+            [binary, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    gpus = []
+    for line in result.stdout.splitlines():
+        name, _, cap = line.rpartition(",")
+        try:
+            gpus.append((name.strip(), parse_capability(cap)))
+        except ValueError:
+            return None
+    return gpus
+
+
+def visible_gpus() -> list[tuple[str, tuple[int, int]]] | None:
+    """Every visible NVIDIA GPU as (name, capability); [] when none; None when it cannot be told."""
+    gpus = _nvml_capabilities()
+    if gpus is None:
+        gpus = _smi_capabilities()
+    return gpus
+
+
+# ------------------------------------------------------------------------------------------- decision
+def cpu_problem(target: str, features: Iterable[str], host_flags: Iterable[str]) -> str | None:
+    """The one-line refusal when this CPU lacks target features, else None."""
+    missing = missing_features(features, host_flags)
+    if not missing:
+        return None
+    return (
+        f"this CPU cannot run code built for target '{target}': it lacks "
+        f"{', '.join(label(f) for f in missing)}. Use an image built for this machine "
+        f"(`tfsmith target host`) or for an older target."
+    )
+
+
+def gpu_problem(
+    target: str,
+    capabilities: Sequence[tuple[int, int]],
+    ptx: tuple[int, int] | None,
+    gpus: list[tuple[str, tuple[int, int]]] | None,
+    require_gpu: bool,
+) -> tuple[str | None, str | None]:
+    """(error, warning) for the GPU side of a CUDA target; both None when everything can run."""
+    built = ",".join(f"{major}.{minor}" for major, minor in capabilities)
+    if ptx is not None:
+        built += f" (+PTX {ptx[0]}.{ptx[1]})"
+    if not gpus:
+        why = "no NVIDIA GPU is visible" if gpus == [] else "no NVIDIA driver/GPU is visible (NVML and nvidia-smi unavailable)"
+        message = (
+            f"target '{target}' is built for CUDA capabilities {built} but {why}; "
+            "run the container with --gpus all (NVIDIA Container Toolkit)"
+        )
+        if require_gpu:
+            return message + ".", None
+        return None, message + "; TensorFlow will run on the CPU only."
+    unfit = [f"{name} ({cap[0]}.{cap[1]})" for name, cap in gpus if not gpu_can_run(cap, capabilities, ptx)]
+    if unfit:
+        return (
+            f"GPU {', '.join(unfit)} cannot run target '{target}', built for CUDA capabilities {built}; "
+            "build an image with this GPU's capability (`tfsmith target ... --cuda-cc auto`).",
+            None,
+        )
+    return None, None
+
+
+def _split(value: str | None) -> list[str]:
+    return [part for part in (value or "").replace(" ", ",").split(",") if part]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check this machine against the target; exec the command after `--` when it can run."""
+    import argparse
+
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in args_list:
+        split_at = args_list.index("--")
+        args_list, command = args_list[:split_at], args_list[split_at + 1 :]
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="tfsmith-guard", description="Refuse to start on a machine that cannot run this image's target."
+    )
+    parser.add_argument("--target", default=env.get("TFSMITH_TARGET", "this image's target"))
+    parser.add_argument("--features", default=env.get("TFSMITH_FEATURES", ""), help="comma-separated CPU features")
+    parser.add_argument("--cuda-cc", default=env.get("TFSMITH_CUDA_CC", ""), help="e.g. 8.0,9.0")
+    parser.add_argument("--ptx", default=env.get("TFSMITH_PTX", ""), help="capability also embedded as PTX")
+    parser.add_argument("--require-gpu", action="store_true", default=env.get("TFSMITH_REQUIRE_GPU", "") == "1")
+    parser.add_argument("--cpuinfo", default="/proc/cpuinfo", help="a /proc/cpuinfo dump to check instead")
+    args = parser.parse_args(args_list)
+    try:
+        capabilities = [parse_capability(cap) for cap in _split(args.cuda_cc)]
+        ptx = parse_capability(args.ptx) if args.ptx else (max(capabilities) if capabilities else None)
+    except ValueError as error:
+        sys.stderr.write(f"tfsmith-guard: {error}\n")
+        return EXIT_USAGE
+    try:
+        host_flags = read_cpu_flags(args.cpuinfo)
+    except OSError as error:
+        sys.stderr.write(f"tfsmith-guard: cannot read {args.cpuinfo}: {error.strerror}\n")
+        return EXIT_USAGE
+    problem = cpu_problem(args.target, _split(args.features), host_flags)
+    if problem is None and capabilities:
+        problem, warning = gpu_problem(args.target, capabilities, ptx, visible_gpus(), args.require_gpu)
+        if warning:
+            sys.stderr.write(f"tfsmith-guard: warning: {warning}\n")
+    if problem is not None:
+        sys.stderr.write(f"tfsmith-guard: {problem}\n")
+        return EXIT_CANNOT_RUN
+    if command:
+        try:
+            os.execvp(command[0], command)
+        except OSError as error:
+            sys.stderr.write(f"tfsmith-guard: cannot run {command[0]}: {error.strerror}\n")
+            return 127
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

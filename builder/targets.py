@@ -1,0 +1,244 @@
+"""Resolve a BuildTarget from a name (or "host") plus CUDA capabilities, refusing what cannot work.
+
+Public API (other stages call these):
+- `resolve_target(name="host", *, cuda_cc=None, facts=None, tf_version="2.21.0", python="3.12",
+  build_machine=None) -> BuildTarget`
+    name: "host" (the best named archspec target whose features this host has; never -march=native),
+          "x86-64-v2|v3|v4" (also "x86_64_v3"), "x86-64", "aarch64", or any archspec microarchitecture of the
+          x86_64/aarch64 families ("haswell", "icelake", "sapphirerapids", "zen4", "neoverse_v1", ...).
+    cuda_cc: None (CPU-only), "auto" (every distinct capability of the host's GPUs), or a list such as
+          "8.0,9.0" / "80,90" / "sm_80,sm_90". The newest is also embedded as PTX.
+    facts: the host for "host" and "auto" (default: detect this machine).
+    build_machine: the machine that runs bazel, for host_copts (default: detect this machine). Pass it
+          explicitly for reproducible output (rendered Dockerfiles). host_copts are always the build
+          machine's own best generic level (e.g. -march=x86-64-v3 -mtune=generic), never the target's: bazel
+          runs the tools it compiles during the build, and a newer target would crash them.
+  Raises InputError for unknown names (with the closest valid names) and bad values, IncompatibleError for
+  combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
+  CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
+- `can_run(target, facts) -> tuple[str, ...]`: features the machine lacks (empty: an image for `target` runs).
+- `target_names() -> tuple[str, ...]`: every accepted name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+
+from archspec.cpu import TARGETS, Microarchitecture, UnsupportedMicroarchitecture
+
+from builder import compat
+from builder.errors import IncompatibleError, InputError
+from builder.guard import canonical_features, missing_features, parse_capability
+from builder.hardware.facts import HostFacts
+from builder.target_types import BuildTarget, CudaSpec
+
+FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
+
+
+def canonical_name(archspec_name: str) -> str:
+    """archspec name -> tfsmith name: generic x86 levels use the psABI spelling (x86-64-v3), others stay."""
+    return archspec_name.replace("_", "-") if archspec_name.startswith("x86_64") else archspec_name
+
+
+def archspec_name(name: str) -> str:
+    """tfsmith/user spelling -> archspec key ("x86-64-v3" -> "x86_64_v3")."""
+    lowered = name.strip().lower()
+    return lowered.replace("-", "_") if lowered.startswith("x86-64") or lowered.startswith("x86_64") else lowered
+
+
+@lru_cache(maxsize=1)
+def target_names() -> tuple[str, ...]:
+    """Every name resolve_target accepts (canonical spelling), "host" first."""
+    names = sorted(canonical_name(n) for n, t in TARGETS.items() if t.family.name in FAMILIES)
+    return ("host", *names)
+
+
+def _unknown(name: str) -> InputError:
+    close = difflib.get_close_matches(name.lower(), target_names(), n=4, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return InputError(f"unknown target {name!r}{hint} (`tfsmith target --list` shows them all)")
+
+
+def _microarchitecture(name: str) -> Microarchitecture:
+    key = archspec_name(name)
+    target = TARGETS.get(key) or TARGETS.get(key.replace("-", "_"))  # skylake-avx512 -> skylake_avx512
+    if target is None:
+        raise _unknown(name)
+    if target.family.name not in FAMILIES:
+        raise InputError(f"target {name!r} is a {target.family.name} CPU; TensorFlow builds target x86_64 or aarch64")
+    return target
+
+
+def _flags(target: Microarchitecture, clang: str) -> tuple[str, ...]:
+    """archspec's optimization flags for the toolchain's clang, split; IncompatibleError when too old."""
+    try:
+        return tuple(target.optimization_flags("clang", clang).split())
+    except UnsupportedMicroarchitecture as error:
+        raise IncompatibleError(
+            f"clang {clang} (the toolchain of this TensorFlow version) cannot target {canonical_name(target.name)}: "
+            f"{error}; pick an older target such as {canonical_name(_fallback_for(target, clang))}"
+        ) from None
+
+
+def _fallback_for(target: Microarchitecture, clang: str) -> str:
+    for parent in sorted(target.ancestors, key=lambda t: len(t.ancestors), reverse=True):
+        try:
+            parent.optimization_flags("clang", clang)
+            return parent.name
+        except UnsupportedMicroarchitecture:
+            continue
+    return target.family.name
+
+
+def _best_generic(facts: HostFacts) -> Microarchitecture:
+    """The build machine's own safe level: the newest generic target its flags cover."""
+    arch = facts.cpu.arch
+    if arch not in TARGETS:
+        raise InputError(f"build machine architecture {arch!r} is not supported")
+    have = canonical_features(facts.cpu.features)
+    generic = [
+        t for t in TARGETS.values()
+        if t.vendor == "generic" and t.family.name == arch and t.features <= have
+        and (arch != "aarch64" or t.name == "aarch64")  # archspec lists no hwcaps for armv8.x generics
+    ]
+    return max(generic, key=lambda t: (len(t.ancestors), len(t.features)), default=TARGETS[arch])
+
+
+def host_copts(build_machine: HostFacts, clang: str) -> tuple[str, ...]:
+    """Flags for tools bazel builds and runs on the build machine (its best generic level)."""
+    return tuple(_best_generic(build_machine).optimization_flags("clang", clang).split())
+
+
+def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
+    """Best named target whose features the host has AND that this clang can target (zen5 -> zen4 on clang 18)."""
+    from builder.hardware.cpu import ranked_targets
+
+    if facts.cpu.arch not in FAMILIES:
+        raise IncompatibleError(f"host CPU is {facts.cpu.arch}; TensorFlow builds target x86_64 or aarch64")
+    ranked = ranked_targets(facts.cpu.arch, facts.cpu.vendor, facts.cpu.features, facts.cpu.cpu_part)
+    for candidate in ranked:
+        try:
+            candidate.optimization_flags("clang", clang)
+            return candidate
+        except UnsupportedMicroarchitecture:
+            continue
+    raise IncompatibleError(f"no named target fits host CPU {facts.cpu.microarchitecture} ({facts.cpu.arch})")
+
+
+def parse_capabilities(value: str) -> tuple[str, ...]:
+    """"8.0,9.0" / "80 90" / "sm_80,sm_90" -> ("8.0", "9.0"): distinct, oldest first."""
+    parts = [part for part in value.replace(" ", ",").split(",") if part]
+    if not parts:
+        raise InputError("empty --cuda-cc list (use e.g. 8.0,9.0 or auto)")
+    try:
+        caps = {parse_capability(part) for part in parts}
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    return tuple(f"{major}.{minor}" for major, minor in sorted(caps))
+
+
+def _cap(value: str) -> tuple[int, int]:
+    return parse_capability(value)
+
+
+def cuda_spec(capabilities: tuple[str, ...], row: compat.CompatRow) -> CudaSpec:
+    """CudaSpec for these capabilities with this TF version's hermetic CUDA; refuses what it cannot build."""
+    limits = compat.cuda_limits(row.cuda)
+    clang_max = compat.clang_max_capability(row.clang)
+    too_old = [cc for cc in capabilities if _cap(cc) < _cap(limits.min_capability)]
+    if too_old:
+        raise IncompatibleError(
+            f"CUDA {limits.cuda} (TensorFlow {row.tf_version}) cannot compile for capability {', '.join(too_old)} "
+            f"(oldest supported: {limits.min_capability}); drop those GPUs from --cuda-cc or use an older TensorFlow"
+        )
+    ceiling = min(_cap(limits.max_capability), _cap(clang_max))
+    too_new = [cc for cc in capabilities if _cap(cc) > ceiling]
+    if too_new:
+        blackwell = any(_cap(cc)[0] >= 10 for cc in too_new)
+        why = " (Blackwell needs CUDA >= 12.8 and a newer clang)" if blackwell else ""
+        raise IncompatibleError(
+            f"TensorFlow {row.tf_version} builds with CUDA {limits.cuda} and clang {row.clang}, which cannot compile "
+            f"for capability {', '.join(too_new)}{why}; build for {limits.max_capability} with PTX instead "
+            f"(--cuda-cc {limits.max_capability}: the driver JIT-compiles it for newer GPUs) or wait for a TensorFlow "
+            "release whose hermetic CUDA supports it"
+        )
+    return CudaSpec(version=row.cuda, cudnn=row.cudnn, capabilities=capabilities, ptx=capabilities[-1])
+
+
+def _auto_capabilities(facts: HostFacts) -> tuple[str, ...]:
+    caps = [gpu.compute_capability for gpu in facts.gpus if gpu.compute_capability]
+    if not caps:
+        detail = f" ({facts.gpu.detail})" if facts.gpu.detail else ""
+        raise InputError(
+            f"--cuda-cc auto found no GPU capability: GPU status is {facts.gpu_status}{detail}; "
+            "pass the capabilities explicitly, e.g. --cuda-cc 8.0,9.0"
+        )
+    return parse_capabilities(",".join(caps))
+
+
+def resolve_target(
+    name: str = "host",
+    *,
+    cuda_cc: str | None = None,
+    facts: HostFacts | None = None,
+    tf_version: str = "2.21.0",
+    python: str = "3.12",
+    build_machine: HostFacts | None = None,
+) -> BuildTarget:
+    """The BuildTarget for a name (see the module docstring for every argument and error)."""
+    row = compat.lookup(tf_version)
+    compat.version_tuple(python)
+    if not row.supports_python(python):
+        raise IncompatibleError(
+            f"TensorFlow {row.tf_version} supports Python {row.python_min}-{row.python_max}, not {python}; "
+            f"use --python {row.python_versions[-1]}"
+        )
+    needs_host = name.strip().lower() == "host" or (cuda_cc or "").strip().lower() == "auto"
+    live = None
+    if needs_host and facts is None:
+        from builder.hardware import detect_host
+
+        facts = live = detect_host()
+    if name.strip().lower() == "host":
+        assert facts is not None
+        micro = _host_target(facts, row.clang)
+    else:
+        micro = _microarchitecture(name)
+    copts = _flags(micro, row.clang)
+    if build_machine is None:
+        if live is None:
+            from builder.hardware import detect_host
+
+            live = detect_host()
+        build_machine = live
+    cuda = None
+    if cuda_cc is not None and cuda_cc.strip():
+        if cuda_cc.strip().lower() == "auto":
+            assert facts is not None
+            capabilities = _auto_capabilities(facts)
+        else:
+            capabilities = parse_capabilities(cuda_cc)
+        cuda = cuda_spec(capabilities, row)
+    return BuildTarget(
+        name=canonical_name(micro.name),
+        arch=micro.family.name,
+        features=frozenset(micro.features),
+        copts=copts,
+        host_copts=host_copts(build_machine, row.clang),
+        cuda=cuda,
+        tf_version=tf_version,
+        python=python,
+        compiler="clang",
+        compiler_version=row.clang,
+    )
+
+
+def can_run(target: BuildTarget, facts: HostFacts) -> tuple[str, ...]:
+    """Features `target` needs that the machine described by `facts` lacks (empty: it can run).
+
+    A machine of another architecture lacks everything: the answer is ("arch:<target arch>",).
+    """
+    if target.arch != facts.cpu.arch:
+        return (f"arch:{target.arch}",)
+    return missing_features(target.features, facts.cpu.features)
