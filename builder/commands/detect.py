@@ -1,9 +1,221 @@
-"""CLI commands of the detect room (filled in by its issue)."""
+"""CLI commands of the detect room: `detect`, `target`, `check`.
+
+Thin: parse flags, call builder.hardware / builder.targets / builder.guard, print a rich table or stable
+JSON. archspec, pynvml and rich are imported inside the command bodies so `tfsmith --help` and the other
+rooms' commands never pay for them.
+
+`tfsmith detect --json` prints `HostFacts.to_dict()` (schema "tfsmith.host-facts/1", documented in
+builder/hardware/facts.py); save it and feed it back with `--facts FILE` (detect, target) or
+`--against FILE` (target: can an image for this target run on that machine?).
+"""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
 import typer
 
 
+def _gib(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def _facts(cpuinfo: Path | None, gpu_facts: Path | None, facts: Path | None) -> Any:
+    from builder.errors import InputError
+    from builder.hardware import detect_host, load_facts
+
+    if facts is not None:
+        if cpuinfo is not None or gpu_facts is not None:
+            raise InputError("--facts replaces --cpuinfo/--gpu-facts; pass one or the other")
+        return load_facts(facts)
+    return detect_host(cpuinfo=cpuinfo, gpu_csv=gpu_facts)
+
+
+def _print_facts(host: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from builder.guard import label
+    from builder.hardware.cpu import tf_features
+
+    cpu = host.cpu
+    console = Console()
+    table = Table(title="CPU", show_header=False, title_justify="left", box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("model", f"{cpu.model_name or '?'} ({cpu.vendor or '?'})")
+    table.add_row("architecture", cpu.arch)
+    table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec)")
+    table.add_row("level", cpu.level or "-")
+    table.add_row("CPUs", f"{cpu.usable_cpus} usable of {cpu.logical_cpus} (affinity, cgroup quota)")
+    table.add_row("memory", f"{_gib(cpu.usable_memory_bytes)} usable of {_gib(cpu.total_memory_bytes)}")
+    marks = tf_features(cpu.arch, cpu.features)
+    table.add_row("TF features", " ".join(label(f) for f, present in marks if present) or "-")
+    table.add_row("absent", " ".join(label(f) for f, present in marks if not present) or "-")
+    console.print(table)
+
+    gpu = host.gpu
+    if gpu.devices:
+        gpus = Table(title=f"GPU ({gpu.source})", title_justify="left")
+        for column in ("#", "name", "capability", "memory", "MIG", "UUID"):
+            gpus.add_column(column)
+        for device in gpu.devices:
+            gpus.add_row(
+                str(device.index),
+                device.name,
+                device.compute_capability or "?",
+                f"{device.memory_total_mib} MiB" if device.memory_total_mib else "?",
+                device.mig_mode or "-",
+                device.uuid,
+            )
+        console.print(gpus)
+        console.print(f"driver {gpu.driver_version or '?'}, supports CUDA up to {gpu.cuda_driver_version or '?'}")
+    status = "ok" if gpu.status == "ok" else f"{gpu.status}: {gpu.detail}"
+    console.print(f"[bold]GPU status[/bold] {status}", highlight=False)
+
+
+def _target_dict(target: Any) -> dict[str, Any]:
+    return {
+        "name": target.name,
+        "arch": target.arch,
+        "features": sorted(target.features),
+        "copts": list(target.copts),
+        "host_copts": list(target.host_copts),
+        "cuda": None
+        if target.cuda is None
+        else {
+            "version": target.cuda.version,
+            "cudnn": target.cuda.cudnn,
+            "capabilities": list(target.cuda.capabilities),
+            "ptx": target.cuda.ptx,
+            "hermetic_capabilities": target.cuda.hermetic_list,
+        },
+        "tf_version": target.tf_version,
+        "python": target.python,
+        "compiler": f"{target.compiler} {target.compiler_version}",
+        "tag": target.tag_token,
+    }
+
+
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the tfsmith app."""
+
+    @app.command("detect")
+    def detect(
+        as_json: bool = typer.Option(False, "--json", help="Print stable JSON (schema tfsmith.host-facts/1)."),
+        cpuinfo: Path = typer.Option(None, "--cpuinfo", help="A recorded /proc/cpuinfo instead of this machine's."),
+        gpu_facts: Path = typer.Option(
+            None, "--gpu-facts", help="A recorded `nvidia-smi --query-gpu=... --format=csv,noheader` output."
+        ),
+        facts: Path = typer.Option(None, "--facts", help="A saved `tfsmith detect --json` file."),
+    ) -> None:
+        """Show this machine's CPU (flags, archspec name, psABI level, usable CPUs/memory) and NVIDIA GPUs."""
+        host = _facts(cpuinfo, gpu_facts, facts)
+        if as_json:
+            sys.stdout.write(json.dumps(host.to_dict(), indent=2, sort_keys=True) + "\n")
+        else:
+            _print_facts(host)
+
+    @app.command("target")
+    def target(
+        name: str = typer.Argument("host", help="host, x86-64-v2|v3|v4, or an archspec name (icelake, zen4, ...)."),
+        cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities: 8.0,9.0 or auto (this host's GPUs)."),
+        tf_version: str = typer.Option("2.21.0", "--tf-version", help="TensorFlow version (2.18-2.21)."),
+        python: str = typer.Option("3.12", "--python", help="Python minor version of the wheel."),
+        against: Path = typer.Option(None, "--against", help="Facts JSON of a machine: can the image run there?"),
+        facts: Path = typer.Option(None, "--facts", help="Facts JSON to resolve `host`/`auto` from (default: live)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the resolved target as JSON."),
+        list_names: bool = typer.Option(False, "--list", help="List every accepted target name."),
+    ) -> None:
+        """Resolve a build target: compiler flags, host-tool flags, CUDA capabilities and the image tag."""
+        from builder.hardware import load_facts
+        from builder.targets import can_run, resolve_target, target_names
+
+        if list_names:
+            sys.stdout.write("\n".join(target_names()) + "\n")
+            return
+        host = load_facts(facts) if facts is not None else None
+        resolved = resolve_target(name, cuda_cc=cuda_cc, facts=host, tf_version=tf_version, python=python)
+        result = _target_dict(resolved)
+        missing: tuple[str, ...] | None = None
+        if against is not None:
+            other = load_facts(against)
+            missing = can_run(resolved, other)
+            result["against"] = {
+                "machine": f"{other.cpu.model_name or other.cpu.microarchitecture}".strip(),
+                "runs": not missing,
+                "missing": list(missing),
+            }
+        if as_json:
+            sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        else:
+            _print_target(result)
+        if missing:
+            raise typer.Exit(3)
+
+    @app.command("check")
+    def check(
+        target: str = typer.Option(..., "--target", help="The target an image was built for."),
+        cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities the image was built for."),
+        cpuinfo: Path = typer.Option(None, "--cpuinfo", help="Check a recorded /proc/cpuinfo instead."),
+        require_gpu: bool = typer.Option(False, "--require-gpu", help="A CUDA target without a visible GPU fails."),
+    ) -> None:
+        """Preflight: exit 0 silently if this machine can run TARGET, else exit 3 naming what is missing."""
+        from builder import guard
+        from builder.errors import InputError
+        from builder.targets import resolve_target
+
+        resolved = resolve_target(target, cuda_cc=cuda_cc, build_machine=_unused_build_machine())
+        path = str(cpuinfo) if cpuinfo is not None else "/proc/cpuinfo"
+        try:
+            flags = guard.read_cpu_flags(path)
+        except OSError as error:
+            raise InputError(f"cannot read {path}: {error.strerror}") from None
+        problem = guard.cpu_problem(resolved.name, resolved.features, flags)
+        if problem is None and resolved.cuda is not None:
+            caps = [guard.parse_capability(cc) for cc in resolved.cuda.capabilities]
+            problem, warning = guard.gpu_problem(
+                resolved.name, caps, guard.parse_capability(resolved.cuda.ptx), guard.visible_gpus(), require_gpu
+            )
+            if warning:
+                sys.stderr.write(f"tfsmith: warning: {warning}\n")
+        if problem is not None:
+            sys.stderr.write(f"tfsmith: {problem}\n")
+            raise typer.Exit(guard.EXIT_CANNOT_RUN)
+
+
+def _unused_build_machine() -> Any:
+    """`check` never uses host_copts: a fixed generic build machine saves detecting this one twice."""
+    from builder.hardware.facts import CpuFacts, HostFacts
+
+    return HostFacts(
+        cpu=CpuFacts(arch="x86_64", vendor="generic", model_name="", microarchitecture="x86_64", level=None,
+                     features=frozenset())
+    )
+
+
+def _print_target(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"target {result['name']}", show_header=False, title_justify="left", box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("architecture", result["arch"])
+    table.add_row("TensorFlow", f"{result['tf_version']} (Python {result['python']}, {result['compiler']})")
+    table.add_row("copts", " ".join(result["copts"]))
+    table.add_row("host_copts", " ".join(result["host_copts"]))
+    table.add_row("features", " ".join(result["features"]))
+    if result["cuda"]:
+        cuda = result["cuda"]
+        table.add_row("CUDA", f"{cuda['version']} (cuDNN {cuda['cudnn']})")
+        table.add_row("capabilities", cuda["hermetic_capabilities"])
+    table.add_row("tag", result["tag"])
+    if "against" in result:
+        against = result["against"]
+        verdict = "runs" if against["runs"] else "CANNOT run: lacks " + ", ".join(against["missing"])
+        table.add_row("against", f"{against['machine']}: {verdict}")
+    Console(highlight=False).print(table)
