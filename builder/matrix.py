@@ -1,0 +1,118 @@
+"""The CI build matrix for a fleet, as plain data: one entry per image, each with an id `build --only` takes.
+
+A CI pipeline fans out one job per entry: GitHub Actions reads `{"include": [...]}` through `fromJSON`,
+GitLab runs a generated child pipeline with one job per entry. The id is self-describing
+(`x86-64-v3-cpu`, `x86-64-v3-cuda-8.0_9.0`), so `tfsmith build --only ID` needs nothing but the id: the
+matrix and the build can never disagree about what an id means.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import yaml
+
+from builder.errors import InputError
+
+FORMATS = ("github", "gitlab", "json")
+_ID = re.compile(r"^(?P<target>[A-Za-z0-9][A-Za-z0-9_.-]*?)-(?:cpu|cuda-(?P<ccs>\d{1,2}\.\d(?:_\d{1,2}\.\d)*))$")
+# Targets whose architecture is not x86_64 (the CI runner must match, or emulate).
+_ARM_PREFIXES = ("neoverse", "cortex", "thunderx", "a64fx", "graviton", "m1", "m2", "armv8", "armv9", "aarch64")
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    """One image of the fleet."""
+
+    id: str
+    target: str
+    cuda_cc: str  # "" for CPU-only, else "8.0,9.0"
+    arch: str  # "x86_64" or "aarch64": which runner builds it natively
+
+    def build_args(self) -> list[str]:
+        """The `tfsmith build` arguments equivalent to `--only ID`."""
+        args = ["--target", self.target]
+        return args + (["--cuda-cc", self.cuda_cc] if self.cuda_cc else [])
+
+
+def arch_of(target: str) -> str:
+    """Architecture family of a target name (archspec when it knows the name, else by name)."""
+    try:
+        import archspec.cpu
+
+        known = archspec.cpu.TARGETS.get(target.replace("-", "_")) or archspec.cpu.TARGETS.get(target)
+        if known is not None:
+            return str(known.family)
+    except ImportError:  # pragma: no cover - archspec is a core dependency
+        pass
+    return "aarch64" if target.lower().startswith(_ARM_PREFIXES) else "x86_64"
+
+
+def _normalise_cc(cuda_cc: str) -> tuple[str, ...]:
+    ccs = sorted({cc.strip() for cc in cuda_cc.split(",") if cc.strip()}, key=lambda c: tuple(map(int, c.split("."))))
+    for cc in ccs:
+        if not re.fullmatch(r"\d{1,2}\.\d", cc):
+            raise InputError(f"--cuda-cc: {cc!r} is not a capability like 8.0")
+    return tuple(ccs)
+
+
+def entry_id(target: str, cuda_cc: str = "") -> str:
+    ccs = _normalise_cc(cuda_cc) if cuda_cc and cuda_cc != "none" else ()
+    return f"{target}-cuda-{'_'.join(ccs)}" if ccs else f"{target}-cpu"
+
+
+def make_entry(target: str, cuda_cc: str = "") -> MatrixEntry:
+    ccs = _normalise_cc(cuda_cc) if cuda_cc and cuda_cc != "none" else ()
+    return MatrixEntry(id=entry_id(target, cuda_cc), target=target, cuda_cc=",".join(ccs), arch=arch_of(target))
+
+
+def parse_id(entry: str) -> MatrixEntry:
+    """The inverse of `entry_id`: what `tfsmith build --only ID` builds."""
+    match = _ID.match(entry.strip())
+    if not match:
+        raise InputError(
+            f"--only: {entry!r} is not a matrix id (like x86-64-v3-cpu or x86-64-v3-cuda-8.0_9.0; "
+            "list them with `tfsmith matrix --format json`)"
+        )
+    ccs = (match.group("ccs") or "").replace("_", ",")
+    return make_entry(match.group("target"), ccs)
+
+
+def fleet_matrix(targets: Sequence[str], cuda_ccs: Sequence[str] = ()) -> list[MatrixEntry]:
+    """CPU image per target, plus one CUDA image per (x86 target, capability list) pair."""
+    if not targets:
+        raise InputError("--targets: the fleet needs at least one target")
+    entries: list[MatrixEntry] = []
+    for target in targets:
+        if target == "host":
+            raise InputError("--targets: `host` is not a fleet target (a CI runner is not your fleet); name it")
+        entries.append(make_entry(target))
+        if arch_of(target) == "x86_64":
+            entries.extend(make_entry(target, cc) for cc in cuda_ccs if cc and cc not in ("none", "auto"))
+    ids = [e.id for e in entries]
+    return [e for i, e in enumerate(entries) if e.id not in ids[:i]]
+
+
+def render_matrix(entries: Sequence[MatrixEntry], fmt: str, *, tfsmith: str = "tfsmith") -> str:
+    """Text for one CI system: github = `{"include": [...]}` (one line, for $GITHUB_OUTPUT);
+    gitlab = a child-pipeline YAML with one job per entry; json = the entries as a list."""
+    rows = [asdict(e) for e in entries]
+    if fmt == "github":
+        return json.dumps({"include": rows}, separators=(",", ":"))
+    if fmt == "json":
+        return json.dumps(rows, indent=2)
+    if fmt == "gitlab":
+        jobs: dict[str, object] = {}
+        for entry in entries:
+            job: dict[str, object] = {
+                "stage": "build",
+                "script": [f"{tfsmith} build --only {entry.id}"],
+            }
+            if entry.arch != "x86_64":
+                job["tags"] = [entry.arch]
+            jobs[f"build:{entry.id}"] = job
+        return yaml.safe_dump({"stages": ["build"], **jobs}, sort_keys=False)
+    raise InputError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
