@@ -1,0 +1,114 @@
+"""What to serve: a .tflite file, or an `tfsmith optimize --out` folder (its chosen model, report, samples).
+
+The optimize room's layout (builder/optimize/__init__.py) is the contract: `report.json` names the `chosen`
+artifact and the `samples` file (held-out `x` and the float model's `expected` outputs). A bare .tflite works
+too; then there is no report and smoke tests fall back to generated inputs checked against the local
+interpreter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A model ready to serve, with whatever the optimizer recorded about it."""
+
+    model_path: Path
+    name: str
+    report: dict[str, Any] | None = None
+    samples_path: Path | None = None
+
+    @property
+    def sha256(self) -> str:
+        return file_sha256(self.model_path)
+
+    def summary(self) -> str:
+        """One line for image labels: kind, size, accuracy and latency as the report measured them."""
+        if not self.report:
+            return f"{self.model_path.name} {self.model_path.stat().st_size} bytes (no report)"
+        entry = next(
+            (a for a in self.report.get("artifacts", []) if a.get("path") == self.model_path.name),
+            {},
+        )
+        parts = [self.model_path.name, str(entry.get("kind", "tflite"))]
+        if entry.get("size_bytes") is not None:
+            parts.append(f"{entry['size_bytes']} B")
+        if entry.get("accuracy") is not None:
+            parts.append(f"acc {float(entry['accuracy']):.4f}")
+        p50 = (entry.get("latency_us") or {}).get("p50")
+        if p50 is not None:
+            parts.append(f"p50 {float(p50):.0f}us")
+        return " ".join(parts)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_name_for(path: Path) -> str:
+    """A TF Serving-friendly model name from a path: letters, digits, `-` and `_`."""
+    stem = path.name if path.is_dir() else path.stem
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")
+    return name or "model"
+
+
+def check_model_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise InputError(f"model name {name!r}: use letters, digits, '.', '-' and '_' (it becomes a URL segment)")
+    return name
+
+
+def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
+    """The model to serve from a .tflite file or an optimize output folder; one clear error otherwise."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if path.is_file():
+        if path.suffix != ".tflite":
+            raise InputError(f"{path}: expected a .tflite model or a `tfsmith optimize --out` folder")
+        report_path = path.parent / "report.json"
+        report = _read_report(report_path) if report_path.exists() else None
+        samples = _samples(path.parent, report)
+        return Artifact(path, check_model_name(name or model_name_for(path)), report, samples)
+    report_path = path / "report.json"
+    report = _read_report(report_path) if report_path.exists() else None
+    chosen = report.get("chosen") if report else None
+    if chosen:
+        model = path / str(chosen)
+        if not model.is_file():
+            raise InputError(f"{report_path}: chosen model {chosen!r} is missing")
+    else:
+        candidates = sorted(path.glob("*.tflite"))
+        if len(candidates) != 1:
+            listed = ", ".join(c.name for c in candidates) or "none"
+            raise InputError(f"{path}: cannot tell which .tflite to serve (found: {listed}); pass the file itself")
+        model = candidates[0]
+    return Artifact(model, check_model_name(name or model_name_for(path)), report, _samples(path, report))
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: unreadable report ({error})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: report is not a JSON object")
+    return data
+
+
+def _samples(folder: Path, report: dict[str, Any] | None) -> Path | None:
+    name = (report or {}).get("samples") or "samples.npz"
+    candidate = folder / str(name)
+    return candidate if candidate.is_file() else None

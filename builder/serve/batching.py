@@ -1,0 +1,152 @@
+"""Dynamic batching: merge concurrent predict calls into one interpreter call when that helps.
+
+A small model spends most of a request in Python and HTTP, not in the interpreter, so batching pays only
+under concurrency. The policy (TF Serving's, simplified): requests with the same signature and per-example
+shapes queue together; a batch leaves when it holds `max_batch_size` examples, when `timeout_us` has passed
+since its first request, or — with timeout 0 — as soon as a worker is free ("natural" batching: no added
+latency at low load, bigger batches exactly when workers are busy). The decisions are pure functions;
+`DynamicBatcher` is the asyncio shell around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+
+from builder.serve.backends import BackendPool
+from builder.serve.protocol import PredictCall
+
+BatchKey = tuple[object, ...]
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """`max_batch_size` 1 turns batching off; `timeout_us` is how long a partial batch may wait for company."""
+
+    max_batch_size: int = 1
+    timeout_us: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError("max batch size must be at least 1")
+        if self.timeout_us < 0:
+            raise ValueError("batch timeout must not be negative")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_batch_size > 1
+
+
+def batch_key(call: PredictCall) -> BatchKey:
+    """Calls can share a batch only with the same signature and the same per-example shapes and dtypes."""
+    return (call.signature, *sorted((k, v.shape[1:], v.dtype.str) for k, v in call.inputs.items()))
+
+
+def take_count(sizes: Sequence[int], max_batch_size: int) -> int:
+    """How many queued calls (their batch sizes, oldest first) go into the next batch: at least one."""
+    total, count = 0, 0
+    for size in sizes:
+        if count and total + size > max_batch_size:
+            break
+        total += size
+        count += 1
+    return count
+
+
+def merge_inputs(calls: Sequence[PredictCall]) -> dict[str, np.ndarray]:
+    """One batched input per name, the calls' examples in order."""
+    if len(calls) == 1:
+        return dict(calls[0].inputs)
+    return {name: np.concatenate([c.inputs[name] for c in calls]) for name in calls[0].inputs}
+
+
+def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """The batched outputs cut back into one dict per call."""
+    bounds = np.cumsum([0, *sizes])
+    return [{name: value[bounds[i] : bounds[i + 1]] for name, value in outputs.items()} for i in range(len(sizes))]
+
+
+INLINE_BELOW_US = 150.0
+
+
+def run_inline(model_p50_us: float, batching: BatchingConfig) -> bool:
+    """Whether to call the model on the event loop itself instead of a worker thread.
+
+    Handing a call to a thread and back costs ~100 us here (GIL hand-offs, loop wake-up); a model faster
+    than that (the digits CNN takes ~10 us) is served faster inline, and the loop is blocked no longer
+    than a thread hop would take. Batching needs the threads (a batch runs while the next one fills).
+    """
+    return not batching.enabled and model_p50_us < INLINE_BELOW_US
+
+
+class DynamicBatcher:
+    """Queues calls per batch key and runs merged batches on the pool, at most `pool.size` at a time."""
+
+    def __init__(
+        self, pool: BackendPool, config: BatchingConfig, executor: Executor, batchable: bool, inline: bool = False
+    ) -> None:
+        self._pool = pool
+        self.inline = inline  # run on the event loop: for models faster than a thread hop (~100 us)
+        self._config = config
+        self._executor = executor
+        self._batchable = batchable  # False when the model's batch dimension is fixed
+        self._queues: dict[BatchKey, deque[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]]]]] = {}
+        self._draining: set[BatchKey] = set()
+        self._slots: asyncio.Semaphore | None = None
+        self.batches = 0
+        self.examples = 0
+
+    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+        loop = asyncio.get_running_loop()
+        if not (self._config.enabled and self._batchable):
+            if self.inline:
+                return self._pool.predict(call.signature, call.inputs)
+            return await loop.run_in_executor(self._executor, self._pool.predict, call.signature, dict(call.inputs))
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._pool.size)
+        key = batch_key(call)
+        future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+        self._queues.setdefault(key, deque()).append((call, future))
+        if key not in self._draining:
+            self._draining.add(key)
+            loop.create_task(self._drain(key))
+        return await future
+
+    async def _drain(self, key: BatchKey) -> None:
+        queue = self._queues[key]
+        assert self._slots is not None
+        try:
+            while queue:
+                await self._slots.acquire()
+                if self._config.timeout_us and sum(c.batch for c, _ in queue) < self._config.max_batch_size:
+                    await asyncio.sleep(self._config.timeout_us / 1e6)
+                count = take_count([c.batch for c, _ in queue], self._config.max_batch_size)
+                taken = [queue.popleft() for _ in range(count)]
+                asyncio.get_running_loop().create_task(self._run(taken))
+        finally:
+            self._draining.discard(key)
+
+    async def _run(self, taken: list[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]]]]) -> None:
+        assert self._slots is not None
+        calls = [c for c, _ in taken]
+        try:
+            merged = merge_inputs(calls)
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._pool.predict, calls[0].signature, merged
+            )
+            self.batches += 1
+            self.examples += sum(c.batch for c in calls)
+            for (_, future), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
+                if not future.done():
+                    future.set_result(part)
+        except Exception as error:  # noqa: BLE001 - every waiting request gets the failure, the server lives on
+            for _, future in taken:
+                if not future.done():
+                    future.set_exception(error)
+        finally:
+            self._slots.release()
