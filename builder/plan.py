@@ -40,6 +40,8 @@ WHEEL_OUTPUT_DIR = "bazel-bin/tensorflow/tools/pip_package/wheel_house"
 RAM_PER_JOB_MB = 2048  # TensorFlow C++ compile actions peak near 2 GB; fewer jobs beat an OOM kill
 RAM_HEADROOM = 0.85  # bazel's own JVM and the page cache need the rest
 LABEL_PREFIX = "io.tfsmith"
+LLVM_PREFIX = "/opt/llvm"  # where the toolchain stage unpacks clang
+CLANG_PATH = f"{LLVM_PREFIX}/bin/clang"
 
 # Stage names, in Dockerfile order. `--target wheel` exports the wheel; `runtime` is the image.
 STAGE_TOOLCHAIN = "toolchain"
@@ -64,7 +66,7 @@ _REPOSITORY = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$"
 )
 _GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-_URL = re.compile(r"^(?:https?|grpcs?)://[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+$")
+_URL = re.compile(r"^(?:https?|grpcs?)://[A-Za-z0-9._~:/@%+=-]+$")  # no shell or bazelrc metacharacters
 _LABEL_KEY = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 _CUDA_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
@@ -164,11 +166,12 @@ class BuildMachine:
     @classmethod
     def from_facts(cls, facts: _HasCpuFacts) -> BuildMachine:
         """From `HostFacts` (issue 2): `facts.cpu.usable_cpus`, `facts.cpu.usable_memory_bytes`."""
-        return cls(
-            cpus=max(1, int(facts.cpu.usable_cpus)),
-            memory_bytes=max(1, int(facts.cpu.usable_memory_bytes)),
-            name="this host",
-        )
+        cpus = max(1, int(facts.cpu.usable_cpus))
+        memory = facts.cpu.usable_memory_bytes
+        if not memory:  # unknown: assume the bare minimum per core rather than the host's total
+            memory = cpus * RAM_PER_JOB_MB * 1024 * 1024
+        gib = memory / 1024**3
+        return cls(cpus=cpus, memory_bytes=int(memory), name=f"this host: {cpus} cores, {gib:.0f} GiB usable")
 
 
 # The fixed, recorded machine the canonical dockerfiles/ are rendered for, so they do not change with
@@ -176,9 +179,37 @@ class BuildMachine:
 REFERENCE_BUILD_MACHINE = BuildMachine(cpus=16, memory_bytes=64 * 1024**3, name="reference: 16 cores, 64 GiB")
 
 
+def reference_build_facts(arch: str) -> Any:
+    """Host facts of the reference build machine for `arch`: a conservative generic CPU (x86-64-v2, or
+    plain armv8-a) so the host-tool flags of canonical Dockerfiles suit any build machine of that family.
+    Fixed data, never this host, so `make dockerfiles` gives the same bytes everywhere."""
+    from archspec.cpu import TARGETS
+
+    from builder.hardware.facts import CpuFacts, HostFacts
+
+    generic = {"x86_64": "x86_64_v2", "aarch64": "aarch64"}
+    if arch not in generic:
+        raise InputError(f"no reference build machine for architecture {arch!r}")
+    level = TARGETS[generic[arch]]
+    return HostFacts(
+        cpu=CpuFacts(
+            arch=arch,
+            vendor="generic",
+            model_name=REFERENCE_BUILD_MACHINE.name,
+            microarchitecture=level.name,
+            level="x86-64-v2" if arch == "x86_64" else "armv8-a",
+            features=frozenset(level.features),
+            logical_cpus=REFERENCE_BUILD_MACHINE.cpus,
+            usable_cpus=REFERENCE_BUILD_MACHINE.cpus,
+            total_memory_bytes=REFERENCE_BUILD_MACHINE.memory_bytes,
+            usable_memory_bytes=REFERENCE_BUILD_MACHINE.memory_bytes,
+        )
+    )
+
+
 class _CpuFacts(Protocol):
     usable_cpus: int
-    usable_memory_bytes: int
+    usable_memory_bytes: int | None
 
 
 class _HasCpuFacts(Protocol):
@@ -430,6 +461,21 @@ def _validate_target(target: BuildTarget) -> None:
             raise InputError("a CUDA target needs at least one compute capability")
 
 
+def _check_wheel_fits(file_name: str, python: str, arch: str) -> None:
+    """A prebuilt wheel must match the image's Python and CPU family (PEP 427 file name tags)."""
+    parts = file_name[: -len(".whl")].split("-")
+    if len(parts) < 5:
+        raise InputError(f"{file_name!r} is not a wheel file name (name-version-python-abi-platform.whl)")
+    python_tag, platform_tag = parts[-3], parts[-1]
+    wanted = "cp" + python.replace(".", "")
+    if wanted not in python_tag.split("."):
+        raise IncompatibleError(
+            f"wheel {file_name} is for {python_tag}, the image is for Python {python}: pass --python to match"
+        )
+    if arch not in platform_tag:
+        raise IncompatibleError(f"wheel {file_name} is for {platform_tag}, the target is {arch}")
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
@@ -438,6 +484,10 @@ def _bazel_flags(target: BuildTarget, toolchain: Toolchain, python: str, wheel_n
     """The image-defining bazel flags: wheel layout, hermetic Python/CUDA, the target's copts."""
     configs: list[str] = []
     flags = [
+        # What TF's ./configure writes for clang, given directly: no `./configure`, no `--config=opt`.
+        f"--repo_env=CC={CLANG_PATH}",
+        f"--repo_env=BAZEL_COMPILER={CLANG_PATH}",
+        f"--action_env=CLANG_COMPILER_PATH={CLANG_PATH}",
         "--repo_env=USE_PYWRAP_RULES=1",
         f"--repo_env=WHEEL_NAME={wheel_name}",
         f"--repo_env=HERMETIC_PYTHON_VERSION={python}",
@@ -560,6 +610,8 @@ def plan_build(
         machine = REFERENCE_BUILD_MACHINE
     else:
         machine = BuildMachine.from_facts(build_machine)
+    if options.wheel is not None:
+        _check_wheel_fits(Path(options.wheel).name, python, target.arch)
     resources = resources_for(machine, options)
     wheel_name = "tensorflow" if target.cuda is not None else "tensorflow_cpu"
     runtime_base = options.base_image or f"python:{python}-slim-bookworm"
