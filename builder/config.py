@@ -153,6 +153,7 @@ class BuildConfig:
     tf_version: str | None = None
     python: str | None = None
     base_image: str | None = None
+    toolchain_image: str | None = None
     tf_source: str | None = None
     ca_bundle: Path | None = None
     remote_cache: str | None = None
@@ -174,6 +175,7 @@ _PARSERS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "tf_version": ("build", "tf_version", _optional(_pattern(_TF_VERSION, "a TensorFlow version like 2.21.0"))),
     "python": ("build", "python", _optional(_pattern(_PYTHON, "a Python version like 3.12"))),
     "base_image": ("build", "base_image", _optional(_pattern(_IMAGE, "an image reference"))),
+    "toolchain_image": ("build", "toolchain_image", _optional(_pattern(_IMAGE, "an image reference"))),
     "tf_source": ("build", "tf_source", _optional(_tf_source)),
     "ca_bundle": ("build", "ca_bundle", _ca_bundle),
     "remote_cache": ("build", "remote_cache", _optional(_pattern(_URL, "an http(s)/grpc(s) URL"))),

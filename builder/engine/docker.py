@@ -41,7 +41,10 @@ from builder.engine.local import STATE_DIR
 MIN_BUILDKIT_API = (1, 39)  # Docker 18.09: the first engine with BuildKit
 CLI_CANDIDATES = ("/usr/bin/docker", "docker")
 ENGINE_HINT = "start one with `tfsmith engine up` (or `make engine`)"
-BASE_IMAGE_HINT = "pass --base-image NAME with an image present locally (`tfsmith engine up` creates tfsmith/python:bookworm)"
+BASE_IMAGE_HINT = (
+    "load it (docker load/pull from a mirror) or pass --base-image NAME of a local image "
+    "(`tfsmith engine up` creates tfsmith/python:bookworm; --toolchain-image for the compiler stages)"
+)
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
 _ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.IGNORECASE)
@@ -161,9 +164,11 @@ class DockerEngine(Engine):
                 raise EngineError(f"secret {secret_id!r}: no such file {src}")
         self.client  # noqa: B018 - fail early and clearly when no engine answers
         self._check_base_images(dockerfile.read_text(), request.build_args, log)
-        argv = self._build_argv(request)
         log_path = request.log_file or self.log_dir / f"build-{_stamp()}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if request.build_contexts and not self.supports_named_contexts():
+            self._contexts_as_images(request.build_contexts, log_path, log)
+        argv = self._build_argv(request)
         with tempfile.TemporaryDirectory(prefix="tfsmith-iid-") as tmp:
             iidfile = Path(tmp) / "iid"
             if request.output_dir is None:
@@ -189,13 +194,7 @@ class DockerEngine(Engine):
             argv += ["--label", f"{key}={value}"]
         for secret_id, src in sorted(request.secrets.items()):
             argv += ["--secret", f"id={secret_id},src={Path(src).resolve()}"]
-        if request.build_contexts:
-            if not self.supports_named_contexts():
-                raise EngineError(
-                    f"named build contexts ({', '.join(request.build_contexts)}) need `--build-context`, which "
-                    f"{self.cli} lacks (Docker 20.10's built-in BuildKit frontend predates them, and a newer "
-                    "frontend cannot be pulled offline); put those files in the main context instead"
-                )
+        if request.build_contexts and self.supports_named_contexts():
             for name, path in sorted(request.build_contexts.items()):
                 argv += ["--build-context", f"{name}={Path(path).resolve()}"]
         if request.output_dir is not None:
@@ -205,6 +204,28 @@ class DockerEngine(Engine):
                 argv += ["-t", tag]
         argv.append(str(request.context))
         return argv
+
+    def _contexts_as_images(self, contexts: Mapping[str, Path], log_path: Path, log: LogSink) -> None:
+        """Named contexts on a CLI without `--build-context` (Debian's 20.10): same effect, other route.
+
+        `COPY --from=NAME` / `RUN --mount=from=NAME` name an image when no stage has that name, and dockerd's
+        BuildKit resolves images from the local store first. So each directory becomes a `FROM scratch` image
+        tagged `NAME:latest` holding exactly its files, built just before the main build.
+        """
+        for name, path in sorted(contexts.items()):
+            if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", name):
+                raise EngineError(f"named build context {name!r} cannot be an image name on this docker CLI")
+            if not Path(path).is_dir():
+                raise EngineError(f"named build context {name!r}: no such directory {path}")
+            with tempfile.TemporaryDirectory(prefix="tfsmith-ctx-") as tmp:
+                dockerfile = Path(tmp) / "Dockerfile"
+                dockerfile.write_text("FROM scratch\nCOPY . /\n", encoding="utf-8")
+                log(f"named context {name}: {path} -> image {name}:latest (this docker CLI has no --build-context)")
+                argv = [self.cli, "build", "--progress=plain", "-f", str(dockerfile),
+                        "--label", "io.tfsmith.named-context=" + name, "-t", f"{name}:latest", str(path)]
+                tracker, code = self._stream(argv, log_path, log)
+                if code != 0:
+                    self._raise_failure(tracker, log_path, BuildRequest(context=Path(path), tags=()))
 
     def _stream(self, argv: list[str], log_path: Path, log: LogSink) -> tuple[StepTracker, int]:
         tracker = StepTracker()
