@@ -6,7 +6,10 @@ TensorFlow is first imported, so it has to be set before any import of tensorflo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 
@@ -16,9 +19,35 @@ def setup() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence what C++ code writes straight to fd 2 (absl/XNNPACK/converter banners) for a block.
+
+    Python-level errors are raised, not printed, so nothing a user needs is lost; the CLI uses this to keep
+    its output to the progress lines and the table.
+    """
+    if os.environ.get("TFSMITH_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def tensorflow() -> ModuleType:
     """The tensorflow module, imported with Keras 2 as tf.keras."""
     setup()
+    if "tensorflow" not in sys.modules:
+        with quiet_native_stderr():
+            import tensorflow as tf
     import tensorflow as tf
 
     return tf
@@ -31,3 +60,14 @@ def keras() -> ModuleType:
     import tf_keras
 
     return tf_keras
+
+
+def configure_threads(threads: int) -> bool:
+    """Limit TensorFlow's op threads (for fair timings); only possible before TF runs its first op."""
+    tf = tensorflow()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # already initialized in this process (tests that share one interpreter)
+        return False
+    return True
