@@ -1,0 +1,152 @@
+"""`tfsmith bench --images A,B`: the same SavedModel bench inside two local images on this host, and the ratio.
+
+The honest answer to "was the source build worth it here?": run `builder.bench.inner` (needs only python3,
+numpy and tensorflow in the image; this package is mounted read-only) in image A, then B, then A, then B
+again — alternating so that a slow-down of the shared host is not charged to one image — and compare the
+medians. Containers run with no network. An image that cannot run the bench is reported with its reason.
+
+The Docker CLI is `/usr/bin/docker` (Debian 20.10); commands are built by a pure function so they are tested
+without an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError
+
+DOCKER = "/usr/bin/docker"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # builder/
+ROUNDS = 2
+
+
+def parse_images(text: str) -> tuple[str, str]:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise InputError(f"--images takes exactly two image names, A,B (got {text!r})")
+    if parts[0] == parts[1]:
+        raise InputError(f"--images names the same image twice ({parts[0]})")
+    return parts[0], parts[1]
+
+
+def find_saved_model(path: Path) -> Path:
+    """The SavedModel folder inside MODEL (a SavedModel, or an optimize / bench output folder)."""
+    pbs = sorted(path.rglob("saved_model.pb"), key=lambda p: len(p.parts)) if path.is_dir() else []
+    if not pbs:
+        raise InputError(f"--images needs a SavedModel folder (or a folder holding one), got {path}; "
+                         "`tfsmith bench MODEL` leaves one in OUT/artifacts/saved_model")
+    return pbs[0].parent
+
+
+def docker_command(image: str, saved_model: Path, *, threads: int, batch: int, budget_s: float,
+                   name: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """The `docker run` that times the SavedModel inside `image` (no network, read-only mounts)."""
+    return [
+        DOCKER, "run", "--rm", "--name", name, "--network", "none",
+        "-v", f"{package_dir}:/opt/tfsmith/builder:ro",
+        "-v", f"{saved_model.resolve()}:/model:ro",
+        "-e", "PYTHONPATH=/opt/tfsmith", "-e", "TF_CPP_MIN_LOG_LEVEL=2",
+        "--entrypoint", "python3", image,
+        "-m", "builder.bench.inner", "--saved-model", "/model", "--threads", str(threads),
+        "--batch", str(batch), "--budget-s", f"{budget_s:g}",
+    ]
+
+
+def parse_inner_output(stdout: str) -> dict[str, Any]:
+    """The JSON line the inner bench printed (the last line that parses as a JSON object)."""
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    raise ValueError("the inner bench printed no JSON result")
+
+
+def failure_reason(returncode: int, stderr: str) -> str:
+    """The line of a failed container's stderr that says why (the last non-empty one)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    return f"exit {returncode}: {lines[-1][:200] if lines else 'no output'}"
+
+
+@dataclass
+class ImageRuns:
+    image: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def p50(self) -> float | None:
+        """Median over the runs' batch-1 medians."""
+        values = sorted(run["latency"]["p50"] for run in self.runs)
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+@dataclass
+class ImageComparison:
+    first: ImageRuns
+    second: ImageRuns
+    threads: int
+    batch: int
+
+    @property
+    def ratio(self) -> float | None:
+        """p50 in B / p50 in A (< 1: B is faster)."""
+        a, b = self.first.p50, self.second.p50
+        return b / a if a and b else None
+
+    def summary(self) -> str:
+        lines = []
+        for item in (self.first, self.second):
+            if item.error:
+                lines.append(f"{item.image}: could not run the bench ({item.error})")
+            else:
+                tf_version = item.runs[0].get("tensorflow", "?") if item.runs else "?"
+                lines.append(f"{item.image}: SavedModel p50 {item.p50 * 1e3:.3f} ms at batch 1 "  # type: ignore[operator]
+                             f"(TF {tf_version}, {len(item.runs)} alternating runs, {self.threads} threads)")
+        if self.ratio is not None:
+            faster = self.second.image if self.ratio < 1 else self.first.image
+            lines.append(f"ratio B/A = {self.ratio:.3f}: {faster} is {max(self.ratio, 1 / self.ratio):.2f}x faster "
+                         "here (differences under ~15% are within this host's run-to-run noise)")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({"first": asdict(self.first), "second": asdict(self.second), "threads": self.threads,
+                           "batch": self.batch, "ratio_b_over_a": self.ratio}, indent=2) + "\n"
+
+
+def compare_images(model: Path, first: str, second: str, *, threads: int, batch: int, budget_s: float,
+                   rounds: int = ROUNDS) -> ImageComparison:
+    """Run the inner bench alternately in both images; an image that fails is recorded, not retried."""
+    saved_model = find_saved_model(model)
+    per_run = max(budget_s / (2 * rounds), 1.0)
+    results = {first: ImageRuns(first), second: ImageRuns(second)}
+    for _ in range(rounds):
+        for image in (first, second):
+            item = results[image]
+            if item.error:
+                continue
+            name = f"tfsmith-bench-{uuid.uuid4().hex[:10]}"
+            command = docker_command(image, saved_model, threads=threads, batch=batch, budget_s=per_run, name=name)
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=per_run + 300)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                item.error = f"{type(error).__name__}: {error}"
+                continue
+            if done.returncode != 0:
+                item.error = failure_reason(done.returncode, done.stderr)
+                continue
+            try:
+                item.runs.append(parse_inner_output(done.stdout))
+            except ValueError as error:
+                item.error = str(error)
+    return ImageComparison(results[first], results[second], threads, batch)

@@ -1,0 +1,179 @@
+"""Which artifact + runtime tfsmith recommends for a model on this host, and why.
+
+`recommend` is pure: it reads measured results and picks the fastest runtime that serves tfsmith's contract
+(the .tflite, via LiteRT or OpenVINO reading the same file) among those that keep the model's quality, then
+states how it compares with the fastest peer a user would pick instead. Random-weight models are judged on
+latency only: their quantized outputs mean nothing, so no quality filter is claimed for them.
+
+`recommend_tflite_runtime` is the small measured A/B the serving room calls for `--runtime auto`: LiteRT vs
+OpenVINO on one .tflite on THIS host. Heavy libraries are imported inside it, never at module top.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from builder.bench.results import ROLE_BASELINE, ROLE_TFSMITH, Recommendation, RuntimeResult
+from builder.bench.stats import overlaps, ratio
+
+#: Largest accuracy drop (absolute, labels known) a recommended artifact may have vs the float model.
+MAX_ACCURACY_DROP = 0.01
+#: Smallest top-1 agreement with the float model for a trained model when no labels are known.
+MIN_AGREEMENT = 0.97
+#: OpenVINO must beat LiteRT by this factor before `--runtime auto` pays for the bigger runtime.
+OPENVINO_MARGIN = 0.90
+
+
+def _reference_accuracy(results: Sequence[RuntimeResult]) -> float | None:
+    """Accuracy of the float model: the SavedModel baseline, else the eager Keras model."""
+    for name in ("savedmodel", "keras"):
+        for result in results:
+            if result.name == name and result.ok and result.accuracy is not None:
+                return result.accuracy
+    return None
+
+
+def _quality_ok(
+    result: RuntimeResult, trained: bool, reference: float | None, max_drop: float, min_agreement: float
+) -> tuple[bool, str]:
+    if not trained:
+        return True, "random weights: latency only"
+    if reference is not None and result.accuracy is not None:
+        drop = reference - result.accuracy
+        return drop <= max_drop, f"accuracy {result.accuracy:.4f} ({-drop * 100:+.2f} pt vs float)"
+    if result.agreement is not None:
+        return result.agreement >= min_agreement, f"agreement with float {result.agreement:.1%}"
+    return False, "no quality measurement"
+
+
+def recommend(
+    results: Sequence[RuntimeResult],
+    *,
+    trained: bool,
+    max_accuracy_drop: float = MAX_ACCURACY_DROP,
+    min_agreement: float = MIN_AGREEMENT,
+) -> tuple[tuple[RuntimeResult, ...], Recommendation]:
+    """Fill in the ratios, mark the recommended result, and say why."""
+    measured = [r for r in results if r.ok and r.latency is not None]
+    baseline = next((r for r in measured if r.role == ROLE_BASELINE), None)
+    peers = [r for r in measured if r.role != ROLE_TFSMITH]
+    fastest_peer = min(peers, key=lambda r: r.latency.p50) if peers else None  # type: ignore[union-attr]
+
+    reference = _reference_accuracy(results)
+    candidates: list[tuple[RuntimeResult, str]] = []
+    rejected: list[str] = []
+    for result in measured:
+        if result.role != ROLE_TFSMITH:
+            continue
+        ok, why = _quality_ok(result, trained, reference, max_accuracy_drop, min_agreement)
+        if ok:
+            candidates.append((result, why))
+        else:
+            rejected.append(f"{result.name} ({why})")
+
+    chosen, quality = min(candidates, key=lambda c: c[0].latency.p50) if candidates else (None, "")  # type: ignore[union-attr]
+
+    annotated = []
+    for result in results:
+        p50 = result.p50
+        annotated.append(
+            result.with_(
+                ratio_vs_baseline=ratio(p50, baseline.p50 if baseline else None),
+                ratio_vs_fastest_peer=ratio(p50, fastest_peer.p50 if fastest_peer else None),
+                recommended=chosen is not None and result.name == chosen.name,
+            )
+        )
+
+    if chosen is None:
+        why = "no .tflite runtime ran" if not rejected else "every .tflite runtime lost quality: " + ", ".join(rejected)
+        return tuple(annotated), Recommendation(runtime=None, artifact=None, reason=why,
+                                                fastest_peer=fastest_peer.name if fastest_peer else None)
+
+    vs_peer = ratio(chosen.p50, fastest_peer.p50 if fastest_peer else None)
+    speedup = ratio(baseline.p50, chosen.p50) if baseline else None
+    within_noise = bool(fastest_peer and overlaps(chosen.latency, fastest_peer.latency))  # type: ignore[arg-type]
+    parts = [f"{chosen.name}: fastest .tflite runtime that keeps quality at batch 1 "
+             f"(p50 {chosen.p50 * 1e3:.3f} ms; {quality})"]  # type: ignore[operator]
+    if speedup is not None:
+        parts.append(f"{speedup:.1f}x faster than the SavedModel signature")
+    if fastest_peer is not None and vs_peer is not None:
+        verdict = "within noise of" if within_noise else ("faster than" if vs_peer < 1 else "slower than")
+        parts.append(f"{verdict} the fastest peer {fastest_peer.name} ({vs_peer:.2f}x its time)")
+    if rejected:
+        parts.append("rejected for quality: " + ", ".join(rejected))
+    goal = None if vs_peer is None else (vs_peer <= 1.0 or within_noise)
+    return tuple(annotated), Recommendation(
+        runtime=chosen.name,
+        artifact=chosen.artifact,
+        reason="; ".join(parts),
+        fastest_peer=fastest_peer.name if fastest_peer else None,
+        ratio_vs_fastest_peer=vs_peer,
+        speedup_vs_baseline=speedup,
+        within_noise_of_peer=within_noise,
+        goal_no_slower_than_peer=goal,
+    )
+
+
+def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float] | None,
+                          openvino_error: str = "") -> tuple[str, str]:
+    """Pure decision for `--runtime auto` from the A/B latencies (seconds, batch 1)."""
+    from builder.bench.stats import summarize
+
+    lite = summarize(litert_s, min_samples=1)
+    if not openvino_s:
+        return "litert", f"OpenVINO unavailable ({openvino_error or 'not measured'}); LiteRT p50 {lite.p50 * 1e3:.3f} ms"
+    ov = summarize(openvino_s, min_samples=1)
+    if ov.p50 <= OPENVINO_MARGIN * lite.p50 and not overlaps(lite, ov):
+        return "openvino", (f"OpenVINO p50 {ov.p50 * 1e3:.3f} ms vs LiteRT {lite.p50 * 1e3:.3f} ms on this host "
+                            f"({lite.p50 / ov.p50:.2f}x faster, beyond noise)")
+    return "litert", (f"LiteRT p50 {lite.p50 * 1e3:.3f} ms vs OpenVINO {ov.p50 * 1e3:.3f} ms on this host "
+                      f"(OpenVINO not >{(1 / OPENVINO_MARGIN - 1):.0%} faster beyond noise; LiteRT is smaller)")
+
+
+def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: float = 4.0
+                             ) -> tuple[str, str, dict[str, Any]]:
+    """Measure LiteRT vs OpenVINO on one .tflite here; return (runtime_name, reason, numbers).
+
+    runtime_name is "litert" or "openvino". Interleaved repeats on the same random input of the model's
+    shape (latency does not depend on the values for these kernels); warm-up excluded.
+    """
+    from builder.bench.runtimes import LiteRTAdapter, OpenVINOAdapter, random_input_for_tflite
+
+    path = Path(tflite_path)
+    x = random_input_for_tflite(path)
+    lite = LiteRTAdapter("litert", path, threads=threads)
+    lite.load()
+    run_lite = lite.prepare(x)
+    run_ov = None
+    ov_error = ""
+    try:
+        ov = OpenVINOAdapter("openvino", path, threads=threads)
+        ov.load()
+        run_ov = ov.prepare(x)
+    except Exception as error:  # noqa: BLE001 - any failure means "serve with LiteRT", with the reason
+        ov_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    runners = {"litert": run_lite, **({"openvino": run_ov} if run_ov else {})}
+    for run in runners.values():
+        for _ in range(5):
+            run()
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    deadline = time.perf_counter() + budget_s
+    while time.perf_counter() < deadline:
+        for name, run in runners.items():
+            slice_end = time.perf_counter() + 0.02
+            while True:
+                start = time.perf_counter()
+                run()
+                samples[name].append(time.perf_counter() - start)
+                if time.perf_counter() >= slice_end:
+                    break
+    name, reason = choose_tflite_runtime(samples["litert"], samples.get("openvino"), ov_error)
+    from builder.bench.stats import summarize
+
+    numbers = {k: summarize(v, min_samples=1).to_dict() for k, v in samples.items()}
+    numbers["threads"] = threads
+    if ov_error:
+        numbers["openvino_error"] = ov_error
+    return name, reason, numbers

@@ -1,0 +1,165 @@
+"""The recommendation, the report and the pure helpers of the bench room, on a recorded bench table.
+
+tests/fixtures/bench/digits_cnn_bench.json is a real `tfsmith bench digits-cnn` run on this 2-core host
+(13 runtimes, 2 threads); the tests re-derive the decision from its measurements.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.bench import images, report
+from builder.bench.recommend import choose_tflite_runtime, recommend
+from builder.bench.results import ROLE_TFSMITH, BenchRun, RuntimeResult
+from builder.bench.stats import summarize
+from builder.commands.bench import parse_batches, parse_runtimes
+from builder.errors import InputError
+
+
+@pytest.fixture()
+def recorded(fixtures_dir: Path) -> BenchRun:
+    return BenchRun.from_dict(json.loads((fixtures_dir / "bench" / "digits_cnn_bench.json").read_text()))
+
+
+def _by_name(results: tuple[RuntimeResult, ...]) -> dict[str, RuntimeResult]:
+    return {r.name: r for r in results}
+
+
+def test_recorded_run_round_trips(recorded: BenchRun) -> None:
+    again = BenchRun.from_dict(json.loads(json.dumps(recorded.to_dict())))
+    assert again == recorded
+
+
+def test_recommends_the_fastest_tflite_runtime_that_keeps_quality(recorded: BenchRun) -> None:
+    results, rec = recommend(recorded.results, trained=True)
+    tfsmith = [r for r in results if r.role == ROLE_TFSMITH and r.ok]
+    fastest = min(tfsmith, key=lambda r: r.p50)  # every tflite variant kept accuracy in this recording
+    assert rec.runtime == fastest.name
+    assert [r.name for r in results if r.recommended] == [fastest.name]
+    peers = [r for r in results if r.role != ROLE_TFSMITH and r.ok]
+    best_peer = min(peers, key=lambda r: r.p50)
+    assert rec.fastest_peer == best_peer.name
+    assert rec.ratio_vs_fastest_peer == pytest.approx(fastest.p50 / best_peer.p50)
+    baseline = _by_name(results)["savedmodel"]
+    assert rec.speedup_vs_baseline == pytest.approx(baseline.p50 / fastest.p50)
+    assert _by_name(results)["savedmodel"].ratio_vs_baseline == pytest.approx(1.0)
+    assert rec.goal_no_slower_than_peer is True
+
+
+def test_a_variant_that_loses_accuracy_is_rejected_with_its_reason(recorded: BenchRun) -> None:
+    _, first = recommend(recorded.results, trained=True)
+    damaged = tuple(r.with_(accuracy=r.accuracy - 0.05) if r.name == first.runtime else r for r in recorded.results)
+    _, rec = recommend(damaged, trained=True)
+    assert rec.runtime != first.runtime and rec.runtime is not None
+    assert f"rejected for quality: {first.runtime}" in rec.reason
+
+
+def test_random_weights_are_judged_on_latency_only(recorded: BenchRun) -> None:
+    damaged = tuple(r.with_(accuracy=0.1, agreement=0.1) if r.role == ROLE_TFSMITH else r
+                    for r in recorded.results)
+    _, trained = recommend(damaged, trained=True)
+    assert trained.runtime is None and "lost quality" in trained.reason
+    _, untrained = recommend(damaged, trained=False)
+    assert untrained.runtime is not None and "latency only" in untrained.reason
+
+
+def test_agreement_is_used_when_no_labels(recorded: BenchRun) -> None:
+    no_labels = tuple(r.with_(accuracy=None) for r in recorded.results)
+    _, rec = recommend(no_labels, trained=True, min_agreement=0.999)
+    kept = [r for r in no_labels if r.role == ROLE_TFSMITH and r.ok and r.agreement >= 0.999]
+    assert rec.runtime == (min(kept, key=lambda r: r.p50).name if kept else None)
+
+
+def test_slower_than_peer_is_reported_as_missing_the_goal() -> None:
+    def result(name: str, role: str, centre: float) -> RuntimeResult:
+        return RuntimeResult(name=name, role=role, artifact="a", ok=True,
+                             latency=summarize([centre * (1 + 0.001 * i) for i in range(50)]))
+
+    rows = (result("savedmodel", "baseline", 10.0), result("openvino-int8", "peer", 1.0),
+            result("litert-int8", ROLE_TFSMITH, 2.0),
+            RuntimeResult(name="onnxruntime-fp32", role="peer", artifact="", ok=False, reason="ImportError: x"))
+    annotated, rec = recommend(rows, trained=False)
+    assert rec.runtime == "litert-int8" and rec.fastest_peer == "openvino-int8"
+    assert rec.goal_no_slower_than_peer is False and "slower than the fastest peer" in rec.reason
+    failed = _by_name(annotated)["onnxruntime-fp32"]
+    assert not failed.ok and failed.reason == "ImportError: x" and failed.ratio_vs_baseline is None
+
+
+def test_no_tflite_runtime_means_no_recommendation() -> None:
+    rows = (RuntimeResult(name="savedmodel", role="baseline", artifact="a", ok=True,
+                          latency=summarize([1.0] * 30)),)
+    _, rec = recommend(rows, trained=True)
+    assert rec.runtime is None and "no .tflite runtime ran" in rec.reason
+
+
+def test_choose_tflite_runtime_needs_a_clear_openvino_win() -> None:
+    lite = [1e-3 * (1 + 0.001 * i) for i in range(100)]
+    assert choose_tflite_runtime(lite, [0.5e-3 * (1 + 0.001 * i) for i in range(100)])[0] == "openvino"
+    name, reason = choose_tflite_runtime(lite, [0.97e-3 * (1 + 0.001 * i) for i in range(100)])
+    assert name == "litert" and "not" in reason
+    name, reason = choose_tflite_runtime(lite, None, "ImportError: no openvino")
+    assert name == "litert" and "ImportError: no openvino" in reason
+
+
+def test_report_rows_mark_the_pick_and_keep_failures(recorded: BenchRun) -> None:
+    failed = RuntimeResult(name="onnxruntime-int8", role="peer", artifact="", ok=False, reason="ValueError: bad")
+    run = BenchRun(**{**recorded.__dict__, "results": (*recorded.results[:-1], failed)})
+    text = report.markdown(run)
+    assert "FAILED: ValueError: bad" in text
+    assert text.count("★ recommended") == 1
+    assert report.headline(run).startswith("digits-cnn: tfsmith recommends")
+    assert len(report.row(failed, True)) == len(report.COLUMNS) == len(report.row(run.results[0], True))
+
+
+def test_report_files_are_written_and_parse(recorded: BenchRun, tmp_path: Path) -> None:
+    paths = report.write(recorded, tmp_path / "out")
+    assert BenchRun.from_dict(json.loads(paths["bench.json"].read_text())) == recorded
+    assert paths["bench.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in (tmp_path / "out").iterdir()] and not list((tmp_path / "out").glob(".bench-*"))
+
+
+def test_cli_flag_parsing() -> None:
+    assert parse_batches("1,32") == 32 and parse_batches("1") == 1 and parse_batches("64,1") == 64
+    for bad in ("", "0,8", "a", "8,16", "1,8,16"):
+        with pytest.raises(InputError):
+            parse_batches(bad)
+    assert parse_runtimes("savedmodel,litert-int8,savedmodel") == ["savedmodel", "litert-int8"]
+    assert "onnxruntime-int8" in parse_runtimes("all")
+    with pytest.raises(InputError, match="unknown runtime"):
+        parse_runtimes("tensorrt")
+
+
+def test_images_helpers(tmp_path: Path) -> None:
+    assert images.parse_images("a:1, b:2") == ("a:1", "b:2")
+    for bad in ("a", "a,a", "a,,b", ",b"):
+        with pytest.raises(InputError):
+            images.parse_images(bad)
+    with pytest.raises(InputError, match="SavedModel"):
+        images.find_saved_model(tmp_path)
+    (tmp_path / "x" / "saved_model").mkdir(parents=True)
+    (tmp_path / "x" / "saved_model" / "saved_model.pb").write_bytes(b"")
+    assert images.find_saved_model(tmp_path) == tmp_path / "x" / "saved_model"
+    command = images.docker_command("img:tag", tmp_path, threads=2, batch=8, budget_s=5, name="tfsmith-bench-x")
+    assert command[:2] == [images.DOCKER, "run"] and "--network" in command and "none" in command
+    assert command[command.index("--entrypoint") + 2] == "img:tag"
+    assert f"{tmp_path.resolve()}:/model:ro" in command and command[-6:] == ["--threads", "2", "--batch", "8",
+                                                                             "--budget-s", "5"]
+    assert images.parse_inner_output('noise\n{"latency": {"p50": 1}}\n') == {"latency": {"p50": 1}}
+    with pytest.raises(ValueError):
+        images.parse_inner_output("Traceback\nModuleNotFoundError: No module named 'numpy'")
+    assert images.failure_reason(1, "Traceback\nModuleNotFoundError: x\n\n") == "exit 1: ModuleNotFoundError: x"
+
+
+def test_image_comparison_ratio_and_summary() -> None:
+    a = images.ImageRuns("stock", runs=[{"latency": {"p50": 2e-3}, "tensorflow": "2.21.0"},
+                                        {"latency": {"p50": 4e-3}, "tensorflow": "2.21.0"}])
+    b = images.ImageRuns("host", runs=[{"latency": {"p50": 1.5e-3}, "tensorflow": "2.21.0"}])
+    comparison = images.ImageComparison(a, b, threads=2, batch=32)
+    assert a.p50 == pytest.approx(3e-3) and comparison.ratio == pytest.approx(0.5)
+    assert "host is 2.00x faster" in comparison.summary()
+    broken = images.ImageComparison(a, images.ImageRuns("bare", error="exit 1: no numpy"), threads=2, batch=32)
+    assert broken.ratio is None and "bare: could not run the bench (exit 1: no numpy)" in broken.summary()
+    assert json.loads(broken.to_json())["ratio_b_over_a"] is None
