@@ -117,7 +117,17 @@ def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
     if facts.cpu.arch not in FAMILIES:
         raise IncompatibleError(f"host CPU is {facts.cpu.arch}; TensorFlow builds target x86_64 or aarch64")
     ranked = ranked_targets(facts.cpu.arch, facts.cpu.vendor, facts.cpu.features, facts.cpu.cpu_part)
-    for candidate in ranked:
+    named = [t for t in ranked if t.vendor != "generic"]
+    # When clang cannot target the best match (neoverse_v3ae, zen5 on clang 18), its named ancestors
+    # (neoverse_v2, zen4) come before falling back to a generic level: the host has their features too.
+    ancestors = sorted(
+        {a for t in named for a in t.ancestors if a.vendor != "generic" and a not in named},
+        key=lambda t: (len(t.ancestors), len(t.features)),
+        reverse=True,
+    )
+    have = canonical_features(facts.cpu.features)
+    ancestors = [a for a in ancestors if a.features <= have]
+    for candidate in [*named, *ancestors, *(t for t in ranked if t.vendor == "generic")]:
         try:
             candidate.optimization_flags("clang", clang)
             return candidate

@@ -12,6 +12,7 @@ nvidia-smi, so both are tested with recorded behaviour and no GPU.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -123,14 +124,19 @@ def parse_smi_csv(output: str, fields: tuple[str, ...] = SMI_FIELDS, source: str
     driver = None
     for line in output.splitlines():
         cells = [cell.strip() for cell in line.split(",")]
-        if not line.strip() or cells[0].lower() == "index":
+        if not line.strip():
             continue
+        if cells[0].lower() == "index":  # a header line says which fields follow
+            fields = tuple(cell.split(" [")[0] for cell in cells)
+            continue
+        if fields == SMI_FIELDS and len(cells) == len(SMI_FIELDS) - 1:
+            fields = _guess_short_fields(cells)
         if len(cells) < len(fields) or not cells[0].isdigit():
             return GpuReport(status="error", detail=f"unexpected nvidia-smi output: {line.strip()[:120]}", source=source)
         # A GPU name may contain commas: the cells after it are fixed, so take the name from the middle.
         extra = len(cells) - len(fields)
         name_at = fields.index("name")
-        cells = [*cells[:name_at], ",".join(cells[name_at : name_at + extra + 1]), *cells[name_at + extra + 1 :]]
+        cells = [*cells[:name_at], ", ".join(cells[name_at : name_at + extra + 1]), *cells[name_at + extra + 1 :]]
         row = dict(zip(fields, cells))
         memory = _opt(row.get("memory.total", ""))
         driver = _opt(row.get("driver_version", "")) or driver
@@ -154,6 +160,12 @@ def parse_smi_csv(output: str, fields: tuple[str, ...] = SMI_FIELDS, source: str
             source=source, driver_version=driver, cuda_driver_version=cuda, devices=tuple(devices),
         )
     return GpuReport(status="ok", source=source, driver_version=driver, cuda_driver_version=cuda, devices=tuple(devices))
+
+
+def _guess_short_fields(cells: list[str]) -> tuple[str, ...]:
+    """A recording one field short: either an old driver's (no compute_cap) or a query without MIG mode."""
+    looks_like_cc = len(cells) > 3 and re.fullmatch(r"\d+\.\d+", cells[3]) is not None
+    return SMI_FIELDS[:-1] if looks_like_cc else SMI_FIELDS_OLD
 
 
 def smi_query(fields: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,187 @@
+"""Target resolution: archspec's real cpuinfo dumps, our recorded ones, names, flags, CUDA and refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import archspec
+import pytest
+
+from builder.errors import IncompatibleError, InputError
+from builder.guard import canonical_features
+from builder.hardware.cpu import detect_cpu
+from builder.hardware.facts import GpuFacts, GpuReport, HostFacts
+from builder.targets import can_run, resolve_target, target_names
+
+CPUINFO = Path(__file__).resolve().parents[1] / "fixtures" / "cpuinfo"
+ARCHSPEC_DUMPS = sorted((Path(archspec.__file__).parent / "json" / "tests" / "targets").glob("linux-*"))
+
+
+def facts_of(path: Path, gpus: tuple[GpuFacts, ...] = ()) -> HostFacts:
+    return HostFacts(cpu=detect_cpu(path), gpu=GpuReport(status="ok" if gpus else "no-gpu", devices=gpus))
+
+
+VM = facts_of(CPUINFO / "this-vm-amd-epyc-zen3")  # x86-64-v3 build machine
+ARM = facts_of(CPUINFO / "aws-graviton3-neoverse-v1-sve")
+SPR_GUEST = facts_of(CPUINFO / "xeon-spr-guest-amx-hidden")
+OLD = facts_of(CPUINFO / "old-xeon-e5-2670-sandybridge")
+
+
+def test_archspec_ships_dumps() -> None:
+    assert len(ARCHSPEC_DUMPS) >= 30
+
+
+@pytest.mark.parametrize("dump", [*ARCHSPEC_DUMPS, *sorted(p for p in CPUINFO.iterdir() if p.suffix != ".md")], ids=lambda p: p.name)
+def test_host_target_features_are_a_subset_of_the_dump(dump: Path) -> None:
+    facts = facts_of(dump)
+    if facts.cpu.arch not in ("x86_64", "aarch64"):
+        with pytest.raises(IncompatibleError, match="x86_64 or aarch64"):
+            resolve_target("host", facts=facts, build_machine=VM)
+        return
+    target = resolve_target("host", facts=facts, build_machine=facts)
+    assert target.features <= canonical_features(facts.cpu.features), target.name
+    assert can_run(target, facts) == ()
+    assert not any("native" in flag for flag in (*target.copts, *target.host_copts))
+    assert target.copts and target.host_copts
+    # host_copts are the machine's generic level, never a named microarchitecture
+    assert any(f.startswith("-march=x86-64") or f.startswith("-march=armv8-a") for f in target.host_copts)
+
+
+@pytest.mark.parametrize(
+    ("dump", "expected"),
+    [
+        ("linux-rhel7-haswell", "haswell"),
+        ("linux-unknown-sapphirerapids", "sapphirerapids"),
+        ("linux-rocky9-zen5", "zen4"),  # clang 18 cannot target zen5: its parent instead
+        ("linux-ubuntu24.04-neoverse_v3ae", "neoverse_v2"),  # same, through the ancestors
+        ("linux-rhel7-x86_64_v3", "x86-64-v3"),
+    ],
+)
+def test_host_names(dump: str, expected: str) -> None:
+    facts = facts_of(ARCHSPEC_DUMPS[0].parent / dump)
+    assert resolve_target("host", facts=facts, build_machine=VM).name == expected
+
+
+def test_zen5_resolves_to_itself_with_a_newer_clang_only() -> None:
+    with pytest.raises(IncompatibleError, match=r"cannot target zen5.*zen4"):
+        resolve_target("zen5", build_machine=VM)
+
+
+def test_amx_hidden_guest_is_icelake_and_cannot_run_sapphirerapids() -> None:
+    assert resolve_target("host", facts=SPR_GUEST, build_machine=VM).name == "icelake"
+    spr = resolve_target("sapphirerapids", build_machine=VM)
+    assert can_run(spr, SPR_GUEST) == ("amx_bf16", "amx_int8", "amx_tile")
+
+
+def test_generic_levels_and_spellings() -> None:
+    for spelling in ("x86-64-v3", "x86_64_v3", "X86-64-V3"):
+        target = resolve_target(spelling, build_machine=VM)
+        assert target.name == "x86-64-v3" and target.arch == "x86_64"
+        assert target.copts == ("-march=x86-64-v3", "-mtune=generic")
+    assert resolve_target("skylake-avx512", build_machine=VM).name == "skylake_avx512"
+    v4 = resolve_target("x86-64-v4", build_machine=VM)
+    assert {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= v4.features
+    assert can_run(v4, VM) == ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
+
+
+def test_host_copts_are_the_build_machines_never_the_targets() -> None:
+    assert resolve_target("sapphirerapids", build_machine=VM).host_copts == ("-march=x86-64-v3", "-mtune=generic")
+    assert resolve_target("haswell", build_machine=OLD).host_copts == ("-march=x86-64-v2", "-mtune=generic")
+    # a cross-architecture target keeps the build machine's flags
+    assert resolve_target("neoverse_v1", build_machine=VM).host_copts == ("-march=x86-64-v3", "-mtune=generic")
+    assert resolve_target("x86-64-v3", build_machine=ARM).host_copts == ("-march=armv8-a", "-mtune=generic")
+
+
+def test_arm_target() -> None:
+    target = resolve_target("neoverse_v1", build_machine=ARM)
+    assert target.arch == "aarch64" and {"sve", "asimddp", "i8mm", "bf16"} <= target.features
+    assert target.copts == ("-march=armv8.4-a+sve+fp16+bf16+crypto+i8mm+rng",)
+    assert can_run(target, ARM) == ()
+    assert can_run(target, VM) == ("arch:aarch64",)
+
+
+def test_old_cpu_cannot_run_haswell() -> None:
+    assert can_run(resolve_target("haswell", build_machine=VM), OLD) == ("abm", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "rdrand")
+
+
+def test_cuda_explicit_list() -> None:
+    target = resolve_target("x86-64-v3", cuda_cc="9.0,8.0,80", build_machine=VM)
+    assert target.cuda is not None
+    assert target.cuda.capabilities == ("8.0", "9.0") and target.cuda.ptx == "9.0"
+    assert target.cuda.hermetic_list == "sm_80,sm_90,compute_90"
+    assert (target.cuda.version, target.cuda.cudnn) == ("12.5.1", "9.3.0")
+    assert target.tag_token == "x86-64-v3-cu12.5-cc80-cc90-ptx90"
+    assert resolve_target("icelake", cuda_cc="sm_80,sm_90", build_machine=VM).tag_token == "icelake-cu12.5-cc80-cc90-ptx90"
+
+
+def test_cuda_auto_from_mixed_gpus() -> None:
+    gpus = (GpuFacts(0, "GPU-a", "NVIDIA A100", "8.0"), GpuFacts(1, "GPU-b", "NVIDIA H100", "9.0"), GpuFacts(2, "GPU-c", "A100", "8.0"))
+    target = resolve_target("host", cuda_cc="auto", facts=facts_of(CPUINFO / "xeon-spr-guest-amx-hidden", gpus), build_machine=VM)
+    assert target.cuda is not None and target.cuda.hermetic_list == "sm_80,sm_90,compute_90"
+    assert target.tag_token == "icelake-cu12.5-cc80-cc90-ptx90"
+
+
+def test_cuda_auto_without_gpus_says_so() -> None:
+    with pytest.raises(InputError, match="no GPU capability.*--cuda-cc 8.0,9.0"):
+        resolve_target("x86-64-v3", cuda_cc="auto", facts=VM, build_machine=VM)
+
+
+@pytest.mark.parametrize("cc", ["10.0", "12.0", "8.0,10.0", "sm_100"])
+def test_blackwell_refused_for_tf_2_21(cc: str) -> None:
+    with pytest.raises(IncompatibleError, match=r"Blackwell needs CUDA >= 12.8.*--cuda-cc 9.0"):
+        resolve_target("x86-64-v3", cuda_cc=cc, build_machine=VM)
+
+
+def test_capability_below_cuda_minimum_refused() -> None:
+    with pytest.raises(IncompatibleError, match="cannot compile for capability 3.5"):
+        resolve_target("x86-64-v3", cuda_cc="3.5,8.0", build_machine=VM)
+
+
+@pytest.mark.parametrize("bad", ["", "eight", "8.x", "sm_"])
+def test_bad_capability_values(bad: str) -> None:
+    with pytest.raises(InputError):
+        resolve_target("x86-64-v3", cuda_cc=bad or ",", build_machine=VM)
+
+
+def test_python_outside_range() -> None:
+    with pytest.raises(IncompatibleError, match=r"3.10-3.13, not 3.9"):
+        resolve_target("x86-64-v3", python="3.9", build_machine=VM)
+    assert resolve_target("x86-64-v3", python="3.9", tf_version="2.19.0", build_machine=VM).python == "3.9"
+    with pytest.raises(IncompatibleError):
+        resolve_target("x86-64-v3", python="3.13", tf_version="2.18", build_machine=VM)
+
+
+def test_toolchain_follows_tf_version() -> None:
+    assert resolve_target("x86-64-v3", tf_version="2.18.1", python="3.11", build_machine=VM).compiler_version == "17.0.6"
+    assert resolve_target("x86-64-v3", build_machine=VM).compiler_version == "18.1.8"
+    with pytest.raises(InputError, match="2.18, 2.19, 2.20, 2.21"):
+        resolve_target("x86-64-v3", tf_version="2.17.0", build_machine=VM)
+
+
+@pytest.mark.parametrize(("name", "suggestion"), [("skylake_avx", "skylake_avx512"), ("sapphire", "sapphirerapids"), ("x86-64-v5", "x86-64-v4"), ("neoverse-v1", "neoverse_v1"), ("zen9", "zen")])
+def test_unknown_names_suggest_close_ones(name: str, suggestion: str) -> None:
+    if name == "neoverse-v1":  # dash spelling is accepted outright
+        assert resolve_target(name, build_machine=VM).name == suggestion
+        return
+    with pytest.raises(InputError, match=f"unknown target '{name}'.*did you mean.*{suggestion}"):
+        resolve_target(name, build_machine=VM)
+
+
+def test_other_families_refused() -> None:
+    with pytest.raises(InputError, match="power9.*x86_64 or aarch64"):
+        resolve_target("power9", build_machine=VM)
+
+
+def test_target_names() -> None:
+    names = target_names()
+    assert names[0] == "host"
+    assert {"x86-64-v2", "x86-64-v3", "x86-64-v4", "haswell", "icelake", "sapphirerapids", "zen4", "neoverse_v1"} <= set(names)
+    assert not any(n.startswith("x86_64") or n.startswith("power") for n in names)
+
+
+def test_guard_env_matches_target() -> None:
+    target = resolve_target("haswell", cuda_cc="7.5,8.6", build_machine=VM)
+    env = target.guard_env
+    assert env["TFSMITH_TARGET"] == "haswell"
+    assert set(env["TFSMITH_FEATURES"].split(",")) == set(target.features)
+    assert (env["TFSMITH_CUDA_CC"], env["TFSMITH_PTX"]) == ("7.5,8.6", "8.6")
