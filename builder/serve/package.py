@@ -1,0 +1,300 @@
+"""`tfsmith package`: a ServePlan (plain data) -> a rendered build context -> an image built on the Engine.
+
+The plan is computed without I/O from the artifact, the options and the target, so what an image will hold
+(base, labels, command, wheels) is testable without Docker. Rendering writes a self-contained context: the
+Dockerfile, the server code (`builder/serve` plus the stdlib-only preflight guard), the model and the
+server's wheels, so the image builds offline and fast (`pip install --no-index`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError, TfsmithError
+from builder.serve.artifacts import Artifact
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO_ROOT / "templates" / "serve"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
+DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
+DEFAULT_TFSERVING_BASE = "tensorflow/serving:2.19.0"
+PACKAGE_RUNTIMES = ("litert", "tfserving")
+SERVER_DISTRIBUTIONS = {
+    "litert": ("ai-edge-litert", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
+    "openvino": ("ai-edge-litert", "openvino", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
+}
+LABEL_PREFIX = "io.tfsmith"
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PackageOptions:
+    """What the user asked for (flags of `tfsmith package`)."""
+
+    runtime: str = "litert"  # image kind: litert | tfserving
+    server_runtime: str = "litert"  # inside a litert image: litert | openvino | auto
+    target: str | None = None
+    base_image: str | None = None
+    tag: str | None = None
+    version: int = 1
+    port: int = 8501
+    workers: int = 2
+    threads: int = 1
+    max_batch: int = 1
+    batch_timeout_us: int = 0
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything one serving image is; rendered into a context by `render_context`."""
+
+    runtime: str
+    model_name: str
+    version: int
+    model_sha256: str
+    summary: str
+    base_image: str
+    tag: str
+    target_name: str
+    target_features: tuple[str, ...]
+    target_copts: tuple[str, ...]
+    server_runtime: str
+    runtime_reason: str
+    port: int
+    workers: int
+    threads: int
+    max_batch: int
+    batch_timeout_us: int
+    requirements: tuple[str, ...] = ()
+    python_version: str = "3.11"
+    arch: str = "x86_64"
+    model_file: str = "model.tflite"
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def model_dir(self) -> str:
+        return f"/models/{self.model_name}/{self.version}"
+
+    @property
+    def command(self) -> list[str]:
+        """The server's arguments (the image's CMD; the guard and the interpreter are the ENTRYPOINT)."""
+        return [
+            f"{self.model_dir}/{self.model_file}",
+            "--host", "0.0.0.0",
+            "--port", str(self.port),
+            "--model-name", self.model_name,
+            "--model-version", str(self.version),
+            "--runtime", self.server_runtime,
+            "--workers", str(self.workers),
+            "--threads", str(self.threads),
+            "--max-batch", str(self.max_batch),
+            "--batch-timeout-us", str(self.batch_timeout_us),
+        ]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Image labels: what the image serves, for whom, and why this runtime."""
+        labels = {
+            "org.opencontainers.image.title": f"{self.model_name} ({self.runtime} serving)",
+            f"{LABEL_PREFIX}.kind": f"serve-{self.runtime}",
+            f"{LABEL_PREFIX}.model.name": self.model_name,
+            f"{LABEL_PREFIX}.model.version": str(self.version),
+            f"{LABEL_PREFIX}.model.sha256": self.model_sha256,
+            f"{LABEL_PREFIX}.report.summary": self.summary,
+            f"{LABEL_PREFIX}.target": self.target_name,
+            f"{LABEL_PREFIX}.runtime": self.server_runtime,
+            f"{LABEL_PREFIX}.runtime.reason": self.runtime_reason,
+        }
+        labels.update(self.extra_labels)
+        return labels
+
+
+def plan_package(
+    artifact: Artifact,
+    options: PackageOptions,
+    *,
+    target: Any | None = None,
+    server_runtime: str = "litert",
+    runtime_reason: str = "requested",
+    requirements: tuple[str, ...] = (),
+    python_version: str = "3.11",
+) -> ServePlan:
+    """The plan for one image; pure (the model's digest is read from the artifact)."""
+    if options.runtime not in PACKAGE_RUNTIMES:
+        raise InputError(f"unknown package runtime {options.runtime!r}; choose litert or tfserving")
+    if not 1 <= options.port <= 65535:
+        raise InputError(f"--port {options.port}: not a TCP port")
+    digest = artifact.sha256
+    base = options.base_image or (DEFAULT_TFSERVING_BASE if options.runtime == "tfserving" else DEFAULT_BASE_IMAGE)
+    tag = options.tag or f"tfsmith/serve-{artifact.name.lower()}:{options.runtime}-{digest[:12]}"
+    return ServePlan(
+        runtime=options.runtime,
+        model_name=artifact.name,
+        version=options.version,
+        model_sha256=digest,
+        summary=artifact.summary(),
+        base_image=base,
+        tag=tag,
+        target_name=getattr(target, "name", None) or "any",
+        target_features=tuple(sorted(getattr(target, "features", ()) or ())),
+        target_copts=tuple(getattr(target, "copts", ()) or ()),
+        server_runtime=server_runtime,
+        runtime_reason=runtime_reason,
+        port=options.port if options.runtime == "litert" else 8501,
+        workers=options.workers,
+        threads=options.threads,
+        max_batch=options.max_batch,
+        batch_timeout_us=options.batch_timeout_us,
+        requirements=requirements,
+        python_version=python_version,
+        arch=getattr(target, "arch", None) or "x86_64",
+    )
+
+
+def pinned_requirements(server_runtime: str) -> tuple[str, ...]:
+    """The server's distributions pinned to the versions installed here (what the tests ran against)."""
+    pins = []
+    for name in SERVER_DISTRIBUTIONS.get(server_runtime, SERVER_DISTRIBUTIONS["litert"]):
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{name} is not installed here; install the serve extra: pip install 'tfsmith[serve]'") from None
+    return tuple(pins)
+
+
+# --- rendering ------------------------------------------------------------------------------------------
+
+
+def _docker_quote(value: object) -> str:
+    """A double-quoted Dockerfile word (LABEL/ENV values): backslash, quote, dollar and newlines escaped."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ")
+    return f'"{text}"'
+
+
+def environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+    )
+    env.filters["docker_quote"] = _docker_quote
+    return env
+
+
+def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any) -> str:
+    name = template or f"{plan.runtime}.Dockerfile.j2"
+    return environment().get_template(name).render(plan=plan, **extra)
+
+
+def copy_server_code(dest: Path) -> None:
+    """`builder/serve` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
+    package = dest / "builder"
+    (package / "serve").mkdir(parents=True, exist_ok=True)
+    for name in ("__init__.py", "errors.py"):
+        shutil.copy2(PACKAGE_ROOT / name, package / name)
+    for source in sorted((PACKAGE_ROOT / "serve").glob("*.py")):
+        shutil.copy2(source, package / "serve" / source.name)
+    guard = PACKAGE_ROOT / "guard.py"
+    if not guard.is_file():
+        raise TfsmithError(f"{guard} is missing: the preflight guard ships with tfsmith (reinstall it)")
+    shutil.copy2(guard, dest / "guard.py")
+
+
+def render_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None) -> Path:
+    """Write the litert build context into `dest` (Dockerfile, app/, model/, wheels/)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "Dockerfile").write_text(render_dockerfile(plan))
+    copy_server_code(dest / "app")
+    model_dir = dest / "model"
+    model_dir.mkdir(exist_ok=True)
+    shutil.copy2(artifact.model_path, model_dir / plan.model_file)
+    if artifact.report is not None:
+        (model_dir / "report.json").write_text(json.dumps(artifact.report, indent=1, sort_keys=True))
+    (dest / "wheels").mkdir(exist_ok=True)
+    if wheels is not None:
+        for wheel in sorted(wheels.glob("*.whl")):
+            target = dest / "wheels" / wheel.name
+            try:
+                target.hardlink_to(wheel)
+            except OSError:
+                shutil.copy2(wheel, target)
+    (dest / ".dockerignore").write_text("**/__pycache__\n")
+    return dest
+
+
+# --- wheels ---------------------------------------------------------------------------------------------
+
+WHEEL_CACHE = Path.home() / ".cache" / "tfsmith" / "serve-wheels"
+MANYLINUX = [f"manylinux_2_{minor}" for minor in range(36, 16, -1)] + ["manylinux2014"]
+
+
+def fetch_wheels(requirements: tuple[str, ...], python_version: str, arch: str, say: Say) -> Path:
+    """The requirements' wheels for the image's Python and CPU, downloaded once into a cache folder."""
+    key = hashlib.sha256(json.dumps([requirements, python_version, arch]).encode()).hexdigest()[:16]
+    folder = WHEEL_CACHE / key
+    if (folder / ".complete").exists():
+        return folder
+    say(f"downloading server wheels for Python {python_version} {arch} into {folder}")
+    tmp = Path(tempfile.mkdtemp(prefix="wheels-", dir=WHEEL_CACHE.parent if WHEEL_CACHE.parent.exists() else None))
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(tmp),
+            "--python-version", python_version, "--implementation", "cp",
+            "--abi", f"cp{python_version.replace('.', '')}", "--abi", "abi3", "--abi", "none"]
+    for platform in MANYLINUX:
+        argv += ["--platform", f"{platform}_{arch}"]
+    result = subprocess.run([*argv, *requirements], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        lines = [line for line in result.stderr.splitlines() if line.startswith("ERROR")] or result.stderr.splitlines()
+        raise TfsmithError(f"could not download the server's wheels: {(lines or ['pip failed'])[-1]}")
+    (tmp / ".complete").write_text("\n".join(requirements))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+# --- engine ---------------------------------------------------------------------------------------------
+
+
+def default_engine() -> Any:
+    """The Docker engine (issue 4's DockerEngine); one place to swap it."""
+    from builder.engine.docker import DockerEngine
+
+    return DockerEngine()
+
+
+def base_python_version(engine: Any, base_image: str) -> str:
+    """The base image's python3 version (`3.11`), which decides the wheels; one clear error without one."""
+    from builder.engine.base import ImageNotFound
+
+    try:
+        engine.inspect(base_image)
+    except ImageNotFound:
+        raise InputError(f"base image {base_image} is not on this engine (tfsmith never pulls; build or load it)") from None
+    code, output = engine.run(
+        base_image, ["-c", "import sys; print('%d.%d' % sys.version_info[:2])"], entrypoint=["python3"], timeout=60
+    )
+    version = output.strip().splitlines()[-1] if output.strip() else ""
+    if code != 0 or not version[:1].isdigit():
+        raise InputError(f"base image {base_image} has no working python3 (exit {code}): {output.strip()[:200]}")
+    return version
+
+
+def build_image(engine: Any, plan: ServePlan, context: Path, log: Say) -> Any:
+    from builder.engine.base import BuildRequest
+
+    return engine.build(BuildRequest(context=context, tags=(plan.tag,)), log=log)

@@ -1,0 +1,218 @@
+"""Prove a serving image answers correctly before anyone deploys it.
+
+Start the container with its port published on 127.0.0.1 only, wait until /healthz answers (or the
+container dies: then its log is the error), send real predict requests built from the report's held-out
+samples in both TF Serving forms (row and columnar), compare every answer with the local interpreter's on
+the same inputs, and stop the container. Any difference fails the smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.errors import TfsmithError
+from builder.serve.artifacts import Artifact
+
+Say = Callable[[str], None]
+
+
+class SmokeFailed(TfsmithError):
+    """The image did not start, did not answer, or answered differently from the local interpreter."""
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    requests: int
+    examples: int
+    max_abs_diff: float
+    agreement: float | None  # argmax agreement with the samples' `expected` (the float model), when known
+    startup_s: float
+
+    def line(self) -> str:
+        text = (
+            f"smoke: {self.requests} requests, {self.examples} examples, all answers match the local interpreter "
+            f"(max |diff| {self.max_abs_diff:.3g}); ready in {self.startup_s:.1f} s"
+        )
+        if self.agreement is not None:
+            text += f"; argmax agreement with the float model {self.agreement:.3f}"
+        return text
+
+
+def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[np.ndarray, np.ndarray | None]:
+    """Held-out inputs for the model's first input (quantized for int8 models) and the float model's outputs.
+
+    Without samples (a bare .tflite), deterministic generated inputs stand in.
+    """
+    from builder.serve.backends import sample_inputs
+
+    spec = signature.inputs[0]
+    expected = None
+    if artifact.samples_path is not None:
+        with np.load(artifact.samples_path) as data:
+            x = np.asarray(data["x"][:count])
+            if "expected" in data.files:
+                expected = np.asarray(data["expected"][:count])
+        x = quantize_for(artifact.model_path, spec, x)
+    else:
+        x = sample_inputs(signature, batch=count, seed=7)[spec.name]
+    return x, expected
+
+
+def quantize_for(model_path: Path, spec: Any, x: np.ndarray) -> np.ndarray:
+    """Float samples in the model's input dtype: int8/uint8 inputs use the tensor's (scale, zero point)."""
+    dtype = np.dtype(spec.dtype)
+    if dtype.kind == "f":
+        return x.astype(dtype)
+    from ai_edge_litert.interpreter import Interpreter
+
+    detail = Interpreter(model_path=str(model_path)).get_input_details()[0]
+    scale, zero_point = detail["quantization"]
+    if not scale:
+        return x.astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale + zero_point), info.min, info.max).astype(dtype)
+
+
+def _http(url: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback only
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def wait_healthy(base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0) -> float:
+    """Seconds until /healthz answers 200; SmokeFailed when the container exits or time runs out."""
+    start = time.monotonic()
+    last = ""
+    while time.monotonic() - start < timeout_s:
+        dead = alive()
+        if dead is not None:
+            raise SmokeFailed(f"the container exited before answering: {dead}")
+        try:
+            status, _ = _http(f"{base_url}/healthz", timeout=2.0)
+            if status == 200:
+                return time.monotonic() - start
+            last = f"HTTP {status}"
+        except (OSError, ValueError) as error:
+            last = str(error)
+        time.sleep(0.25)
+    raise SmokeFailed(f"no healthy answer from {base_url}/healthz within {timeout_s:.0f} s (last: {last})")
+
+
+def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
+    """Largest difference; SmokeFailed beyond float rounding (float) or one quantization step (integer)."""
+    if got.shape != want.shape:
+        raise SmokeFailed(f"answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
+    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+    kind = np.dtype(dtype).kind
+    ok = diff <= 1 if kind in "iu" else bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
+    if not ok:
+        raise SmokeFailed(f"answers differ from the local interpreter's (max |diff| {diff:.3g})")
+    return diff
+
+
+def check_server(base_url: str, artifact: Artifact, model_name: str, version: int, count: int = 16) -> SmokeResult:
+    """Query a running server with held-out samples and compare with the local LiteRT interpreter."""
+    from builder.serve.backends import LiteRTBackend
+
+    local = LiteRTBackend(artifact.model_path)
+    signature = next(iter(local.signatures.values()))
+    x, expected = smoke_inputs(artifact, signature, count)
+    name = signature.inputs[0].name
+    out_spec = signature.outputs[0]
+    want = np.concatenate([local.predict(signature.name, {name: x[i : i + 1]})[out_spec.name] for i in range(len(x))])
+    requests, worst = 0, 0.0
+    status, body = _http(f"{base_url}/v1/models/{model_name}")
+    if status != 200 or body.get("model_version_status", [{}])[0].get("state") != "AVAILABLE":
+        raise SmokeFailed(f"model status answered HTTP {status}: {body}")
+    rows = []
+    for i in range(len(x)):  # row form, one example per request, as most clients send
+        payload = json.dumps({"instances": x[i : i + 1].tolist()}).encode()
+        status, body = _http(f"{base_url}/v1/models/{model_name}/versions/{version}:predict", payload)
+        requests += 1
+        if status != 200:
+            raise SmokeFailed(f"predict answered HTTP {status}: {body}")
+        rows.append(np.asarray(body["predictions"], dtype=out_spec.dtype))
+    worst = max(worst, compare(np.concatenate(rows), want, out_spec.dtype))
+    payload = json.dumps({"signature_name": signature.name, "inputs": {name: x.tolist()}}).encode()
+    status, body = _http(f"{base_url}/v1/models/{model_name}:predict", payload)  # columnar, the whole batch
+    requests += 1
+    if status != 200:
+        raise SmokeFailed(f"columnar predict answered HTTP {status}: {body}")
+    columnar = body["outputs"][out_spec.name] if isinstance(body["outputs"], dict) else body["outputs"]
+    worst = max(worst, compare(np.asarray(columnar, dtype=out_spec.dtype), want, out_spec.dtype))
+    agreement = None
+    if expected is not None and expected.ndim == 2 and want.ndim == 2 and expected.shape == want.shape:
+        agreement = float(np.mean(np.argmax(expected, axis=1) == np.argmax(want, axis=1)))
+    return SmokeResult(requests, len(x), worst, agreement, 0.0)
+
+
+class RunningContainer:
+    """A detached container with one port published on 127.0.0.1; stopped and removed on exit."""
+
+    def __init__(self, client: Any, image: str, port: int, name: str | None = None) -> None:
+        self._client = client
+        self.container = client.containers.run(
+            image, detach=True, ports={f"{port}/tcp": ("127.0.0.1", None)}, name=name, init=False
+        )
+        self.container.reload()
+        bindings = self.container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
+        if not bindings:
+            self.stop()
+            raise SmokeFailed(f"container {self.container.short_id} published no port for {port}")
+        self.host_port = int(bindings[0]["HostPort"])
+        self.url = f"http://127.0.0.1:{self.host_port}"
+
+    def exited(self) -> str | None:
+        self.container.reload()
+        if self.container.status in ("exited", "dead"):
+            logs = self.container.logs().decode(errors="replace").strip().splitlines()
+            return f"exit {self.container.attrs['State'].get('ExitCode')}: {' | '.join(logs[-3:])}"
+        return None
+
+    def health(self) -> str:
+        self.container.reload()
+        return str((self.container.attrs["State"].get("Health") or {}).get("Status", "none"))
+
+    def stop(self, timeout: int = 10) -> int:
+        """SIGTERM, wait, remove; returns the exit code (0 when the server shut down cleanly)."""
+        try:
+            self.container.stop(timeout=timeout)
+            self.container.reload()
+            return int(self.container.attrs["State"].get("ExitCode", -1))
+        finally:
+            self.container.remove(force=True)
+
+    def __enter__(self) -> RunningContainer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001, S110 - already gone
+            pass
+
+
+def smoke_test(client: Any, image: str, artifact: Artifact, model_name: str, version: int, port: int,
+               say: Say) -> SmokeResult:
+    """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
+    say(f"smoke: starting {image}")
+    with RunningContainer(client, image, port) as running:
+        startup = wait_healthy(running.url, running.exited)
+        say(f"smoke: healthy on {running.url} after {startup:.1f} s")
+        result = check_server(running.url, artifact, model_name, version)
+        code = running.stop()
+    if code not in (0, 143):
+        raise SmokeFailed(f"the server did not stop cleanly (exit {code})")
+    return SmokeResult(result.requests, result.examples, result.max_abs_diff, result.agreement, startup)

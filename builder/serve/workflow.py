@@ -1,0 +1,108 @@
+"""The `tfsmith package` workflow: artifact -> plan -> context -> image -> smoke test, said step by step.
+
+I/O lives here (engine, wheel downloads, temp folders); the decisions live in `package.plan_package` and
+`tfserving.plan_layout`. The context is rendered into a temp folder and only copied to `--context` once
+complete, so nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError
+from builder.serve.artifacts import resolve_artifact
+from builder.serve.package import (
+    PackageOptions,
+    ServePlan,
+    base_python_version,
+    build_image,
+    default_engine,
+    fetch_wheels,
+    pinned_requirements,
+    plan_package,
+    render_context,
+)
+
+__all__ = ["PackageOptions", "package_model", "resolve_target"]
+
+Say = Callable[[str], None]
+
+
+def resolve_target(name: str | None) -> Any | None:
+    """The named BuildTarget (issue 2's resolver), or None when no target was asked for."""
+    if name is None:
+        return None
+    try:
+        from builder.targets import resolve_target as resolve
+    except ImportError:
+        raise InputError("--target needs builder.targets, which this tfsmith lacks") from None
+    return resolve(name)
+
+
+def package_model(
+    artifact_path: Path,
+    options: PackageOptions,
+    *,
+    model_name: str | None = None,
+    smoke: bool = True,
+    keep_context: Path | None = None,
+    say: Say = print,
+    engine: Any | None = None,
+) -> tuple[ServePlan, Any]:
+    """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
+    from builder.serve.backends import choose_runtime
+
+    artifact = resolve_artifact(artifact_path, model_name)
+    target = resolve_target(options.target)
+    engine = engine or default_engine()
+    if options.runtime == "tfserving":
+        from builder.serve.tfserving import package_tfserving
+
+        return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
+    if options.server_runtime not in ("litert", "openvino", "auto"):
+        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose litert, openvino or auto")
+    choice = choose_runtime(options.server_runtime, artifact.model_path, options.threads)
+    say(f"server runtime: {choice.runtime} ({choice.reason})")
+    base = options.base_image or "tfsmith/python:bookworm"
+    python = base_python_version(engine, base)
+    requirements = pinned_requirements(choice.runtime)
+    plan = plan_package(
+        artifact,
+        options,
+        target=target,
+        server_runtime=choice.runtime,
+        runtime_reason=choice.reason,
+        requirements=requirements,
+        python_version=python,
+    )
+    wheels = fetch_wheels(requirements, python, plan.arch, say)
+    with tempfile.TemporaryDirectory(prefix="tfsmith-serve-") as tmp:
+        context = render_context(plan, artifact, Path(tmp) / "context", wheels)
+        if keep_context is not None:
+            _publish(context, keep_context, exclude=("wheels",))
+            say(f"build context written to {keep_context}")
+        say(f"building {plan.tag} from {plan.base_image} (Python {python}, target {plan.target_name})")
+        image = build_image(engine, plan, context, log=lambda _line: None)
+    say(f"built {plan.tag} ({image.id[:19]})")
+    if smoke:
+        from builder.serve.smoke import smoke_test
+
+        result = smoke_test(engine.client, plan.tag, artifact, plan.model_name, plan.version, plan.port, say)
+        say(result.line())
+    return plan, image
+
+
+def _publish(source: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
+    """Copy a finished folder into place via a sibling temp folder (never half-written)."""
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    shutil.rmtree(staging)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude))
+    if dest.exists():
+        shutil.rmtree(dest)
+    staging.rename(dest)
