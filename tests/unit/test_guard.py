@@ -1,0 +1,125 @@
+"""The preflight guard: pure decisions, the single-file/stdlib promise, and its command line."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder import guard
+
+CPUINFO = Path(__file__).resolve().parents[1] / "fixtures" / "cpuinfo"
+GUARD_FILE = Path(guard.__file__)
+
+
+def test_guard_imports_only_the_standard_library() -> None:
+    tree = ast.parse(GUARD_FILE.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import in a file copied alone into images"
+            modules.add((node.module or "").split(".")[0])
+    assert modules and modules <= set(sys.stdlib_module_names) | {"__future__"}, modules - set(sys.stdlib_module_names)
+
+
+def test_cpuinfo_spellings_are_folded() -> None:
+    flags = guard.read_cpu_flags(str(CPUINFO / "this-vm-amd-epyc-zen3"))
+    assert "pni" in flags and "sse3" not in flags
+    have = guard.canonical_features(flags)
+    assert {"sse3", "abm", "pni"} <= have
+    assert guard.missing_features(["sse3", "lzcnt", "avx2", "SSE4.2"], flags) == ()
+    assert guard.missing_features(["dotprod", "neon", "sve"], guard.read_cpu_flags(str(CPUINFO / "aws-graviton3-neoverse-v1-sve"))) == ()
+    assert guard.missing_features(["sve2", "asimd"], ["asimd", "sve"]) == ("sve2",)
+
+
+def test_cpu_problem_names_target_and_every_missing_feature() -> None:
+    flags = guard.read_cpu_flags(str(CPUINFO / "xeon-spr-guest-amx-hidden"))
+    message = guard.cpu_problem("sapphirerapids", ["avx512f", "amx_tile", "amx_int8", "amx_bf16"], flags)
+    assert message is not None and "\n" not in message
+    assert "'sapphirerapids'" in message and "amx_bf16, amx_int8, amx_tile" in message
+    assert "avx512f" not in message
+    assert guard.cpu_problem("icelake", ["avx512f", "avx512_vnni"], flags) is None
+    assert "asimddp (dotprod)" in (guard.cpu_problem("neoverse_n1", ["asimddp"], ["asimd"]) or "")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("8.0", (8, 0)), ("80", (8, 0)), ("sm_86", (8, 6)), ("compute_90", (9, 0)), ("sm_90a", (9, 0)), ("10.0", (10, 0)), ("sm_120", (12, 0))],
+)
+def test_parse_capability(text: str, expected: tuple[int, int]) -> None:
+    assert guard.parse_capability(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "8", "x.y", "sm_"])
+def test_parse_capability_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        guard.parse_capability(text)
+
+
+def test_gpu_can_run_rules() -> None:
+    built = [(8, 0), (9, 0)]
+    assert guard.gpu_can_run((8, 0), built, (9, 0))
+    assert guard.gpu_can_run((8, 6), built, (9, 0))  # same major, newer minor runs sm_80
+    assert guard.gpu_can_run((8, 9), built, (9, 0))
+    assert guard.gpu_can_run((10, 0), built, (9, 0))  # PTX 9.0 is JIT-compiled on Blackwell
+    assert not guard.gpu_can_run((7, 5), built, (9, 0))  # older than every sm and the PTX
+    assert not guard.gpu_can_run((10, 0), built, None)  # no PTX, no matching major
+    assert not guard.gpu_can_run((8, 6), [(8, 9)], None)
+
+
+def test_gpu_problem_outcomes() -> None:
+    caps, ptx = [(8, 0), (9, 0)], (9, 0)
+    assert guard.gpu_problem("t", caps, ptx, [("H100", (9, 0))], False) == (None, None)
+    error, warning = guard.gpu_problem("t", caps, ptx, [("A100", (8, 0)), ("T4", (7, 5))], False)
+    assert error is not None and "T4 (7.5)" in error and "A100" not in error and warning is None
+    error, warning = guard.gpu_problem("t", caps, ptx, [], False)
+    assert error is None and warning is not None and "no NVIDIA GPU is visible" in warning and "CPU only" in warning
+    error, warning = guard.gpu_problem("t", caps, ptx, None, True)
+    assert error is not None and "--gpus all" in error and warning is None
+
+
+def test_main_exits_zero_silently_when_it_can_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code = guard.main(["--target", "x86-64-v3", "--features", "avx,avx2,fma,sse3,abm", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3")])
+    assert code == 0 and capsys.readouterr().err == ""
+
+
+def test_main_refuses_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = guard.main(["--target", "haswell", "--features", "avx2,fma,movbe", "--cpuinfo", str(CPUINFO / "old-xeon-e5-2670-sandybridge")])
+    err = capsys.readouterr().err
+    assert code == guard.EXIT_CANNOT_RUN
+    assert err.count("\n") == 1 and "'haswell'" in err and "avx2, fma, movbe" in err
+
+
+def test_main_reads_environment(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TFSMITH_TARGET", "sapphirerapids")
+    monkeypatch.setenv("TFSMITH_FEATURES", "avx512f,amx_tile")
+    code = guard.main(["--cpuinfo", str(CPUINFO / "xeon-spr-guest-amx-hidden")])
+    assert code == guard.EXIT_CANNOT_RUN and "amx_tile" in capsys.readouterr().err
+
+
+def test_main_cuda_without_gpu_warns_or_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(guard, "visible_gpus", lambda: None)
+    args = ["--target", "x86-64-v3", "--features", "avx2", "--cuda-cc", "8.0,9.0", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3")]
+    assert guard.main(args) == 0
+    assert "warning" in capsys.readouterr().err
+    assert guard.main([*args, "--require-gpu"]) == guard.EXIT_CANNOT_RUN
+    monkeypatch.setattr(guard, "visible_gpus", lambda: [("Tesla T4", (7, 5))])
+    assert guard.main(args) == guard.EXIT_CANNOT_RUN
+    assert "Tesla T4 (7.5)" in capsys.readouterr().err
+
+
+def test_main_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert guard.main(["--cuda-cc", "eight"]) == guard.EXIT_USAGE
+    assert guard.main(["--cpuinfo", str(tmp_path / "none")]) == guard.EXIT_USAGE
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_main_execs_the_command_after_double_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(guard.os, "execvp", lambda prog, argv: seen.append(list(argv)))
+    code = guard.main(["--features", "sse2", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3"), "--", "python3", "-c", "pass"])
+    assert code == 0 and seen == [["python3", "-c", "pass"]]
