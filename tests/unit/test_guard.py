@@ -123,3 +123,16 @@ def test_main_execs_the_command_after_double_dash(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(guard.os, "execvp", lambda prog, argv: seen.append(list(argv)))
     code = guard.main(["--features", "sse2", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3"), "--", "python3", "-c", "pass"])
     assert code == 0 and seen == [["python3", "-c", "pass"]]
+
+
+def test_parse_args_forms_and_errors() -> None:
+    options, require_gpu, command = guard.parse_args(["--target=zen4", "--features", "avx2", "--require-gpu", "--", "x", "--target"], {})
+    assert (options["target"], options["features"], require_gpu, command) == ("zen4", "avx2", True, ["x", "--target"])
+    options, require_gpu, command = guard.parse_args([], {"TFSMITH_CUDA_CC": "8.0", "TFSMITH_REQUIRE_GPU": "1"})
+    assert (options["cuda_cc"], require_gpu, command) == ("8.0", True, [])
+    with pytest.raises(ValueError, match="unknown option"):
+        guard.parse_args(["--bogus"], {})
+    with pytest.raises(ValueError, match="needs a value"):
+        guard.parse_args(["--features"], {})
+    with pytest.raises(SystemExit):
+        guard.parse_args(["--help"], {})
