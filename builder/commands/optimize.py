@@ -53,6 +53,7 @@ def register(app: typer.Typer) -> None:
         data: str = typer.Option(..., "--data", help="DATA: .npz (x_train,y_train,x_val,y_val[,x_calib]) or module:function."),
         recipe: str = typer.Option("auto", "--recipe", help="Recipe file (TOML/YAML) or 'auto' (from the target's facts)."),
         target: Optional[str] = typer.Option(None, "--target", help="Named build target to optimize for (default: this host)."),
+        cuda_cc: Optional[str] = typer.Option(None, "--cuda-cc", help="GPU compute capabilities of the target, e.g. 8.0,9.0 (or auto)."),
         out: Path = typer.Option(Path("optimized"), "--out", help="Output folder (written atomically)."),
         max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", min=0.0, max=1.0,
                                                 help="Quality gate: largest accuracy loss allowed for the chosen artifact."),
@@ -63,6 +64,7 @@ def register(app: typer.Typer) -> None:
         from builder.optimize.pipeline import run_optimize_command
 
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
-                                    max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads)
+                                    max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
+                                    cuda_cc=cuda_cc)
         if code:
             raise typer.Exit(code)

@@ -2,8 +2,10 @@
 
 .tflite runs in `ai_edge_litert.interpreter.Interpreter` (XNNPACK on, `threads` recorded); the SavedModel runs
 through its `serving_default` signature called with a keyword argument (positional calls were 7x slower,
-FACTS §4). Latency is per batch-1 call including input/output copies (and int8 (de)quantization for int8 I/O),
-p50/p99 over many calls; throughput is rows per second at a larger batch.
+FACTS §4). Latency is per batch-1 call including input/output copies (set_tensor, invoke, get_tensor for
+.tflite; tensor creation and the signature call for SavedModel), p50/p99 over many calls; the numpy
+(de)quantization of int8 I/O is done before timing (it is the caller's cost, a few microseconds). Throughput is
+rows per second at a larger batch.
 """
 
 from __future__ import annotations
@@ -100,37 +102,54 @@ def _scores(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | Non
 
 
 class TfliteRunner:
-    """One LiteRT interpreter (not thread-safe: one per worker) with float in, float out."""
+    """A LiteRT interpreter for one fixed batch size, float in, float out (int8 I/O (de)quantized here).
 
-    def __init__(self, path: Path, threads: int) -> None:
+    One interpreter per batch size: resizing an interpreter that XNNPACK already prepared made batch-1
+    calls ~20x slower on this stack, and serving keeps a fixed shape anyway. Not thread-safe: one per worker.
+    """
+
+    def __init__(self, path: Path, threads: int, batch: int = 1) -> None:
         from ai_edge_litert.interpreter import Interpreter
 
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        detail = self.interpreter.get_input_details()[0]
+        if int(detail["shape"][0]) != batch:
+            shape = list(detail["shape"])
+            shape[0] = batch
+            self.interpreter.resize_tensor_input(detail["index"], shape)
+        self.interpreter.allocate_tensors()
+        self.batch = batch
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]
-        self._batch = -1
+        self._in_index, self._out_index = self.input["index"], self.output["index"]
+        self._in_q = self._quant(self.input)
+        self._out_q = self._quant(self.output)
 
-    def _resize(self, batch: int) -> None:
-        if batch != self._batch:
-            shape = list(self.input["shape"])
-            shape[0] = batch
-            self.interpreter.resize_tensor_input(self.input["index"], shape)
-            self.interpreter.allocate_tensors()
-            self.input = self.interpreter.get_input_details()[0]
-            self.output = self.interpreter.get_output_details()[0]
-            self._batch = batch
+    @staticmethod
+    def _quant(detail: dict[str, Any]) -> tuple[float, int, int, int, Any] | None:
+        scale, zero = detail["quantization"]
+        if detail["dtype"] == np.float32 or not scale:
+            return None
+        info = np.iinfo(detail["dtype"])
+        return float(scale), int(zero), int(info.min), int(info.max), detail["dtype"]
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """Float rows as the interpreter's input type (int8 I/O: scale and zero point applied)."""
+        if self._in_q is None:
+            return x.astype(np.float32, copy=False)
+        scale, zero, low, high, dtype = self._in_q
+        return np.clip(np.round(x / scale + zero), low, high).astype(dtype)
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        """One call on input already in the interpreter's type (what the latency loop times)."""
+        self.interpreter.set_tensor(self._in_index, x)
+        self.interpreter.invoke()
+        return self.interpreter.get_tensor(self._out_index)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        self._resize(len(x))
-        scale, zero = self.input["quantization"]
-        if self.input["dtype"] != np.float32 and scale:
-            info = np.iinfo(self.input["dtype"])
-            x = np.clip(np.round(x / scale + zero), info.min, info.max).astype(self.input["dtype"])
-        self.interpreter.set_tensor(self.input["index"], x)
-        self.interpreter.invoke()
-        y = self.interpreter.get_tensor(self.output["index"])
-        scale, zero = self.output["quantization"]
-        if self.output["dtype"] != np.float32 and scale:
+        y = self.raw(self.quantize(x))
+        if self._out_q is not None:
+            scale, zero = self._out_q[0], self._out_q[1]
             y = (y.astype(np.float32) - zero) * scale
         return y
 
@@ -147,12 +166,14 @@ def _batched(call: Callable[[np.ndarray], np.ndarray], x: np.ndarray, batch: int
 
 def evaluate_tflite(path: Path, kind: str, rel: str, x: np.ndarray, labels: np.ndarray | None,
                     reference: np.ndarray, measure: Measure) -> Metrics:
-    runner = TfliteRunner(path, measure.threads)
+    runner = TfliteRunner(path, measure.threads, batch=1)
     in_spec, out_spec = TfliteRunner.spec(runner.input), TfliteRunner.spec(runner.output)
-    outputs = _batched(runner, x, measure.throughput_batch)
+    outputs = _batched(runner, x, 1)
     accuracy, agreement = _scores(outputs, reference, labels)
-    latency = _time_calls(runner, x, measure)
-    throughput = _throughput(runner, x, measure)
+    latency = _time_calls(runner.raw, runner.quantize(x), measure)
+    batch = min(measure.throughput_batch, len(x))
+    wide = TfliteRunner(path, measure.threads, batch=batch)
+    throughput = _throughput(wide.raw, wide.quantize(x), measure)
     raw, packed = file_sizes(path)
     return Metrics(kind=kind, path=rel, runtime="ai_edge_litert.Interpreter (XNNPACK)", size_bytes=raw,
                    gzip_bytes=packed, accuracy=accuracy, agreement=agreement, latency_us=latency,

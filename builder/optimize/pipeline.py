@@ -59,16 +59,16 @@ def _cpuinfo_flags(text: str) -> frozenset[str]:
 
 
 def host_facts() -> TargetFacts:
-    """This machine's CPU flags and GPU capabilities (via builder.hardware when present, else /proc/cpuinfo)."""
+    """This machine's CPU flags and GPU capabilities (builder.hardware; /proc/cpuinfo if that fails)."""
     import platform
 
     try:
-        from builder.hardware import detect_host  # issue 2's detector
+        from builder.hardware import detect_host
 
         host = detect_host()
-        gpus = tuple(str(getattr(g, "compute_capability", getattr(g, "capability", ""))) for g in host.gpus)
-        return TargetFacts("host", platform.machine(), frozenset(host.cpu.features), tuple(g for g in gpus if g))
-    except Exception:  # not landed yet, or no facts: fall back to the kernel's own list
+        ccs = tuple(d.compute_capability for d in host.gpu.devices if d.compute_capability)
+        return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features), ccs)
+    except Exception:  # detection is best effort here: the kernel's own flag list is enough to choose
         try:
             text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -76,15 +76,13 @@ def host_facts() -> TargetFacts:
         return TargetFacts("host", platform.machine(), _cpuinfo_flags(text), ())
 
 
-def target_facts(name: str | None) -> TargetFacts:
-    """Facts of a named build target (issue 2's resolver), or of this host when no name is given."""
-    if not name or name == "host":
+def target_facts(name: str | None, cuda_cc: str | None = None) -> TargetFacts:
+    """Facts of a named build target (builder.targets.resolve_target), or of this host when no name is given."""
+    if (not name or name.strip().lower() == "host") and not cuda_cc:
         return host_facts()
-    try:
-        from builder.targets import resolve_target
-    except ImportError as error:
-        raise InputError(f"--target {name}: named targets need builder.targets, which this install lacks") from error
-    target = resolve_target(name)
+    from builder.targets import resolve_target
+
+    target = resolve_target(name or "host", cuda_cc=cuda_cc)
     ccs = tuple(target.cuda.capabilities) if target.cuda else ()
     return TargetFacts(target.name, target.arch, frozenset(target.features), ccs)
 
@@ -145,6 +143,7 @@ class Options:
     max_accuracy_drop: float
     threads: int
     measure: Any = None  # evaluate.Measure; None = defaults with `threads`
+    cuda_cc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     from builder.optimize.model_io import sniff_model
 
     exporting.check_out_dir(options.out)
-    facts = target_facts(options.target)
+    facts = target_facts(options.target, options.cuda_cc)
     recipe, reasons = choose_recipe(options.recipe_spec, facts)
     sniff_model(options.model)  # bad paths fail before TensorFlow is imported
 
@@ -332,7 +331,7 @@ def _litert_version() -> str:
 
 
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
-                         max_accuracy_drop: float, explain: bool, threads: int) -> int:
+                         max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None) -> int:
     """What `tfsmith optimize` does; returns the exit status (0, or GATE_FAILED)."""
     import sys
 
@@ -347,7 +346,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
     err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
     if explain:
-        facts = target_facts(target)
+        facts = target_facts(target, cuda_cc)
         chosen, reasons = choose_recipe(recipe, facts)
         sniffed = sniff_model(model)
         note = None
@@ -363,7 +362,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
 
     _require_extra()
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
-                      max_accuracy_drop=max_accuracy_drop, threads=threads)
+                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc)
     from builder.optimize import tfenv
 
     with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():

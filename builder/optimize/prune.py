@@ -82,7 +82,7 @@ def prune_model(model: Any, pruning: Pruning, x_train: np.ndarray, y_train: np.n
         wrapped = sparsity.prune_low_magnitude(clone, sparsity_m_by_n=pruning.structured)
     else:
         schedule = pruning_schedule(steps_per_epoch, pruning.epochs)
-        if pruning.schedule == "constant":
+        if pruning.schedule == "constant" or schedule.end_step == schedule.begin_step:
             tf_schedule = sparsity.ConstantSparsity(pruning.sparsity, begin_step=0, end_step=schedule.end_step,
                                                     frequency=schedule.frequency)
         else:
