@@ -53,7 +53,7 @@ SOURCE_CONTEXT_NAME = "tf-source"  # named build context for `--tf-source DIR`
 CA_SECRET_ID = "ca_bundle"
 
 # --- validation: the only characters that may reach a Dockerfile, bazelrc or shell line ----------------
-_FLAG = re.compile(r"^-[A-Za-z0-9][A-Za-z0-9_=.,+:/-]*$")
+_FLAG = re.compile(r"^-[A-Za-z0-9][A-Za-z0-9_.,+:-]*(?:=[A-Za-z0-9][A-Za-z0-9_.,+:=-]*)?$")  # -name[=value]
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _TF_VERSION = re.compile(r"^\d+\.\d+\.\d+(?:-?rc\d+)?$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
@@ -420,7 +420,7 @@ def toolchain_for(tf_version: str) -> Toolchain:
 
     row = compat.lookup(tf_version)
     return Toolchain(
-        tf_version=tf_version,
+        tf_version=row.tf_version,  # the minor version ("2.21"): one toolchain serves every patch release
         clang=str(row.clang),
         bazel=str(row.bazel),
         cuda=getattr(row, "cuda", None),

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 
 import jinja2
@@ -55,8 +56,11 @@ def dockerfile_string(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
 
 
+@lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """The Jinja2 environment for build templates: strict, no autoescape (not HTML), stable whitespace."""
+    """The Jinja2 environment for build templates: strict, no autoescape (not HTML), stable whitespace.
+
+    Cached: compiled templates are reused across renders in one process."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
