@@ -155,7 +155,11 @@ class Builder:
                 source_dir = Path(config.tf_source)
             else:
                 tf_ref = config.tf_source
-        extra = {"toolchain_base_image": config.toolchain_image} if config.toolchain_image else {}
+        extra: dict[str, Any] = {}
+        if config.toolchain_image:
+            extra["toolchain_base_image"] = config.toolchain_image
+        if config.repository:
+            extra["repository"] = config.repository
         options = BuildOptions(
             **extra,
             tf_version=tf_version,

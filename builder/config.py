@@ -159,6 +159,7 @@ class BuildConfig:
     remote_cache: str | None = None
     jobs: int | None = None
     wheel: Path | None = None
+    repository: str | None = None  # image repository, default tfsmith/tensorflow
     tags: tuple[str, ...] = ()
     push: str | None = None
     export_wheel: Path | None = None
@@ -181,6 +182,7 @@ _PARSERS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "remote_cache": ("build", "remote_cache", _optional(_pattern(_URL, "an http(s)/grpc(s) URL"))),
     "jobs": ("build", "jobs", _optional(_jobs)),
     "wheel": ("build", "wheel", _optional(_existing_file(".whl"))),
+    "repository": ("build", "repository", _optional(_pattern(_REGISTRY, "an image repository like team/tensorflow"))),
     "tags": ("build", "tags", _list(_pattern(_IMAGE, "an image tag (name:tag)"))),
     "push": ("build", "push", _optional(_pattern(_REGISTRY, "a registry like host:5000/team"))),
     "export_wheel": ("build", "export_wheel", _optional(_directory)),

@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option(None, "--target", help="Target name: host (default), x86-64-v3, icelake, ..."),
         cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities, e.g. 8.0,9.0 (or auto, none)."),
         wheel: str = typer.Option(None, "--wheel", help="Build the runtime image from this prebuilt TF wheel."),
+        repository: str = typer.Option(None, "--repository", help="Image repository (default tfsmith/tensorflow)."),
         tag: list[str] = typer.Option(None, "--tag", help="Extra tag for the image (repeatable)."),
         push: str = typer.Option(None, "--push", help="Push the image's tags to this registry (host:port/path)."),
         export_wheel: str = typer.Option(None, "--export-wheel", help="Copy the built wheel into this directory."),
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         from builder.config import load_config
 
         flags = {
-            "target": target, "cuda_cc": cuda_cc, "wheel": wheel, "tags": tuple(tag or ()), "push": push,
+            "target": target, "cuda_cc": cuda_cc, "wheel": wheel, "tags": tuple(tag or ()), "push": push, "repository": repository,
             "export_wheel": export_wheel, "dry_run": dry_run or None, "tf_source": tf_source, "tf_version": tf_version,
             "python": python, "base_image": base_image, "toolchain_image": toolchain_image, "ca_bundle": ca_bundle, "remote_cache": remote_cache,
             "jobs": jobs, "state_dir": state_dir,
