@@ -91,8 +91,10 @@ def _http(url: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[i
         return error.code, json.loads(error.read() or b"{}")
 
 
-def wait_healthy(base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0) -> float:
-    """Seconds until /healthz answers 200; SmokeFailed when the container exits or time runs out."""
+def wait_healthy(
+    base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0, path: str = "/healthz"
+) -> float:
+    """Seconds until `path` answers 200; SmokeFailed when the container exits or time runs out."""
     start = time.monotonic()
     last = ""
     while time.monotonic() - start < timeout_s:
@@ -100,14 +102,14 @@ def wait_healthy(base_url: str, alive: Callable[[], str | None], timeout_s: floa
         if dead is not None:
             raise SmokeFailed(f"the container exited before answering: {dead}")
         try:
-            status, _ = _http(f"{base_url}/healthz", timeout=2.0)
+            status, _ = _http(f"{base_url}{path}", timeout=2.0)
             if status == 200:
                 return time.monotonic() - start
             last = f"HTTP {status}"
         except (OSError, ValueError) as error:
             last = str(error)
         time.sleep(0.25)
-    raise SmokeFailed(f"no healthy answer from {base_url}/healthz within {timeout_s:.0f} s (last: {last})")
+    raise SmokeFailed(f"no healthy answer from {base_url}{path} within {timeout_s:.0f} s (last: {last})")
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> float:

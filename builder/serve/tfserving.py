@@ -1,0 +1,219 @@
+"""`tfsmith package --runtime tfserving`: TensorFlow Serving's own layout, batching file and warmup records.
+
+The image follows the stock tensorflow/serving conventions (FACTS §5) so it drops into existing deployments:
+`/models/<name>/<version>/` holding the SavedModel (or `model.tflite` with `--prefer_tflite_model` when the
+artifact has no SavedModel), `assets.extra/tf_serving_warmup_requests` made from held-out samples,
+`/models/batching_parameters.txt`, `MODEL_NAME`/`MODEL_BASE_PATH`. The base image is configurable (the stock
+image cannot be pulled here; tests use a local stand-in). Because the stock server is compiled for AVX only,
+the context also carries a rendered (not built) from-source build of the server with the target's flags.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.errors import InputError
+from builder.serve.artifacts import Artifact
+from builder.serve.package import (
+    PackageOptions,
+    ServePlan,
+    build_image,
+    copy_server_code,
+    environment,
+    plan_package,
+)
+from builder.serve.protocol import DEFAULT_SIGNATURE, TF_DTYPES
+from builder.serve.warmup import Tensor, encode_prediction_log, write_warmup
+
+Say = Callable[[str], None]
+BATCHING_FILE = "/models/batching_parameters.txt"
+WARMUP_PATH = "assets.extra/tf_serving_warmup_requests"
+DEFAULT_DEVEL_IMAGE = "tensorflow/serving:2.19.0-devel"
+
+
+@dataclass(frozen=True)
+class BatchingParameters:
+    """TF Serving's `--batching_parameters_file` fields (session_bundle_config.proto BatchingParameters)."""
+
+    max_batch_size: int = 32
+    batch_timeout_micros: int = 1000
+    num_batch_threads: int = 2
+    max_enqueued_batches: int = 100
+
+    def text(self) -> str:
+        """The text-format protobuf TF Serving reads."""
+        return "".join(
+            f"{name} {{ value: {getattr(self, name)} }}\n"
+            for name in ("max_batch_size", "batch_timeout_micros", "num_batch_threads", "max_enqueued_batches")
+        )
+
+
+def batching_for(options: PackageOptions) -> BatchingParameters:
+    """Batching parameters from the package options (TF Serving needs batch >= 1; 1 means: no merging)."""
+    return BatchingParameters(
+        max_batch_size=max(options.max_batch, 1) if options.max_batch > 1 else 32,
+        batch_timeout_micros=options.batch_timeout_us or 1000,
+        num_batch_threads=max(options.workers, 1),
+    )
+
+
+def build_options(copts: Sequence[str]) -> str:
+    """TF_SERVING_BUILD_OPTIONS for the target: the release config plus the target's compiler flags."""
+    return " ".join(["--config=release", *(f"--copt={copt}" for copt in copts)])
+
+
+def server_flags(saved_model: bool) -> list[str]:
+    """Arguments after the stock `--model_name/--model_base_path` pair (the image's CMD)."""
+    flags = ["--enable_batching=true", f"--batching_parameters_file={BATCHING_FILE}", "--enable_model_warmup=true"]
+    if not saved_model:
+        flags.append("--prefer_tflite_model=true")
+    return flags
+
+
+def warmup_inputs(artifact: Artifact, count: int = 10) -> tuple[str, np.ndarray]:
+    """Input name and float samples for warmup: the report's held-out samples, else generated ones.
+
+    The SavedModel is called with the report's `model.input.name` (optimize's contract); a bare .tflite
+    uses its own signature's input name.
+    """
+    from builder.serve.backends import read_signatures, sample_inputs
+    from builder.serve.smoke import quantize_for
+
+    signature = next(iter(read_signatures(artifact.model_path).values()))
+    spec = signature.inputs[0]
+    saved_model = (artifact.model_path.parent / "saved_model").is_dir()
+    name = spec.name
+    if saved_model and artifact.report:
+        name = str(((artifact.report.get("model") or {}).get("input") or {}).get("name") or name)
+    if artifact.samples_path is not None:
+        with np.load(artifact.samples_path) as data:
+            x = np.asarray(data["x"][:count], dtype=np.float32)
+        if not saved_model:
+            x = quantize_for(artifact.model_path, spec, x)
+    else:
+        x = sample_inputs(signature, batch=count, seed=3)[spec.name]
+        if saved_model:
+            x = x.astype(np.float32)
+    return name, x
+
+
+def warmup_records(model_name: str, input_name: str, x: np.ndarray, version: int,
+                   signature: str = DEFAULT_SIGNATURE) -> list[bytes]:
+    """One PredictionLog per example (batch 1, as live traffic mostly comes)."""
+    dtype_number = TF_DTYPES[x.dtype.name][1]
+    records = []
+    for row in x:
+        example = np.ascontiguousarray(row[np.newaxis]).astype(x.dtype.newbyteorder("<"), copy=False)
+        tensor = Tensor(dtype_number, tuple(example.shape), example.tobytes())
+        records.append(encode_prediction_log(model_name, signature, {input_name: tensor}, version))
+    return records
+
+
+def render_tfserving_context(plan: ServePlan, artifact: Artifact, dest: Path, batching: BatchingParameters,
+                             devel_image: str = DEFAULT_DEVEL_IMAGE) -> Path:
+    """Write the build context: Dockerfile, models/ tree, entrypoint + guard, and the from-source build."""
+    env = environment()
+    saved_model = artifact.model_path.parent / "saved_model"
+    has_saved_model = saved_model.is_dir()
+    version_dir = dest / "models" / plan.model_name / str(plan.version)
+    version_dir.parent.mkdir(parents=True, exist_ok=True)
+    if has_saved_model:
+        shutil.copytree(saved_model, version_dir)
+    else:
+        version_dir.mkdir()
+        shutil.copy2(artifact.model_path, version_dir / "model.tflite")
+    input_name, x = warmup_inputs(artifact)
+    warmup = version_dir / WARMUP_PATH
+    warmup.parent.mkdir(parents=True, exist_ok=True)
+    warmup.write_bytes(write_warmup(warmup_records(plan.model_name, input_name, x, plan.version)))
+    (dest / "models" / "batching_parameters.txt").write_text(batching.text())
+    tools = dest / "tfsmith"
+    tools.mkdir()
+    shutil.copy2(Path(__file__).resolve().parents[1] / "guard.py", tools / "guard.py")
+    shutil.copy2(Path(__file__).with_name("warmup.py"), tools / "warmup.py")
+    entrypoint = tools / "entrypoint.sh"
+    entrypoint.write_text(env.get_template("tfserving-entrypoint.sh.j2").render(plan=plan))
+    entrypoint.chmod(entrypoint.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    build = tools / "tfserving-build"
+    build.mkdir()
+    major_minor = ".".join(str(getattr(plan, "tf_version", "2.19.0")).split(".")[:2])
+    (build / "Dockerfile").write_text(
+        env.get_template("tfserving-build.Dockerfile.j2").render(
+            plan=plan,
+            build_options=build_options(plan.target_copts),
+            devel_image=devel_image,
+            runtime_image=plan.base_image,
+            serving_branch=f"r{major_minor}",
+        )
+    )
+    (dest / "Dockerfile").write_text(
+        env.get_template("tfserving.Dockerfile.j2").render(plan=plan, server_flags=server_flags(has_saved_model))
+    )
+    return dest
+
+
+def has_model_server(engine: Any, image: str) -> bool:
+    code, _ = engine.run(image, ["-c", "command -v tensorflow_model_server"], entrypoint=["/bin/sh"], timeout=60)
+    return code == 0
+
+
+def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, engine: Any, *, smoke: bool,
+                      keep_context: Path | None, say: Say) -> tuple[ServePlan, Any]:
+    """Plan, render and build the TF Serving-layout image; smoke-test it when the base has the server."""
+    from builder.engine.base import ImageNotFound
+    from builder.serve.workflow import _publish
+
+    plan = plan_package(artifact, options, target=target, server_runtime="tfserving",
+                        runtime_reason="TensorFlow Serving's model server")
+    try:
+        engine.inspect(plan.base_image)
+    except ImageNotFound:
+        raise InputError(
+            f"base image {plan.base_image} is not on this engine (tfsmith never pulls); load a TF Serving image "
+            "or pass --base-image"
+        ) from None
+    if smoke and not has_model_server(engine, plan.base_image):
+        raise InputError(
+            f"base image {plan.base_image} has no tensorflow_model_server, so the image cannot be smoke-tested; "
+            "use a TF Serving base image, or --no-smoke to build the layout only"
+        )
+    with tempfile.TemporaryDirectory(prefix="tfsmith-tfserving-") as tmp:
+        context = render_tfserving_context(plan, artifact, Path(tmp) / "context", batching_for(options))
+        if keep_context is not None:
+            _publish(context, keep_context)
+            say(f"build context written to {keep_context} (from-source server build: tfsmith/tfserving-build/)")
+        say(f"building {plan.tag} from {plan.base_image}")
+        image = build_image(engine, plan, context, log=lambda _line: None)
+    say(f"built {plan.tag} ({image.id[:19]})")
+    if smoke:
+        result = smoke_tfserving(engine.client, plan, artifact, say)
+        say(result)
+    return plan, image
+
+
+def smoke_tfserving(client: Any, plan: ServePlan, artifact: Artifact, say: Say) -> str:
+    """Start the image, wait for AVAILABLE, send the warmup samples columnar; every answer must have a row each."""
+    import json
+
+    from builder.serve.smoke import RunningContainer, SmokeFailed, _http, wait_healthy
+
+    input_name, x = warmup_inputs(artifact)
+    with RunningContainer(client, plan.tag, 8501) as running:
+        startup = wait_healthy(running.url, running.exited, path=f"/v1/models/{plan.model_name}")
+        payload = json.dumps({"inputs": {input_name: x.tolist()}}).encode()
+        status, body = _http(f"{running.url}/v1/models/{plan.model_name}:predict", payload)
+        if status != 200:
+            raise SmokeFailed(f"TF Serving answered HTTP {status}: {body}")
+        outputs = body.get("outputs")
+        first = next(iter(outputs.values())) if isinstance(outputs, Mapping) else outputs
+        if not isinstance(first, list) or len(first) != len(x):
+            raise SmokeFailed(f"TF Serving answered {len(first) if isinstance(first, list) else '?'} rows for {len(x)}")
+    return f"smoke: TF Serving answered {len(x)} examples; ready in {startup:.1f} s"
