@@ -122,8 +122,7 @@ def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
     # (neoverse_v2, zen4) come before falling back to a generic level: the host has their features too.
     ancestors = sorted(
         {a for t in named for a in t.ancestors if a.vendor != "generic" and a not in named},
-        key=lambda t: (len(t.ancestors), len(t.features)),
-        reverse=True,
+        key=lambda t: (-len(t.ancestors), -len(t.features), t.name),  # name: a stable tie-break
     )
     have = canonical_features(facts.cpu.features)
     ancestors = [a for a in ancestors if a.features <= have]
