@@ -68,6 +68,10 @@ def register(app: typer.Typer) -> None:
             _bench_images(model, images, threads, batch_size, out, budget_s)
             return
         _require_bench_extras()
+        from builder.bench.models import BUILTINS
+
+        if not Path(model).exists() and model not in BUILTINS:
+            raise InputError(f"MODEL {model!r} is neither a file, a folder, nor a built-in ({', '.join(BUILTINS)})")
         from rich.console import Console
 
         from builder.bench import report

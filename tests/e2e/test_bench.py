@@ -1,0 +1,130 @@
+"""`tfsmith bench` end to end on a TINY model: every runtime adapter loads and agrees with the float model, or
+reports why it cannot; a whole run with a very small budget writes parseable bench.json / bench.md / bench.png.
+
+The model is a tiny Conv/Dense tf_keras network trained for a few epochs on scikit-learn's bundled digits, so
+its accuracy is real (if modest) and int8 agreement means something. No wall-clock assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+
+REPO = Path(__file__).resolve().parents[2]
+TFSMITH = [str(REPO / ".venv" / "bin" / "tfsmith")] if (REPO / ".venv" / "bin" / "tfsmith").exists() else [
+    sys.executable, "-m", "builder.cli"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """MODEL (.h5, tf_keras) + DATA (.npz) for a tiny digits CNN, the way `tfsmith example` writes them."""
+    pytest.importorskip("tf_keras")
+    from builder.bench.models import digits_arrays, train_digits_cnn
+    from builder.bench.runtimes import configure_tf_threads
+
+    configure_tf_threads(2)
+    folder = tmp_path_factory.mktemp("tiny")
+    data = digits_arrays()
+    model = train_digits_cnn(data, epochs=4, width=8)
+    model.save(str(folder / "tiny.h5"))
+    np.savez(folder / "digits.npz", **data)
+    return {"model": folder / "tiny.h5", "data": folder / "digits.npz", "dir": folder}
+
+
+@pytest.fixture(scope="module")
+def bench_model(tiny: dict[str, Path]):  # -> BenchModel
+    from builder.bench.models import resolve
+
+    model = resolve(str(tiny["model"]), tiny["data"], tiny["dir"] / "artifacts")
+    assert model.trained and model.y_eval is not None
+    return model
+
+
+def test_every_adapter_agrees_with_the_float_model_or_says_why(bench_model, tiny: dict[str, Path]) -> None:
+    from builder.bench.runtimes import ALL_RUNTIMES, build_adapters
+    from builder.bench.harness import _predict
+
+    adapters, missing = build_adapters(list(ALL_RUNTIMES), bench_model, 2, tiny["dir"] / "adapters")
+    assert not missing, missing  # a Keras file + DATA gives every runtime its artifact
+    x = bench_model.x_eval[:64]
+    reference = None
+    for adapter in adapters:
+        adapter.load()
+        scores = _predict(adapter, x, 8)
+        assert scores.shape == (64, 10), adapter.name
+        if adapter.name == "savedmodel":
+            reference = scores
+    assert reference is not None
+    for adapter in adapters:
+        scores = _predict(adapter, x, 8)
+        agreement = float(np.mean(scores.argmax(-1) == reference.argmax(-1)))
+        if adapter.name.endswith(("fp32", "keras", "savedmodel", "xla")):
+            np.testing.assert_allclose(scores, reference, atol=2e-4, err_msg=adapter.name)
+        else:  # quantized / fp16: same decisions on nearly every input
+            assert agreement >= 0.9, (adapter.name, agreement)
+
+
+def test_a_runtime_that_cannot_load_is_reported_not_dropped(bench_model, tiny: dict[str, Path]) -> None:
+    from builder.bench.harness import Settings, run_bench
+
+    broken = type(bench_model)(**{**bench_model.__dict__,
+                                  "tflite": {**bench_model.tflite, "fp16": tiny["dir"] / "missing.tflite"}})
+    run = run_bench(broken, ["savedmodel", "litert-fp16", "litert-int8"],
+                    Settings(threads=2, batch=8, budget_s=0.2, min_rounds=1), tiny["dir"] / "w")
+    by_name = {r.name: r for r in run.results}
+    assert set(by_name) == {"savedmodel", "litert-fp16", "litert-int8"}
+    assert not by_name["litert-fp16"].ok and by_name["litert-fp16"].reason
+    assert by_name["litert-int8"].ok and by_name["litert-int8"].latency.n >= 1
+    assert run.recommendation.runtime == "litert-int8"
+
+
+def test_bench_cli_writes_parseable_reports_and_a_profile(tiny: dict[str, Path], tmp_path: Path) -> None:
+    out, profile = tmp_path / "out", tmp_path / "profile"
+    done = subprocess.run(
+        [*TFSMITH, "bench", str(tiny["model"]), "--data", str(tiny["data"]), "--threads", "2", "--batch", "1,8",
+         "--budget-s", "0.5", "--out", str(out), "--profile", str(profile)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    from builder.bench.results import BenchRun
+    from builder.bench.runtimes import ALL_RUNTIMES
+
+    run = BenchRun.from_dict(json.loads((out / "bench.json").read_text()))
+    assert [r.name for r in run.results] == list(ALL_RUNTIMES)
+    for result in run.results:
+        assert result.ok or result.reason, result.name  # loaded, or says why
+        if result.ok:
+            assert result.latency.n >= 1 and result.batch_size == 8 and result.gzip_bytes > 0
+            assert result.accuracy is not None and 0.0 <= result.accuracy <= 1.0
+    assert sum(r.recommended for r in run.results) == 1
+    assert run.recommendation.runtime in done.stdout and "★ recommended" in done.stdout
+    assert "| runtime |" in (out / "bench.md").read_text()
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert list(profile.rglob("*.xplane.pb")), "no profiler trace written"
+    assert any("profile:" in note for note in run.notes)
+
+
+def test_recommend_tflite_runtime_measures_both_here(bench_model) -> None:
+    from builder.bench.recommend import recommend_tflite_runtime
+
+    name, reason, numbers = recommend_tflite_runtime(bench_model.tflite["int8"], threads=2, budget_s=0.5)
+    assert name in ("litert", "openvino") and reason
+    assert numbers["litert"]["n"] >= 1 and numbers["threads"] == 2
+    assert "openvino" in numbers or "openvino_error" in numbers
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run([*TFSMITH, "bench", "no-such-model"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "tfsmith: error: MODEL 'no-such-model' is neither a file, a folder, nor a built-in (mobilenet_v2, digits-cnn)"]
+    assert not (tmp_path / "bench-out").exists()
