@@ -35,6 +35,11 @@ from builder.target_types import BuildTarget, CudaSpec
 
 FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
 
+# Linux hwcaps archspec lists for ARM targets that say nothing about instructions compiled code may use
+# (the timer event stream, the kernel's emulation of ID registers). Some VMs hide them; the guard must not
+# refuse an image for their absence.
+NOT_INSTRUCTION_FEATURES = frozenset({"evtstrm", "cpuid"})
+
 
 def canonical_name(archspec_name: str) -> str:
     """archspec name -> tfsmith name: generic x86 levels use the psABI spelling (x86-64-v3), others stay."""
@@ -232,7 +237,7 @@ def resolve_target(
     return BuildTarget(
         name=canonical_name(micro.name),
         arch=micro.family.name,
-        features=frozenset(micro.features),
+        features=frozenset(micro.features) - NOT_INSTRUCTION_FEATURES,
         copts=copts,
         host_copts=host_copts(build_machine, row.clang),
         cuda=cuda,

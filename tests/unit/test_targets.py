@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import archspec
@@ -98,6 +99,9 @@ def test_arm_target() -> None:
     assert target.copts == ("-march=armv8.4-a+sve+fp16+bf16+crypto+i8mm+rng",)
     assert can_run(target, ARM) == ()
     assert can_run(target, VM) == ("arch:aarch64",)
+    assert not {"evtstrm", "cpuid"} & target.features  # kernel hwcaps, not instructions
+    vm_without_evtstrm = HostFacts(cpu=replace(ARM.cpu, features=ARM.cpu.features - {"evtstrm", "cpuid"}))
+    assert can_run(target, vm_without_evtstrm) == ()
 
 
 def test_old_cpu_cannot_run_haswell() -> None:
