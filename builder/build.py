@@ -181,13 +181,19 @@ class Builder:
             return
         for host in source_hosts(plan):
             reason = self.probe(host)
-            if reason is not None:
-                what = "the TensorFlow source and toolchain" if plan.source.get("kind") == "git" else "the toolchain (clang, bazel)"
+            if reason is None:
+                continue
+            if plan.source.get("kind") == "git":
                 raise InputError(
-                    f"cannot reach {host} ({reason}) to fetch {what}: pass --tf-source DIR (a local "
-                    "TensorFlow checkout) where only GitHub is blocked, or build the runtime image from a "
-                    "prebuilt wheel with --wheel PATH (e.g. `pip download tensorflow-cpu --no-deps`)"
+                    f"cannot reach {host} ({reason}) to fetch the TensorFlow source and toolchain: pass "
+                    "--tf-source DIR (a local TensorFlow checkout) where only the git remote is blocked, or build "
+                    "the runtime image from a prebuilt wheel with --wheel PATH (e.g. `pip download "
+                    "tensorflow-cpu --no-deps`)"
                 )
+            raise InputError(
+                f"cannot reach {host} ({reason}) to fetch the toolchain (clang, bazel) that compiles your "
+                "--tf-source checkout; build the runtime image from a prebuilt wheel with --wheel PATH instead"
+            )
 
     def describe(self, plan: Any) -> list[str]:
         """What this build will do, honestly, before doing it."""
