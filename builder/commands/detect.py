@@ -50,8 +50,11 @@ def _print_facts(host: Any) -> None:
     table.add_row("architecture", cpu.arch)
     table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec)")
     table.add_row("level", cpu.level or "-")
-    table.add_row("CPUs", f"{cpu.usable_cpus} usable of {cpu.logical_cpus} (affinity, cgroup quota)")
-    table.add_row("memory", f"{_gib(cpu.usable_memory_bytes)} usable of {_gib(cpu.total_memory_bytes)}")
+    if cpu.total_memory_bytes is None:  # a recorded dump: counts and memory were not recorded
+        table.add_row("CPUs", f"{cpu.logical_cpus} processor(s) in the dump; limits and memory not recorded")
+    else:
+        table.add_row("CPUs", f"{cpu.usable_cpus} usable of {cpu.logical_cpus} (affinity, cgroup quota)")
+        table.add_row("memory", f"{_gib(cpu.usable_memory_bytes)} usable of {_gib(cpu.total_memory_bytes)}")
     marks = tf_features(cpu.arch, cpu.features)
     table.add_row("TF features", " ".join(label(f) for f, present in marks if present) or "-")
     table.add_row("absent", " ".join(label(f) for f, present in marks if not present) or "-")
