@@ -115,6 +115,13 @@ def _to_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
             raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
+    elif want.kind == "f" and raw.dtype.kind == "f" and raw.size:
+        finite = np.isfinite(raw)
+        with np.errstate(over="ignore"):
+            converted = raw.astype(want)
+        if np.any(finite & ~np.isfinite(converted)):
+            raise RequestError(f"{where}: value out of range for {spec.dtype}")
+        return converted
     return raw.astype(want, copy=False)
 
 
