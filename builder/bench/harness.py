@@ -29,6 +29,12 @@ from builder.bench.results import BenchRun, RuntimeResult
 from builder.bench.runtimes import Adapter, Runner, artifact_sizes, build_adapters, role_of
 
 
+#: Share of the timing budget for batch-1 latency; the rest measures throughput at the larger batch.
+BATCH1_SHARE = 0.7
+#: A larger-batch median counts as stable from this many samples (each call is long and costly).
+BATCH_MIN_SAMPLES = 5
+
+
 @dataclass(frozen=True)
 class Settings:
     threads: int = 2
@@ -153,6 +159,25 @@ def _timed_slice(run: Runner, samples: list[float], slice_s: float) -> None:
             break
 
 
+def _interleave(live: list[_Live], pick: Callable[[_Live], tuple[Runner, list[float]]], slice_s: float,
+                budget_s: float, min_rounds: int, min_samples: int) -> int:
+    """Rounds over every runtime (order rotated each round) until all medians are stable or the budget is
+    spent; returns the number of rounds. Each visit runs for `slice_s` (at least one call)."""
+    rounds = 0
+    start = time.perf_counter()
+    while live:
+        shift = rounds % len(live)
+        for item in live[shift:] + live[:shift]:
+            run, samples = pick(item)
+            _timed_slice(run, samples, slice_s)
+        rounds += 1
+        stable = [stats.is_stable(pick(item)[1], min_samples=min_samples) for item in live]
+        if not stats.keep_going(stable, elapsed_s=time.perf_counter() - start, budget_s=budget_s,
+                                rounds_done=rounds, min_rounds=min_rounds):
+            break
+    return rounds
+
+
 def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdir: Path,
               say: Callable[[str], None] = lambda _: None, profile_dir: Path | None = None) -> BenchRun:
     """Load every runtime, time them interleaved, and return the annotated run with its recommendation."""
@@ -176,27 +201,18 @@ def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdi
     say("measuring accuracy / agreement on the eval inputs")
     quality = _quality(live, bench, settings.batch)
 
-    say(f"timing {len(live)} runtimes in interleaved rounds (budget {settings.budget_s:.0f} s)")
-    rounds = 0
-    loop_start = time.perf_counter()
-    while True:
-        order = live[rounds % len(live):] + live[: rounds % len(live)] if live else []
-        for item in order:
-            _timed_slice(item.run1, item.samples1, settings.slice_s)
-        for item in order:
-            _timed_slice(item.run_batch, item.samples_batch, 0.0)  # one batch call per runtime per round
-        rounds += 1
-        summaries = [stats.summarize(item.samples1) for item in live]
-        if not live or not stats.keep_going(summaries, elapsed_s=time.perf_counter() - loop_start,
-                                            budget_s=settings.budget_s, rounds_done=rounds,
-                                            min_rounds=settings.min_rounds):
-            break
+    say(f"timing {len(live)} runtimes at batch 1 in interleaved rounds")
+    rounds = _interleave(live, lambda item: (item.run1, item.samples1), settings.slice_s,
+                         settings.budget_s * BATCH1_SHARE, settings.min_rounds, stats.MIN_SAMPLES)
+    say(f"timing {len(live)} runtimes at batch {settings.batch} in interleaved rounds")
+    _interleave(live, lambda item: (item.run_batch, item.samples_batch), 0.0,
+                settings.budget_s * (1 - BATCH1_SHARE), 2, BATCH_MIN_SAMPLES)
 
     for item in live:
         accuracy, agreement = quality.get(item.adapter.name, (None, None))
         results[item.adapter.name] = item.result.with_(
             latency=stats.summarize(item.samples1),
-            batch_latency=stats.summarize(item.samples_batch, min_samples=stats.MIN_SAMPLES // 4),
+            batch_latency=stats.summarize(item.samples_batch, min_samples=BATCH_MIN_SAMPLES),
             accuracy=accuracy, agreement=agreement)
 
     notes = list(bench.notes)

@@ -173,8 +173,21 @@ def summarize(
     )
 
 
+def is_stable(samples: Sequence[float], *, min_samples: int = MIN_SAMPLES,
+              rel_half_width: float = STABLE_REL_HALF_WIDTH, confidence: float = 0.95) -> bool:
+    """Whether the median is pinned down: enough samples and a 95% CI within +-rel_half_width of it.
+
+    The cheap check the harness runs after every round (a full `summarize` of ~10^5 samples per runtime
+    per round would eat the budget)."""
+    if len(samples) < min_samples:
+        return False
+    centre = median(samples)
+    low, high = median_ci(samples, confidence)
+    return max(centre - low, high - centre) <= rel_half_width * centre
+
+
 def keep_going(
-    summaries: Iterable[Summary],
+    stable: Iterable[bool],
     *,
     elapsed_s: float,
     budget_s: float,
@@ -185,13 +198,13 @@ def keep_going(
     """Whether the harness should run another interleaved round.
 
     Stop when the time budget is spent or the round cap is hit; otherwise go on until at least `min_rounds`
-    rounds ran and every runtime's median is stable.
+    rounds ran and every runtime's median is stable (`stable`: one verdict per runtime).
     """
     if elapsed_s >= budget_s or rounds_done >= max_rounds:
         return False
     if rounds_done < min_rounds:
         return True
-    return not all(summary.stable for summary in summaries)
+    return not all(stable)
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

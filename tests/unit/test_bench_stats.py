@@ -108,19 +108,19 @@ def test_thresholds_are_parameters() -> None:
     assert not stats.summarize(samples, noisy_robust_cov=1.0, noisy_rel_ci_width=1.0).noisy
 
 
-def _summary(stable: bool) -> stats.Summary:
-    values = [1.0] * 50 if stable else [1.0, 2.0] * 5
-    return stats.summarize(values)
+def test_is_stable_agrees_with_the_summary_verdict() -> None:
+    rng = random.Random(9)
+    for spread, n in ((0.001, 400), (0.5, 40), (0.0, 5), (0.05, 3000)):
+        samples = [1.0 + rng.uniform(-spread, spread) for _ in range(n)]
+        assert stats.is_stable(samples) == stats.summarize(samples).stable
 
 
 def test_keep_going_until_min_rounds_then_until_stable_within_budget() -> None:
-    stable, unstable = _summary(True), _summary(False)
-    assert stable.stable and not unstable.stable
-    assert stats.keep_going([stable], elapsed_s=0, budget_s=10, rounds_done=1, min_rounds=3)
-    assert not stats.keep_going([stable], elapsed_s=0, budget_s=10, rounds_done=3, min_rounds=3)
-    assert stats.keep_going([stable, unstable], elapsed_s=1, budget_s=10, rounds_done=10)
-    assert not stats.keep_going([stable, unstable], elapsed_s=10, budget_s=10, rounds_done=10)
-    assert not stats.keep_going([unstable], elapsed_s=0, budget_s=10, rounds_done=5, max_rounds=5)
+    assert stats.keep_going([True], elapsed_s=0, budget_s=10, rounds_done=1, min_rounds=3)
+    assert not stats.keep_going([True], elapsed_s=0, budget_s=10, rounds_done=3, min_rounds=3)
+    assert stats.keep_going([True, False], elapsed_s=1, budget_s=10, rounds_done=10)
+    assert not stats.keep_going([True, False], elapsed_s=10, budget_s=10, rounds_done=10)
+    assert not stats.keep_going([False], elapsed_s=0, budget_s=10, rounds_done=5, max_rounds=5)
 
 
 def test_ratio_and_overlap() -> None:
