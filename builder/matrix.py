@@ -105,12 +105,13 @@ def render_matrix(entries: Sequence[MatrixEntry], fmt: str, *, tfsmith: str = "t
     if fmt == "json":
         return json.dumps(rows, indent=2)
     if fmt == "gitlab":
-        jobs: dict[str, object] = {}
+        # A child pipeline inherits nothing from its parent but variables, so it carries its own set-up in a
+        # hidden job every entry extends (override `.tfsmith-build` by including your own after it).
+        jobs: dict[str, object] = {
+            ".tfsmith-build": {"stage": "build", "before_script": ["python3 -m pip install --quiet tfsmith"]}
+        }
         for entry in entries:
-            job: dict[str, object] = {
-                "stage": "build",
-                "script": [f"{tfsmith} build --only {entry.id}"],
-            }
+            job: dict[str, object] = {"extends": ".tfsmith-build", "script": [f"{tfsmith} build --only {entry.id}"]}
             if entry.arch != "x86_64":
                 job["tags"] = [entry.arch]
             jobs[f"build:{entry.id}"] = job

@@ -66,3 +66,19 @@ def test_gitlab_format_is_a_child_pipeline_with_one_job_per_entry() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(InputError, match="github, gitlab, json"):
         render_matrix(fleet_matrix(FLEET), "jenkins")
+
+
+def test_gitlab_jobs_extend_the_setup_job() -> None:
+    pipeline = yaml.safe_load(render_matrix(fleet_matrix(["x86-64-v3"]), "gitlab"))
+    assert pipeline["build:x86-64-v3-cpu"]["extends"] == ".tfsmith-build"
+    assert pipeline[".tfsmith-build"]["stage"] in pipeline["stages"]
+
+
+def test_example_pipelines_parse_and_use_matrix_then_only(repo_root) -> None:  # noqa: ANN001
+    github = yaml.safe_load((repo_root / ".ci/examples/github-actions.yml").read_text())
+    steps = " ".join(str(step.get("run", "")) for job in github["jobs"].values() for step in job["steps"])
+    assert "tfsmith matrix" in steps and "--format github" in steps and 'tfsmith build --only "${{ matrix.id }}"' in steps
+    assert github["jobs"]["image"]["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.include) }}"
+    gitlab = yaml.safe_load((repo_root / ".ci/examples/gitlab-ci.yml").read_text())
+    assert "--format gitlab" in " ".join(gitlab["fleet-matrix"]["script"])
+    assert gitlab["images"]["trigger"]["include"][0]["artifact"] == "images.yml"
