@@ -70,11 +70,32 @@ unit: venv
 dockerfiles: venv
 	@$(TFSMITH) dockerfiles --out dockerfiles
 
+# Every runtime side by side (2 threads): the example digits CNN (trained, real accuracy) and MobileNetV2
+# (random weights, latency only). Table on the terminal; bench.json / bench.md / bench.png in build/bench/.
+BENCH_OUT ?= build/bench
+BENCH_THREADS ?= 2
 bench: venv
-	@$(TFSMITH) bench --help >/dev/null
+	@$(TFSMITH) example --out $(BENCH_OUT)/example
+	@$(TFSMITH) bench $(BENCH_OUT)/example/digits_cnn.keras --data $(BENCH_OUT)/example/digits.npz \
+		--threads $(BENCH_THREADS) --budget-s 60 --out $(BENCH_OUT)/digits_cnn
+	@$(TFSMITH) bench mobilenet_v2 --threads $(BENCH_THREADS) --budget-s 120 --out $(BENCH_OUT)/mobilenet_v2
 
+# The five-minute tour, each step short and saying where its artifacts are (all under $(DEMO_OUT)/).
+DEMO_OUT ?= build/demo
 demo: engine
+	@echo; echo "==> 1/5 this host: what tfsmith detects"
 	@$(TFSMITH) detect
+	@echo; echo "==> 2/5 train the example model (small CNN on scikit-learn's bundled digits; no download)"
+	@$(TFSMITH) example --out $(DEMO_OUT)/example
+	@echo; echo "==> 3/5 optimize it for this host (--recipe auto): prune, quantize, export, evaluate"
+	@$(TFSMITH) optimize $(DEMO_OUT)/example/digits_cnn.keras --data $(DEMO_OUT)/example/digits.npz \
+		--recipe auto --out $(DEMO_OUT)/optimized
+	@echo; echo "==> 4/5 package the chosen .tflite into a LiteRT serving image and smoke-test it with real requests"
+	@$(TFSMITH) package $(DEMO_OUT)/optimized --runtime litert --smoke
+	@echo; echo "==> 5/5 the optimized artifacts against the runtimes you would otherwise use (2 threads)"
+	@$(TFSMITH) bench $(DEMO_OUT)/optimized --data $(DEMO_OUT)/example/digits.npz --threads 2 --budget-s 20 \
+		--out $(DEMO_OUT)/bench
+	@echo; echo "demo done: model $(DEMO_OUT)/example, artifacts + report $(DEMO_OUT)/optimized, bench $(DEMO_OUT)/bench"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

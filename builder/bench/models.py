@@ -162,6 +162,9 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     pbs = sorted(directory.rglob("saved_model.pb"), key=lambda p: len(p.parts))
     saved_model = pbs[0].parent if pbs else None
     keras_files = sorted([*directory.glob("*.keras"), *directory.glob("*.h5")])
+    source = _optimize_source(directory)
+    if not keras_files and source is not None:
+        keras_files = [source]  # an optimize --out folder: its report names the model it started from
     tflite: dict[str, Path] = {}
     for path in sorted(directory.rglob("*.tflite")):
         tflite.setdefault(_variant_of(path), path)
@@ -170,8 +173,11 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     if keras_files:
         bench = from_keras_file(keras_files[0], data, workdir, say)
         bench.tflite.update(tflite)  # the optimize run's own files win over our conversions
-        if saved_model is not None:
-            bench.saved_model = saved_model
+        if tflite:
+            bench.notes.append(f".tflite artifacts from {directory}: "
+                               + ", ".join(f"{k}={v.name}" for k, v in sorted(tflite.items()))
+                               + f"; SavedModel baseline exported from the original model {keras_files[0]}")
+        bench.name = directory.name
         bench.source = str(directory)
         return bench
     input_shape: tuple[int, ...]
@@ -202,6 +208,19 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     return BenchModel(name=directory.name, trained=data is not None, saved_model=saved_model, keras_path=None,
                       tflite=tflite, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib, failures=failures,
                       notes=notes, source=str(directory))
+
+
+def _optimize_source(directory: Path) -> Path | None:
+    """The Keras 2 model an optimize --out folder was made from (report.json `model.source`), if still there."""
+    import json
+
+    try:
+        report = json.loads((directory / "report.json").read_text())
+        source = Path(report["model"]["source"])
+        fmt = report["model"].get("format", "keras2")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source if fmt == "keras2" and source.is_file() else None
 
 
 def from_keras_file(path: Path, data: dict[str, np.ndarray] | None, workdir: Path,
