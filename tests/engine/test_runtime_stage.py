@@ -1,0 +1,160 @@
+"""The rendered runtime stage really builds on the real Docker engine, from a prebuilt wheel.
+
+The stand-in for a wheel we compiled is the PyPI TensorFlow 2.21.0 wheel for the local base image's Python
+(tfsmith/python:bookworm: Debian's 3.11), downloaded once into tfsmith's cache. pip inside the build fetches
+TensorFlow's dependencies from PyPI and needs the host's CA bundle, which travels as the BuildKit secret
+`ca_bundle`, never as a layer. Two images share every layer up to the guard: one for x86-64-v3 (this host
+runs it) and one for sapphirerapids (this host cannot: AMX is not exposed here), built once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.commands.render import build_options
+from builder.engine.local import STATE_DIR
+from builder.guard import missing_features, read_cpu_flags
+from builder.plan import BuildPlan, plan_build, reference_build_facts
+from builder.render import render_context
+from builder.targets import resolve_target
+
+DOCKER = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (FACTS §1)
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+IMAGE = "tfsmith-test-render-runtime"
+HOSTILE_LABEL = 'quotes " and $HOME and `id` and back\\slash'
+TARGETS = ("x86-64-v3", "sapphirerapids")
+
+pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the stand-in wheel is x86_64")
+
+
+def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def base_python(base_image: str) -> str:
+    probe = docker("run", "--rm", base_image, "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])")
+    assert probe.returncode == 0, probe.stderr
+    return probe.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def stand_in_wheel(base_python: str) -> Path:
+    """The PyPI tensorflow 2.21.0 manylinux x86_64 wheel for the base image's Python (cached across runs)."""
+    tag = "cp" + base_python.replace(".", "")
+    cache = STATE_DIR / "wheels"
+    pattern = f"tensorflow-2.21.0-{tag}-{tag}-manylinux*_x86_64.whl"
+    found = sorted(cache.glob(pattern))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        download = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "tensorflow==2.21.0", "--no-deps", "--only-binary=:all:",
+             "--python-version", base_python, "--platform", "manylinux_2_27_x86_64", "-d", str(cache), "-q"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert download.returncode == 0, download.stderr[-2000:]
+        found = sorted(cache.glob(pattern))
+    assert found, f"no {pattern} in {cache}"
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def images(
+    base_image: str, base_python: str, stand_in_wheel: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[BuildPlan, str]]]:
+    """target name -> (plan, image tag), both built from the stand-in wheel through the rendered context."""
+    built: dict[str, tuple[BuildPlan, str]] = {}
+    options = build_options(
+        tf_version="2.21.0",
+        python=base_python,
+        base_image=base_image,
+        wheel=stand_in_wheel,
+        ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+        labels=[f"com.example.note={HOSTILE_LABEL}"],
+    )
+    try:
+        for name in TARGETS:
+            target = resolve_target(
+                name, tf_version="2.21.0", python=base_python, build_machine=reference_build_facts("x86_64")
+            )
+            plan = plan_build(target, options)
+            context = render_context(plan, tmp_path_factory.mktemp("ctx") / name)
+            tag = f"{IMAGE}:{name}"
+            secrets = [f"--secret=id={sid},src={path}" for sid, path in plan.secrets.items()]
+            result = subprocess.run(
+                [DOCKER, "build", "--progress=plain", *secrets, "-t", tag, str(context)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+                env={**os.environ, "DOCKER_BUILDKIT": "1"},
+            )
+            assert result.returncode == 0, result.stderr[-4000:]
+            built[name] = (plan, tag)
+        yield built
+    finally:
+        for _, tag in built.values():
+            docker("rmi", "--force", tag)
+
+
+def test_tensorflow_imports_in_the_built_image(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    _, tag = images["x86-64-v3"]
+    run = docker("run", "--rm", tag, "python", "-c", "import tensorflow as tf; print('tf', tf.__version__)")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "tf 2.21.0" in run.stdout
+
+
+def test_labels_carry_the_manifest(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    for plan, tag in images.values():
+        inspected = docker("image", "inspect", tag)
+        assert inspected.returncode == 0, inspected.stderr
+        config = json.loads(inspected.stdout)[0]["Config"]
+        labels = config["Labels"]
+        assert json.loads(labels["io.tfsmith.manifest"]) == plan.spec()
+        assert labels["io.tfsmith.spec-digest"] == plan.spec_digest
+        assert labels["io.tfsmith.target"] == plan.target.name
+        assert labels["org.opencontainers.image.version"] == "2.21.0"
+        assert labels["com.example.note"] == HOSTILE_LABEL  # escaped in the Dockerfile, read back exactly
+        assert not any(var.startswith("PIP_CERT") for var in config["Env"])  # the CA was a secret, not ENV
+        assert config["Entrypoint"] == ["/usr/local/bin/tfsmith-guard", "--"]
+
+
+def test_the_spec_is_baked_into_the_image(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    plan, tag = images["x86-64-v3"]
+    run = docker("run", "--rm", tag, "cat", "/etc/tfsmith/spec.json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"spec": plan.spec(), "spec_digest": plan.spec_digest}
+    no_secret = docker("run", "--rm", tag, "sh", "-c", "test ! -e /run/secrets/ca_bundle && echo clean")
+    assert no_secret.stdout.strip() == "clean"
+
+
+def test_guard_passes_for_a_target_this_host_runs(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    plan, tag = images["x86-64-v3"]
+    if missing_features(plan.target.features, read_cpu_flags()):
+        pytest.skip("this host cannot run x86-64-v3 code")
+    run = docker("run", "--rm", tag, "python", "-c", "print('guard let me through')")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "guard let me through"
+    assert "tfsmith-guard" not in run.stderr
+
+
+def test_guard_refuses_a_target_this_host_cannot_run(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    plan, tag = images["sapphirerapids"]
+    missing = missing_features(plan.target.features, read_cpu_flags())
+    if not missing:
+        pytest.skip("this host can run sapphirerapids code (AMX exposed)")
+    run = docker("run", "--rm", tag, "python", "-c", "print('should never run')")
+    assert run.returncode == 3
+    assert "should never run" not in run.stdout
+    message = run.stderr.strip()
+    assert len(message.splitlines()) == 1, message
+    assert "sapphirerapids" in message and "cannot run" in message
+    assert all(feature in message for feature in missing)
+    assert "Illegal instruction" not in message
