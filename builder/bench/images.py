@@ -45,9 +45,9 @@ def find_saved_model(path: Path) -> Path:
 
 def docker_command(image: str, saved_model: Path, *, threads: int, batch: int, budget_s: float,
                    name: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The `docker run` that times the SavedModel inside `image` (no network, read-only mounts)."""
+    """The `docker run` that times the SavedModel inside `image` (never pulled, no network, read-only mounts)."""
     return [
-        DOCKER, "run", "--rm", "--name", name, "--network", "none",
+        DOCKER, "run", "--rm", "--pull", "never", "--name", name, "--network", "none",
         "-v", f"{package_dir}:/opt/tfsmith/builder:ro",
         "-v", f"{saved_model.resolve()}:/model:ro",
         "-e", "PYTHONPATH=/opt/tfsmith", "-e", "TF_CPP_MIN_LOG_LEVEL=2",
@@ -71,7 +71,8 @@ def parse_inner_output(stdout: str) -> dict[str, Any]:
 
 def failure_reason(returncode: int, stderr: str) -> str:
     """The line of a failed container's stderr that says why (the last non-empty one)."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in stderr.strip().splitlines()
+             if line.strip() and not line.strip().startswith("See 'docker")]  # the CLI's generic hint
     return f"exit {returncode}: {lines[-1][:200] if lines else 'no output'}"
 
 

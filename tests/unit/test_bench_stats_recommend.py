@@ -143,7 +143,8 @@ def test_images_helpers(tmp_path: Path) -> None:
     (tmp_path / "x" / "saved_model" / "saved_model.pb").write_bytes(b"")
     assert images.find_saved_model(tmp_path) == tmp_path / "x" / "saved_model"
     command = images.docker_command("img:tag", tmp_path, threads=2, batch=8, budget_s=5, name="tfsmith-bench-x")
-    assert command[:2] == [images.DOCKER, "run"] and "--network" in command and "none" in command
+    assert command[:2] == [images.DOCKER, "run"]
+    assert command[command.index("--network") + 1] == "none" and command[command.index("--pull") + 1] == "never"
     assert command[command.index("--entrypoint") + 2] == "img:tag"
     assert f"{tmp_path.resolve()}:/model:ro" in command and command[-6:] == ["--threads", "2", "--batch", "8",
                                                                              "--budget-s", "5"]
@@ -151,6 +152,8 @@ def test_images_helpers(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         images.parse_inner_output("Traceback\nModuleNotFoundError: No module named 'numpy'")
     assert images.failure_reason(1, "Traceback\nModuleNotFoundError: x\n\n") == "exit 1: ModuleNotFoundError: x"
+    assert images.failure_reason(125, "docker: Error response from daemon: No such image: a:b.\n"
+                                      "See 'docker run --help'.\n") == "exit 125: docker: Error response from daemon: No such image: a:b."
 
 
 def test_image_comparison_ratio_and_summary() -> None:
