@@ -45,6 +45,19 @@ def test_the_target_list_is_large_and_most_render() -> None:
     assert {"x86_64_v3", "sapphirerapids", "zen4", "neoverse_v1", "neoverse_v2"} <= set(rendered)
 
 
+@pytest.mark.parametrize("name", ALL_TARGETS)
+def test_each_target_renders_with_defaults(name: str) -> None:
+    """Every archspec x86/ARM target either renders (flags in Dockerfile == manifest) or is refused explicitly."""
+    plan = _plan(name, None, "2.21.0", "3.12", False)
+    if plan is None:
+        with pytest.raises(IncompatibleError):
+            resolve_target(canonical_name(name), build_machine=reference_build_facts(TARGETS[name].family.name))
+        return
+    text = render_dockerfile(plan)
+    assert bazel_build_flags(text) == json.loads(plan.to_json())["spec"]["bazel_flags"]
+    assert [f"--copt={c}" for c in plan.target.copts] == [f for f in bazel_build_flags(text) if f.startswith("--copt=")]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(ALL_TARGETS),
