@@ -237,7 +237,7 @@ class Builder:
                 ref = push_ref(config.push, tag)
                 engine.tag(image.id, ref)
                 self.say(f"pushing {ref}")
-                digest = engine.push(ref, log=None)
+                digest = self._push(engine, ref)
                 self.say(f"pushed  {ref}@{digest}")
                 pushed.append((ref, digest))
         image = engine.inspect(image.id)
@@ -309,6 +309,21 @@ class Builder:
             for line in failure.tail:
                 self.say(f"  | {line}")
             raise
+
+    def _push(self, engine: Engine, ref: str) -> str:
+        """Push with a live status line on terminals, one line per finished layer elsewhere (CI logs)."""
+        display = self.progress(f"pushing {ref}") if self.progress else None
+
+        def sink(line: str) -> None:
+            if display is not None:
+                display.update(line)
+            elif line.endswith(("Pushed", "Layer already exists")):
+                self.say(f"  layer {line}")
+
+        if display is not None:
+            with display:
+                return engine.push(ref, log=sink)
+        return engine.push(ref, log=sink)
 
     def _export_wheel(self, engine: Engine, plan: Any, context: Path | None) -> Path:
         dest = Path(self.config.export_wheel)  # type: ignore[arg-type]

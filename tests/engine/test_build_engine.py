@@ -301,5 +301,12 @@ def test_dry_run_builds_nothing(built: dict) -> None:  # type: ignore[type-arg]
     assert "up to date" not in result.stderr and result.stdout == ""
 
 
+def test_engine_up_is_a_no_op_when_all_is_there(base_image: str, tmp_path: Path) -> None:
+    result = _tfsmith("engine-up", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == f"engine up; base image {base_image} present"
+    assert "starting dockerd" not in result.stdout
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
