@@ -213,13 +213,15 @@ class OpenVINOAdapter(Adapter):
         self.model = self.core.read_model(str(self.artifact))
         self.in_quant: tuple[float, int] = (0.0, 0)
         self.out_quant: tuple[float, int] = (0.0, 0)
+        # Feed what OpenVINO's graph takes: an int8-I/O .tflite may come in as i8 (quantize with the file's
+        # parameters) or as f32 (OpenVINO folded the (de)quantization in).
+        self.in_dtype = self.model.inputs[0].get_element_type().to_dtype()
         if self.artifact.suffix == ".tflite":
             interpreter = _tflite_interpreter(self.artifact, 1)
-            self.in_dtype = interpreter.get_input_details()[0]["dtype"]
-            self.in_quant = interpreter.get_input_details()[0]["quantization"]
-            self.out_quant = interpreter.get_output_details()[0]["quantization"]
-        else:
-            self.in_dtype = np.float32
+            if not np.issubdtype(self.in_dtype, np.floating):
+                self.in_quant = interpreter.get_input_details()[0]["quantization"]
+            if not np.issubdtype(self.model.outputs[0].get_element_type().to_dtype(), np.floating):
+                self.out_quant = interpreter.get_output_details()[0]["quantization"]
         if self.calib is not None:
             import nncf
 
@@ -240,12 +242,17 @@ class OpenVINOAdapter(Adapter):
         return self._compiled[shape]
 
     def prepare(self, x: np.ndarray) -> Runner:
+        import openvino as ov
+
         compiled = self._compiled_for(tuple(x.shape))
         request = compiled.create_infer_request()
-        prepared = _quantize(x, self.in_dtype, self.in_quant)
+        prepared = np.ascontiguousarray(_quantize(x, self.in_dtype, self.in_quant))
+        # Bind the input once (shared memory): `infer([array])` re-wraps the input on every call and measured
+        # ~3x slower per call on a tiny CNN here (0.24 vs 0.08 ms), which would charge OpenVINO for glue.
+        request.set_input_tensor(ov.Tensor(prepared, shared_memory=True))
 
-        def run() -> np.ndarray:
-            request.infer([prepared])
+        def run(_shared: np.ndarray = prepared) -> np.ndarray:  # holds the shared input buffer alive
+            request.infer()
             return request.get_output_tensor(0).data.copy()
 
         return run

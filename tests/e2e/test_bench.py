@@ -128,3 +128,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == [
         "tfsmith: error: MODEL 'no-such-model' is neither a file, a folder, nor a built-in (mobilenet_v2, digits-cnn)"]
     assert not (tmp_path / "bench-out").exists()
+
+
+def test_int8_io_tflite_like_optimize_writes_runs_on_litert_and_openvino(bench_model, tiny: dict[str, Path]) -> None:
+    """`tfsmith optimize` writes full-int8 models with int8 input AND output: the adapters (de)quantize."""
+    import tensorflow as tf
+    import tf_keras
+
+    from builder.bench.harness import _predict
+    from builder.bench.runtimes import LiteRTAdapter, OpenVINOAdapter, SavedModelAdapter
+
+    model = tf_keras.models.load_model(str(tiny["model"]), compile=False)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([bench_model.x_calib[i : i + 1]] for i in range(64))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    path = tiny["dir"] / "model_int8_io.tflite"
+    path.write_bytes(converter.convert())
+    reference = SavedModelAdapter("savedmodel", bench_model.saved_model, 2)
+    reference.load()
+    expected = _predict(reference, bench_model.x_eval[:64], 8).argmax(-1)
+    for adapter in (LiteRTAdapter("litert-int8", path, 2), OpenVINOAdapter("openvino-tflite-int8", path, 2)):
+        adapter.load()
+        scores = _predict(adapter, bench_model.x_eval[:64], 8)
+        assert scores.dtype == np.float32 and float(scores.max()) <= 1.01  # dequantized probabilities
+        assert float(np.mean(scores.argmax(-1) == expected)) >= 0.9, adapter.name
