@@ -80,6 +80,19 @@ def headline(run: BenchRun) -> str:
     return "; ".join(parts)
 
 
+def goals(run: BenchRun) -> str:
+    """The issue's two performance goals, checked against this run's numbers."""
+    rec = run.recommendation
+    if rec.runtime is None:
+        return "goals: no recommendation, nothing to check"
+    peer = ("n/a" if rec.goal_no_slower_than_peer is None else
+            f"{'MET' if rec.goal_no_slower_than_peer else 'MISSED'} ({_ratio(rec.ratio_vs_fastest_peer)} its time"
+            + (", within noise)" if rec.within_noise_of_peer else ")"))
+    speed = ("n/a" if rec.speedup_vs_baseline is None else
+             f"{'MET' if rec.speedup_vs_baseline >= 20 else 'MISSED'} ({rec.speedup_vs_baseline:.1f}x)")
+    return f"goals: no slower than the fastest peer: {peer}; >= 20x faster than the SavedModel signature: {speed}"
+
+
 def print_table(run: BenchRun, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -95,10 +108,11 @@ def print_table(run: BenchRun, console: Any = None) -> None:
         style = "bold green" if r.recommended else ("red" if not r.ok else ("cyan" if r.role == ROLE_TFSMITH else None))
         cells = row(r, run.trained)
         table.add_row(*[cells[i] for i in keep], style=style)
+    console.print(table)
     console.print("cyan: serves the .tflite (tfsmith's artifact); others: the SavedModel baseline and peers. "
                   "Full columns (p99, n, raw size, RSS) in bench.md / bench.json.")
-    console.print(table)
-    console.print(headline(run))
+    console.print(headline(run), style="bold")
+    console.print(goals(run))
     console.print(f"why: {run.recommendation.reason}")
     for note in run.notes:
         console.print(f"note: {note}")
@@ -112,7 +126,7 @@ def markdown(run: BenchRun) -> str:
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in run.results:
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in row(r, run.trained)) + " |")
-    lines += ["", f"**{headline(run)}**", "", f"Why: {run.recommendation.reason}", ""]
+    lines += ["", f"**{headline(run)}**", "", goals(run), "", f"Why: {run.recommendation.reason}", ""]
     lines += [f"- {note}" for note in run.notes]
     return "\n".join(lines) + "\n"
 

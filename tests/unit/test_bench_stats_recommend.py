@@ -84,6 +84,9 @@ def test_slower_than_peer_is_reported_as_missing_the_goal() -> None:
     annotated, rec = recommend(rows, trained=False)
     assert rec.runtime == "litert-int8" and rec.fastest_peer == "openvino-int8"
     assert rec.goal_no_slower_than_peer is False and "slower than the fastest peer" in rec.reason
+    run = BenchRun(model="m", trained=False, threads=2, batch_sizes=(1, 8), results=annotated, recommendation=rec)
+    assert report.goals(run) == ("goals: no slower than the fastest peer: MISSED (2.00x its time); "
+                                 ">= 20x faster than the SavedModel signature: MISSED (5.0x)")
     failed = _by_name(annotated)["onnxruntime-fp32"]
     assert not failed.ok and failed.reason == "ImportError: x" and failed.ratio_vs_baseline is None
 
@@ -111,6 +114,8 @@ def test_report_rows_mark_the_pick_and_keep_failures(recorded: BenchRun) -> None
     assert "FAILED: ValueError: bad" in text
     assert text.count("★ recommended") == 1
     assert report.headline(run).startswith("digits-cnn: tfsmith recommends")
+    assert "goals: no slower than the fastest peer: MET" in text
+    assert ">= 20x faster than the SavedModel signature: MET" in text
     assert len(report.row(failed, True)) == len(report.COLUMNS) == len(report.row(run.results[0], True))
 
 
