@@ -57,11 +57,13 @@ doubled = k.layers.Lambda(lambda t: t * 2.0, name="doubled")(b)
 save(k.Model([a, b], [total, doubled]), "pair.tflite")
 x = np.random.default_rng(1).random((24, 8, 8, 1), dtype=np.float32)
 np.savez(os.path.join(out, "samples.npz"), x=x, expected=image.predict(x, verbose=0))
+tf.saved_model.save(image, os.path.join(out, "saved_model"))
 """
 
 
 def make_models(dest: Path) -> Path:
-    """image.tflite (float CNN), int8.tflite (int8 in/out), pair.tflite (two inputs, two outputs), samples.npz."""
+    """image.tflite (float CNN), int8.tflite (int8 in/out), pair.tflite (two inputs, two outputs), samples.npz,
+    and the float CNN as saved_model/."""
     dest.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-c", MAKE_MODELS, str(dest)], check=True, capture_output=True, timeout=300)
     return dest

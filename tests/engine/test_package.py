@@ -1,0 +1,187 @@
+"""`tfsmith package` on the real engine: a litert serving image built from the local base image, smoke-tested
+by the command itself, then run with a published port on 127.0.0.1, queried over HTTP and stopped; a
+TF Serving-layout image built on a local stand-in base, its /models tree, batching file and warmup records
+checked inside the container."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builder.engine.docker import DockerEngine
+from builder.serve.backends import LiteRTBackend
+from builder.serve.package import PackageOptions
+from builder.serve.smoke import RunningContainer, _http, wait_healthy
+from builder.serve.workflow import package_model
+from tests.e2e.test_serve import make_models
+
+REPO = Path(__file__).resolve().parents[2]
+TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
+LITERT_TAG = "tfsmith-test-serve/digits:litert"
+TFSERVING_TAG = "tfsmith-test-serve/digits:tfserving"
+
+
+@pytest.fixture(scope="session")
+def engine(docker_engine: None) -> Iterator[DockerEngine]:
+    engine = DockerEngine()
+    yield engine
+    for tag in (LITERT_TAG, TFSERVING_TAG):
+        engine.remove(tag)
+
+
+@pytest.fixture(scope="session")
+def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An optimize-style --out folder: chosen .tflite, SavedModel, samples.npz and report.json."""
+    models = make_models(tmp_path_factory.mktemp("package-models"))
+    out = tmp_path_factory.mktemp("digits")
+    shutil.copy2(models / "image.tflite", out / "model_fp32.tflite")
+    shutil.copy2(models / "samples.npz", out / "samples.npz")
+    shutil.copytree(models / "saved_model", out / "saved_model")
+    size = (out / "model_fp32.tflite").stat().st_size
+    report = {
+        "schema": 1,
+        "model": {"input": {"name": "pixels", "shape": [None, 8, 8, 1], "dtype": "float32"}},
+        "artifacts": [{"path": "model_fp32.tflite", "kind": "tflite_fp32", "size_bytes": size, "accuracy": 0.5,
+                       "latency_us": {"p50": 9.5, "p99": 12.0}}],
+        "chosen": "model_fp32.tflite",
+        "samples": "samples.npz",
+    }
+    (out / "report.json").write_text(json.dumps(report))
+    return out
+
+
+@pytest.fixture(scope="session")
+def litert_image(engine: DockerEngine, base_image: str, artifact_dir: Path) -> str:
+    """Built and smoke-tested by the CLI exactly as a user runs it."""
+    done = subprocess.run(
+        [str(TFSMITH), "package", str(artifact_dir), "--runtime", "litert", "--base-image", base_image,
+         "--tag", LITERT_TAG, "--model-name", "digits", "--smoke"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "all answers match the local interpreter" in done.stdout
+    return LITERT_TAG
+
+
+def test_litert_image_labels_user_and_healthcheck(engine: DockerEngine, litert_image: str, artifact_dir: Path) -> None:
+    image = engine.inspect(litert_image)
+    digest = hashlib.sha256((artifact_dir / "model_fp32.tflite").read_bytes()).hexdigest()
+    assert image.labels["io.tfsmith.model.sha256"] == digest
+    assert image.labels["io.tfsmith.report.summary"].startswith("model_fp32.tflite tflite_fp32")
+    assert image.labels["io.tfsmith.runtime"] == "litert"
+    config = engine.client.images.get(litert_image).attrs["Config"]
+    assert config["User"] == "10001:10001"
+    assert "/healthz" in " ".join(config["Healthcheck"]["Test"])
+
+
+def test_litert_image_serves_on_loopback_and_stops_cleanly(
+    engine: DockerEngine, litert_image: str, artifact_dir: Path
+) -> None:
+    local = LiteRTBackend(artifact_dir / "model_fp32.tflite")
+    with np.load(artifact_dir / "samples.npz") as data:
+        x = data["x"][:6]
+    want = local.predict("serving_default", {"pixels": x})["probs"]
+    running = RunningContainer(engine.client, litert_image, 8501)
+    try:
+        wait_healthy(running.url, running.exited)
+        status, body = _http(f"{running.url}/v1/models/digits")
+        assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
+        status, body = _http(f"{running.url}/v1/models/digits:predict", json.dumps({"instances": x.tolist()}).encode())
+        assert status == 200 and np.allclose(body["predictions"], want, rtol=1e-5, atol=1e-6)
+        status, body = _http(f"{running.url}/v1/models/digits:predict", b"{oops")
+        assert status == 400 and "malformed JSON" in body["error"]
+        code, output = running.container.exec_run(config_healthcheck(engine, litert_image))
+        assert code == 0, output
+        code, output = running.container.exec_run(["id", "-u"])
+        assert output.decode().strip() == "10001"
+    finally:
+        exit_code = running.stop()
+    assert exit_code in (0, 143)  # SIGTERM handled: graceful shutdown
+
+
+def config_healthcheck(engine: DockerEngine, tag: str) -> list[str]:
+    test = engine.client.images.get(tag).attrs["Config"]["Healthcheck"]["Test"]
+    assert test[0] == "CMD"
+    return list(test[1:])
+
+
+def test_guard_refuses_a_cpu_without_the_target_features(engine: DockerEngine, litert_image: str) -> None:
+    code, output = engine.run(litert_image, env={"TFSMITH_TARGET": "imaginary", "TFSMITH_FEATURES": "avx2,nosuchfeature"},
+                              timeout=60)
+    assert code == 3
+    assert "nosuchfeature" in output and "Traceback" not in output
+
+
+def test_tfserving_layout_image(engine: DockerEngine, base_image: str, artifact_dir: Path, tmp_path: Path) -> None:
+    plan, image = package_model(
+        artifact_dir,
+        PackageOptions(runtime="tfserving", base_image=base_image, tag=TFSERVING_TAG, max_batch=8,
+                       batch_timeout_us=2000),
+        model_name="digits", smoke=False, keep_context=tmp_path / "context", say=print, engine=engine,
+    )
+    assert image is not None and plan.base_image == base_image
+    script = (
+        "import json, os, sys; sys.path.insert(0, '/opt/tfsmith'); import warmup\n"
+        "tree = sorted(os.path.relpath(os.path.join(d, f), '/models') for d, _, fs in os.walk('/models') for f in fs)\n"
+        "records = warmup.read_warmup(open('/models/digits/1/assets.extra/tf_serving_warmup_requests', 'rb').read())\n"
+        "print(json.dumps({'tree': tree, 'env': [os.environ.get('MODEL_NAME'), os.environ.get('MODEL_BASE_PATH')],"
+        " 'batching': open('/models/batching_parameters.txt').read(),"
+        " 'warmup': [[r.model_name, r.signature_name, r.version, {k: [t.dtype, list(t.shape)] for k, t in r.inputs.items()}]"
+        " for r in records]}))\n"
+    )
+    code, output = engine.run(TFSERVING_TAG, ["-c", script], entrypoint=["python3"], timeout=60)
+    assert code == 0, output
+    found = json.loads(output.strip().splitlines()[-1])
+    assert "digits/1/saved_model.pb" in found["tree"]
+    assert any(path.startswith("digits/1/variables/") for path in found["tree"])
+    assert found["env"] == ["digits", "/models"]
+    assert "max_batch_size { value: 8 }" in found["batching"]
+    assert "batch_timeout_micros { value: 2000 }" in found["batching"]
+    assert len(found["warmup"]) == 10
+    assert found["warmup"][0] == ["digits", "serving_default", 1, {"pixels": [1, [1, 8, 8, 1]]}]
+    config = engine.client.images.get(TFSERVING_TAG).attrs["Config"]
+    assert "--batching_parameters_file=/models/batching_parameters.txt" in config["Cmd"]
+    assert "--prefer_tflite_model=true" not in config["Cmd"]  # a SavedModel is there
+    build = (tmp_path / "context" / "tfsmith" / "tfserving-build" / "Dockerfile").read_text()
+    assert 'TF_SERVING_BUILD_OPTIONS="--config=release' in build
+    assert "tensorflow_serving/model_servers:tensorflow_model_server" in build
+
+
+def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_image: str, artifact_dir: Path,
+                                                  tmp_path: Path) -> None:
+    """TensorFlow's own TFRecord reader (CRC-checked) and TensorProto parser accept what we wrote."""
+    pytest.importorskip("tensorflow")
+    from builder.serve.tfserving import render_tfserving_context, batching_for
+    from builder.serve.artifacts import resolve_artifact
+    from builder.serve.package import plan_package
+
+    artifact = resolve_artifact(artifact_dir, "digits")
+    plan = plan_package(artifact, PackageOptions(runtime="tfserving", base_image=base_image))
+    context = render_tfserving_context(plan, artifact, tmp_path / "ctx", batching_for(PackageOptions()))
+    warm = context / "models" / "digits" / "1" / "assets.extra" / "tf_serving_warmup_requests"
+    check = (
+        "import os, sys, numpy as np; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+        "import tensorflow as tf\nfrom tensorflow.core.framework import tensor_pb2\n"
+        "from builder.serve.warmup import decode_message, decode_prediction_log\n"
+        "records = list(tf.data.TFRecordDataset(sys.argv[1]).as_numpy_iterator())\n"
+        "x = np.load(sys.argv[2])['x'][:len(records)]\n"
+        "for i, rec in enumerate(records):\n"
+        "    log = decode_message(rec); req = decode_message(decode_message(log[6][0])[1][0])\n"
+        "    entry = decode_message(req[2][0]); tensor = tensor_pb2.TensorProto.FromString(entry[2][0])\n"
+        "    assert np.array_equal(tf.make_ndarray(tensor), x[i:i+1]), i\n"
+        "print('ok', len(records))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check, str(warm), str(artifact_dir / "samples.npz")],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok 10")
