@@ -104,6 +104,7 @@ class DockerEngine(Engine):
         self._cli_choice = cli
         self._cli: str | None = None
         self._client: Any = None
+        self._named_contexts: bool | None = None
         self.log_dir = log_dir or STATE_DIR / "logs"
 
     # --- connection -----------------------------------------------------------------------------------
@@ -151,7 +152,9 @@ class DockerEngine(Engine):
 
     def supports_named_contexts(self) -> bool:
         """Whether `--build-context` exists (buildx/Docker 23+); Debian's 20.10 CLI lacks it."""
-        return "--build-context" in _build_help(self.cli)
+        if self._named_contexts is None:
+            self._named_contexts = "--build-context" in _build_help(self.cli)
+        return self._named_contexts
 
     # --- build ----------------------------------------------------------------------------------------
     def build(self, request: BuildRequest, log: LogSink | None = None) -> Image | None:
