@@ -59,12 +59,13 @@ def register(app: typer.Typer) -> None:
                                                 help="Quality gate: largest accuracy loss allowed for the chosen artifact."),
         explain: bool = typer.Option(False, "--explain", help="Print the plan and the reason for every choice, then stop."),
         threads: int = typer.Option(2, "--threads", min=1, help="Interpreter / intra-op threads for evaluation."),
+        latency_runs: int = typer.Option(300, "--latency-runs", min=10, help="Timed batch-1 calls per artifact (p50/p99)."),
     ) -> None:
         """Prune, quantize and export MODEL; evaluate every artifact; gate on accuracy."""
         from builder.optimize.pipeline import run_optimize_command
 
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
-                                    cuda_cc=cuda_cc)
+                                    cuda_cc=cuda_cc, latency_runs=latency_runs)
         if code:
             raise typer.Exit(code)

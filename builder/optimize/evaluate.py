@@ -28,8 +28,14 @@ class Measure:
     latency_runs: int = 300
     warmup: int = 20
     throughput_batch: int = 32
-    throughput_seconds: float = 0.5
+    throughput_seconds: float = 0.5  # at most this long, and at least 3 batches
     threads: int = 2
+
+    @classmethod
+    def for_runs(cls, runs: int, threads: int) -> "Measure":
+        """Timing effort scaled by the number of timed batch-1 calls (`--latency-runs`)."""
+        return cls(latency_runs=runs, warmup=min(20, max(2, runs // 10)), threads=threads,
+                   throughput_seconds=min(0.5, runs / 600))
 
 
 @dataclass
@@ -87,7 +93,7 @@ def _throughput(call: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, meas
     chunk = rows[:batch]
     call(chunk)
     done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < measure.throughput_seconds or done == 0:
+    while time.perf_counter() - start < measure.throughput_seconds or done < 3 * batch:
         call(chunk)
         done += batch
     return {"batch": batch, "samples_per_s": round(done / (time.perf_counter() - start), 1)}

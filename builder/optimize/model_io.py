@@ -123,12 +123,11 @@ def _shape(shape: Any) -> tuple[int | None, ...]:
 
 def _from_keras2(facts: ModelFacts, model: Any) -> LoadedModel:
     tf = tfenv.tensorflow()
+    if not _is_graph_model(model):
+        return _from_subclassed(facts, model)
     if len(model.inputs or []) != 1 or len(model.outputs or []) != 1:
         raise InputError(f"model {facts.path}: only models with one input and one output are supported "
                          f"(it has {len(model.inputs or [])} inputs, {len(model.outputs or [])} outputs)")
-    graph = _is_graph_model(model)
-    why = None if graph else ("a subclassed model: tfmot can prune and quantization-aware-train only "
-                              "Sequential/Functional models; post-training quantization only")
     in_t, out_t = model.inputs[0], model.outputs[0]
     name = model.input_names[0] if hasattr(model, "input_names") else in_t.name.split(":")[0]
 
@@ -139,12 +138,29 @@ def _from_keras2(facts: ModelFacts, model: Any) -> LoadedModel:
         facts=facts,
         input=TensorInfo(name, _shape(in_t.shape), in_t.dtype.name),
         output=TensorInfo("output_0", _shape(out_t.shape), out_t.dtype.name),
-        keras_model=model if graph else None,
+        keras_model=model,
         saved_model_dir=None,
-        trainable_why_not=why,
+        trainable_why_not=None,
         params=int(model.count_params()),
         _predict=predict,
     )
+
+
+def _from_subclassed(facts: ModelFacts, model: Any) -> LoadedModel:
+    """A subclassed Keras 2 model: exported through its save spec, then the post-training path."""
+    keep: list[Any] = []
+    staging = tempfile.TemporaryDirectory(prefix="tfsmith-subclassed-")
+    keep.append(staging)
+    exported = Path(staging.name) / "saved_model"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            model.export(str(exported))
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        raise InputError(f"model {facts.path}: a subclassed model that cannot be exported: {first}") from error
+    why = ("a subclassed model: tfmot prunes and quantization-aware-trains only Sequential/Functional models, "
+           "so pruning and QAT are refused; post-training quantization from its SavedModel")
+    return _from_saved_model(facts, exported, keep, why)
 
 
 def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: str) -> LoadedModel:

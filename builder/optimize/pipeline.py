@@ -142,8 +142,9 @@ class Options:
     out: Path
     max_accuracy_drop: float
     threads: int
-    measure: Any = None  # evaluate.Measure; None = defaults with `threads`
+    measure: Any = None  # evaluate.Measure; None = Measure.for_runs(latency_runs, threads)
     cuda_cc: str | None = None
+    latency_runs: int = 300
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
 
     tfenv.configure_threads(options.threads)
     tf = tfenv.tensorflow()
-    measure = options.measure or evaluate.Measure(threads=options.threads)
+    measure = options.measure or evaluate.Measure.for_runs(options.latency_runs, options.threads)
     with _stage(say, f"loading {options.model}"):
         loaded = load_model(options.model)
     raw_data = data_mod.load_data(options.data, len(loaded.input.shape))
@@ -331,7 +332,8 @@ def _litert_version() -> str:
 
 
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
-                         max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None) -> int:
+                         max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
+                         latency_runs: int = 300) -> int:
     """What `tfsmith optimize` does; returns the exit status (0, or GATE_FAILED)."""
     import sys
 
@@ -362,7 +364,8 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
 
     _require_extra()
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
-                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc)
+                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+                      latency_runs=latency_runs)
     from builder.optimize import tfenv
 
     with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():

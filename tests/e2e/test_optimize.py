@@ -1,0 +1,357 @@
+"""`tfsmith example` and `tfsmith optimize` as a user runs them, on a real (tiny) trained digits CNN.
+
+One example model is trained per session (a real `tfsmith example` subprocess); the happy path runs as a real
+subprocess too. The other runs call the console-script entry point (`builder.cli.main`) in this process, so
+TensorFlow is imported once: same parsing, same one-line errors and exit codes, a fraction of the time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+
+REPO = Path(__file__).resolve().parents[2]
+TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
+GATE_FAILED = 3
+
+
+def _cli() -> list[str]:
+    return [str(TFSMITH)] if TFSMITH.exists() else [sys.executable, "-m", "builder"]
+
+
+@pytest.fixture(scope="session")
+def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("example")
+    proc = subprocess.run([*_cli(), "example", "--out", str(out), "--epochs", "6"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "validation accuracy" in proc.stdout
+    model, data = out / "digits_cnn.keras", out / "digits.npz"
+    with zipfile.ZipFile(model) as archive:  # a Keras 2 (tf_keras) file: prunable
+        assert json.loads(archive.read("metadata.json"))["keras_version"].startswith("2.")
+    arrays = np.load(data)
+    assert set(arrays.files) == {"x_train", "y_train", "x_val", "y_val", "x_calib"}
+    return {"model": model, "data": data, "dir": out}
+
+
+@pytest.fixture()
+def tfsmith(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]):
+    """Run the console-script entry point in-process; returns (exit status, stdout, stderr)."""
+    from builder.cli import main
+
+    def run(*args: object) -> tuple[int, str, str]:
+        argv = [*map(str, args)]
+        if argv[0] == "optimize" and "--explain" not in argv:
+            argv += ["--latency-runs", "30"]  # correctness here; timings are the benchmark's job
+        monkeypatch.setattr(sys, "argv", ["tfsmith", *argv])
+        capfd.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        out, err = capfd.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def _no_leftovers(out: Path) -> None:
+    assert not out.exists(), f"{out} was created by a failed run"
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "staging dir left behind"
+
+
+def _write_recipe(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# --- the happy path, from a fresh process ---------------------------------------------------------------
+
+
+def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    out = tmp_path / "optimized"
+    proc = subprocess.run([*_cli(), "optimize", str(example["model"]), "--data", str(example["data"]),
+                           "--recipe", "auto", "--out", str(out), "--latency-runs", "50"], capture_output=True, text=True, timeout=400,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "report:" in proc.stdout
+    for name in ("saved_model/saved_model.pb", "model_fp32.tflite", "model_dynamic.tflite", "model_int8.tflite",
+                 "report.json", "report.md", "report.png", "samples.npz"):
+        assert (out / name).is_file(), name
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = _report(out)
+    kinds = {a["kind"]: a for a in report["artifacts"]}
+    assert {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_int8"} <= set(kinds)
+    assert report["chosen"] in {a["path"] for a in report["artifacts"]}
+    assert report["gate"]["passed"] is True
+    assert report["model"]["format"] == "keras2" and report["model"]["input"]["name"] == "image"
+    assert report["sparsity"]["achieved"] >= report["sparsity"]["target"] - 0.01
+    for artifact in report["artifacts"]:
+        assert artifact["size_bytes"] > artifact["gzip_bytes"] > 0
+        assert artifact["latency_us"]["p99"] >= artifact["latency_us"]["p50"] > 0
+        assert artifact["throughput"]["samples_per_s"] > 0 and artifact["threads"] == 2
+        assert 0.0 <= artifact["accuracy"] <= 1.0
+        assert (out / artifact["path"]).exists()
+    assert kinds["tflite_int8"]["input"]["dtype"] == "int8" and kinds["tflite_int8"]["input"]["quantization"][0] > 0
+    assert kinds["tflite_dynamic"]["size_bytes"] < kinds["tflite_fp32"]["size_bytes"] / 3
+    assert report["held_out_rows"] == len(np.load(example["data"])["x_val"])
+    assert report["data"]["calibration_from"] == "x_calib"
+    assert report["host"]["cpu_features"] and report["reasons"]
+    md = (out / "report.md").read_text()
+    assert report["chosen"] in md and "quality gate" in md.lower()
+
+    # The serving contract: the SavedModel's serving_default, called by keyword, reproduces the samples.
+    samples = np.load(out / "samples.npz")
+    assert samples["x"].shape[1:] == (8, 8, 1) and len(samples["x"]) == len(samples["expected"]) == len(samples["y"])
+    check = subprocess.run([sys.executable, "-c", (
+        "import os, sys, numpy as np; os.environ['TF_CPP_MIN_LOG_LEVEL']='3'; import tensorflow as tf\n"
+        f"s = np.load({str(out / 'samples.npz')!r}); m = tf.saved_model.load({str(out / 'saved_model')!r})\n"
+        "f = m.signatures['serving_default']; y = f(image=tf.constant(s['x']))['output_0'].numpy()\n"
+        "print(float(np.mean(y.argmax(1) == s['expected'].argmax(1))))")],
+        capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert float(check.stdout.strip().splitlines()[-1]) >= 0.9  # pruned model agrees with the float one
+
+
+# --- recipes ---------------------------------------------------------------------------------------------
+
+
+def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    recipe = _write_recipe(tmp_path / "p80.toml", (
+        'choose = "tflite_qat_int8"\n[pruning]\nsparsity = 0.8\nepochs = 1\n'
+        '[quantization]\nmodes = ["int8"]\nqat = true\nqat_epochs = 1\n[export]\ntflite_fp32 = false\n'))
+    out = tmp_path / "out"
+    code, stdout, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--recipe", recipe,
+                                   "--out", out, "--max-accuracy-drop", "0.2")
+    assert code == 0, stderr
+    report = _report(out)
+    assert report["sparsity"]["target"] == 0.8
+    assert report["sparsity"]["achieved"] == pytest.approx(0.8, abs=0.01)
+    assert {a["kind"] for a in report["artifacts"]} == {"saved_model", "tflite_int8", "tflite_qat_int8"}
+    assert report["chosen"] == "model_qat_int8.tflite"
+    qat = next(a for a in report["artifacts"] if a["kind"] == "tflite_qat_int8")
+    assert qat["input"]["dtype"] == "int8" and qat["accuracy"] > 0.8
+    saved = next(a for a in report["artifacts"] if a["kind"] == "saved_model")
+    # 80% zeros compress: the pruned SavedModel's variables gzip well below the float baseline's.
+    assert saved["variables_gzip_bytes"] < report["baseline"]["variables_gzip_bytes"] * 0.6
+    assert "sparsity: target 0.800" in stdout
+
+
+def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    recipe = _write_recipe(tmp_path / "s24.yaml", (
+        "pruning:\n  structured: '2:4'\n  epochs: 1\nquantization:\n  modes: [dynamic, float16]\n"))
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--recipe", recipe,
+                              "--out", out, "--max-accuracy-drop", "0.5")
+    assert code == 0, stderr
+    report = _report(out)
+    assert report["sparsity"]["structured"] == "2:4"
+    assert report["sparsity"]["layers"] and all(v == pytest.approx(0.5, abs=0.01)
+                                                for v in report["sparsity"]["layers"].values())
+    kinds = {a["kind"]: a for a in report["artifacts"]}
+    assert set(kinds) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
+    assert kinds["tflite_float16"]["size_bytes"] < kinds["tflite_fp32"]["size_bytes"] * 0.6
+    assert report["chosen"] == "model_dynamic.tflite"
+
+
+def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    import keras  # Keras 3, next to tf_keras in the same process (TF_USE_LEGACY_KERAS only changes tf.keras)
+
+    assert keras.__version__.startswith("3.")
+    k3 = tmp_path / "k3.keras"
+    model = keras.Sequential([keras.Input((8, 8, 1), name="image"), keras.layers.Flatten(),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.save(k3)
+    recipe = _write_recipe(tmp_path / "r.toml", '[pruning]\nsparsity = 0.5\n[quantization]\nmodes = ["int8"]\nqat = true\n')
+    code, stdout, _ = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--explain")
+    assert code == 0 and "tfmot works only with Keras 2" in stdout
+    out = tmp_path / "out"
+    code, stdout, stderr = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--out", out,
+                                   "--max-accuracy-drop", "0.5")
+    assert code == 0, stderr
+    report = _report(out)
+    assert report["model"]["format"] == "keras3" and report["model"]["keras_version"].startswith("3.")
+    assert report["sparsity"] is None and report["recipe"]["pruning"] is None
+    assert report["chosen"] == "model_int8.tflite"
+    assert any("tfmot" in note and "Keras 2" in note for note in report["notes"])
+    assert "pruning and QAT skipped" in stdout
+    assert (out / "saved_model" / "saved_model.pb").is_file() and (out / "model_int8.tflite").is_file()
+
+
+# --- the quality gate ------------------------------------------------------------------------------------
+
+
+def test_quality_gate_fails_but_keeps_artifacts_marked_rejected(example: dict[str, Path], tmp_path: Path,
+                                                                tfsmith) -> None:
+    # Calibration rows that are all zeros: int8 input ranges collapse and real inputs clip, so the int8
+    # artifact loses far more than the 1-point allowance (the mistake the gate exists to catch).
+    data = _bad_data(example, tmp_path / "zeros.npz", x_calib=np.zeros((20, 8, 8, 1), np.float32))
+    recipe = _write_recipe(tmp_path / "int8.toml", '[quantization]\nmodes = ["int8"]\n')
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", recipe,
+                              "--out", out, "--max-accuracy-drop", "0.01")
+    assert code == GATE_FAILED
+    assert stderr.strip().splitlines()[-1].startswith("tfsmith: error: quality gate failed: model_int8.tflite")
+    report = _report(out)
+    assert report["gate"]["passed"] is False and report["gate"]["chosen_drop"] > 0.01
+    for artifact in report["artifacts"]:
+        assert artifact["accepted"] is (artifact["accuracy_drop"] <= 0.01)
+        assert (out / artifact["path"]).exists()  # kept for inspection
+    chosen = next(a for a in report["artifacts"] if a["path"] == report["chosen"])
+    assert chosen["accepted"] is False and "drop" in chosen["reason"]
+    fp32 = next(a for a in report["artifacts"] if a["kind"] == "tflite_fp32")
+    assert fp32["accepted"] is True  # only what lost accuracy is rejected
+    assert "REJECTED" in (out / "report.md").read_text()
+
+
+# --- bad input: one line, non-zero, nothing in --out ----------------------------------------------------
+
+
+def _assert_one_line_error(code: int, stderr: str, fragment: str) -> None:
+    assert code == 2, stderr
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("tfsmith: error: ") and fragment in lines[-1], stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "garbage", "truncated", "zip-without-config"])
+def test_missing_or_corrupt_model(example: dict[str, Path], tmp_path: Path, tfsmith, kind: str) -> None:
+    model = tmp_path / "model.keras"
+    if kind == "garbage":
+        model.write_bytes(b"this is not a model at all\n" * 10)
+    elif kind == "truncated":
+        model.write_bytes(example["model"].read_bytes()[:5000])
+    elif kind == "zip-without-config":
+        with zipfile.ZipFile(model, "w") as archive:
+            archive.writestr("hello.txt", "hi")
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", model, "--data", example["data"], "--out", out)
+    fragment = {"missing": "no such file", "garbage": "not a .keras zip", "truncated": "corrupt .keras",
+                "zip-without-config": "not a Keras model"}[kind]
+    _assert_one_line_error(code, stderr, fragment)
+    _no_leftovers(out)
+
+
+def _bad_data(example: dict[str, Path], path: Path, **changes: np.ndarray) -> Path:
+    arrays = dict(np.load(example["data"]))
+    arrays.update(changes)
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("flat_x", "x_val has shape (359, 64), the model's input is (N, 8, 8, 1)"),
+        ("string_x", "x_val has dtype <U1, the model needs numbers"),
+        ("short_y", "y_val has 100 labels for 359 inputs"),
+        ("too_many_classes", "class ids 0..11 but the model has 10 outputs"),
+        ("onehot_wrong_width", "y_val has shape (359, 12)"),
+        ("empty_calib", "x_calib is empty"),
+        ("no_val", "x_val is missing"),
+    ],
+)
+def test_bad_data(example: dict[str, Path], tmp_path: Path, tfsmith, name: str, fragment: str) -> None:
+    base = dict(np.load(example["data"]))
+    n = len(base["x_val"])
+    assert n == 359
+    changes = {
+        "flat_x": {"x_val": base["x_val"].reshape(n, 64)},
+        "string_x": {"x_val": np.full((n, 8, 8, 1), "a")},
+        "short_y": {"y_val": base["y_val"][:100]},
+        "too_many_classes": {"y_val": np.where(base["y_val"] == 9, 11, base["y_val"])},
+        "onehot_wrong_width": {"y_val": np.eye(12)[base["y_val"]]},
+        "empty_calib": {"x_calib": np.zeros((0, 8, 8, 1), np.float32)},
+        "no_val": {},
+    }[name]
+    data = _bad_data(example, tmp_path / "bad.npz", **changes)
+    if name == "no_val":
+        np.savez(data, **{k: v for k, v in base.items() if k != "x_val"})
+    recipe = _write_recipe(tmp_path / "q.toml", '[quantization]\nmodes = ["int8"]\n')  # no training: fast
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", recipe, "--out", out)
+    _assert_one_line_error(code, stderr, fragment)
+    _no_leftovers(out)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[pruning]\nsparsity = 0.8\nfrequency = 100\n", "unknown key 'frequency'"),
+        ("[pruning]\nsparsity = 1.2\n", "pruning.sparsity: 1.2 is outside"),
+        ("[quantization]\nmodes = [\"int3\"]\n", "unknown mode 'int3'"),
+    ],
+)
+def test_bad_recipe(example: dict[str, Path], tmp_path: Path, tfsmith, text: str, fragment: str) -> None:
+    recipe = _write_recipe(tmp_path / "bad.toml", text)
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--recipe", recipe,
+                              "--out", out)
+    _assert_one_line_error(code, stderr, fragment)
+    _no_leftovers(out)
+
+
+def test_failed_run_leaves_an_earlier_output_untouched(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text('{"earlier": true}')
+    data = _bad_data(example, tmp_path / "bad.npz", x_calib=np.zeros((0, 8, 8, 1), np.float32))
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", "auto", "--out", out)
+    _assert_one_line_error(code, stderr, "x_calib is empty")
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert json.loads((out / "report.json").read_text()) == {"earlier": True}
+
+
+def test_foreign_non_empty_out_is_refused(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--out", out)
+    _assert_one_line_error(code, stderr, "not empty")
+    assert (out / "thesis.tex").read_text() == "precious" and len(list(out.iterdir())) == 1
+
+
+def test_subclassed_model_refuses_pruning_and_keeps_post_training(example: dict[str, Path], tmp_path: Path,
+                                                                 tfsmith) -> None:
+    from builder.optimize import tfenv
+
+    keras = tfenv.keras()
+
+    class Net(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flat = keras.layers.Flatten()
+            self.dense = keras.layers.Dense(10, activation="softmax")
+
+        def call(self, x):  # type: ignore[no-untyped-def]
+            return self.dense(self.flat(x))
+
+    net = Net()
+    net(np.zeros((1, 8, 8, 1), np.float32))
+    model_dir = tmp_path / "subclassed"
+    net.save(str(model_dir), save_format="tf")
+    recipe = _write_recipe(tmp_path / "r.toml", '[pruning]\nsparsity = 0.5\n[quantization]\nmodes = ["int8"]\n')
+    out = tmp_path / "out"
+    code, stdout, stderr = tfsmith("optimize", model_dir, "--data", example["data"], "--recipe", recipe,
+                                   "--out", out, "--max-accuracy-drop", "0.5")
+    assert code == 0, stderr
+    report = _report(out)
+    assert report["sparsity"] is None and report["recipe"]["pruning"] is None
+    assert any("subclassed" in note and "Sequential/Functional" in note for note in report["notes"])
+    assert "subclassed" in stdout
+    assert {a["kind"] for a in report["artifacts"]} == {"saved_model", "tflite_fp32", "tflite_int8"}
