@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         model_version: Annotated[int, typer.Option(help="Version number served")] = 1,
         threads: Annotated[int, typer.Option(help="Intra-op threads per interpreter")] = 1,
         workers: Annotated[int, typer.Option(help="Interpreters, one per worker thread")] = 2,
+        processes: Annotated[int, typer.Option(help="Server processes sharing the port (throughput)")] = 1,
         runtime: Annotated[str, typer.Option(help="auto | litert | openvino (auto measures both)")] = "litert",
         max_batch: Annotated[int, typer.Option(help="Dynamic batching: max examples per batch (1 = off)")] = 1,
         batch_timeout_us: Annotated[int, typer.Option(help="Dynamic batching: max wait for a fuller batch")] = 0,
@@ -51,7 +52,11 @@ def register(app: typer.Typer) -> None:
             f"{config.runtime_reason}) on http://{host}:{port}/v1/models/{config.model_name}",
             err=True,
         )
-        run_server(config, host=host, port=port, log_level=log_level)
+        if processes < 1:
+            from builder.errors import InputError
+
+            raise InputError("--processes must be at least 1")
+        run_server(config, host=host, port=port, log_level=log_level, processes=processes)
 
     @app.command("package")
     def package(

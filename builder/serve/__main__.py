@@ -25,6 +25,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", default="litert", choices=["auto", "litert", "openvino"])
     p.add_argument("--workers", type=int, default=2, help="interpreters, one per worker thread")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per interpreter")
+    p.add_argument("--processes", type=int, default=1, help="server processes on the same port (throughput)")
     p.add_argument("--max-batch", type=int, default=1, help="dynamic batching: max examples per batch (1 = off)")
     p.add_argument("--batch-timeout-us", type=int, default=0)
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"tfsmith-serve: error: {error}\n")
         return 2
     logging.getLogger("tfsmith.serve").info("runtime %s (%s)", config.runtime, config.runtime_reason)
-    run_server(config, host=args.host, port=args.port, log_level=args.log_level)
+    run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
     return 0
 
 

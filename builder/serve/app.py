@@ -231,13 +231,50 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     return app
 
 
-def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info") -> None:
-    """Serve until interrupted (uvicorn, one process; concurrency from the interpreter pool's threads)."""
+def run_server(
+    config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info", processes: int = 1
+) -> None:
+    """Serve until interrupted. One process by default (concurrency from the interpreter pool's threads);
+    `processes` > 1 runs that many uvicorn worker processes on the same socket, each with its own pool,
+    for throughput beyond one core (Python's GIL caps one process at about one core of HTTP handling)."""
+    import os
+
     import uvicorn
 
-    app = create_app(config)
     log.info("serving %s v%s from %s on http://%s:%d", config.model_name, config.version, config.model_path, host, port)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    common = {"host": host, "port": port, "log_level": log_level, "access_log": False, "timeout_graceful_shutdown": 5}
+    if processes <= 1:
+        uvicorn.run(create_app(config), **common)
+        return
+    os.environ[CONFIG_ENV] = config_to_json(config)
+    uvicorn.run("builder.serve.app:app_from_env", factory=True, workers=processes, **common)
+
+
+CONFIG_ENV = "TFSMITH_SERVE_CONFIG"
+
+
+def config_to_json(config: ServerConfig) -> str:
+    """The config for worker processes (they start fresh and read it from the environment)."""
+    return json.dumps({
+        **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
+                                            "threads", "max_body_bytes", "max_request_batch")},
+        "model_path": str(config.model_path),
+        "batching": [config.batching.max_batch_size, config.batching.timeout_us],
+    })
+
+
+def config_from_json(text: str) -> ServerConfig:
+    data = json.loads(text)
+    data["model_path"] = Path(data["model_path"])
+    data["batching"] = BatchingConfig(*data["batching"])
+    return ServerConfig(**data)
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for worker processes."""
+    import os
+
+    return create_app(config_from_json(os.environ[CONFIG_ENV]))
 
 
 def configure(

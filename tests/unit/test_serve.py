@@ -304,3 +304,12 @@ def test_resolve_artifact(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         resolve_artifact(out / "model_int8.tflite", name="bad/name")
     assert model_name_for(Path("/x/My Model!.tflite")) == "My-Model"
+
+
+def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> None:
+    from builder.serve.app import ServerConfig, config_from_json, config_to_json
+
+    config = ServerConfig(model_path=tmp_path / "m.tflite", model_name="digits", version=3, runtime="openvino",
+                          runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
+                          max_body_bytes=4096)
+    assert config_from_json(config_to_json(config)) == config
