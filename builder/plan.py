@@ -392,8 +392,13 @@ class BuildPlan:
         spec_json = json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
         labels = {
             "org.opencontainers.image.title": "TensorFlow for " + self.target.tag_token,
+            # Honest provenance: a prebuilt wheel was compiled elsewhere (its flags are not ours to claim);
+            # the image is only guarded for the target.
             "org.opencontainers.image.description": (
-                f"TensorFlow {self.tf_version} (Python {self.python}) built by tfsmith for {self.target.name}"
+                f"TensorFlow {self.tf_version} (Python {self.python}) from prebuilt wheel {self.wheel_file},"
+                f" guarded for {self.target.name}"
+                if self.from_wheel
+                else f"TensorFlow {self.tf_version} (Python {self.python}) built by tfsmith for {self.target.name}"
             ),
             "org.opencontainers.image.version": self.tf_version,
             "org.opencontainers.image.licenses": "Apache-2.0",
