@@ -1,0 +1,132 @@
+"""The optimize room's floors, measured (never asserted in tests): `python -m builder.optimize.floors`.
+
+On the example digits CNN (`tfsmith example`):
+  1. the int8 artifact's accuracy is within 1 point of the float model's;
+  2. the 80%-pruned + int8 artifact is at least 8x smaller gzipped than the float SavedModel's variables;
+  3. the int8 TFLite p50 latency at batch 1 is at least 10x lower than the float SavedModel signature's.
+
+Two real `optimize` runs: post-training int8 alone (floor 1 without pruning in the way) and 80% pruning + int8
+(floors 1-3). Prints a table, writes floors.json (and both output folders) under --out, exits 1 when a floor
+is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from builder.optimize import tfenv
+
+
+def _recipe(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs: int = 15,
+                   say: Any = lambda text: None) -> dict[str, Any]:
+    from builder.optimize.example import write_example
+    from builder.optimize.pipeline import Options, run
+
+    tfenv.configure_threads(threads)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    files = write_example(out / "example", epochs=epochs)
+    ptq = _recipe(out / "int8.toml", '[quantization]\nmodes = ["int8"]\n')
+    pruned = _recipe(out / "prune80_int8.toml",
+                     'choose = "tflite_int8"\n[pruning]\nsparsity = 0.8\nschedule = "polynomial"\nepochs = 4\n'
+                     '[quantization]\nmodes = ["dynamic", "int8"]\n')
+    runs = {}
+    for name, recipe in (("int8", ptq), ("prune80_int8", pruned)):
+        t0 = time.perf_counter()
+        outcome = run(Options(model=files.model, data=str(files.data), recipe_spec=str(recipe), target=None,
+                              out=out / name, max_accuracy_drop=0.01, threads=threads, latency_runs=latency_runs),
+                      say=say)
+        runs[name] = {"report": outcome.report, "seconds": round(time.perf_counter() - t0, 1)}
+
+    def artifact(run_name: str, kind: str) -> dict[str, Any]:
+        return next(a for a in runs[run_name]["report"]["artifacts"] if a["kind"] == kind)
+
+    base = runs["int8"]["report"]["baseline"]
+    ptq_int8, pr_int8 = artifact("int8", "tflite_int8"), artifact("prune80_int8", "tflite_int8")
+    floors = [
+        {"floor": "int8 accuracy within 1 point of float (post-training int8)",
+         "measured": f"{ptq_int8['accuracy']:.4f} vs float {base['accuracy']:.4f} "
+                     f"(drop {base['accuracy'] - ptq_int8['accuracy']:+.4f})",
+         "passed": base["accuracy"] - ptq_int8["accuracy"] <= 0.01 + 1e-9},
+        {"floor": "int8 accuracy within 1 point of float (80% pruned + int8)",
+         "measured": f"{pr_int8['accuracy']:.4f} vs float {base['accuracy']:.4f} "
+                     f"(drop {base['accuracy'] - pr_int8['accuracy']:+.4f})",
+         "passed": base["accuracy"] - pr_int8["accuracy"] <= 0.01 + 1e-9},
+        {"floor": "80% pruned + int8 >= 8x smaller gzipped than float SavedModel variables",
+         "measured": f"{pr_int8['gzip_bytes']} B vs {base['variables_gzip_bytes']} B "
+                     f"({base['variables_gzip_bytes'] / pr_int8['gzip_bytes']:.1f}x)",
+         "passed": pr_int8["gzip_bytes"] * 8 <= base["variables_gzip_bytes"]},
+        {"floor": "int8 TFLite p50 >= 10x lower than the SavedModel signature's (batch 1)",
+         "measured": f"{ptq_int8['latency_us']['p50']:.1f} us vs {base['latency_us']['p50']:.1f} us "
+                     f"({base['latency_us']['p50'] / ptq_int8['latency_us']['p50']:.1f}x)",
+         "passed": ptq_int8["latency_us"]["p50"] * 10 <= base["latency_us"]["p50"]},
+    ]
+    result = {
+        "floors": floors,
+        "passed": all(f["passed"] for f in floors),
+        "example_val_accuracy": files.val_accuracy,
+        "threads": threads,
+        "latency_runs": latency_runs,
+        "seconds": round(time.perf_counter() - start, 1),
+        "runs": {name: {"seconds": r["seconds"], "chosen": r["report"]["chosen"],
+                        "sparsity": r["report"]["sparsity"], "baseline": r["report"]["baseline"],
+                        "artifacts": r["report"]["artifacts"]} for name, r in runs.items()},
+        "cpu_features": runs["int8"]["report"]["target"]["features"],
+    }
+    try:
+        import resource
+
+        result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    except ImportError:
+        pass
+    (out / "floors.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m builder.optimize.floors", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-results/optimize"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--latency-runs", type=int, default=1000)
+    args = parser.parse_args(argv)
+    import os
+
+    progress = os.fdopen(os.dup(2), "w", buffering=1)  # the real stderr, while native banners are silenced
+
+    def say(text: str) -> None:
+        if text.startswith("ok"):
+            progress.write(f"{text}\n")
+
+    with tfenv.quiet_native_stderr():
+        result = measure_floors(args.out, threads=args.threads, latency_runs=args.latency_runs, say=say)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"optimize floors (threads={args.threads}, {result['seconds']} s, "
+                        f"peak RSS {result.get('peak_rss_mib', '?')} MiB)")
+    table.add_column("floor")
+    table.add_column("measured")
+    table.add_column("result")
+    for floor in result["floors"]:
+        table.add_row(floor["floor"], floor["measured"], "PASS" if floor["passed"] else "FAIL")
+    Console(width=160).print(table)
+    for name, r in result["runs"].items():
+        rows = ", ".join(f"{a['kind']} {a['gzip_bytes'] / 1024:.0f}KiB/{a['latency_us']['p50']:.0f}us/"
+                         f"{a['accuracy']:.4f}" for a in r["artifacts"])
+        print(f"{name}: baseline {r['baseline']['accuracy']:.4f} {r['baseline']['latency_us']['p50']:.0f}us; {rows}")
+    print(f"json: {args.out / 'floors.json'}")
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
