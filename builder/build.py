@@ -97,6 +97,12 @@ def source_hosts(plan: Any) -> list[str]:
     return sorted({h for h in hosts if h})
 
 
+class SourceUnreachable(InputError):
+    """A from-source build cannot fetch TensorFlow or its toolchain; exit 4 so scripts can tell it apart."""
+
+    exit_code = 4
+
+
 def reachable(host: str, port: int = 443, timeout: float = 5.0) -> str | None:
     """None when a TCP connection to host:port opens, else the reason (DNS or connect failure)."""
     try:
@@ -184,13 +190,13 @@ class Builder:
             if reason is None:
                 continue
             if plan.source.get("kind") == "git":
-                raise InputError(
+                raise SourceUnreachable(
                     f"cannot reach {host} ({reason}) to fetch the TensorFlow source and toolchain: pass "
                     "--tf-source DIR (a local TensorFlow checkout) where only the git remote is blocked, or build "
                     "the runtime image from a prebuilt wheel with --wheel PATH (e.g. `pip download "
                     "tensorflow-cpu --no-deps`)"
                 )
-            raise InputError(
+            raise SourceUnreachable(
                 f"cannot reach {host} ({reason}) to fetch the toolchain (clang, bazel) that compiles your "
                 "--tf-source checkout; build the runtime image from a prebuilt wheel with --wheel PATH instead"
             )

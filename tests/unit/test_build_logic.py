@@ -11,7 +11,7 @@ from pathlib import Path
 import archspec
 import pytest
 
-from builder.build import Builder, estimate_hours, push_ref, wheel_facts
+from builder.build import Builder, SourceUnreachable, estimate_hours, push_ref, wheel_facts
 from builder.config import load_config
 from builder.engine.base import BuildFailed
 from builder.engine.fake import FakeEngine
@@ -93,9 +93,11 @@ def test_push_of_an_up_to_date_image_still_pushes(tmp_path: Path, wheel: Path) -
 def test_unreachable_source_fails_fast_naming_tf_source_and_wheel(tmp_path: Path) -> None:
     engine = FakeEngine()
     builder = _builder(tmp_path, engine, [], probe=lambda host: "Name or service not known", target="x86-64-v3")
-    with pytest.raises(InputError, match=r"cannot reach github\.com.*--tf-source.*--wheel"):
+    with pytest.raises(InputError, match=r"cannot reach github\.com.*--tf-source.*--wheel") as raised:
         builder.run()
     assert engine.builds == []
+    # A distinct exit code lets `make build` fall back to a prebuilt wheel for this reason only.
+    assert isinstance(raised.value, SourceUnreachable) and raised.value.exit_code == 4
 
 
 def test_from_source_build_says_how_long_it_takes_here(tmp_path: Path) -> None:
