@@ -95,7 +95,16 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
             listed = ", ".join(c.name for c in candidates) or "none"
             raise InputError(f"{path}: cannot tell which .tflite to serve (found: {listed}); pass the file itself")
         model = candidates[0]
-    return Artifact(model, check_model_name(name or model_name_for(path)), report, _samples(path, report))
+    return Artifact(model, check_model_name(name or _name_from_report(report) or model_name_for(path)), report,
+                    _samples(path, report))
+
+
+def _name_from_report(report: dict[str, Any] | None) -> str | None:
+    """The trained model's name (`digits_cnn` for `.../digits_cnn.keras`) rather than the output folder's."""
+    source = str(((report or {}).get("model") or {}).get("source") or "")
+    if not source:
+        return None
+    return model_name_for(Path(source.rstrip("/")).with_suffix("") if "." in Path(source).name else Path(source))
 
 
 def _read_report(path: Path) -> dict[str, Any]:
