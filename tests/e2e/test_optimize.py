@@ -355,3 +355,42 @@ def test_subclassed_model_refuses_pruning_and_keeps_post_training(example: dict[
     assert any("subclassed" in note and "Sequential/Functional" in note for note in report["notes"])
     assert "subclassed" in stdout
     assert {a["kind"] for a in report["artifacts"]} == {"saved_model", "tflite_fp32", "tflite_int8"}
+
+
+def test_data_from_a_python_function_returning_datasets(example: dict[str, Path], tmp_path: Path, tfsmith,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mydata.py").write_text(
+        "import numpy as np, tensorflow as tf\n"
+        f"PATH = {str(example['data'])!r}\n"
+        "def load():\n"
+        "    d = np.load(PATH)\n"
+        "    return {'train': tf.data.Dataset.from_tensor_slices((d['x_train'], d['y_train'])).batch(32),\n"
+        "            'val': tf.data.Dataset.from_tensor_slices((d['x_val'], d['y_val'])),\n"
+        "            'calib': tf.data.Dataset.from_tensor_slices(d['x_calib'][:50]).batch(8)}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recipe = _write_recipe(tmp_path / "q.toml", '[quantization]\nmodes = ["int8"]\n')
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", "mydata:load", "--recipe", recipe,
+                              "--out", out, "--max-accuracy-drop", "0.05")
+    assert code == 0, stderr
+    report = _report(out)
+    assert report["held_out_rows"] == 359  # unbatched val read row by row
+    assert report["data"] == {"source": "mydata:load", "train_rows": 1238, "calibration_rows": 50,
+                              "calibration_from": "x_calib", "labels": True}
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", "mydata:nothing", "--recipe", recipe,
+                              "--out", tmp_path / "out2")
+    _assert_one_line_error(code, stderr, "cannot import 'nothing' from 'mydata'")
+
+
+def test_keras2_h5_model_is_prunable_format(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    from builder.optimize import tfenv
+
+    model = tfenv.keras().models.load_model(str(example["model"]))
+    h5 = tmp_path / "digits.h5"
+    model.save(str(h5))
+    code, stdout, _ = tfsmith("optimize", h5, "--data", example["data"], "--explain")
+    assert code == 0 and "pruning:" in stdout and "tfmot works only with Keras 2" not in stdout
+    broken = tmp_path / "broken.h5"
+    broken.write_bytes(h5.read_bytes()[:2048])
+    code, _, stderr = tfsmith("optimize", broken, "--data", example["data"], "--out", tmp_path / "o")
+    _assert_one_line_error(code, stderr, "corrupt HDF5")
