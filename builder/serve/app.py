@@ -241,10 +241,12 @@ def run_server(
 
     import uvicorn
 
-    log.info("serving %s v%s from %s on http://%s:%d", config.model_name, config.version, config.model_path, host, port)
     common = {"host": host, "port": port, "log_level": log_level, "access_log": False, "timeout_graceful_shutdown": 5}
     if processes <= 1:
-        uvicorn.run(create_app(config), **common)
+        app = create_app(config)
+        log.info("serving %s v%s from %s on http://%s:%d", config.model_name, config.version, config.model_path,
+                 host, port)
+        uvicorn.run(app, **common)
         return
     os.environ[CONFIG_ENV] = config_to_json(config)
     uvicorn.run("builder.serve.app:app_from_env", factory=True, workers=processes, **common)

@@ -7,6 +7,7 @@ complete, so nothing half-written is left behind.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 from builder.errors import InputError
 from builder.serve.artifacts import resolve_artifact
 from builder.serve.package import (
+    PACKAGE_RUNTIMES,
     PackageOptions,
     ServePlan,
     base_python_version,
@@ -56,6 +58,12 @@ def package_model(
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
     from builder.serve.backends import choose_runtime
 
+    if options.runtime not in PACKAGE_RUNTIMES:
+        raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(PACKAGE_RUNTIMES)}")
+    if options.server_runtime not in ("litert", "openvino", "auto"):
+        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose litert, openvino or auto")
+    if min(options.workers, options.threads, options.max_batch) < 1 or options.batch_timeout_us < 0:
+        raise InputError("--workers, --threads and --max-batch must be at least 1, --batch-timeout-us not negative")
     artifact = resolve_artifact(artifact_path, model_name)
     target = resolve_target(options.target)
     engine = engine or default_engine()
@@ -63,8 +71,6 @@ def package_model(
         from builder.serve.tfserving import package_tfserving
 
         return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
-    if options.server_runtime not in ("litert", "openvino", "auto"):
-        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose litert, openvino or auto")
     choice = choose_runtime(options.server_runtime, artifact.model_path, options.threads)
     say(f"server runtime: {choice.runtime} ({choice.reason})")
     base = options.base_image or "tfsmith/python:bookworm"
@@ -83,7 +89,7 @@ def package_model(
     with tempfile.TemporaryDirectory(prefix="tfsmith-serve-") as tmp:
         context = render_context(plan, artifact, Path(tmp) / "context", wheels)
         if keep_context is not None:
-            _publish(context, keep_context, exclude=("wheels",))
+            _publish(context, keep_context)
             say(f"build context written to {keep_context}")
         say(f"building {plan.tag} from {plan.base_image} (Python {python}, target {plan.target_name})")
         image = build_image(engine, plan, context, log=lambda _line: None)
@@ -96,13 +102,21 @@ def package_model(
     return plan, image
 
 
+def _link_or_copy(source: str, dest: str) -> None:
+    """Hard-link where possible (the wheels are tens of MB), copy across file systems."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
 def _publish(source: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
     """Copy a finished folder into place via a sibling temp folder (never half-written)."""
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     shutil.rmtree(staging)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude))
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude), copy_function=_link_or_copy)
     if dest.exists():
         shutil.rmtree(dest)
     staging.rename(dest)

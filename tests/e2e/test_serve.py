@@ -390,3 +390,22 @@ def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path
         assert done.returncode == 0, f"{dockerfile}: {done.stdout}{done.stderr}"
     assert (contexts[0] / "app" / "guard.py").is_file() and (contexts[0] / "model" / "model.tflite").is_file()
     assert (contexts[1] / "models" / "digits" / "1" / "saved_model.pb").is_file()  # the SavedModel next to it
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["/nonexistent/out"], "no such file"),
+        (["{models}/image.tflite", "--runtime", "torchserve"], "unknown --runtime"),
+        (["{models}/image.tflite", "--server-runtime", "onnx"], "unknown --server-runtime"),
+        (["{models}/image.tflite", "--max-batch", "0"], "at least 1"),
+        (["{models}/image.tflite", "--target", "no-such-cpu-target"], ""),
+    ],
+)
+def test_bad_package_input_is_one_line_and_exit_2(models: Path, args: list[str], needle: str) -> None:
+    argv = [a.replace("{models}", str(models)) for a in args]
+    done = subprocess.run([str(TFSMITH), "package", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")]
+    assert len(errors) == 1 and needle in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
