@@ -190,3 +190,11 @@ def validate_data(data: Data, input_shape: tuple[int | None, ...], output_shape:
     if need_calib and x_calib is not None:
         x_calib = x_calib[:calib_samples]
     return replace(data, x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val, x_calib=x_calib)
+
+
+def shared_rows(a: np.ndarray | None, b: np.ndarray | None) -> int:
+    """How many rows of `a` also appear, byte for byte, in `b` (calibration leaking into the held-out rows)."""
+    if a is None or b is None or len(a) == 0 or len(b) == 0:
+        return 0
+    seen = {row.tobytes() for row in np.ascontiguousarray(b, dtype=np.float32)}
+    return sum(row.tobytes() in seen for row in np.ascontiguousarray(a, dtype=np.float32))

@@ -197,6 +197,9 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     data = data_mod.validate_data(raw_data, loaded.input.shape, loaded.output.shape, need_train=need_train,
                                   need_calib=need_calib, calib_samples=recipe.quantization.calibration_samples)
     labels = data.y_val
+    leaked = data_mod.shared_rows(data.x_calib, data.x_val)
+    if leaked:
+        notes.append(f"{leaked} calibration rows also appear in x_val: int8 accuracy on those rows is not held-out")
     with _stage(say, "float reference outputs on the held-out rows"):
         reference = loaded.predict(data.x_val)
 
