@@ -33,32 +33,66 @@ engine: venv
 	@$(PY) -c "from builder.engine.local import ensure_engine, ensure_base_image; ensure_engine(say=print); ensure_base_image(say=print)"
 
 # --- the jobs ---------------------------------------------------------------------------------------
-# make build [TARGET=host] [WHEEL=path/to/tensorflow*.whl | WHEEL=pypi] [BUILD_FLAGS="--push REG ..."]
-# From source (the default) the TensorFlow wheel is compiled for this host: ~14k actions, many hours on few
-# cores (tfsmith prints its estimate first) and it needs GitHub; where GitHub is unreachable it stops at once.
-# WHEEL=... builds the runtime image from a prebuilt wheel in minutes (WHEEL=pypi: PyPI's stock CPU wheel).
+# make build [TARGET=host] [WHEEL=path/to/tensorflow*.whl | WHEEL=pypi] [SOURCE_FALLBACK=pypi|none]
+#            [MODEL=model.keras DATA=data.npz] [BUILD_FLAGS="--push REG ..."]
+# 1. detect this host; 2. the TensorFlow image for TARGET, compiled from source (~14k actions, many hours on
+# few cores: tfsmith prints its estimate first; needs GitHub); 3. optimize MODEL for TARGET (default: the
+# example digits CNN); 4. package it into a LiteRT serving image and smoke-test it.
+# Where the TensorFlow source cannot be fetched, `tfsmith build` stops at once (exit 4) naming --tf-source and
+# --wheel; make build then says so and, unless SOURCE_FALLBACK=none, builds the runtime image from PyPI's
+# stock wheel instead (labelled as a prebuilt wheel, NOT compiled for this host) so the rest still runs.
 TARGET ?= host
 WHEEL ?=
+SOURCE_FALLBACK ?= pypi
 BASE_IMAGE ?= tfsmith/python:bookworm
 BASE_PYTHON ?= 3.11
 BUILD_FLAGS ?=
+BUILD_OUT ?= build/host
+MODEL ?=
+DATA ?=
+WHEEL_DIR := .tfsmith/wheels
+define pypi_wheel
+	echo "==> downloading PyPI's stock tensorflow-cpu 2.21 wheel for Python $(BASE_PYTHON) (the base image's)"; \
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(BASE_PYTHON) \
+	  --platform manylinux_2_27_$$(uname -m) --dest $(WHEEL_DIR) "tensorflow-cpu==2.21.*"; \
+	wheel=$$(ls -t $(WHEEL_DIR)/tensorflow_cpu-2.21.*.whl | head -n1)
+endef
+
 build: engine
+	@echo "==> 1/4 this host"
 	@$(TFSMITH) detect
-	@set -e; wheel="$(WHEEL)"; \
-	if [ "$$wheel" = pypi ]; then \
-	  echo "==> WHEEL=pypi: downloading PyPI's tensorflow-cpu 2.21 wheel for Python $(BASE_PYTHON) (the base image's)"; \
-	  $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(BASE_PYTHON) \
-	    --platform manylinux_2_27_$$(uname -m) --dest .tfsmith/wheels "tensorflow-cpu==2.21.*"; \
-	  wheel=$$(ls -t .tfsmith/wheels/tensorflow_cpu-2.21.*.whl | head -n1); \
+	@set -e; wheel="$(WHEEL)"; source_note="compiled from source for $(TARGET)"; \
+	if [ "$$wheel" = pypi ]; then $(pypi_wheel); source_note="PyPI stock wheel (WHEEL=pypi)"; fi; \
+	echo; \
+	if [ -z "$$wheel" ]; then \
+	  echo "==> 2/4 TensorFlow from source for $(TARGET) (Python $(BASE_PYTHON), runtime base $(BASE_IMAGE))"; \
+	  set +e; $(TFSMITH) build --target $(TARGET) --base-image $(BASE_IMAGE) --python $(BASE_PYTHON) $(BUILD_FLAGS); rc=$$?; set -e; \
+	  if [ $$rc -eq 4 ] && [ "$(SOURCE_FALLBACK)" = pypi ]; then \
+	    echo "==> the TensorFlow source cannot be fetched from here (above). Falling back to PyPI's stock wheel:"; \
+	    echo "    the image runs everywhere the stock wheel does but is NOT compiled for $(TARGET)."; \
+	    echo "    For a host-optimized build: make build BUILD_FLAGS='--tf-source DIR', or SOURCE_FALLBACK=none to stop here."; \
+	    $(pypi_wheel); source_note="PyPI stock wheel (fallback: TensorFlow source unreachable)"; \
+	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; \
 	fi; \
 	if [ -n "$$wheel" ]; then \
-	  echo "==> building the $(TARGET) runtime image from $$wheel"; \
+	  echo "==> 2/4 the $(TARGET) runtime image from $$wheel"; \
 	  $(TFSMITH) build --target $(TARGET) --base-image $(BASE_IMAGE) --wheel "$$wheel" $(BUILD_FLAGS); \
-	else \
-	  echo "==> building TensorFlow from source for $(TARGET) (Python $(BASE_PYTHON), runtime base $(BASE_IMAGE))"; \
-	  $(TFSMITH) build --target $(TARGET) --base-image $(BASE_IMAGE) --python $(BASE_PYTHON) $(BUILD_FLAGS) \
-	  || { echo "make: no from-source build here; the runnable path is: make build WHEEL=pypi (or WHEEL=path/to.whl)" >&2; exit 2; }; \
-	fi
+	fi; \
+	mkdir -p .tfsmith; echo "$$source_note" > .tfsmith/tf-image.source
+	@set -e; model="$(MODEL)"; data="$(DATA)"; \
+	if [ -z "$$model" ]; then \
+	  echo; echo "==> 3/4 no MODEL given: training the example model (digits CNN, scikit-learn's bundled data)"; \
+	  $(TFSMITH) example --out $(BUILD_OUT)/example; \
+	  model=$(BUILD_OUT)/example/digits_cnn.keras; data=$(BUILD_OUT)/example/digits.npz; \
+	else echo; echo "==> 3/4 optimizing $$model"; fi; \
+	rm -rf $(BUILD_OUT)/optimized; \
+	$(TFSMITH) optimize "$$model" --data "$$data" --recipe auto --target $(TARGET) --out $(BUILD_OUT)/optimized
+	@echo; echo "==> 4/4 packaging the chosen artifact into a LiteRT serving image, smoke-tested with real requests"
+	@$(TFSMITH) package $(BUILD_OUT)/optimized --runtime litert --target $(TARGET) --base-image $(BASE_IMAGE) --smoke
+	@echo; echo "make build done:"; \
+	echo "  TensorFlow image  $$(cat .tfsmith/tf-image.source)  (docker images tfsmith/tensorflow)"; \
+	echo "  optimized model   $(BUILD_OUT)/optimized (report.md, report.json, plot)"; \
+	echo "  serving image     docker images 'tfsmith/serve-*'"
 
 test: engine
 	@set +e; $(PY) -m pytest tests; rc=$$?; \
@@ -77,8 +111,8 @@ BENCH_THREADS ?= 2
 bench: venv
 	@$(TFSMITH) example --out $(BENCH_OUT)/example
 	@$(TFSMITH) bench $(BENCH_OUT)/example/digits_cnn.keras --data $(BENCH_OUT)/example/digits.npz \
-		--threads $(BENCH_THREADS) --budget-s 60 --out $(BENCH_OUT)/digits_cnn
-	@$(TFSMITH) bench mobilenet_v2 --threads $(BENCH_THREADS) --budget-s 120 --out $(BENCH_OUT)/mobilenet_v2
+		--threads $(BENCH_THREADS) --budget-s 45 --out $(BENCH_OUT)/digits_cnn
+	@$(TFSMITH) bench mobilenet_v2 --threads $(BENCH_THREADS) --budget-s 90 --out $(BENCH_OUT)/mobilenet_v2
 
 # The five-minute tour, each step short and saying where its artifacts are (all under $(DEMO_OUT)/).
 DEMO_OUT ?= build/demo

@@ -16,7 +16,7 @@ from typing import Any
 from builder.bench.results import ROLE_TFSMITH, BenchRun, RuntimeResult
 
 COLUMNS = ("runtime", "role", "p50 ms", "p90 ms", "p99 ms", "CI ±%", "n", "batch/s", "size", "gzip",
-           "quality", "RSS MB", "vs SavedModel", "vs fastest peer", "note")
+           "quality", "RSS Δ MB", "vs SavedModel", "vs fastest peer", "note")
 #: The terminal shows the columns a decision needs; bench.md and bench.json keep them all.
 TERMINAL_COLUMNS = ("runtime", "p50 ms", "p90 ms", "CI ±%", "batch/s", "gzip", "quality", "vs SavedModel",
                     "vs fastest peer", "note")
@@ -41,6 +41,14 @@ def _ratio(r: float | None) -> str:
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.3f}x"
 
 
+def _rss(mb: float | None) -> str:
+    """RSS growth while loading, in one shared process: a negative delta means memory was handed back
+    (garbage collection of an earlier runtime), not that this runtime uses none — shown as `≤0`."""
+    if mb is None:
+        return "-"
+    return f"{mb:.0f}" if mb > 0 else "≤0"
+
+
 def _quality(r: RuntimeResult, trained: bool) -> str:
     if r.accuracy is not None:
         return f"acc {r.accuracy:.3f}"
@@ -63,7 +71,7 @@ def row(r: RuntimeResult, trained: bool) -> list[str]:
     throughput = f"{r.throughput:,.0f}" if r.throughput else "-"
     return [r.name, r.role, _ms(r.p50), _ms(lat.p90 if lat else None), _ms(lat.p99 if lat else None), ci,
             str(lat.n if lat else 0), throughput, _size(r.size_bytes), _size(r.gzip_bytes), _quality(r, trained),
-            f"{r.rss_delta_mb:.0f}" if r.rss_delta_mb is not None else "-", _ratio(r.ratio_vs_baseline),
+            _rss(r.rss_delta_mb), _ratio(r.ratio_vs_baseline),
             _ratio(r.ratio_vs_fastest_peer), ", ".join(notes)]
 
 

@@ -6,6 +6,7 @@ inside the command body (through builder.bench) so `tfsmith detect` stays fast.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -83,7 +84,10 @@ def register(app: typer.Typer) -> None:
         configure_tf_threads(threads)
         workdir = out / "artifacts"
         with console.status("preparing the model") as status:
+            started = time.perf_counter()
             bench_model = resolve(model, data, workdir, say=lambda m: status.update(m))
+            bench_model.notes.append(f"artifacts prepared (export, conversions) in {time.perf_counter() - started:.0f} s "
+                                     f"into {workdir}")
             run = run_bench(bench_model, names, Settings(threads=threads, batch=batch_size, budget_s=budget_s),
                             workdir, say=lambda m: status.update(m), profile_dir=profile)
         terminal = Console()
