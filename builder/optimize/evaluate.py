@@ -189,11 +189,11 @@ def evaluate_tflite(path: Path, kind: str, rel: str, x: np.ndarray, labels: np.n
 class SignatureRunner:
     """A SavedModel's serving_default, called with its keyword argument (positional is 7x slower)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, signature: str = "serving_default") -> None:
         tf = tfenv.tensorflow()
         self.tf = tf
         self.loaded = tf.saved_model.load(str(directory))
-        self.fn = self.loaded.signatures["serving_default"]
+        self.fn = self.loaded.signatures[signature]
         inputs = self.fn.structured_input_signature[1]
         self.in_name, self.in_spec = next(iter(inputs.items()))
         self.out_name, self.out_spec = next(iter(self.fn.structured_outputs.items()))
@@ -218,7 +218,13 @@ def evaluate_saved_model(directory: Path, kind: str, rel: str, x: np.ndarray, la
     raw, packed = file_sizes(directory)
     var_raw, var_gzip = file_sizes(directory / "variables") if (directory / "variables").is_dir() else (0, 0)
     in_spec, out_spec = runner.specs()
+    extra: dict[str, Any] = {"variables_bytes": var_raw, "variables_gzip_bytes": var_gzip,
+                             "signatures": sorted(runner.loaded.signatures)}
+    if "serving_xla" in runner.loaded.signatures:  # measured, so "XLA pays here" is a number, not a belief
+        xla = SignatureRunner(directory, "serving_xla")
+        extra["xla_latency_us"] = _time_calls(xla, x, measure)
+        # agreement with this SavedModel's own serving_default (not with the unpruned float model)
+        extra["xla_agreement"] = _scores(_batched(xla, x, measure.throughput_batch), outputs, None)[1]
     return Metrics(kind=kind, path=rel, runtime="tf.saved_model serving_default (keyword call)",
                    size_bytes=raw, gzip_bytes=packed, accuracy=accuracy, agreement=agreement, latency_us=latency,
-                   throughput=throughput, threads=measure.threads, input=in_spec, output=out_spec,
-                   extra={"variables_bytes": var_raw, "variables_gzip_bytes": var_gzip})
+                   throughput=throughput, threads=measure.threads, input=in_spec, output=out_spec, extra=extra)

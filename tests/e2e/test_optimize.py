@@ -154,7 +154,8 @@ def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path
 
 def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
     recipe = _write_recipe(tmp_path / "s24.yaml", (
-        "pruning:\n  structured: '2:4'\n  epochs: 1\nquantization:\n  modes: [dynamic, float16]\n"))
+        "pruning:\n  structured: '2:4'\n  epochs: 1\nquantization:\n  modes: [dynamic, float16]\n"
+        "export:\n  xla: true\n"))
     out = tmp_path / "out"
     code, _, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--recipe", recipe,
                               "--out", out, "--max-accuracy-drop", "0.5")
@@ -167,6 +168,9 @@ def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_p
     assert set(kinds) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
     assert kinds["tflite_float16"]["size_bytes"] < kinds["tflite_fp32"]["size_bytes"] * 0.6
     assert report["chosen"] == "model_dynamic.tflite"
+    saved = kinds["saved_model"]
+    assert saved["signatures"] == ["serving_default", "serving_xla"]
+    assert saved["xla_latency_us"]["p50"] > 0 and saved["xla_agreement"] == 1.0
 
 
 def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
