@@ -73,13 +73,22 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     cs = [e[score_key] for e in entries]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     points = ax.scatter(xs, ys, c=cs, cmap="viridis", s=70, edgecolors="black")
-    for e, x, y in zip(entries, xs, ys):
-        label = e["kind"] if e["path"] != "baseline" else "baseline"
+    for e, x, y, c in zip(entries, xs, ys, cs):
+        label = (e["kind"] if e["path"] != "baseline" else "baseline (float)") + f" {c:.3f}"
         if not e.get("accepted", True):
-            label += " (rejected)"
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+            label += " REJECTED"
+        rightmost = x == max(xs)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(-6 if rightmost else 6, 6), fontsize=8,
+                    ha="right" if rightmost else "left")
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    ax.margins(x=0.35, y=0.2)
     ax.set_xlabel("gzipped size (KiB)")
     ax.set_ylabel("p50 latency at batch 1 (us)")
     ax.set_title(f"tfsmith optimize: {Path(report['model']['source']).name}")
