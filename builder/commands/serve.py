@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         max_batch: Annotated[int, typer.Option(help="Dynamic batching: max examples per batch (1 = off)")] = 1,
         batch_timeout_us: Annotated[int, typer.Option(help="Dynamic batching: max wait for a fuller batch")] = 0,
         max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413")] = 16 * 1024 * 1024,
+        dispatch: Annotated[str, typer.Option(help="auto | inline (on the event loop) | threads (worker pool)")] = "auto",
         log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     ) -> None:
         """Serve a .tflite model with TensorFlow Serving's REST API (LiteRT, XNNPACK on)."""
@@ -46,6 +47,7 @@ def register(app: typer.Typer) -> None:
             max_batch=max_batch,
             batch_timeout_us=batch_timeout_us,
             max_body_bytes=max_body_bytes,
+            dispatch=dispatch,
         )
         typer.echo(
             f"serving {config.model_name} v{config.version} ({config.model_path.name}, runtime {config.runtime}: "

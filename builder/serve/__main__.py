@@ -29,6 +29,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=1, help="dynamic batching: max examples per batch (1 = off)")
     p.add_argument("--batch-timeout-us", type=int, default=0)
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--dispatch", default="auto", choices=["auto", "inline", "threads"],
+                   help="run the model on the event loop (inline) or on worker threads; auto decides by its speed")
     p.add_argument("--log-level", default="info")
     return p
 
@@ -49,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_batch=args.max_batch,
             batch_timeout_us=args.batch_timeout_us,
             max_body_bytes=args.max_body_bytes,
+            dispatch=args.dispatch,
         )
     except TfsmithError as error:
         sys.stderr.write(f"tfsmith-serve: error: {error}\n")

@@ -55,6 +55,7 @@ class ServerConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_request_batch: int = 4096
+    dispatch: str = "auto"  # auto (inline for models faster than a thread hop) | inline | threads
 
 
 class JSONBody(Response):
@@ -141,7 +142,8 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
     batchable = all(s.inputs and s.inputs[0].batched for s in pool.signatures.values())
     model_p50_us = _measure_pool(pool)
-    batcher = DynamicBatcher(pool, config.batching, executor, batchable, run_inline(model_p50_us, config.batching))
+    inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
+    batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
     signatures = pool.signatures
     app = FastAPI(
         title="tfsmith model server",
@@ -259,7 +261,7 @@ def config_to_json(config: ServerConfig) -> str:
     """The config for worker processes (they start fresh and read it from the environment)."""
     return json.dumps({
         **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
-                                            "threads", "max_body_bytes", "max_request_batch")},
+                                            "threads", "max_body_bytes", "max_request_batch", "dispatch")},
         "model_path": str(config.model_path),
         "batching": [config.batching.max_batch_size, config.batching.timeout_us],
     })
@@ -290,6 +292,7 @@ def configure(
     max_batch: int = 1,
     batch_timeout_us: int = 0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    dispatch: str = "auto",
 ) -> ServerConfig:
     """A validated ServerConfig from user-facing options; `auto` runtime is measured here (and says why)."""
     from builder.errors import InputError
@@ -300,6 +303,8 @@ def configure(
         raise InputError("--workers and --threads must be at least 1")
     if version < 0:
         raise InputError("--model-version must be a non-negative integer")
+    if dispatch not in ("auto", "inline", "threads"):
+        raise InputError(f"unknown --dispatch {dispatch!r}; choose auto, inline or threads")
     if max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
     try:
@@ -318,4 +323,5 @@ def configure(
         threads=threads,
         batching=batching,
         max_body_bytes=max_body_bytes,
+        dispatch=dispatch,
     )

@@ -221,6 +221,21 @@ def test_other_routes_and_methods_answer_json_errors(server: Server) -> None:
 
 
 def test_many_parallel_clients_all_get_their_own_answer(server: Server, local: LiteRTBackend) -> None:
+    assert HTTP.get(f"{server.url}/healthz").json()["inline"]  # the tiny model runs on the event loop
+    _parallel(server, local)
+
+
+def test_parallel_clients_on_worker_threads(models: Path, local: LiteRTBackend) -> None:
+    """The same with every call on the interpreter pool's threads (what models slower than a thread hop get)."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads", "--workers", "3")
+    try:
+        assert not HTTP.get(f"{running.url}/healthz").json()["inline"]
+        _parallel(running, local)
+    finally:
+        assert running.stop() in STOPPED
+
+
+def _parallel(server: Server, local: LiteRTBackend) -> None:
     x = inputs(96, seed=5)
     want = expected(local, x)
 

@@ -311,5 +311,5 @@ def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> Non
 
     config = ServerConfig(model_path=tmp_path / "m.tflite", model_name="digits", version=3, runtime="openvino",
                           runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
-                          max_body_bytes=4096)
+                          max_body_bytes=4096, dispatch="threads")
     assert config_from_json(config_to_json(config)) == config
