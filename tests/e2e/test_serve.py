@@ -55,6 +55,7 @@ a = k.layers.Input((2,), name="a"); b = k.layers.Input((3,), name="b")
 total = k.layers.Dense(1, name="total")(k.layers.Concatenate()([a, b]))
 doubled = k.layers.Lambda(lambda t: t * 2.0, name="doubled")(b)
 save(k.Model([a, b], [total, doubled]), "pair.tflite")
+save(k.Sequential([k.layers.Input((4,), batch_size=1, name="v"), k.layers.Dense(2, name="out")]), "fixed.tflite")
 x = np.random.default_rng(1).random((24, 8, 8, 1), dtype=np.float32)
 np.savez(os.path.join(out, "samples.npz"), x=x, expected=image.predict(x, verbose=0))
 tf.saved_model.save(image, os.path.join(out, "saved_model"))
@@ -331,6 +332,21 @@ def test_two_inputs_two_outputs_named_forms(models: Path) -> None:
         assert plain.status_code == 400 and "several inputs" in plain.json()["error"]
     finally:
         running.stop()
+
+
+def test_fixed_batch_model_answers_any_batch_row_by_row(models: Path) -> None:
+    local = LiteRTBackend(models / "fixed.tflite")
+    sig = next(iter(local.signatures.values()))
+    assert sig.inputs[0].shape == (1, 4)
+    x = np.random.default_rng(3).random((5, 4), dtype=np.float32)
+    want = np.concatenate([local.predict(sig.name, {"v": x[i : i + 1]})["out"] for i in range(5)])
+    running = Server(str(models / "fixed.tflite"), "--model-name", "fixed", "--max-batch", "8")
+    try:
+        answer = HTTP.post(f"{running.url}/v1/models/fixed:predict", json={"instances": x.tolist()})
+        assert answer.status_code == 200
+        assert np.allclose(answer.json()["predictions"], want, rtol=1e-5, atol=1e-6)
+    finally:
+        assert running.stop() in STOPPED
 
 
 def test_dynamic_batching_keeps_every_answer_right(models: Path) -> None:
