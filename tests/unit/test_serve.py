@@ -313,3 +313,55 @@ def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> Non
                           runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
                           max_body_bytes=4096, dispatch="threads")
     assert config_from_json(config_to_json(config)) == config
+
+
+# --- the package workflow on the fake engine ------------------------------------------------------------
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.tflite"
+
+
+def test_tfserving_package_refuses_before_building(tmp_path: Path) -> None:
+    from builder.engine.base import Image
+    from builder.engine.fake import FakeEngine
+    from builder.serve.workflow import package_model
+
+    engine = FakeEngine()
+    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1")
+    with pytest.raises(InputError, match="not on this engine"):
+        package_model(TINY, options, smoke=False, engine=engine, say=lambda _: None)
+    engine.images["sha256:base"] = Image("sha256:base", ("stand-in:1",))
+    engine.run_results["stand-in:1"] = (1, "")  # `command -v tensorflow_model_server` fails: no server inside
+    with pytest.raises(InputError, match="no tensorflow_model_server"):
+        package_model(TINY, options, smoke=True, engine=engine, say=lambda _: None)
+    assert engine.builds == []
+
+
+def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
+    from builder.engine.base import Image
+    from builder.engine.fake import FakeEngine
+    from builder.serve.workflow import package_model
+
+    engine = FakeEngine(images={"sha256:base": Image("sha256:base", ("stand-in:1",))})
+    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1", max_batch=4)
+    plan, image = package_model(TINY, options, model_name="tiny", smoke=False, keep_context=tmp_path / "ctx",
+                                engine=engine, say=lambda _: None)
+    assert [b.tags for b in engine.builds] == [("t:1",)] and "t:1" in image.tags
+    ctx = tmp_path / "ctx"
+    assert (ctx / "models" / "tiny" / "1" / "model.tflite").read_bytes() == TINY.read_bytes()
+    records = warmup.read_warmup((ctx / "models" / "tiny" / "1" / "assets.extra" / "tf_serving_warmup_requests").read_bytes())
+    assert len(records) == 10 and set(records[0].inputs) == {"input_1"}
+    assert records[0].inputs["input_1"].shape == (1, 8, 8, 1)
+    assert "max_batch_size { value: 4 }" in (ctx / "models" / "batching_parameters.txt").read_text()
+    dockerfile = (ctx / "Dockerfile").read_text()
+    assert "FROM stand-in:1" in dockerfile and "--prefer_tflite_model=true" in dockerfile
+    assert plan.labels["io.tfsmith.runtime"] == "tfserving"
+
+
+def test_litert_backend_reads_the_recorded_model() -> None:
+    from builder.serve.backends import LiteRTBackend, sample_inputs
+
+    backend = LiteRTBackend(TINY)
+    sig = backend.signatures["serving_default"]
+    assert sig.inputs[0] == TensorSpec("input_1", "float32", (-1, 8, 8, 1))
+    out = backend.predict("serving_default", sample_inputs(sig, batch=3))
+    assert out["dense"].shape == (3, 10) and np.allclose(out["dense"].sum(axis=1), 1.0, atol=1e-5)
