@@ -80,16 +80,28 @@ def register(app: typer.Typer) -> None:
         from builder.bench.models import resolve
         from builder.bench.runtimes import configure_tf_threads
 
-        console = Console(stderr=True)
-        configure_tf_threads(threads)
+        from builder.bench.quiet import native_output_to
+
         workdir = out / "artifacts"
-        with console.status("preparing the model") as status:
-            started = time.perf_counter()
-            bench_model = resolve(model, data, workdir, say=lambda m: status.update(m))
-            bench_model.notes.append(f"artifacts prepared (export, conversions) in {time.perf_counter() - started:.0f} s "
-                                     f"into {workdir}")
-            run = run_bench(bench_model, names, Settings(threads=threads, batch=batch_size, budget_s=budget_s),
-                            workdir, say=lambda m: status.update(m), profile_dir=profile)
+        log = out / "bench.log"
+        try:
+            with native_output_to(log) as progress:
+                console = Console(file=progress)
+                with console.status("preparing the model") as status:
+                    configure_tf_threads(threads)
+                    started = time.perf_counter()
+                    bench_model = resolve(model, data, workdir, say=lambda m: status.update(m))
+                    bench_model.notes.append(f"artifacts prepared (export, conversions) in "
+                                             f"{time.perf_counter() - started:.0f} s into {workdir}")
+                    bench_model.notes.append(f"native library output (TensorFlow, converters, NNCF): {log}")
+                    run = run_bench(bench_model, names,
+                                    Settings(threads=threads, batch=batch_size, budget_s=budget_s),
+                                    workdir, say=lambda m: status.update(m), profile_dir=profile)
+        except InputError:
+            raise
+        except Exception:
+            typer.echo(f"tfsmith bench failed; library output is in {log}", err=True)
+            raise
         terminal = Console()
         report.print_table(run, terminal if terminal.is_terminal else Console(width=170))
         paths = report.write(run, out)
