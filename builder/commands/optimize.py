@@ -61,7 +61,9 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(2, "--threads", min=1, help="Interpreter / intra-op threads for evaluation."),
         latency_runs: int = typer.Option(300, "--latency-runs", min=10, help="Timed batch-1 calls per artifact (p50/p99)."),
     ) -> None:
-        """Prune, quantize and export MODEL; evaluate every artifact; gate on accuracy."""
+        """Prune, quantize and export MODEL; evaluate every artifact; gate on accuracy (exit 3 when it fails)."""
+        if not explain:
+            _require_optimize_extra()
         from builder.optimize.pipeline import run_optimize_command
 
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,

@@ -200,7 +200,6 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
 def load_model(path: Path) -> LoadedModel:
     """Load MODEL (see module doc). Bad or unreadable files raise one-line InputErrors."""
     facts = sniff_model(path)
-    tf = tfenv.tensorflow()
     keras = tfenv.keras()
     if facts.format == "keras2":
         try:
@@ -235,6 +234,5 @@ def load_model(path: Path) -> LoadedModel:
             raise
         except Exception:  # fall through to the post-training path
             pass
-    del tf
     why = "a serving-only SavedModel (no Keras model inside): pruning and QAT need a Keras 2 model"
     return _from_saved_model(facts, facts.path, keep, why)

@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.errors import InputError
 from builder.optimize import recipe as recipes
 from builder.optimize.recipe import Recipe
 
@@ -222,7 +221,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
             with _stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} "
                              "fine-tuning epochs"):
                 model, sparsity = prune.prune_model(model, recipe.pruning, data.x_train, data.y_train,
-                                                    prune.loss_for(loaded.keras_model))
+                                                    prune.loss_for(loaded.keras_model, data.x_train))
         saved_model = staging / FILE_NAMES["saved_model"]
         with _stage(say, "exporting the serving SavedModel"):
             if model is not None:
@@ -243,7 +242,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
         if recipe.quantization.qat and model is not None:
             with _stage(say, f"quantization-aware training{' (pruning-preserving)' if sparsity else ''}"):
                 qat_model = quantize.quantization_aware_train(
-                    model, data.x_train, data.y_train, prune.loss_for(loaded.keras_model),
+                    model, data.x_train, data.y_train, prune.loss_for(loaded.keras_model, data.x_train),
                     recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32,
                     pruned=sparsity is not None)
                 path = staging / FILE_NAMES["tflite_qat_int8"]
@@ -363,9 +362,6 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
         for line in explain_lines(chosen, reasons, facts, note):
             print(line)
         return 0
-    from builder.errors import TfsmithError
-
-    _require_extra()
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
                       max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
                       latency_runs=latency_runs)
@@ -400,15 +396,4 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
                          f"accuracy (max {gate['max_accuracy_drop']:.4f}); artifacts kept in {outcome.out}, "
                          "marked rejected\n")
         return GATE_FAILED
-    del TfsmithError
     return 0
-
-
-def _require_extra() -> None:
-    import importlib.util
-
-    missing = [m for m in ("tensorflow", "tf_keras", "tensorflow_model_optimization", "ai_edge_litert")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        raise InputError(f"the optimize extra is not installed (missing {', '.join(missing)}): "
-                         "pip install 'tfsmith[optimize]'")

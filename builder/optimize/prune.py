@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.errors import TfsmithError
+from builder.errors import IncompatibleError, TfsmithError
 from builder.optimize import tfenv
 from builder.optimize.recipe import Pruning, Schedule, pruning_schedule
 
@@ -40,14 +40,21 @@ class SparsityResult:
         }
 
 
-def loss_for(model: Any) -> Any:
-    """The model's compiled loss, else sparse cross-entropy matching its last activation (probabilities or logits)."""
+def loss_for(model: Any, sample: np.ndarray) -> Any:
+    """Sparse cross-entropy (labels are class ids after DATA checks), on probabilities or on logits.
+
+    Decided from what the model outputs on a few training rows rather than from its compiled loss, which may
+    expect one-hot labels or be missing (models saved without compile).
+    """
     keras = tfenv.keras()
-    if getattr(model, "loss", None):
-        return model.loss
-    activation = getattr(model.layers[-1], "activation", None)
-    probabilities = getattr(activation, "__name__", "") == "softmax"
+    outputs = np.asarray(model(sample[:16], training=False))
+    probabilities = bool(np.all(outputs >= 0) and np.all(outputs <= 1)
+                         and np.allclose(outputs.sum(axis=-1), 1.0, atol=1e-3))
     return keras.losses.SparseCategoricalCrossentropy(from_logits=not probabilities)
+
+
+def _one_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def compile_for_finetune(model: Any, loss: Any, learning_rate: float = 5e-4) -> None:
@@ -69,31 +76,43 @@ def kernel_sparsity(model: Any) -> dict[str, float]:
 def prune_model(model: Any, pruning: Pruning, x_train: np.ndarray, y_train: np.ndarray, loss: Any,
                 verbose: int = 0) -> tuple[Any, SparsityResult]:
     """Prune a Sequential/Functional tf_keras model to `pruning`'s target and fine-tune; returns the stripped model."""
-    tf = tfenv.tensorflow()
     keras = tfenv.keras()
     import tensorflow_model_optimization as tfmot
 
     sparsity = tfmot.sparsity.keras
     steps_per_epoch = math.ceil(len(x_train) / pruning.batch_size)
-    schedule: Schedule | None = None
     clone = keras.models.clone_model(model)
     clone.set_weights(model.get_weights())
+    try:
+        wrapped = _wrap(sparsity, clone, pruning, steps_per_epoch)
+        compile_for_finetune(wrapped, loss)
+        wrapped.fit(x_train, y_train, batch_size=pruning.batch_size, epochs=pruning.epochs, shuffle=True,
+                    callbacks=[sparsity.UpdatePruningStep()], verbose=verbose)
+        stripped = sparsity.strip_pruning(wrapped)
+    except Exception as error:  # unsupported layers, shapes tfmot cannot handle: the user's model, not a bug
+        raise IncompatibleError(f"pruning failed: {_one_line(error)}; drop [pruning] from the recipe") from error
+    schedule = None if pruning.structured else pruning_schedule(steps_per_epoch, pruning.epochs)
+    return _verify(stripped, wrapped, pruning, schedule, loss)
+
+
+def _wrap(sparsity: Any, clone: Any, pruning: Pruning, steps_per_epoch: int) -> Any:
+    """The model wrapped for pruning, with a schedule whose last mask update lands on its end step."""
     if pruning.structured:
-        wrapped = sparsity.prune_low_magnitude(clone, sparsity_m_by_n=pruning.structured)
+        return sparsity.prune_low_magnitude(clone, sparsity_m_by_n=pruning.structured)
+    schedule = pruning_schedule(steps_per_epoch, pruning.epochs)
+    if pruning.schedule == "constant" or schedule.end_step == schedule.begin_step:
+        tf_schedule = sparsity.ConstantSparsity(pruning.sparsity, begin_step=0, end_step=schedule.end_step,
+                                                frequency=schedule.frequency)
     else:
-        schedule = pruning_schedule(steps_per_epoch, pruning.epochs)
-        if pruning.schedule == "constant" or schedule.end_step == schedule.begin_step:
-            tf_schedule = sparsity.ConstantSparsity(pruning.sparsity, begin_step=0, end_step=schedule.end_step,
-                                                    frequency=schedule.frequency)
-        else:
-            tf_schedule = sparsity.PolynomialDecay(
-                initial_sparsity=pruning.initial_sparsity, final_sparsity=pruning.sparsity,
-                begin_step=schedule.begin_step, end_step=schedule.end_step, frequency=schedule.frequency)
-        wrapped = sparsity.prune_low_magnitude(clone, pruning_schedule=tf_schedule)
-    compile_for_finetune(wrapped, loss)
-    wrapped.fit(x_train, y_train, batch_size=pruning.batch_size, epochs=pruning.epochs, shuffle=True,
-                callbacks=[sparsity.UpdatePruningStep()], verbose=verbose)
-    stripped = sparsity.strip_pruning(wrapped)
+        tf_schedule = sparsity.PolynomialDecay(
+            initial_sparsity=pruning.initial_sparsity, final_sparsity=pruning.sparsity,
+            begin_step=schedule.begin_step, end_step=schedule.end_step, frequency=schedule.frequency)
+    return sparsity.prune_low_magnitude(clone, pruning_schedule=tf_schedule)
+
+
+def _verify(stripped: Any, wrapped: Any, pruning: Pruning, schedule: Schedule | None,
+            loss: Any) -> tuple[Any, SparsityResult]:
+    """Measure the zeros tfmot left in the kernels it pruned; refuse a result short of the target."""
     compile_for_finetune(stripped, loss)
     wrapped_names = {layer.layer.name for layer in wrapped.layers if hasattr(layer, "pruning_vars")}
     layers = {name: value for name, value in kernel_sparsity(stripped).items() if name in wrapped_names}
@@ -109,6 +128,5 @@ def prune_model(model: Any, pruning: Pruning, x_train: np.ndarray, y_train: np.n
     achieved = sum(layers[name] * sizes[name] for name in layers) / total if total else 0.0
     if achieved + TOLERANCE < target:
         raise TfsmithError(f"pruning reached sparsity {achieved:.3f}, short of the target {target:.3f}")
-    del tf
     structured = f"{pruning.structured[0]}:{pruning.structured[1]}" if pruning.structured else None
     return stripped, SparsityResult(target, achieved, layers, schedule, structured)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.errors import TfsmithError
+from builder.errors import IncompatibleError, TfsmithError
 from builder.optimize import tfenv
 
 
@@ -65,14 +65,18 @@ def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarra
 
     from builder.optimize.prune import compile_for_finetune
 
-    if pruned:
-        annotated = tfmot.quantization.keras.quantize_annotate_model(model)
-        qat = tfmot.quantization.keras.quantize_apply(
-            annotated, tfmot.experimental.combine.Default8BitPrunePreserveQuantizeScheme())
-    else:
-        qat = tfmot.quantization.keras.quantize_model(model)
-    compile_for_finetune(qat, loss, learning_rate=1e-4)
-    qat.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
+    try:
+        if pruned:
+            annotated = tfmot.quantization.keras.quantize_annotate_model(model)
+            qat = tfmot.quantization.keras.quantize_apply(
+                annotated, tfmot.experimental.combine.Default8BitPrunePreserveQuantizeScheme())
+        else:
+            qat = tfmot.quantization.keras.quantize_model(model)
+        compile_for_finetune(qat, loss, learning_rate=1e-4)
+        qat.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
+    except Exception as error:  # e.g. a layer tfmot has no quantize config for
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise IncompatibleError(f"quantization-aware training failed: {first}; set qat = false") from error
     return qat
 
 

@@ -45,12 +45,12 @@ def quiet_native_stderr() -> Iterator[None]:
 def tensorflow() -> ModuleType:
     """The tensorflow module, imported with Keras 2 as tf.keras."""
     setup()
+    import importlib
+
     if "tensorflow" not in sys.modules:
         with quiet_native_stderr():
-            import tensorflow as tf
-    import tensorflow as tf
-
-    return tf
+            importlib.import_module("tensorflow")
+    return importlib.import_module("tensorflow")
 
 
 def keras() -> ModuleType:

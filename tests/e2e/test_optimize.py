@@ -8,7 +8,6 @@ TensorFlow is imported once: same parsing, same one-line errors and exit codes, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
