@@ -92,6 +92,13 @@ class ImageRuns:
         return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
+    @property
+    def spread(self) -> float:
+        """Relative spread between this image's run medians ((max-min)/min): the noise floor of a ratio."""
+        values = [run["latency"]["p50"] for run in self.runs]
+        return (max(values) - min(values)) / min(values) if len(values) > 1 and min(values) > 0 else 0.0
+
+
 @dataclass
 class ImageComparison:
     first: ImageRuns
@@ -116,8 +123,12 @@ class ImageComparison:
                              f"(TF {tf_version}, {len(item.runs)} alternating runs, {self.threads} threads)")
         if self.ratio is not None:
             faster = self.second.image if self.ratio < 1 else self.first.image
-            lines.append(f"ratio B/A = {self.ratio:.3f}: {faster} is {max(self.ratio, 1 / self.ratio):.2f}x faster "
-                         "here (differences under ~15% are within this host's run-to-run noise)")
+            gap = max(self.ratio, 1 / self.ratio) - 1
+            noise = max(self.first.spread, self.second.spread)
+            verdict = ("within the run-to-run spread of one image, so not a real difference"
+                       if gap <= noise else "larger than the run-to-run spread of either image")
+            lines.append(f"ratio B/A = {self.ratio:.3f}: {faster} is {gap + 1:.2f}x faster here; {verdict} "
+                         f"({noise:.0%} between runs of the same image)")
         return "\n".join(lines)
 
     def to_json(self) -> str:

@@ -167,7 +167,10 @@ def test_image_comparison_ratio_and_summary() -> None:
     b = images.ImageRuns("host", runs=[{"latency": {"p50": 1.5e-3}, "tensorflow": "2.21.0"}])
     comparison = images.ImageComparison(a, b, threads=2, batch=32)
     assert a.p50 == pytest.approx(3e-3) and comparison.ratio == pytest.approx(0.5)
-    assert "host is 2.00x faster" in comparison.summary()
+    assert a.spread == pytest.approx(1.0) and b.spread == 0.0
+    assert "host is 2.00x faster here; within the run-to-run spread" in comparison.summary()
+    steady = images.ImageRuns("stock", runs=[{"latency": {"p50": 2e-3}}, {"latency": {"p50": 2.1e-3}}])
+    assert "larger than the run-to-run spread" in images.ImageComparison(steady, b, threads=2, batch=32).summary()
     broken = images.ImageComparison(a, images.ImageRuns("bare", error="exit 1: no numpy"), threads=2, batch=32)
     assert broken.ratio is None and "bare: could not run the bench (exit 1: no numpy)" in broken.summary()
     assert json.loads(broken.to_json())["ratio_b_over_a"] is None
