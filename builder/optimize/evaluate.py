@@ -77,7 +77,7 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def _time_calls(call: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, measure: Measure) -> dict[str, float]:
-    for i in range(measure.warmup):
+    for i in range(max(measure.warmup, measure.latency_runs // 10)):
         call(rows[i % len(rows)][None, ...])
     samples = []
     for i in range(measure.latency_runs):

@@ -53,6 +53,9 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
 
     base = runs["int8"]["report"]["baseline"]
     ptq_int8, pr_int8 = artifact("int8", "tflite_int8"), artifact("prune80_int8", "tflite_int8")
+    # The int8 run's exported SavedModel is the same float model as the baseline, measured later (warmer):
+    # compare against the faster of the two so a slow first measurement cannot flatter the ratio.
+    signature_p50 = min(base["latency_us"]["p50"], artifact("int8", "saved_model")["latency_us"]["p50"])
     floors = [
         {"floor": "int8 accuracy within 1 point of float (post-training int8)",
          "measured": f"{ptq_int8['accuracy']:.4f} vs float {base['accuracy']:.4f} "
@@ -67,9 +70,9 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
                      f"({base['variables_gzip_bytes'] / pr_int8['gzip_bytes']:.1f}x)",
          "passed": pr_int8["gzip_bytes"] * 8 <= base["variables_gzip_bytes"]},
         {"floor": "int8 TFLite p50 >= 10x lower than the SavedModel signature's (batch 1)",
-         "measured": f"{ptq_int8['latency_us']['p50']:.1f} us vs {base['latency_us']['p50']:.1f} us "
-                     f"({base['latency_us']['p50'] / ptq_int8['latency_us']['p50']:.1f}x)",
-         "passed": ptq_int8["latency_us"]["p50"] * 10 <= base["latency_us"]["p50"]},
+         "measured": f"{ptq_int8['latency_us']['p50']:.1f} us vs {signature_p50:.1f} us "
+                     f"({signature_p50 / ptq_int8['latency_us']['p50']:.1f}x)",
+         "passed": ptq_int8["latency_us"]["p50"] * 10 <= signature_p50},
     ]
     result = {
         "floors": floors,
