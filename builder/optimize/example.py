@@ -80,6 +80,10 @@ def train_example(epochs: int = 15, seed: int = 0, width: int = 32, dense: int =
 def write_example(out: Path, epochs: int = 15, seed: int = 0) -> ExampleFiles:
     """Train and write MODEL + DATA into `out` atomically (both appear, or neither)."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        from builder.errors import InputError
+
+        raise InputError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     model, arrays, accuracy = train_example(epochs=epochs, seed=seed)
     staging = Path(tempfile.mkdtemp(prefix=".tfsmith-example-", dir=out))
