@@ -7,6 +7,7 @@ TensorFlow is imported once: same parsing, same one-line errors and exit codes, 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -17,6 +18,9 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.tf
+if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "tensorflow_model_optimization",
+                                                     "ai_edge_litert")):
+    pytest.skip("needs the optimize extra (tensorflow, tf_keras, tfmot, ai-edge-litert)", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
