@@ -29,23 +29,34 @@ The layout of `--out` (a contract for the serve and bench rooms; written atomica
 Only the .tflite files the recipe asks for are written. report.json (schema 1)::
 
     {"schema": 1, "tfsmith": "0.1.0", "created": ISO-8601,
-     "model": {"source": str, "format": "keras2"|"keras3"|"saved_model", "params": int,
-               "input": {"name", "shape", "dtype"}, "output": {"name", "shape", "dtype"}},
-     "recipe": {...}, "reasons": [str, ...], "notes": [str, ...],
-     "host": {"cpu_features": [...], "threads": int, "tensorflow": str},
-     "baseline": {<metrics of the unoptimized float model served as a SavedModel>},
-     "sparsity": {"target": float, "achieved": float} | null,
+     "model": {"source": str, "format": "keras2"|"keras3"|"saved_model", "keras_version": str|null,
+               "params": int, "input": {"name", "shape", "dtype"}, "output": {"name", "shape", "dtype"}},
+     "data": {"source", "train_rows", "calibration_rows", "calibration_from": "x_calib"|"x_train", "labels"},
+     "held_out_rows": int,
+     "recipe": {...Recipe as a dict...}, "reasons": [str, ...], "notes": [str, ...],
+     "target": {"name", "arch", "gpu_capabilities": [...], "features": [int8/half-relevant flags]},
+     "host": {"cpu_features": [all /proc/cpuinfo flags], "threads": int, "tensorflow": str, "litert": str},
+     "baseline": {<the unoptimized float model served as a SavedModel, same fields as an artifact>},
+     "sparsity": {"target", "achieved", "layers": {name: fraction}, "schedule": {...}|null,
+                  "structured": "2:4"|null} | null,
      "artifacts": [{"path": "model_int8.tflite" (relative to OUT), "kind": "tflite_int8",
                     "size_bytes": int, "gzip_bytes": int, "accuracy": float|null, "agreement": float,
-                    "latency_us": {"p50": float, "p99": float}, "throughput": {"batch": int,
-                    "samples_per_s": float}, "threads": int, "runtime": str,
-                    "input": {"name", "shape", "dtype", "quantization": [scale, zero_point]},
-                    "output": {...same...}, "accepted": bool, "reason": str}, ...],
-     "chosen": "model_int8.tflite", "samples": "samples.npz",
-     "gate": {"max_accuracy_drop": float, "chosen_drop": float, "passed": bool}}
+                    "accuracy_drop": float, "latency_us": {"p50", "p99", "runs"},
+                    "throughput": {"batch": int, "samples_per_s": float}, "threads": int, "runtime": str,
+                    "input": {"name", "shape", "dtype", "quantization": [scale, zero_point]},  # .tflite
+                    "output": {...same...}, "accepted": bool, "reason": str,
+                    # saved_model only: "variables_bytes", "variables_gzip_bytes", "signatures",
+                    # and with serving_xla: "xla_latency_us", "xla_agreement"
+                    }, ...],
+     "chosen": "model_int8.tflite" (or "saved_model" on GPU targets), "samples": "samples.npz",
+     "gate": {"metric": "accuracy"|"agreement", "max_accuracy_drop": float, "chosen_drop": float,
+              "passed": bool}}
 
-`accuracy` is on DATA's held-out split (`x_val`/`y_val`), never on calibration samples; `agreement` is the
-fraction of held-out inputs whose argmax matches the float model's. An artifact whose accuracy drop vs the
-baseline exceeds `--max-accuracy-drop` is kept but marked `"accepted": false`; when the chosen one is rejected
-the command exits non-zero.
-"""
+`accuracy` is on DATA's held-out split (`x_val`/`y_val`), never on calibration rows (x_calib, else x_train);
+`agreement` is the fraction of held-out inputs whose argmax matches the unoptimized float model's (the gate's
+metric when DATA has no labels). An artifact whose drop vs the baseline exceeds `--max-accuracy-drop` is kept
+but marked `"accepted": false`; when the chosen one is rejected the command exits 3 (bad input exits 2 with
+one line and leaves --out untouched).
+
+Latency: batch-1 calls, p50/p99, after warm-up, with `--threads` interpreter/op threads; int8 I/O
+(de)quantization happens outside the timed call. Throughput: rows/s at batch 32.

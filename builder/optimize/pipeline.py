@@ -300,7 +300,8 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
             "artifacts": [m.to_dict() for m in metrics],
             "chosen": chosen.path,
             "samples": SAMPLES_NAME,
-            "gate": {"max_accuracy_drop": options.max_accuracy_drop, "chosen_drop": chosen_drop,
+            "gate": {"metric": "accuracy" if labels is not None else "agreement",
+                     "max_accuracy_drop": options.max_accuracy_drop, "chosen_drop": chosen_drop,
                      "passed": chosen.accepted},
         }
         with _stage(say, "writing report.json, report.md, report.png"):
