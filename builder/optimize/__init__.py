@@ -60,3 +60,4 @@ one line and leaves --out untouched).
 
 Latency: batch-1 calls, p50/p99, after warm-up, with `--threads` interpreter/op threads; int8 I/O
 (de)quantization happens outside the timed call. Throughput: rows/s at batch 32.
+"""
