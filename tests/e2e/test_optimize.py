@@ -401,3 +401,28 @@ def test_keras2_h5_model_is_prunable_format(example: dict[str, Path], tmp_path: 
     broken.write_bytes(h5.read_bytes()[:2048])
     code, _, stderr = tfsmith("optimize", broken, "--data", example["data"], "--out", tmp_path / "o")
     _assert_one_line_error(code, stderr, "corrupt HDF5")
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (["--target", "sapphirerapids"], ["chosen: model_int8.tflite", "avx512_vnni", "model_float16.tflite"]),
+        (["--target", "x86-64-v3"], ["chosen: model_dynamic.tflite", "lacks int8 dot-product"]),
+        (["--target", "x86-64-v3", "--cuda-cc", "8.0"], ["chosen: saved_model", "GPUs: 8.0", "serving_xla"]),
+    ],
+)
+def test_explain_follows_the_named_target(example: dict[str, Path], tfsmith, target: list[str],
+                                          expected: list[str]) -> None:
+    code, stdout, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--explain", *target)
+    assert code == 0, stderr
+    for fragment in expected:
+        assert fragment in stdout
+    assert sum(line.startswith("why: ") for line in stdout.splitlines()) >= 6
+
+
+def test_unknown_target_is_one_line(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+    out = tmp_path / "out"
+    code, _, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--target", "pentium9",
+                              "--out", out)
+    _assert_one_line_error(code, stderr, "unknown target 'pentium9'")
+    _no_leftovers(out)
