@@ -279,7 +279,10 @@ class ONNXRuntimeAdapter(Adapter):
         import tf_keras
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        fp32 = self.workdir / "model_fp32.onnx"
+        import hashlib
+
+        digest = hashlib.sha256(self.artifact.read_bytes()).hexdigest()[:12]
+        fp32 = self.workdir / f"model_fp32_{digest}.onnx"  # shared by the fp32 and int8 adapters of one model
         if not fp32.exists():
             model = tf_keras.models.load_model(str(self.artifact), compile=False)
             spec = (tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name="input"),)
@@ -289,8 +292,8 @@ class ONNXRuntimeAdapter(Adapter):
             from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
             from onnxruntime.quantization.shape_inference import quant_pre_process
 
-            pre = self.workdir / "model_pre.onnx"
-            path = self.workdir / "model_int8.onnx"
+            pre = self.workdir / f"model_pre_{digest}.onnx"
+            path = self.workdir / f"model_int8_{digest}.onnx"
             quant_pre_process(str(fp32), str(pre))
             calib = self.calib
 
