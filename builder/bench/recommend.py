@@ -26,6 +26,22 @@ MIN_AGREEMENT = 0.97
 OPENVINO_MARGIN = 0.90
 
 
+#: How each tfsmith runtime serves the .tflite contract, said in the recommendation.
+HOW_SERVED = {
+    "litert": "LiteRT (XNNPACK) runs the .tflite",
+    "openvino-tflite-nncf": "OpenVINO reads the fp32 .tflite and quantizes it to int8 with NNCF at load, from "
+                            "calibration samples shipped beside it (e.g. optimize's samples.npz)",
+    "openvino-tflite": "OpenVINO reads the .tflite directly",
+}
+
+
+def how_served(name: str) -> str:
+    for prefix, how in HOW_SERVED.items():
+        if name.startswith(prefix):
+            return how
+    return ""
+
+
 def _reference_accuracy(results: Sequence[RuntimeResult]) -> float | None:
     """Accuracy of the float model: the SavedModel baseline, else the eager Keras model."""
     for name in ("savedmodel", "keras"):
@@ -95,7 +111,7 @@ def recommend(
     speedup = ratio(baseline.p50, chosen.p50) if baseline else None
     within_noise = bool(fastest_peer and overlaps(chosen.latency, fastest_peer.latency))  # type: ignore[arg-type]
     parts = [f"{chosen.name}: fastest .tflite runtime that keeps quality at batch 1 "
-             f"(p50 {chosen.p50 * 1e3:.3f} ms; {quality})"]  # type: ignore[operator]
+             f"(p50 {chosen.p50 * 1e3:.3f} ms; {quality}); {how_served(chosen.name)}"]  # type: ignore[operator]
     if speedup is not None:
         parts.append(f"{speedup:.1f}x faster than the SavedModel signature")
     if fastest_peer is not None and vs_peer is not None:

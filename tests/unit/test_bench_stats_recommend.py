@@ -174,3 +174,15 @@ def test_image_comparison_ratio_and_summary() -> None:
     broken = images.ImageComparison(a, images.ImageRuns("bare", error="exit 1: no numpy"), threads=2, batch=32)
     assert broken.ratio is None and "bare: could not run the bench (exit 1: no numpy)" in broken.summary()
     assert json.loads(broken.to_json())["ratio_b_over_a"] is None
+
+
+def test_the_reason_says_how_the_tflite_is_served() -> None:
+    from builder.bench.recommend import how_served
+
+    assert how_served("litert-int8").startswith("LiteRT")
+    assert "NNCF at load" in how_served("openvino-tflite-nncf")
+    assert how_served("openvino-tflite-int8") == "OpenVINO reads the .tflite directly"
+    row = RuntimeResult(name="openvino-tflite-nncf", role=ROLE_TFSMITH, artifact="m.tflite", ok=True,
+                        latency=summarize([1e-3] * 30))
+    _, rec = recommend((row,), trained=False)
+    assert rec.runtime == "openvino-tflite-nncf" and "NNCF at load" in rec.reason
