@@ -85,6 +85,14 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
     report_path = path / "report.json"
     report = _read_report(report_path) if report_path.exists() else None
     chosen = report.get("chosen") if report else None
+    if chosen and not str(chosen).endswith(".tflite"):
+        # optimize chose a SavedModel (e.g. for a GPU target); a LiteRT server takes the best .tflite instead.
+        chosen = best_tflite(report or {})
+        if chosen is None:
+            raise InputError(
+                f"{report_path}: the chosen artifact is a SavedModel and no accepted .tflite exists; "
+                "package it with --runtime tfserving"
+            )
     if chosen:
         model = path / str(chosen)
         if not model.is_file():
@@ -97,6 +105,19 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
         model = candidates[0]
     return Artifact(model, check_model_name(name or _name_from_report(report) or model_name_for(path)), report,
                     _samples(path, report))
+
+
+def best_tflite(report: dict[str, Any]) -> str | None:
+    """The accepted .tflite with the lowest measured p50 latency, if the report has one."""
+    tflites = [
+        entry
+        for entry in report.get("artifacts", [])
+        if str(entry.get("path", "")).endswith(".tflite") and entry.get("accepted", True)
+    ]
+    if not tflites:
+        return None
+    fastest = min(tflites, key=lambda e: float((e.get("latency_us") or {}).get("p50", float("inf"))))
+    return str(fastest["path"])
 
 
 def _name_from_report(report: dict[str, Any] | None) -> str | None:

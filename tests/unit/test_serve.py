@@ -365,3 +365,22 @@ def test_litert_backend_reads_the_recorded_model() -> None:
     assert sig.inputs[0] == TensorSpec("input_1", "float32", (-1, 8, 8, 1))
     out = backend.predict("serving_default", sample_inputs(sig, batch=3))
     assert out["dense"].shape == (3, 10) and np.allclose(out["dense"].sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_resolve_artifact_takes_the_fastest_accepted_tflite_when_a_saved_model_was_chosen(tmp_path: Path) -> None:
+    """optimize picks the SavedModel for GPU targets; a LiteRT server needs a .tflite from the same run."""
+    out = tmp_path / "gpu-out"
+    out.mkdir()
+    for name in ("model_fp32.tflite", "model_float16.tflite", "model_int8.tflite"):
+        (out / name).write_bytes(b"x")
+    artifacts = [
+        {"path": "saved_model", "kind": "saved_model", "accepted": True, "latency_us": {"p50": 500.0}},
+        {"path": "model_fp32.tflite", "accepted": True, "latency_us": {"p50": 40.0}},
+        {"path": "model_float16.tflite", "accepted": True, "latency_us": {"p50": 30.0}},
+        {"path": "model_int8.tflite", "accepted": False, "latency_us": {"p50": 10.0}},
+    ]
+    (out / "report.json").write_text(json.dumps({"chosen": "saved_model", "artifacts": artifacts}))
+    assert resolve_artifact(out).model_path.name == "model_float16.tflite"
+    (out / "report.json").write_text(json.dumps({"chosen": "saved_model", "artifacts": artifacts[:1]}))
+    with pytest.raises(InputError, match="--runtime tfserving"):
+        resolve_artifact(out)
