@@ -49,7 +49,10 @@ def tensorflow() -> ModuleType:
 
     if "tensorflow" not in sys.modules:
         with quiet_native_stderr():
-            importlib.import_module("tensorflow")
+            module = importlib.import_module("tensorflow")
+            # Device discovery logs "failed call to cuInit" as an error on every GPU-less host; do it here,
+            # silenced, instead of at the first op in the middle of the user's output.
+            module.config.list_physical_devices()
     return importlib.import_module("tensorflow")
 
 
