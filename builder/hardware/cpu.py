@@ -265,6 +265,10 @@ def detect_cpu(
             from builder.errors import InputError
 
             raise InputError(f"cannot read cpuinfo dump {cpuinfo}: {error.strerror}") from None
+        if not any(line.split(":")[0].strip() in ("flags", "Features") for line in text.splitlines()):
+            from builder.errors import InputError
+
+            raise InputError(f"{cpuinfo} is not a /proc/cpuinfo dump: it has no 'flags' or 'Features' line")
         return cpu_facts_from_text(text)
     text = _read(root / "proc/cpuinfo") or ""
     logical = os.cpu_count() or 1

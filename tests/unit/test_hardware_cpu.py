@@ -68,6 +68,14 @@ def test_unreadable_dump_is_an_input_error(tmp_path: Path) -> None:
         detect_cpu(tmp_path / "missing")
 
 
+def test_a_file_that_is_not_a_cpuinfo_dump_is_an_input_error(tmp_path: Path) -> None:
+    """A wrong file must not pass for a CPU with no features (which would resolve to the weakest target)."""
+    wrong = tmp_path / "notes.txt"
+    wrong.write_text("processor: maybe\nsome text\n")
+    with pytest.raises(InputError, match="not a /proc/cpuinfo dump"):
+        detect_cpu(wrong)
+
+
 def test_x86_level_boundaries() -> None:
     v2 = "cx16 lahf_lm mmx sse sse2 pni ssse3 sse4_1 sse4_2 popcnt"
     v3 = v2 + " avx avx2 bmi1 bmi2 f16c fma abm movbe xsave"
