@@ -251,6 +251,10 @@ def cpu_facts_from_text(
     )
 
 
+# Keys that every architecture's /proc/cpuinfo has at least one of (x86, ARM, RISC-V, POWER).
+CPUINFO_IDENTITY_KEYS = frozenset({"flags", "Features", "isa", "cpu", "vendor_id", "CPU implementer"})
+
+
 def detect_cpu(
     cpuinfo: Path | None = None,
     *,
@@ -265,10 +269,11 @@ def detect_cpu(
             from builder.errors import InputError
 
             raise InputError(f"cannot read cpuinfo dump {cpuinfo}: {error.strerror}") from None
-        if not any(line.split(":")[0].strip() in ("flags", "Features") for line in text.splitlines()):
+        keys = {line.split(":")[0].strip() for line in text.splitlines() if ":" in line}
+        if not keys & CPUINFO_IDENTITY_KEYS:
             from builder.errors import InputError
 
-            raise InputError(f"{cpuinfo} is not a /proc/cpuinfo dump: it has no 'flags' or 'Features' line")
+            raise InputError(f"{cpuinfo} is not a /proc/cpuinfo dump: no 'flags', 'Features', 'isa' or 'cpu' line")
         return cpu_facts_from_text(text)
     text = _read(root / "proc/cpuinfo") or ""
     logical = os.cpu_count() or 1
