@@ -13,7 +13,6 @@ stops before any work with a message naming `--tf-source` and `--wheel`, instead
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import socket
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.config import BuildConfig
+from builder.digest import sha256_file
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
 from builder.engine.buildlog import StepTracker
 from builder.errors import InputError
@@ -68,14 +68,6 @@ def wheel_facts(wheel: Path) -> tuple[str, str]:
         )
     py = match.group("py")
     return match.group("version"), f"{py[0]}.{py[1:]}"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def push_ref(registry: str, image_ref: str) -> str:

@@ -7,27 +7,19 @@ and rendering modules are imported inside the command bodies so `tfsmith detect`
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from builder.digest import sha256_file
 from builder.errors import InputError
 
 if TYPE_CHECKING:
     from builder.plan import BuildOptions, BuildPlan
 
 DEFAULT_OUT_ROOT = Path("tfsmith-contexts")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _source(value: str | None) -> tuple[str | None, Path | None]:
@@ -74,7 +66,7 @@ def build_options(
         if not wheel.is_file():
             raise InputError(f"--wheel {wheel}: no such file")
         wheel = wheel.resolve()
-        wheel_sha = _sha256(wheel)
+        wheel_sha = sha256_file(wheel)
     if ca_bundle is not None:
         if not ca_bundle.is_file():
             raise InputError(f"--ca-bundle {ca_bundle}: no such file")
