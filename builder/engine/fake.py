@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, ImageNotFound, LogSink
 
