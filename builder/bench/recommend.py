@@ -5,15 +5,17 @@
 states how it compares with the fastest peer a user would pick instead. Random-weight models are judged on
 latency only: their quantized outputs mean nothing, so no quality filter is claimed for them.
 
-`recommend_tflite_runtime` is the small measured A/B the serving room calls for `--runtime auto`: LiteRT vs
-OpenVINO on one .tflite on THIS host. Heavy libraries are imported inside it, never at module top.
+`recommend_tflite_runtime` is the small measured A/B LiteRT vs OpenVINO on one .tflite on THIS host. Its
+timing loop (`time_interleaved`) and decision (`choose_fastest_runtime`) are the ONE measurement path the
+server's `--runtime auto` uses too (builder/serve/backends.py), there with the serving backends as runners.
+Heavy libraries are imported inside functions, never at module top.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from builder.bench.results import ROLE_BASELINE, ROLE_TFSMITH, Recommendation, RuntimeResult
 from builder.bench.stats import overlaps, ratio
@@ -132,20 +134,67 @@ def recommend(
     )
 
 
-def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float] | None,
-                          openvino_error: str = "") -> tuple[str, str]:
-    """Pure decision for `--runtime auto` from the A/B latencies (seconds, batch 1)."""
+def choose_fastest_runtime(samples: Mapping[str, Sequence[float]], errors: Mapping[str, str] | None = None,
+                           *, baseline: str = "litert", margin: float = OPENVINO_MARGIN) -> tuple[str, str]:
+    """Pure decision for `--runtime auto` (bench's A/B and the server's auto share it): batch-1 latencies in
+    seconds per runtime -> (runtime, reason).
+
+    `baseline` (LiteRT: the .tflite contract, the smallest runtime) stays unless another runtime's p50 is at
+    most `margin` x the baseline's AND their medians' confidence intervals do not overlap; among those that
+    clear both, the fastest wins. Runtimes that could not be measured are named with their error.
+    """
     from builder.bench.stats import summarize
 
-    lite = summarize(litert_s, min_samples=1)
-    if not openvino_s:
-        return "litert", f"OpenVINO unavailable ({openvino_error or 'not measured'}); LiteRT p50 {lite.p50 * 1e3:.3f} ms"
-    ov = summarize(openvino_s, min_samples=1)
-    if ov.p50 <= OPENVINO_MARGIN * lite.p50 and not overlaps(lite, ov):
-        return "openvino", (f"OpenVINO p50 {ov.p50 * 1e3:.3f} ms vs LiteRT {lite.p50 * 1e3:.3f} ms on this host "
-                            f"({lite.p50 / ov.p50:.2f}x faster, beyond noise)")
-    return "litert", (f"LiteRT p50 {lite.p50 * 1e3:.3f} ms vs OpenVINO {ov.p50 * 1e3:.3f} ms on this host "
-                      f"(OpenVINO not >{(1 / OPENVINO_MARGIN - 1):.0%} faster beyond noise; LiteRT is smaller)")
+    errors = dict(errors or {})
+    base = summarize(samples[baseline], min_samples=1)
+    others = {name: summarize(s, min_samples=1) for name, s in samples.items() if name != baseline and s}
+    failed = "; ".join(f"{name} unavailable ({why or 'not measured'})" for name, why in errors.items())
+    if not others:
+        return baseline, f"{failed or 'no other runtime measured'}; {baseline} p50 {base.p50 * 1e3:.3f} ms"
+    timings = ", ".join(f"{name} {s.p50 * 1e3:.3f} ms" for name, s in
+                        sorted({baseline: base, **others}.items(), key=lambda kv: kv[1].p50))
+    tail = f" [batch-1 p50: {timings}{'; ' + failed if failed else ''}]"
+    cleared = {n: s for n, s in others.items() if s.p50 <= margin * base.p50 and not overlaps(base, s)}
+    if cleared:
+        name = min(cleared, key=lambda n: cleared[n].p50)
+        win = cleared[name]
+        return name, (f"{name} p50 {win.p50 * 1e3:.3f} ms vs {baseline} {base.p50 * 1e3:.3f} ms on this host "
+                      f"({base.p50 / win.p50:.2f}x faster, beyond noise){tail}")
+    best = min(others, key=lambda n: others[n].p50)
+    return baseline, (f"{baseline} p50 {base.p50 * 1e3:.3f} ms vs {best} {others[best].p50 * 1e3:.3f} ms on this "
+                      f"host ({best} not >{(1 / margin - 1):.0%} faster beyond noise; {baseline} is smaller){tail}")
+
+
+def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float] | None,
+                          openvino_error: str = "") -> tuple[str, str]:
+    """Pure decision for the LiteRT vs OpenVINO A/B (seconds, batch 1): `choose_fastest_runtime` on two."""
+    samples = {"litert": litert_s, **({"openvino": openvino_s} if openvino_s else {})}
+    return choose_fastest_runtime(samples, {} if openvino_s else {"openvino": openvino_error})
+
+
+def time_interleaved(runners: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 5,
+                     slice_s: float = 0.02) -> dict[str, list[float]]:
+    """Batch-1 latencies (seconds) of each zero-argument runner, in interleaved time slices for `budget_s`.
+
+    The one timing loop behind `--runtime auto` (bench's `recommend_tflite_runtime` and the server's chooser):
+    warm-up excluded, every runner gets the same slices so drifting host load hits all of them alike.
+    """
+    for run in runners.values():
+        for _ in range(warmup):
+            run()
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    deadline = time.perf_counter() + budget_s
+    while True:
+        for name, run in runners.items():
+            slice_end = time.perf_counter() + slice_s
+            while True:
+                start = time.perf_counter()
+                run()
+                samples[name].append(time.perf_counter() - start)
+                if time.perf_counter() >= slice_end:
+                    break
+        if time.perf_counter() >= deadline:
+            return samples
 
 
 def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: float = 4.0
@@ -171,20 +220,7 @@ def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: fl
     except Exception as error:  # noqa: BLE001 - any failure means "serve with LiteRT", with the reason
         ov_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     runners = {"litert": run_lite, **({"openvino": run_ov} if run_ov else {})}
-    for run in runners.values():
-        for _ in range(5):
-            run()
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    deadline = time.perf_counter() + budget_s
-    while time.perf_counter() < deadline:
-        for name, run in runners.items():
-            slice_end = time.perf_counter() + 0.02
-            while True:
-                start = time.perf_counter()
-                run()
-                samples[name].append(time.perf_counter() - start)
-                if time.perf_counter() >= slice_end:
-                    break
+    samples = time_interleaved(runners, budget_s)
     name, reason = choose_tflite_runtime(samples["litert"], samples.get("openvino"), ov_error)
     from builder.bench.stats import summarize
 

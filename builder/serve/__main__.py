@@ -22,7 +22,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--model-name", default=None)
     p.add_argument("--model-version", type=int, default=1)
-    p.add_argument("--runtime", default="litert", choices=["auto", "litert", "openvino"])
+    p.add_argument("--runtime", default="litert", choices=["auto", "litert", "openvino", "openvino-nncf"])
     p.add_argument("--workers", type=int, default=2, help="interpreters, one per worker thread")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per interpreter")
     p.add_argument("--processes", type=int, default=1, help="server processes on the same port (throughput)")

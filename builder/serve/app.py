@@ -297,7 +297,7 @@ def configure(
     """A validated ServerConfig from user-facing options; `auto` runtime is measured here (and says why)."""
     from builder.errors import InputError
     from builder.serve.artifacts import resolve_artifact
-    from builder.serve.backends import choose_runtime
+    from builder.serve.backends import choose_runtime, model_for_runtime
 
     if workers < 1 or threads < 1:
         raise InputError("--workers and --threads must be at least 1")
@@ -314,7 +314,7 @@ def configure(
     resolved = resolve_artifact(artifact, model_name)
     choice: RuntimeChoice = choose_runtime(runtime, resolved.model_path, threads)
     return ServerConfig(
-        model_path=resolved.model_path,
+        model_path=model_for_runtime(choice.runtime, resolved.model_path),
         model_name=resolved.name,
         version=version,
         runtime=choice.runtime,

@@ -142,3 +142,10 @@ def _samples(folder: Path, report: dict[str, Any] | None) -> Path | None:
     name = (report or {}).get("samples") or "samples.npz"
     candidate = folder / str(name)
     return candidate if candidate.is_file() else None
+
+
+def calibration_samples(model_path: Path) -> Path | None:
+    """The samples file beside a model (its folder's report names it; default samples.npz), if there is one."""
+    report_path = model_path.parent / "report.json"
+    report = _read_report(report_path) if report_path.is_file() else None
+    return _samples(model_path.parent, report)

@@ -32,6 +32,8 @@ PACKAGE_RUNTIMES = ("litert", "tfserving")
 SERVER_DISTRIBUTIONS = {
     "litert": ("ai-edge-litert", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
     "openvino": ("ai-edge-litert", "openvino", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
+    # nncf (and its dependencies) only in images that quantize at start: it is big
+    "openvino-nncf": ("ai-edge-litert", "openvino", "nncf", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
 }
 LABEL_PREFIX = "io.tfsmith"
 
@@ -43,7 +45,7 @@ class PackageOptions:
     """What the user asked for (flags of `tfsmith package`)."""
 
     runtime: str = "litert"  # image kind: litert | tfserving
-    server_runtime: str = "litert"  # inside a litert image: litert | openvino | auto
+    server_runtime: str = "litert"  # inside a litert image: litert | openvino | openvino-nncf | auto
     target: str | None = None
     base_image: str | None = None
     tag: str | None = None
@@ -224,6 +226,11 @@ def render_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path
     shutil.copy2(artifact.model_path, model_dir / plan.model_file)
     if artifact.report is not None:
         (model_dir / "report.json").write_text(json.dumps(artifact.report, indent=1, sort_keys=True))
+    if plan.server_runtime == "openvino-nncf":
+        if artifact.samples_path is None:
+            raise InputError("runtime openvino-nncf needs the calibration samples in the image; the artifact has none")
+        # the server quantizes at start from these, found beside the model as the report names them
+        shutil.copy2(artifact.samples_path, model_dir / artifact.samples_path.name)
     (dest / "wheels").mkdir(exist_ok=True)
     if wheels is not None:
         for wheel in sorted(wheels.glob("*.whl")):

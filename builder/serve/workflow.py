@@ -7,6 +7,7 @@ complete, so nothing half-written is left behind.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -56,12 +57,12 @@ def package_model(
     engine: Any | None = None,
 ) -> tuple[ServePlan, Any]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
-    from builder.serve.backends import choose_runtime
+    from builder.serve.backends import RUNTIMES, choose_runtime, model_for_runtime
 
     if options.runtime not in PACKAGE_RUNTIMES:
         raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(PACKAGE_RUNTIMES)}")
-    if options.server_runtime not in ("litert", "openvino", "auto"):
-        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose litert, openvino or auto")
+    if options.server_runtime not in (*RUNTIMES, "auto"):
+        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
     if min(options.workers, options.threads, options.max_batch) < 1 or options.batch_timeout_us < 0:
         raise InputError("--workers, --threads and --max-batch must be at least 1, --batch-timeout-us not negative")
     artifact = resolve_artifact(artifact_path, model_name)
@@ -73,6 +74,8 @@ def package_model(
         return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
     choice = choose_runtime(options.server_runtime, artifact.model_path, options.threads)
     say(f"server runtime: {choice.runtime} ({choice.reason})")
+    # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
+    artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
     base = options.base_image or "tfsmith/python:bookworm"
     python = base_python_version(engine, base)
     requirements = pinned_requirements(choice.runtime)
