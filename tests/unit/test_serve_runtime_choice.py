@@ -133,3 +133,17 @@ def test_int8_answers_are_judged_by_argmax_agreement() -> None:
         compare_approximate(wrong, want)
     with pytest.raises(SmokeFailed, match="shape"):
         compare_approximate(want[:3], want)
+
+
+def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -> None:
+    from builder.serve.smoke import SERVER_MAX_BODY_BYTES, fit_body
+
+    big = np.full((16, 224, 224, 3), 0.123456789, np.float32)  # ~3 MB of JSON per example
+    x, expected = fit_body(big, np.zeros((16, 1000), np.float32))
+    assert 1 <= len(x) < 16 and expected is not None and len(expected) == len(x)
+    assert len(json.dumps({"inputs": {"x": x.tolist()}})) < SERVER_MAX_BODY_BYTES
+    small = np.zeros((16, 8, 8, 1), np.float32)
+    assert len(fit_body(small, None)[0]) == 16
+    from builder.serve.app import DEFAULT_MAX_BODY_BYTES
+
+    assert SERVER_MAX_BODY_BYTES == DEFAULT_MAX_BODY_BYTES
