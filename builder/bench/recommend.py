@@ -161,8 +161,10 @@ def choose_fastest_runtime(samples: Mapping[str, Sequence[float]], errors: Mappi
         return name, (f"{name} p50 {win.p50 * 1e3:.3f} ms vs {baseline} {base.p50 * 1e3:.3f} ms on this host "
                       f"({base.p50 / win.p50:.2f}x faster, beyond noise){tail}")
     best = min(others, key=lambda n: others[n].p50)
+    verdict = (f"{best} is {others[best].p50 / base.p50:.1f}x slower" if others[best].p50 >= base.p50
+               else f"{best} not >{(1 / margin - 1):.0%} faster beyond noise")
     return baseline, (f"{baseline} p50 {base.p50 * 1e3:.3f} ms vs {best} {others[best].p50 * 1e3:.3f} ms on this "
-                      f"host ({best} not >{(1 / margin - 1):.0%} faster beyond noise; {baseline} is smaller){tail}")
+                      f"host ({verdict}; {baseline} is smaller){tail}")
 
 
 def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float] | None,

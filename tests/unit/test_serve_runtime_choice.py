@@ -147,3 +147,10 @@ def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -
     from builder.serve.app import DEFAULT_MAX_BODY_BYTES
 
     assert SERVER_MAX_BODY_BYTES == DEFAULT_MAX_BODY_BYTES
+
+
+def test_auto_says_plainly_when_every_peer_is_slower(tmp_path: Path) -> None:
+    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure(
+        {"litert": 0.05, "openvino": 0.28, "openvino-nncf": 0.25}))
+    assert choice.runtime == "litert"
+    assert "openvino-nncf is 5.0x slower" in choice.reason
