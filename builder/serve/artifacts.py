@@ -8,13 +8,13 @@ interpreter.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.digest import sha256_file
 from builder.errors import InputError
 
 
@@ -29,7 +29,7 @@ class Artifact:
 
     @property
     def sha256(self) -> str:
-        return file_sha256(self.model_path)
+        return sha256_file(self.model_path)
 
     def summary(self) -> str:
         """One line for image labels: kind, size, accuracy and latency as the report measured them."""
@@ -48,14 +48,6 @@ class Artifact:
         if p50 is not None:
             parts.append(f"p50 {float(p50):.0f}us")
         return " ".join(parts)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_name_for(path: Path) -> str:
