@@ -26,7 +26,6 @@ from builder.serve.package import (
     PackageOptions,
     ServePlan,
     build_image,
-    copy_server_code,
     environment,
     plan_package,
 )
