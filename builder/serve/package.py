@@ -206,7 +206,7 @@ def copy_server_code(dest: Path) -> None:
     """`builder/serve` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
     package = dest / "builder"
     (package / "serve").mkdir(parents=True, exist_ok=True)
-    for name in ("__init__.py", "errors.py"):
+    for name in ("__init__.py", "errors.py", "digest.py"):
         shutil.copy2(PACKAGE_ROOT / name, package / name)
     for source in sorted((PACKAGE_ROOT / "serve").glob("*.py")):
         shutil.copy2(source, package / "serve" / source.name)

@@ -384,3 +384,30 @@ def test_resolve_artifact_takes_the_fastest_accepted_tflite_when_a_saved_model_w
     (out / "report.json").write_text(json.dumps({"chosen": "saved_model", "artifacts": artifacts[:1]}))
     with pytest.raises(InputError, match="--runtime tfserving"):
         resolve_artifact(out)
+
+
+def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_path: Path) -> None:
+    """Images get a subset of tfsmith; every module-level `builder.*` import of that code must be in it.
+
+    (Imports inside functions are host-side paths — packaging, `--runtime auto` — that images never run.)
+    """
+    import ast
+
+    from builder.serve.package import copy_server_code
+
+    copy_server_code(tmp_path)
+    copied = {
+        ".".join(path.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
+        for path in tmp_path.rglob("*.py")
+    }
+    missing = set()
+    for path in (tmp_path / "builder").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("builder"):
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.startswith("builder")]
+            else:
+                continue
+            missing.update(name for name in names if name not in copied)
+    assert "builder.serve.app" in copied and not missing
