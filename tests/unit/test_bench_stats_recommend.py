@@ -86,7 +86,11 @@ def test_slower_than_peer_is_reported_as_missing_the_goal() -> None:
     assert rec.goal_no_slower_than_peer is False and "slower than the fastest peer" in rec.reason
     run = BenchRun(model="m", trained=False, threads=2, batch_sizes=(1, 8), results=annotated, recommendation=rec)
     assert report.goals(run) == ("goals: no slower than the fastest peer: MISSED (2.00x its time); "
-                                 ">= 20x faster than the SavedModel signature: MISSED (5.0x)")
+                                 ">= 20x faster than the SavedModel signature: "
+                                 "not a goal for a random-weight model (5.0x)")
+    trained_run = BenchRun(model="m", trained=True, threads=2, batch_sizes=(1, 8), results=annotated,
+                           recommendation=rec)
+    assert report.goals(trained_run).endswith(">= 20x faster than the SavedModel signature: MISSED (5.0x)")
     failed = _by_name(annotated)["onnxruntime-fp32"]
     assert not failed.ok and failed.reason == "ImportError: x" and failed.ratio_vs_baseline is None
 
