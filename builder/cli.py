@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from builder.commands import bench, build, detect, optimize, render, serve
+from builder.commands import bench, build, deploy, detect, optimize, render, serve
 from builder.errors import TfsmithError
 
 app = typer.Typer(
@@ -21,7 +21,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (detect, render, build, optimize, serve, bench):
+for _module in (detect, render, build, optimize, serve, bench, deploy):
     _module.register(app)
 
 
