@@ -7,7 +7,7 @@ latency only: their quantized outputs mean nothing, so no quality filter is clai
 
 `recommend_tflite_runtime` is the small measured A/B LiteRT vs OpenVINO on one .tflite on THIS host. Its
 timing loop (`time_interleaved`) and decision (`choose_fastest_runtime`) are the ONE measurement path the
-server's `--runtime auto` uses too (builder/serve/backends.py), there with the serving backends as runners.
+server's `--runtime auto` uses too (builder/packaging/runtime_choice.py), there with the serving backends as runners.
 Heavy libraries are imported inside functions, never at module top.
 """
 

@@ -1,6 +1,7 @@
-"""CLI commands of the serve room: `tfsmith serve` (run the REST server) and `tfsmith package` (serving images).
+"""`tfsmith serve` (run the model server here) and `tfsmith package` (serving images).
 
-Heavy imports (LiteRT, FastAPI, uvicorn, docker) happen inside the command bodies.
+`serve` forwards its arguments to the server's own parser (builder.server.options), so the server's options
+are listed once. Heavy imports (LiteRT, FastAPI, uvicorn, docker) happen inside the command bodies.
 """
 
 from __future__ import annotations
@@ -12,53 +13,25 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the tfsmith app."""
+    """Add the serve and package commands to the tfsmith app."""
 
-    @app.command("serve")
-    def serve(
-        artifact: Annotated[Path, typer.Argument(help=".tflite model or `tfsmith optimize --out` folder")],
-        port: Annotated[int, typer.Option(help="TCP port (TF Serving's REST port is 8501)")] = 8501,
-        host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 for all)")] = "127.0.0.1",
-        model_name: Annotated[str | None, typer.Option(help="Name in /v1/models/<name> (default: from the path)")] = None,
-        model_version: Annotated[int, typer.Option(help="Version number served")] = 1,
-        threads: Annotated[int, typer.Option(help="Intra-op threads per interpreter")] = 1,
-        workers: Annotated[int, typer.Option(help="Interpreters, one per worker thread")] = 2,
-        processes: Annotated[int, typer.Option(help="Server processes sharing the port (throughput)")] = 1,
-        runtime: Annotated[str, typer.Option(help="auto | litert | openvino | openvino-nncf (auto measures them here)")] = "litert",
-        max_batch: Annotated[int, typer.Option(help="Dynamic batching: max examples per batch (1 = off)")] = 1,
-        batch_timeout_us: Annotated[int, typer.Option(help="Dynamic batching: max wait for a fuller batch")] = 0,
-        max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413")] = 16 * 1024 * 1024,
-        dispatch: Annotated[str, typer.Option(help="auto | inline (on the event loop) | threads (worker pool)")] = "auto",
-        log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
-    ) -> None:
-        """Serve a .tflite model with TensorFlow Serving's REST API (LiteRT, XNNPACK on)."""
-        import logging
+    @app.command(
+        "serve",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )
+    def serve(ctx: typer.Context) -> None:
+        """Serve a .tflite model with TensorFlow Serving's REST API (see `tfsmith serve --help`)."""
+        from builder.packaging.runtime_choice import choose_runtime
+        from builder.server.__main__ import main
 
-        from builder.serve.app import configure, run_server
+        def measured(requested: str, model: Path, threads: int) -> tuple[str, str]:
+            from builder.server.artifacts import resolve_artifact
 
-        logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
-        config = configure(
-            artifact,
-            model_name=model_name,
-            version=model_version,
-            runtime=runtime,
-            workers=workers,
-            threads=threads,
-            max_batch=max_batch,
-            batch_timeout_us=batch_timeout_us,
-            max_body_bytes=max_body_bytes,
-            dispatch=dispatch,
-        )
-        typer.echo(
-            f"serving {config.model_name} v{config.version} ({config.model_path.name}, runtime {config.runtime}: "
-            f"{config.runtime_reason}) on http://{host}:{port}/v1/models/{config.model_name}",
-            err=True,
-        )
-        if processes < 1:
-            from builder.errors import InputError
+            choice = choose_runtime(requested, resolve_artifact(model).model_path, threads)
+            return choice.runtime, choice.reason
 
-            raise InputError("--processes must be at least 1")
-        run_server(config, host=host, port=port, log_level=log_level, processes=processes)
+        raise typer.Exit(main(ctx.args, prog="tfsmith serve", choose_runtime=measured))
 
     @app.command("package")
     def package(
@@ -78,7 +51,7 @@ def register(app: typer.Typer) -> None:
         smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the image and check its answers")] = True,
     ) -> None:
         """Package a model into a serving image, then prove the image answers correctly (--smoke)."""
-        from builder.serve.workflow import PackageOptions, package_model
+        from builder.packaging.workflow import PackageOptions, package_model
 
         options = PackageOptions(
             runtime=runtime,

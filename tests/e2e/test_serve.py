@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.serve.backends import LiteRTBackend, sample_inputs
-from builder.serve.loadgen import run_load
+from builder.server.backends import LiteRTBackend, sample_inputs
+from tests.benchmarks.loadgen import run_load
 
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
@@ -387,7 +387,7 @@ def test_openvino_and_auto_runtimes_answer_like_litert(models: Path) -> None:
     [
         (["/nonexistent/model.tflite"], "no such file"),
         (["{models}/samples.npz"], "expected a .tflite"),
-        (["{models}/image.tflite", "--runtime", "tensorrt"], "unknown runtime"),
+        (["{models}/image.tflite", "--runtime", "tensorrt"], "invalid choice: 'tensorrt'"),
         (["{models}/image.tflite", "--workers", "0"], "at least 1"),
         (["{models}/image.tflite", "--model-name", "a/b"], "model name"),
     ],
@@ -404,9 +404,9 @@ def test_bad_serve_input_is_one_line_and_exit_2(models: Path, args: list[str], n
 
 def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path) -> None:
     """Every Dockerfile `tfsmith package` renders (litert, tfserving, the from-source server build) is clean."""
-    from builder.serve.artifacts import resolve_artifact
-    from builder.serve.package import PackageOptions, plan_package, render_context
-    from builder.serve.tfserving import batching_for, render_tfserving_context
+    from builder.server.artifacts import resolve_artifact
+    from builder.packaging.plan import PackageOptions, plan_package, render_context
+    from builder.packaging.tfserving import batching_for, render_tfserving_context
 
     hadolint = REPO / ".venv" / "bin" / "hadolint"
     if not hadolint.exists():

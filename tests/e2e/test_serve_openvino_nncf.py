@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.serve.artifacts import resolve_artifact
-from builder.serve.backends import LiteRTBackend, model_for_runtime
-from builder.serve.smoke import MIN_APPROXIMATE_AGREEMENT, check_server
+from builder.server.artifacts import resolve_artifact
+from builder.server.backends import LiteRTBackend, model_for_runtime
+from builder.packaging.smoke import MIN_APPROXIMATE_AGREEMENT, check_server
 from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
 
 pytestmark = pytest.mark.tf

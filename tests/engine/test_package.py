@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from builder.engine.docker import DockerEngine
-from builder.serve.backends import LiteRTBackend
-from builder.serve.package import PackageOptions
-from builder.serve.smoke import RunningContainer, _http, wait_healthy
-from builder.serve.workflow import package_model
+from builder.server.backends import LiteRTBackend
+from builder.packaging.plan import PackageOptions
+from builder.packaging.smoke import RunningContainer, _http, wait_healthy
+from builder.packaging.workflow import package_model
 from tests.e2e.test_serve import make_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,9 +161,9 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
                                                   tmp_path: Path) -> None:
     """TensorFlow's own TFRecord reader (CRC-checked) and TensorProto parser accept what we wrote."""
     pytest.importorskip("tensorflow")
-    from builder.serve.tfserving import render_tfserving_context, batching_for
-    from builder.serve.artifacts import resolve_artifact
-    from builder.serve.package import plan_package
+    from builder.packaging.tfserving import render_tfserving_context, batching_for
+    from builder.server.artifacts import resolve_artifact
+    from builder.packaging.plan import plan_package
 
     artifact = resolve_artifact(artifact_dir, "digits")
     plan = plan_package(artifact, PackageOptions(runtime="tfserving", base_image=base_image))
@@ -172,7 +172,7 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
     check = (
         "import os, sys, numpy as np; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
         "import tensorflow as tf\nfrom tensorflow.core.framework import tensor_pb2\n"
-        "from builder.serve.warmup import decode_message, decode_prediction_log\n"
+        "from builder.packaging.warmup import decode_message, decode_prediction_log\n"
         "records = list(tf.data.TFRecordDataset(sys.argv[1]).as_numpy_iterator())\n"
         "x = np.load(sys.argv[2])['x'][:len(records)]\n"
         "for i, rec in enumerate(records):\n"

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.errors import InputError
-from builder.serve import warmup
-from builder.serve.artifacts import Artifact, model_name_for, resolve_artifact
-from builder.serve.batching import BatchingConfig, batch_key, merge_inputs, run_inline, split_outputs, take_count
-from builder.serve.package import PackageOptions, _docker_quote, plan_package, render_dockerfile
-from builder.serve.protocol import (
+from builder.packaging import warmup
+from builder.server.artifacts import Artifact, model_name_for, resolve_artifact
+from builder.server.batching import BatchingConfig, batch_key, merge_inputs, run_inline, split_outputs, take_count
+from builder.packaging.plan import PackageOptions, _docker_quote, plan_package, render_dockerfile
+from builder.server.protocol import (
     PredictCall,
     RequestError,
     SignatureSpec,
@@ -29,7 +29,7 @@ from builder.serve.protocol import (
     parse_predict,
     parse_version,
 )
-from builder.serve.tfserving import BatchingParameters, build_options, server_flags, warmup_records
+from builder.packaging.tfserving import BatchingParameters, build_options, server_flags, warmup_records
 
 IMAGE = SignatureSpec(
     "serving_default",
@@ -307,7 +307,7 @@ def test_resolve_artifact(tmp_path: Path) -> None:
 
 
 def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> None:
-    from builder.serve.app import ServerConfig, config_from_json, config_to_json
+    from builder.server.app import ServerConfig, config_from_json, config_to_json
 
     config = ServerConfig(model_path=tmp_path / "m.tflite", model_name="digits", version=3, runtime="openvino",
                           runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
@@ -323,7 +323,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 def test_tfserving_package_refuses_before_building(tmp_path: Path) -> None:
     from builder.engine.base import Image
     from builder.engine.fake import FakeEngine
-    from builder.serve.workflow import package_model
+    from builder.packaging.workflow import package_model
 
     engine = FakeEngine()
     options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1")
@@ -339,7 +339,7 @@ def test_tfserving_package_refuses_before_building(tmp_path: Path) -> None:
 def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
     from builder.engine.base import Image
     from builder.engine.fake import FakeEngine
-    from builder.serve.workflow import package_model
+    from builder.packaging.workflow import package_model
 
     engine = FakeEngine(images={"sha256:base": Image("sha256:base", ("stand-in:1",))})
     options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1", max_batch=4)
@@ -358,7 +358,7 @@ def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
 
 
 def test_litert_backend_reads_the_recorded_model() -> None:
-    from builder.serve.backends import LiteRTBackend, sample_inputs
+    from builder.server.backends import LiteRTBackend, sample_inputs
 
     backend = LiteRTBackend(TINY)
     sig = backend.signatures["serving_default"]
@@ -393,7 +393,7 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
     """
     import ast
 
-    from builder.serve.package import copy_server_code
+    from builder.packaging.plan import copy_server_code
 
     copy_server_code(tmp_path)
     copied = {
@@ -410,4 +410,4 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
             else:
                 continue
             missing.update(name for name in names if name not in copied)
-    assert "builder.serve.app" in copied and not missing
+    assert "builder.server.app" in copied and not missing

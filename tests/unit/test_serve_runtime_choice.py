@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from builder.errors import InputError
-from builder.serve.artifacts import Artifact, resolve_artifact
-from builder.serve.backends import auto_candidates, choose_runtime, model_for_runtime
-from builder.serve.package import PackageOptions, pinned_requirements, plan_package, render_context
-from builder.serve.smoke import SmokeFailed, compare_approximate
+from builder.server.artifacts import Artifact, resolve_artifact
+from builder.packaging.runtime_choice import auto_candidates, choose_runtime
+from builder.server.backends import model_for_runtime
+from builder.packaging.plan import PackageOptions, pinned_requirements, plan_package, render_context
+from builder.packaging.smoke import SmokeFailed, compare_approximate
 
 
 def _latencies(ms: float) -> list[float]:
@@ -136,7 +137,7 @@ def test_int8_answers_are_judged_by_argmax_agreement() -> None:
 
 
 def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -> None:
-    from builder.serve.smoke import SERVER_MAX_BODY_BYTES, fit_body
+    from builder.packaging.smoke import SERVER_MAX_BODY_BYTES, fit_body
 
     big = np.full((16, 224, 224, 3), 0.123456789, np.float32)  # ~3 MB of JSON per example
     x, expected = fit_body(big, np.zeros((16, 1000), np.float32))
@@ -144,7 +145,7 @@ def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -
     assert len(json.dumps({"inputs": {"x": x.tolist()}})) < SERVER_MAX_BODY_BYTES
     small = np.zeros((16, 8, 8, 1), np.float32)
     assert len(fit_body(small, None)[0]) == 16
-    from builder.serve.app import DEFAULT_MAX_BODY_BYTES
+    from builder.server.app import DEFAULT_MAX_BODY_BYTES
 
     assert SERVER_MAX_BODY_BYTES == DEFAULT_MAX_BODY_BYTES
 

@@ -8,16 +8,14 @@ complete, so nothing half-written is left behind.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
-from builder.serve.artifacts import resolve_artifact
-from builder.serve.package import (
+from builder.server.artifacts import resolve_artifact
+from builder.packaging.plan import (
     PACKAGE_RUNTIMES,
     PackageOptions,
     ServePlan,
@@ -27,6 +25,7 @@ from builder.serve.package import (
     fetch_wheels,
     pinned_requirements,
     plan_package,
+    publish_folder,
     render_context,
 )
 
@@ -57,7 +56,8 @@ def package_model(
     engine: Any | None = None,
 ) -> tuple[ServePlan, Any]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
-    from builder.serve.backends import RUNTIMES, choose_runtime, model_for_runtime
+    from builder.packaging.runtime_choice import choose_runtime
+    from builder.server.backends import RUNTIMES, model_for_runtime
 
     if options.runtime not in PACKAGE_RUNTIMES:
         raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(PACKAGE_RUNTIMES)}")
@@ -69,7 +69,7 @@ def package_model(
     target = resolve_target(options.target)
     engine = engine or default_engine()
     if options.runtime == "tfserving":
-        from builder.serve.tfserving import package_tfserving
+        from builder.packaging.tfserving import package_tfserving
 
         return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
     choice = choose_runtime(options.server_runtime, artifact.model_path, options.threads)
@@ -92,34 +92,14 @@ def package_model(
     with tempfile.TemporaryDirectory(prefix="tfsmith-serve-") as tmp:
         context = render_context(plan, artifact, Path(tmp) / "context", wheels)
         if keep_context is not None:
-            _publish(context, keep_context)
+            publish_folder(context, keep_context)
             say(f"build context written to {keep_context}")
         say(f"building {plan.tag} from {plan.base_image} (Python {python}, target {plan.target_name})")
         image = build_image(engine, plan, context, log=lambda _line: None)
     say(f"built {plan.tag} ({image.id[:19]})")
     if smoke:
-        from builder.serve.smoke import smoke_test
+        from builder.packaging.smoke import smoke_test
 
         result = smoke_test(engine.client, plan.tag, artifact, plan.model_name, plan.version, plan.port, say)
         say(result.line())
     return plan, image
-
-
-def _link_or_copy(source: str, dest: str) -> None:
-    """Hard-link where possible (the wheels are tens of MB), copy across file systems."""
-    try:
-        os.link(source, dest)
-    except OSError:
-        shutil.copy2(source, dest)
-
-
-def _publish(source: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-    """Copy a finished folder into place via a sibling temp folder (never half-written)."""
-    dest = dest.resolve()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    shutil.rmtree(staging)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude), copy_function=_link_or_copy)
-    if dest.exists():
-        shutil.rmtree(dest)
-    staging.rename(dest)

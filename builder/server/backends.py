@@ -4,8 +4,8 @@ The .tflite file is the contract: LiteRT runs it natively (XNNPACK on), OpenVINO
 (FACTS §5: often faster on Intel CPUs for larger CNNs), and OpenVINO can quantize the fp32 .tflite with NNCF
 at start (openvino-nncf, calibrated on the folder's samples). Interpreters are not thread-safe, so each worker
 thread owns exactly one backend instance, checked out of a `BackendPool` for the length of one call.
-`choose_runtime` measures them on the model itself when asked for `auto` (bench's timing loop and decision,
-so there is one measurement path), and says why it chose.
+Which runtime serves is decided before the server starts (named, or measured on the host by
+`builder.packaging.runtime_choice` for `auto`): this module only runs what it is told to.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
-from builder.serve.protocol import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+from builder.server.protocol import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
 
 RUNTIMES = ("litert", "openvino", "openvino-nncf")
 
@@ -272,7 +272,7 @@ def nncf_inputs(model_path: Path) -> tuple[Path, Path]:
     the samples are the folder's report `samples` (default samples.npz). Without samples the backend is
     refused: NNCF without calibration would have to guess int8 ranges.
     """
-    from builder.serve.artifacts import calibration_samples
+    from builder.server.artifacts import calibration_samples
 
     fp32 = model_path.parent / FP32_TFLITE
     source = fp32 if fp32.is_file() else model_path
@@ -332,22 +332,10 @@ class BackendPool:
             return backend.predict(signature, inputs)
 
 
-@dataclass(frozen=True)
-class RuntimeChoice:
-    """Which runtime serves the model, and why (recorded in image labels and the server's status)."""
-
-    runtime: str
-    reason: str
-    p50_us: Mapping[str, float]
-
-
-#: Measures batch-1 latencies (seconds) of each candidate {runtime: .tflite it serves} with `threads`;
-#: returns (samples per runtime measured, error per runtime that could not load).
-Measure = Callable[[Mapping[str, Path], int], tuple[dict[str, list[float]], dict[str, str]]]
-
-
 def sample_inputs(signature: SignatureSpec, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic inputs matching a signature (dynamic dimensions taken as 1)."""
+    """Deterministic stand-in inputs matching a signature (dynamic dimensions taken as 1), for when the model
+    came without example inputs. Integer inputs are all 0: for token ids or indices (an embedding lookup, a
+    gather) 0 is the one value every model accepts, where random or negative ids may fail the lookup."""
     rng = np.random.default_rng(seed)
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
@@ -355,88 +343,59 @@ def sample_inputs(signature: SignatureSpec, batch: int = 1, seed: int = 0) -> di
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
             result[spec.name] = rng.random(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            result[spec.name] = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(dtype)
         else:
-            result[spec.name] = rng.integers(0, 2, shape).astype(dtype)
+            result[spec.name] = np.zeros(shape, dtype=dtype)
     return result
 
 
-def _shared_chooser() -> Any:
-    """bench's recommend module: the one timing loop and decision behind every `auto` (host-side only)."""
-    try:
-        from builder.bench import recommend
-    except ImportError:
-        raise InputError("--runtime auto is decided by tfsmith on the host (tfsmith serve/package); "
-                         f"name the runtime here: {', '.join(RUNTIMES)}") from None
-    return recommend
-
-
-def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: float = 3.0
-                     ) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """Batch-1 latencies of the SERVING backends themselves (what will answer requests), timed by bench's
-    interleaved loop; a runtime other than LiteRT that cannot load is reported, not fatal."""
-    recommend = _shared_chooser()
-    runners: dict[str, Callable[[], object]] = {}
-    errors: dict[str, str] = {}
-    for runtime, path in candidates.items():
+def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: int = 1) -> dict[str, np.ndarray]:
+    """The model's own example inputs for one call: the first `batch` rows of `samples.npz` (arrays `x/<input
+    name>`, or `x` for a one-input model), in the signature's dtypes; generated stand-ins when there are none
+    or they do not fit the signature."""
+    if samples_path is not None:
         try:
-            backend = create_backend(runtime, path, threads)
-        except Exception as error:  # noqa: BLE001 - any failure means: not a candidate, and say why
-            if runtime == "litert":
-                raise
-            errors[runtime] = _first_line(error)
-            continue
-        signature = next(iter(backend.signatures))
-        inputs = sample_inputs(backend.signatures[signature])
-        runners[runtime] = functools.partial(backend.predict, signature, inputs)
-    return recommend.time_interleaved(runners, budget_s), errors
+            with np.load(samples_path) as data:
+                found: dict[str, np.ndarray] = {}
+                for spec in signature.inputs:
+                    key = f"x/{spec.name}" if f"x/{spec.name}" in data.files else "x"
+                    if key == "x" and (len(signature.inputs) != 1 or "x" not in data.files):
+                        break
+                    rows = np.asarray(data[key][:batch])
+                    if len(rows) != batch or rows.ndim != len(spec.shape):
+                        break
+                    found[spec.name] = rows.astype(spec.dtype)
+                else:
+                    return found
+        except (OSError, ValueError, KeyError):
+            pass
+    return sample_inputs(signature, batch)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0][:160] if text else ''}"
+def measure_pool(pool: BackendPool, samples_path: Path | None, runs: int = 30) -> float | None:
+    """Warm every backend and time batch-1 calls of the default signature on the model's example inputs.
 
-
-def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """What `auto` measures: LiteRT and OpenVINO on the chosen .tflite, plus openvino-nncf on the fp32 one
-    when calibration samples exist (else its refusal, said in the reason)."""
-    candidates = {"litert": model_path, "openvino": model_path}
-    try:
-        candidates["openvino-nncf"] = model_for_runtime("openvino-nncf", model_path)
-    except InputError as error:
-        return candidates, {"openvino-nncf": str(error)}
-    return candidates, {}
-
-
-def choose_runtime(
-    requested: str, model_path: Path, threads: int = 1, measure: Measure = measure_runtimes, margin: float = 0.9
-) -> RuntimeChoice:
-    """A named runtime as asked (openvino-nncf refused up front without samples); `auto` measures them all.
-
-    LiteRT is the default because the .tflite is the contract and it is what the optimizer evaluated; another
-    runtime must beat it by more than run-to-run noise (p50 within `margin` and non-overlapping median CIs)
-    to be picked. The decision is bench's `choose_fastest_runtime`, the one `tfsmith bench`'s A/B uses.
+    Returns the median in microseconds, or None when the model could not be run on them (then it is still
+    served, and requests say what is wrong): start-up never fails on its own self-test.
     """
-    if requested in RUNTIMES:
-        if requested == "openvino-nncf":
-            nncf_inputs(model_path)
-        return RuntimeChoice(requested, "requested", {})
-    if requested != "auto":
-        raise InputError(f"unknown runtime {requested!r}; choose one of: auto, {', '.join(RUNTIMES)}")
-    recommend = _shared_chooser()
-    candidates, refused = auto_candidates(model_path)
-    samples, errors = measure(candidates, threads)
-    runtime, why = recommend.choose_fastest_runtime(samples, {**refused, **errors}, margin=margin)
-    p50_us = {name: statistics.median(s) * 1e6 for name, s in samples.items() if s}
-    reason = f"auto ({threads} thread{'s' if threads != 1 else ''}): {why}"
-    return RuntimeChoice(runtime, reason, p50_us)
+    import logging
+    import time
 
-
-def default_threads() -> int:
-    """Interpreter threads per worker when not given: 1 (concurrency comes from workers, not intra-op threads)."""
-    return 1
+    signature = pool.signatures.get(DEFAULT_SIGNATURE) or next(iter(pool.signatures.values()))
+    inputs = example_inputs(signature, samples_path)
+    try:
+        for _ in range(pool.size):
+            with pool.checkout() as backend:
+                backend.predict(signature.name, inputs)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            pool.predict(signature.name, inputs)
+            times.append(time.perf_counter() - start)
+    except Exception as error:  # noqa: BLE001 - a model that cannot be timed is still served
+        logging.getLogger("tfsmith.serve").warning("start-up self-test could not run the model (%s: %s); "
+                                                   "serving without it", type(error).__name__, error)
+        return None
+    return statistics.median(times) * 1e6
 
 
 def cpu_count() -> int:

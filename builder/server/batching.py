@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.serve.backends import BackendPool
-from builder.serve.protocol import PredictCall
+from builder.server.backends import BackendPool
+from builder.server.protocol import PredictCall
 
 BatchKey = tuple[object, ...]
 
@@ -74,14 +74,15 @@ def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> li
 INLINE_BELOW_US = 150.0
 
 
-def run_inline(model_p50_us: float, batching: BatchingConfig) -> bool:
+def run_inline(model_p50_us: float | None, batching: BatchingConfig) -> bool:
     """Whether to call the model on the event loop itself instead of a worker thread.
 
     Handing a call to a thread and back costs ~100 us here (GIL hand-offs, loop wake-up); a model faster
     than that (the digits CNN takes ~10 us) is served faster inline, and the loop is blocked no longer
-    than a thread hop would take. Batching needs the threads (a batch runs while the next one fills).
+    than a thread hop would take. Batching needs the threads (a batch runs while the next one fills), and a
+    model whose speed is unknown (its start-up self-test failed) runs on them too.
     """
-    return not batching.enabled and model_p50_us < INLINE_BELOW_US
+    return not batching.enabled and model_p50_us is not None and model_p50_us < INLINE_BELOW_US
 
 
 class DynamicBatcher:

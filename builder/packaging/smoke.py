@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import TfsmithError
-from builder.serve.artifacts import Artifact
+from builder.server.artifacts import Artifact
 
 Say = Callable[[str], None]
 
@@ -61,7 +61,7 @@ def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[n
 
     Without samples (a bare .tflite), deterministic generated inputs stand in.
     """
-    from builder.serve.backends import sample_inputs
+    from builder.server.backends import sample_inputs
 
     spec = signature.inputs[0]
     expected = None
@@ -182,7 +182,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     The server says its runtime in /healthz; an int8-at-load runtime is compared by argmax agreement with
     the fp32 model it quantized (`artifact.model_path`), every other one within float rounding.
     """
-    from builder.serve.backends import LiteRTBackend
+    from builder.server.backends import LiteRTBackend
 
     status, health = _http(f"{base_url}/healthz")
     approximate = status == 200 and health.get("runtime") in APPROXIMATE_RUNTIMES

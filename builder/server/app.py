@@ -24,9 +24,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from builder.serve.backends import BackendPool, RuntimeChoice
-from builder.serve.batching import BatchingConfig, DynamicBatcher, run_inline
-from builder.serve.protocol import (
+from builder.server.backends import BackendPool, measure_pool
+from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
+from builder.server.options import DEFAULT_MAX_BODY_BYTES
+from builder.server.protocol import (
     RequestError,
     format_outputs,
     model_metadata,
@@ -37,9 +38,6 @@ from builder.serve.protocol import (
 )
 
 log = logging.getLogger("tfsmith.serve")
-
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -56,6 +54,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_request_batch: int = 4096
     dispatch: str = "auto"  # auto (inline for models faster than a thread hop) | inline | threads
+    samples_path: Path | None = None  # the model's own example inputs (optimize's samples.npz), for warm-up
 
 
 class JSONBody(Response):
@@ -116,32 +115,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _measure_pool(pool: BackendPool, runs: int = 30) -> float:
-    """Batch-1 median of the default signature: warms every interpreter and decides inline vs threads."""
-    import statistics
-    import time
-
-    from builder.serve.backends import sample_inputs
-
-    signature = next(iter(pool.signatures.values()))
-    inputs = sample_inputs(signature)
-    times = []
-    for _ in range(pool.size):
-        with pool.checkout() as backend:
-            backend.predict(signature.name, inputs)
-    for _ in range(runs):
-        start = time.perf_counter()
-        pool.predict(signature.name, inputs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
 def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
     """The app serving one model; the pool is created here unless given (tests share one)."""
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
     batchable = all(s.inputs and s.inputs[0].batched for s in pool.signatures.values())
-    model_p50_us = _measure_pool(pool)
+    model_p50_us = measure_pool(pool, config.samples_path)
     inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
     signatures = pool.signatures
@@ -191,7 +170,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "workers": pool.size,
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": batcher.inline,
-                "model_p50_us": round(model_p50_us, 1),
+                "model_p50_us": None if model_p50_us is None else round(model_p50_us, 1),
             }
         )
 
@@ -251,7 +230,7 @@ def run_server(
         uvicorn.run(app, **common)
         return
     os.environ[CONFIG_ENV] = config_to_json(config)
-    uvicorn.run("builder.serve.app:app_from_env", factory=True, workers=processes, **common)
+    uvicorn.run("builder.server.app:app_from_env", factory=True, workers=processes, **common)
 
 
 CONFIG_ENV = "TFSMITH_SERVE_CONFIG"
@@ -263,6 +242,7 @@ def config_to_json(config: ServerConfig) -> str:
         **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
                                             "threads", "max_body_bytes", "max_request_batch", "dispatch")},
         "model_path": str(config.model_path),
+        "samples_path": None if config.samples_path is None else str(config.samples_path),
         "batching": [config.batching.max_batch_size, config.batching.timeout_us],
     })
 
@@ -270,6 +250,7 @@ def config_to_json(config: ServerConfig) -> str:
 def config_from_json(text: str) -> ServerConfig:
     data = json.loads(text)
     data["model_path"] = Path(data["model_path"])
+    data["samples_path"] = None if data["samples_path"] is None else Path(data["samples_path"])
     data["batching"] = BatchingConfig(*data["batching"])
     return ServerConfig(**data)
 
@@ -287,6 +268,7 @@ def configure(
     model_name: str | None = None,
     version: int = 1,
     runtime: str = "litert",
+    runtime_reason: str = "requested",
     workers: int = 2,
     threads: int = 1,
     max_batch: int = 1,
@@ -294,10 +276,10 @@ def configure(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     dispatch: str = "auto",
 ) -> ServerConfig:
-    """A validated ServerConfig from user-facing options; `auto` runtime is measured here (and says why)."""
+    """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)."""
     from builder.errors import InputError
-    from builder.serve.artifacts import resolve_artifact
-    from builder.serve.backends import choose_runtime, model_for_runtime
+    from builder.server.artifacts import resolve_artifact
+    from builder.server.backends import RUNTIMES, model_for_runtime, nncf_inputs
 
     if workers < 1 or threads < 1:
         raise InputError("--workers and --threads must be at least 1")
@@ -307,21 +289,25 @@ def configure(
         raise InputError(f"unknown --dispatch {dispatch!r}; choose auto, inline or threads")
     if max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
+    if runtime not in RUNTIMES:
+        raise InputError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     try:
         batching = BatchingConfig(max_batch, batch_timeout_us)
     except ValueError as error:
         raise InputError(str(error)) from None
     resolved = resolve_artifact(artifact, model_name)
-    choice: RuntimeChoice = choose_runtime(runtime, resolved.model_path, threads)
+    if runtime == "openvino-nncf":
+        nncf_inputs(resolved.model_path)  # refused up front without calibration samples
     return ServerConfig(
-        model_path=model_for_runtime(choice.runtime, resolved.model_path),
+        model_path=model_for_runtime(runtime, resolved.model_path),
         model_name=resolved.name,
         version=version,
-        runtime=choice.runtime,
-        runtime_reason=choice.reason,
+        runtime=runtime,
+        runtime_reason=runtime_reason,
         workers=workers,
         threads=threads,
         batching=batching,
         max_body_bytes=max_body_bytes,
         dispatch=dispatch,
+        samples_path=resolved.samples_path,
     )

@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
-from builder.serve.artifacts import Artifact
-from builder.serve.package import (
+from builder.server.artifacts import Artifact
+from builder.packaging.plan import (
     PackageOptions,
     ServePlan,
     build_image,
     environment,
     plan_package,
 )
-from builder.serve.protocol import DEFAULT_SIGNATURE, TF_DTYPES
-from builder.serve.warmup import Tensor, encode_prediction_log, write_warmup
+from builder.server.protocol import DEFAULT_SIGNATURE, TF_DTYPES
+from builder.packaging.warmup import Tensor, encode_prediction_log, write_warmup
 
 Say = Callable[[str], None]
 BATCHING_FILE = "/models/batching_parameters.txt"
@@ -83,8 +83,8 @@ def warmup_inputs(artifact: Artifact, count: int = 10) -> tuple[str, np.ndarray]
     The SavedModel is called with the report's `model.input.name` (optimize's contract); a bare .tflite
     uses its own signature's input name.
     """
-    from builder.serve.backends import read_signatures, sample_inputs
-    from builder.serve.smoke import quantize_for
+    from builder.server.backends import read_signatures, sample_inputs
+    from builder.packaging.smoke import quantize_for
 
     signature = next(iter(read_signatures(artifact.model_path).values()))
     spec = signature.inputs[0]
@@ -168,7 +168,7 @@ def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, 
                       keep_context: Path | None, say: Say) -> tuple[ServePlan, Any]:
     """Plan, render and build the TF Serving-layout image; smoke-test it when the base has the server."""
     from builder.engine.base import ImageNotFound
-    from builder.serve.workflow import _publish
+    from builder.packaging.plan import publish_folder
 
     plan = plan_package(artifact, options, target=target, server_runtime="tfserving",
                         runtime_reason="TensorFlow Serving's model server")
@@ -187,7 +187,7 @@ def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, 
     with tempfile.TemporaryDirectory(prefix="tfsmith-tfserving-") as tmp:
         context = render_tfserving_context(plan, artifact, Path(tmp) / "context", batching_for(options))
         if keep_context is not None:
-            _publish(context, keep_context)
+            publish_folder(context, keep_context)
             say(f"build context written to {keep_context} (from-source server build: tfsmith/tfserving-build/)")
         say(f"building {plan.tag} from {plan.base_image}")
         image = build_image(engine, plan, context, log=lambda _line: None)
@@ -202,7 +202,7 @@ def smoke_tfserving(client: Any, plan: ServePlan, artifact: Artifact, say: Say) 
     """Start the image, wait for AVAILABLE, send the warmup samples columnar; every answer must have a row each."""
     import json
 
-    from builder.serve.smoke import RunningContainer, SmokeFailed, _http, wait_healthy
+    from builder.packaging.smoke import RunningContainer, SmokeFailed, _http, wait_healthy
 
     input_name, x = warmup_inputs(artifact)
     with RunningContainer(client, plan.tag, 8501) as running:

@@ -2,7 +2,7 @@
 
 The plan is computed without I/O from the artifact, the options and the target, so what an image will hold
 (base, labels, command, wheels) is testable without Docker. Rendering writes a self-contained context: the
-Dockerfile, the server code (`builder/serve` plus the stdlib-only preflight guard), the model and the
+Dockerfile, the server code (`builder/server` plus the stdlib-only preflight guard), the model and the
 server's wheels, so the image builds offline and fast (`pip install --no-index`).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError, TfsmithError
-from builder.serve.artifacts import Artifact
+from builder.server.artifacts import Artifact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO_ROOT / "templates" / "serve"
@@ -91,18 +92,13 @@ class ServePlan:
     @property
     def command(self) -> list[str]:
         """The server's arguments (the image's CMD; the guard and the interpreter are the ENTRYPOINT)."""
-        return [
-            f"{self.model_dir}/{self.model_file}",
-            "--host", "0.0.0.0",
-            "--port", str(self.port),
-            "--model-name", self.model_name,
-            "--model-version", str(self.version),
-            "--runtime", self.server_runtime,
-            "--workers", str(self.workers),
-            "--threads", str(self.threads),
-            "--max-batch", str(self.max_batch),
-            "--batch-timeout-us", str(self.batch_timeout_us),
-        ]
+        from builder.server.options import to_argv
+
+        return [f"{self.model_dir}/{self.model_file}", *to_argv({
+            "host": "0.0.0.0", "port": self.port, "model_name": self.model_name, "model_version": self.version,
+            "runtime": self.server_runtime, "workers": self.workers, "threads": self.threads,
+            "max_batch": self.max_batch, "batch_timeout_us": self.batch_timeout_us,
+        })]
 
     @property
     def labels(self) -> dict[str, str]:
@@ -202,14 +198,20 @@ def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any
     return environment().get_template(name).render(plan=plan, **extra)
 
 
+#: What a serving image runs: the server package and the two small modules it imports (with the package's
+#: __init__), nothing else of tfsmith.
+SERVER_PACKAGE = "server"
+SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py")
+
+
 def copy_server_code(dest: Path) -> None:
-    """`builder/serve` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
+    """`builder/server` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
     package = dest / "builder"
-    (package / "serve").mkdir(parents=True, exist_ok=True)
-    for name in ("__init__.py", "errors.py", "digest.py"):
+    (package / SERVER_PACKAGE).mkdir(parents=True, exist_ok=True)
+    for name in SERVER_SUPPORT:
         shutil.copy2(PACKAGE_ROOT / name, package / name)
-    for source in sorted((PACKAGE_ROOT / "serve").glob("*.py")):
-        shutil.copy2(source, package / "serve" / source.name)
+    for source in sorted((PACKAGE_ROOT / SERVER_PACKAGE).glob("*.py")):
+        shutil.copy2(source, package / SERVER_PACKAGE / source.name)
     guard = PACKAGE_ROOT / "guard.py"
     if not guard.is_file():
         raise TfsmithError(f"{guard} is missing: the preflight guard ships with tfsmith (reinstall it)")
@@ -305,3 +307,26 @@ def build_image(engine: Any, plan: ServePlan, context: Path, log: Say) -> Any:
     from builder.engine.base import BuildRequest
 
     return engine.build(BuildRequest(context=context, tags=(plan.tag,)), log=log)
+
+
+# --- placing finished folders ---------------------------------------------------------------------
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    """Hard-link where possible (the wheels are tens of MB), copy across file systems."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def publish_folder(source: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
+    """Copy a finished folder into place via a sibling temp folder (never half-written)."""
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    shutil.rmtree(staging)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude), copy_function=_link_or_copy)
+    if dest.exists():
+        shutil.rmtree(dest)
+    staging.rename(dest)

@@ -3,9 +3,9 @@
 1. the server's added latency over a bare interpreter call at batch 1, p50, under 1 ms;
 2. throughput under concurrency at least 3x the single-client rate, for the digits CNN.
 
-    python -m builder.serve.floors MODEL.tflite|OPTIMIZE_OUT [--requests 2000] [--concurrency 16] [--json FILE]
+    python -m tests.benchmarks.serve_floors MODEL.tflite|OPTIMIZE_OUT [--requests 2000] [--concurrency 16] [--json FILE]
 
-Each server configuration runs as its own process (`python -m builder.serve`, as in an image) on a free
+Each server configuration runs as its own process (`python -m builder.server`, as in an image) on a free
 loopback port; the load generator is the lean keep-alive client of `loadgen`, checking every answer.
 Numbers depend on the machine and on what else runs on it; the table says which floor held.
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.serve.artifacts import resolve_artifact
-from builder.serve.backends import LiteRTBackend
-from builder.serve.loadgen import LoadResult, run_load
-from builder.serve.smoke import smoke_inputs
+from builder.server.artifacts import resolve_artifact
+from builder.server.backends import LiteRTBackend
+from tests.benchmarks.loadgen import LoadResult, run_load
+from builder.packaging.smoke import smoke_inputs
 
 CONFIGS: dict[str, list[str]] = {
     "1 process, 2 interpreters": ["--workers", "2"],
@@ -59,7 +59,7 @@ def measure(model: Path, args: Sequence[str], bodies: list[bytes], want: np.ndar
             concurrency: int) -> tuple[LoadResult, LoadResult]:
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "builder.serve", str(model), "--port", str(port), "--model-name", "m",
+        [sys.executable, "-m", "builder.server", str(model), "--port", str(port), "--model-name", "m",
          "--log-level", "warning", *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -86,7 +86,7 @@ def measure(model: Path, args: Sequence[str], bodies: list[bytes], want: np.ndar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m builder.serve.floors", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.serve_floors", description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)

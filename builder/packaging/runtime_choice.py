@@ -1,0 +1,103 @@
+"""Which runtime serves a .tflite in a LiteRT image: named by the user, or measured here for `auto`.
+
+Host-side only: the measurement uses bench's interleaved timing loop and its decision
+(`builder.bench.recommend`), so `tfsmith serve --runtime auto`, `tfsmith package --server-runtime auto` and
+`tfsmith bench` share one measurement path. The in-image server is always told a named runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.errors import InputError
+from builder.server.backends import RUNTIMES, create_backend, model_for_runtime, nncf_inputs, sample_inputs
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """Which runtime serves the model, and why (recorded in image labels and the server's status)."""
+
+    runtime: str
+    reason: str
+    p50_us: Mapping[str, float]
+
+
+#: Measures batch-1 latencies (seconds) of each candidate {runtime: .tflite it serves} with `threads`;
+#: returns (samples per runtime measured, error per runtime that could not load).
+Measure = Callable[[Mapping[str, Path], int], tuple[dict[str, list[float]], dict[str, str]]]
+
+
+def _shared_chooser() -> Any:
+    """bench's recommend module: the one timing loop and decision behind every `auto` (host-side only)."""
+    try:
+        from builder.bench import recommend
+    except ImportError:
+        raise InputError("--runtime auto needs the bench extra (pip install 'tfsmith[bench]'); "
+                         f"or name the runtime: {', '.join(RUNTIMES)}") from None
+    return recommend
+
+
+def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: float = 3.0
+                     ) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Batch-1 latencies of the SERVING backends themselves (what will answer requests), timed by bench's
+    interleaved loop; a runtime other than LiteRT that cannot load is reported, not fatal."""
+    recommend = _shared_chooser()
+    runners: dict[str, Callable[[], object]] = {}
+    errors: dict[str, str] = {}
+    for runtime, path in candidates.items():
+        try:
+            backend = create_backend(runtime, path, threads)
+        except Exception as error:  # noqa: BLE001 - any failure means: not a candidate, and say why
+            if runtime == "litert":
+                raise
+            errors[runtime] = _first_line(error)
+            continue
+        signature = next(iter(backend.signatures))
+        inputs = sample_inputs(backend.signatures[signature])
+        runners[runtime] = functools.partial(backend.predict, signature, inputs)
+    return recommend.time_interleaved(runners, budget_s), errors
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:160] if text else ''}"
+
+
+def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """What `auto` measures: LiteRT and OpenVINO on the chosen .tflite, plus openvino-nncf on the fp32 one
+    when calibration samples exist (else its refusal, said in the reason)."""
+    candidates = {"litert": model_path, "openvino": model_path}
+    try:
+        candidates["openvino-nncf"] = model_for_runtime("openvino-nncf", model_path)
+    except InputError as error:
+        return candidates, {"openvino-nncf": str(error)}
+    return candidates, {}
+
+
+def choose_runtime(
+    requested: str, model_path: Path, threads: int = 1, measure: Measure = measure_runtimes, margin: float = 0.9
+) -> RuntimeChoice:
+    """A named runtime as asked (openvino-nncf refused up front without samples); `auto` measures them all.
+
+    LiteRT is the default because the .tflite is the contract and it is what the optimizer evaluated; another
+    runtime must beat it by more than run-to-run noise (p50 within `margin` and non-overlapping median CIs)
+    to be picked. The decision is bench's `choose_fastest_runtime`, the one `tfsmith bench`'s A/B uses.
+    """
+    if requested in RUNTIMES:
+        if requested == "openvino-nncf":
+            nncf_inputs(model_path)
+        return RuntimeChoice(requested, "requested", {})
+    if requested != "auto":
+        raise InputError(f"unknown runtime {requested!r}; choose one of: auto, {', '.join(RUNTIMES)}")
+    recommend = _shared_chooser()
+    candidates, refused = auto_candidates(model_path)
+    samples, errors = measure(candidates, threads)
+    runtime, why = recommend.choose_fastest_runtime(samples, {**refused, **errors}, margin=margin)
+    p50_us = {name: statistics.median(s) * 1e6 for name, s in samples.items() if s}
+    reason = f"auto ({threads} thread{'s' if threads != 1 else ''}): {why}"
+    return RuntimeChoice(runtime, reason, p50_us)

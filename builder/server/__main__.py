@@ -1,0 +1,61 @@
+"""`python -m builder.server MODEL ...`: the server without the tfsmith CLI (what serving images run).
+
+Images carry only `builder/server` (plus the errors, digest and guard modules), the model and the server's
+wheels: no typer, no TensorFlow. The options are `builder.server.options`, which `tfsmith serve` forwards to.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from builder.errors import InputError, TfsmithError
+from builder.server import options
+
+#: Resolves `--runtime auto` to (runtime, reason) on the host: given by `tfsmith serve`, absent in images.
+ChooseRuntime = Callable[[str, Path, int], tuple[str, str]]
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.server",
+         choose_runtime: ChooseRuntime | None = None) -> int:
+    args = options.parse(sys.argv[1:] if argv is None else argv, prog)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
+    from builder.server.app import configure, run_server
+
+    try:
+        runtime, reason = args.runtime, "requested"
+        if runtime == "auto":
+            if choose_runtime is None:
+                raise InputError("--runtime auto is measured by tfsmith on the host (tfsmith serve/package); "
+                                 "name the runtime here: litert, openvino or openvino-nncf")
+            runtime, reason = choose_runtime(args.runtime, args.model, args.threads)
+        if args.processes < 1:
+            raise InputError("--processes must be at least 1")
+        config = configure(
+            args.model,
+            model_name=args.model_name,
+            version=args.model_version,
+            runtime=runtime,
+            runtime_reason=reason,
+            workers=args.workers,
+            threads=args.threads,
+            max_batch=args.max_batch,
+            batch_timeout_us=args.batch_timeout_us,
+            max_body_bytes=args.max_body_bytes,
+            dispatch=args.dispatch,
+        )
+    except TfsmithError as error:
+        sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
+        return error.exit_code
+    logging.getLogger("tfsmith.serve").info("serving %s v%s (%s, runtime %s: %s) on http://%s:%d/v1/models/%s",
+                                            config.model_name, config.version, config.model_path.name,
+                                            config.runtime, config.runtime_reason, args.host, args.port,
+                                            config.model_name)
+    run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

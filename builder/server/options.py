@@ -1,0 +1,117 @@
+"""The server's options, listed once.
+
+Three places need them: the in-image entry point (`python -m builder.server`, argparse), `tfsmith serve` on
+the host (which forwards its arguments to the same parser) and a serving image's CMD (built from values by
+`to_argv`). Keeping the list here means an option added for the server is at once a `tfsmith serve` flag and
+something a packaged image can be told.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+RUNTIME_CHOICES = ("auto", "litert", "openvino", "openvino-nncf")
+
+
+@dataclass(frozen=True)
+class ServerOption:
+    """One command-line option of the server; `dest` is the attribute and the key `to_argv` reads."""
+
+    flag: str
+    dest: str
+    type: type
+    default: Any
+    help: str
+    group: str = "model"
+    choices: tuple[str, ...] | None = None
+
+
+OPTIONS: tuple[ServerOption, ...] = (
+    ServerOption("--model-name", "model_name", str, None, "name in /v1/models/<name> (default: from the path)"),
+    ServerOption("--model-version", "model_version", int, 1, "version number served"),
+    ServerOption("--runtime", "runtime", str, "litert",
+                 "runtime executing the .tflite; auto measures them on this host (tfsmith only, not in images)",
+                 choices=RUNTIME_CHOICES),
+    ServerOption("--host", "host", str, "127.0.0.1", "address to listen on (0.0.0.0 for all)", group="network"),
+    ServerOption("--port", "port", int, 8501, "REST port (TensorFlow Serving's is 8501)", group="network"),
+    ServerOption("--max-body-bytes", "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES,
+                 "larger request bodies are refused with 413", group="network"),
+    ServerOption("--workers", "workers", int, 2, "interpreters, one per worker thread", group="performance"),
+    ServerOption("--threads", "threads", int, 1, "intra-op threads per interpreter", group="performance"),
+    ServerOption("--processes", "processes", int, 1, "server processes sharing the port (throughput)",
+                 group="performance"),
+    ServerOption("--max-batch", "max_batch", int, 1, "dynamic batching: most examples per batch (1 = off)",
+                 group="performance"),
+    ServerOption("--batch-timeout-us", "batch_timeout_us", int, 0,
+                 "dynamic batching: longest wait for a fuller batch", group="performance"),
+    ServerOption("--dispatch", "dispatch", str, "auto",
+                 "run the model on the event loop (inline) or worker threads; auto decides by the model's speed",
+                 group="performance", choices=("auto", "inline", "threads")),
+    ServerOption("--log-level", "log_level", str, "info", "log level", group="operations"),
+)
+
+GROUP_TITLES = {
+    "model": "model",
+    "network": "network",
+    "performance": "performance",
+    "operations": "operations",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model argument and every option, grouped as `--help` shows them."""
+    parser.add_argument("model", type=Path, help=".tflite file or `tfsmith optimize --out` folder")
+    groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
+    for option in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": option.dest, "type": option.type, "default": option.default,
+                                  "help": option.help if option.default is None else f"{option.help} (default: {option.default})"}
+        if option.choices:
+            kwargs["choices"] = option.choices
+        groups[option.group].add_argument(option.flag, **kwargs)
+
+
+def to_argv(values: Mapping[str, Any]) -> list[str]:
+    """Command-line words for the given option values (by `dest`), in the list's order; None is left out."""
+    known = {option.dest: option for option in OPTIONS}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise KeyError(f"not server options: {', '.join(unknown)}")
+    argv: list[str] = []
+    for option in OPTIONS:
+        if option.dest in values and values[option.dest] is not None:
+            argv += [option.flag, str(values[option.dest])]
+    return argv
+
+
+def defaults() -> dict[str, Any]:
+    return {option.dest: option.default for option in OPTIONS}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage dump), like every other tfsmith error."""
+
+    error_prefix = "tfsmith-serve"
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.error_prefix}: error: {message} (see {self.prog} --help)\n")
+
+
+def error_prefix(prog: str) -> str:
+    """`tfsmith` when run as `tfsmith serve`, `tfsmith-serve` inside an image."""
+    return "tfsmith" if prog.startswith("tfsmith") else "tfsmith-serve"
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    result = OneLineParser(prog=prog, description="TensorFlow Serving-compatible model server")
+    result.error_prefix = error_prefix(prog)
+    add_arguments(result)
+    return result
+
+
+def parse(argv: Sequence[str], prog: str) -> argparse.Namespace:
+    return parser(prog).parse_args(list(argv))

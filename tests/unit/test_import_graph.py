@@ -1,0 +1,76 @@
+"""The package's shape: no import cycles, and the in-image server stands on its own.
+
+Lazy imports inside functions count too: a cycle through a function body still ties two modules together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from builder.packaging.plan import SERVER_PACKAGE, SERVER_SUPPORT
+
+PACKAGE = Path(__file__).resolve().parents[2] / "builder"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "builder":
+                deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {alias.name for alias in node.names if alias.name.split(".")[0] == "builder"}
+        graph[_module_name(path)] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if state.get(module) == 1:
+            return path[path.index(module):] + [module]
+        if state.get(module) == 2 or module not in graph:
+            return None
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            found = visit(dep)
+            if found:
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        found = visit(module)
+        if found:
+            return found
+    return None
+
+
+def test_find_cycle_sees_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_builder_has_no_import_cycle() -> None:
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_server_imports_only_what_images_carry() -> None:
+    carried = {f"builder.{Path(name).stem}" for name in SERVER_SUPPORT} | {"builder"}
+    graph = import_graph()
+    server = {m: deps for m, deps in graph.items() if m.startswith(f"builder.{SERVER_PACKAGE}")}
+    assert server, "no server modules found"
+    outside = {m: sorted(d for d in deps if not d.startswith(f"builder.{SERVER_PACKAGE}") and d not in carried)
+               for m, deps in server.items()}
+    assert all(not deps for deps in outside.values()), outside
