@@ -3,24 +3,28 @@
 The honest answer to "was the source build worth it here?": run `builder.bench.inner` (needs only python3,
 numpy and tensorflow in the image; this package is mounted read-only) in image A, then B, then A, then B
 again — alternating so that a slow-down of the shared host is not charged to one image — and compare the
-medians. Containers run with no network. An image that cannot run the bench is reported with its reason.
+medians. Containers run with no network and are never pulled. An image that cannot run the bench is reported
+with its reason.
 
-The Docker CLI is `/usr/bin/docker` (Debian 20.10); commands are built by a pure function so they are tested
-without an engine.
+Containers go through the `Engine` like every other caller; what each run asks for is built by a pure
+function (`bench_container`), so it is tested without an engine.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from builder.engine.base import EngineError, Mount
 from builder.errors import InputError
 
-DOCKER = "/usr/bin/docker"
+if TYPE_CHECKING:
+    from builder.engine.base import Engine
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # builder/
 ROUNDS = 2
 
@@ -43,18 +47,30 @@ def find_saved_model(path: Path) -> Path:
     return pbs[0].parent
 
 
-def docker_command(image: str, saved_model: Path, *, threads: int, batch: int, budget_s: float,
-                   name: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The `docker run` that times the SavedModel inside `image` (never pulled, no network, read-only mounts)."""
-    return [
-        DOCKER, "run", "--rm", "--pull", "never", "--name", name, "--network", "none",
-        "-v", f"{package_dir}:/opt/tfsmith/builder:ro",
-        "-v", f"{saved_model.resolve()}:/model:ro",
-        "-e", "PYTHONPATH=/opt/tfsmith", "-e", "TF_CPP_MIN_LOG_LEVEL=2",
-        "--entrypoint", "python3", image,
-        "-m", "builder.bench.inner", "--saved-model", "/model", "--threads", str(threads),
-        "--batch", str(batch), "--budget-s", f"{budget_s:g}",
-    ]
+@dataclass(frozen=True)
+class BenchContainer:
+    """What one bench run asks the engine for: no network, read-only mounts, the inner bench as the command."""
+
+    image: str
+    name: str
+    entrypoint: tuple[str, ...]
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+
+
+def bench_container(image: str, saved_model: Path, *, threads: int, batch: int, budget_s: float,
+                    name: str, package_dir: Path = PACKAGE_DIR) -> BenchContainer:
+    """The container that times the SavedModel inside `image` (this package and the model mounted read-only)."""
+    return BenchContainer(
+        image=image,
+        name=name,
+        entrypoint=("python3",),
+        command=("-m", "builder.bench.inner", "--saved-model", "/model", "--threads", str(threads),
+                 "--batch", str(batch), "--budget-s", f"{budget_s:g}"),
+        env={"PYTHONPATH": "/opt/tfsmith", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        mounts=(Mount(package_dir, "/opt/tfsmith/builder"), Mount(saved_model.resolve(), "/model")),
+    )
 
 
 def parse_inner_output(stdout: str) -> dict[str, Any]:
@@ -71,8 +87,7 @@ def parse_inner_output(stdout: str) -> dict[str, Any]:
 
 def failure_reason(returncode: int, stderr: str) -> str:
     """The line of a failed container's stderr that says why (the last non-empty one)."""
-    lines = [line.strip() for line in stderr.strip().splitlines()
-             if line.strip() and not line.strip().startswith("See 'docker")]  # the CLI's generic hint
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     return f"exit {returncode}: {lines[-1][:200] if lines else 'no output'}"
 
 
@@ -137,8 +152,12 @@ class ImageComparison:
 
 
 def compare_images(model: Path, first: str, second: str, *, threads: int, batch: int, budget_s: float,
-                   rounds: int = ROUNDS) -> ImageComparison:
+                   rounds: int = ROUNDS, engine: Engine | None = None) -> ImageComparison:
     """Run the inner bench alternately in both images; an image that fails is recorded, not retried."""
+    if engine is None:
+        from builder.engine.docker import DockerEngine
+
+        engine = DockerEngine()
     saved_model = find_saved_model(model)
     per_run = max(budget_s / (2 * rounds), 1.0)
     results = {first: ImageRuns(first), second: ImageRuns(second)}
@@ -147,18 +166,21 @@ def compare_images(model: Path, first: str, second: str, *, threads: int, batch:
             item = results[image]
             if item.error:
                 continue
-            name = f"tfsmith-bench-{uuid.uuid4().hex[:10]}"
-            command = docker_command(image, saved_model, threads=threads, batch=batch, budget_s=per_run, name=name)
+            spec = bench_container(image, saved_model, threads=threads, batch=batch, budget_s=per_run,
+                                   name=f"tfsmith-bench-{uuid.uuid4().hex[:10]}")
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=per_run + 300)
-            except (OSError, subprocess.TimeoutExpired) as error:
-                item.error = f"{type(error).__name__}: {error}"
+                with engine.start(spec.image, spec.command, entrypoint=spec.entrypoint, env=spec.env,
+                                  mounts=spec.mounts, name=spec.name, network=False) as container:
+                    code = container.wait(per_run + 300)
+                    stdout, stderr = container.logs(stderr=False), container.logs(stdout=False)
+            except EngineError as error:  # no such image, cannot start, ran past its time
+                item.error = str(error)
                 continue
-            if done.returncode != 0:
-                item.error = failure_reason(done.returncode, done.stderr)
+            if code != 0:
+                item.error = failure_reason(code, stderr or stdout)
                 continue
             try:
-                item.runs.append(parse_inner_output(done.stdout))
+                item.runs.append(parse_inner_output(stdout))
             except ValueError as error:
                 item.error = str(error)
     return ImageComparison(results[first], results[second], threads, batch)

@@ -6,7 +6,8 @@ implements. Our builds need secret mounts (a CA bundle for pip behind a TLS-inte
 mounts (bazel's output base), so `DOCKER_BUILDKIT=1 docker build --progress=plain` it is, with each output
 line streamed to the caller. Not every `docker` binary can do this: a modern CLI without the buildx plugin
 refuses BuildKit outright, while Debian's 20.10 CLI has it built in, so the CLI is chosen by probing what
-it can do, never by name alone. Inspect, find-by-label, tag, run and push go through the SDK (`docker`).
+it can do, never by name alone. Inspect, find-by-label, tag, containers, push and pull go through the SDK
+(`docker`); containers are created then started, never `containers.run`, which pulls a missing image.
 
 Never `--pull`: base images are local (there may be no registry at all), and a pull attempt fails offline
 even when the image is present.
@@ -28,12 +29,16 @@ from typing import Any
 from builder.engine.base import (
     BuildFailed,
     BuildRequest,
+    Container,
+    ContainerState,
     Engine,
     EngineError,
     EngineUnavailable,
     Image,
+    ImageConfig,
     ImageNotFound,
     LogSink,
+    Mount,
 )
 from builder.engine.buildlog import StepTracker
 from builder.engine.local import STATE_DIR
@@ -94,7 +99,22 @@ def split_tag(ref: str) -> tuple[str, str]:
 
 def _to_image(raw: Any) -> Image:
     config = raw.attrs.get("Config") or {}
-    return Image(id=raw.id, tags=tuple(raw.tags), labels=dict(config.get("Labels") or {}))
+    env = dict(item.partition("=")[::2] for item in config.get("Env") or ())
+    exposed = sorted(int(key.partition("/")[0]) for key in (config.get("ExposedPorts") or {}) if key.endswith("/tcp"))
+    return Image(
+        id=raw.id,
+        tags=tuple(raw.tags),
+        labels=dict(config.get("Labels") or {}),
+        config=ImageConfig(
+            user=config.get("User") or "",
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
+            env=env,
+            healthcheck=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
+            exposed_ports=tuple(exposed),
+            workdir=config.get("WorkingDir") or "",
+        ),
+    )
 
 
 class DockerEngine(Engine):
@@ -319,46 +339,135 @@ class DockerEngine(Engine):
         except docker.errors.ImageNotFound:
             raise ImageNotFound(f"no image {ref} to tag as {tag}") from None
 
-    def remove(self, ref: str) -> None:
-        """Remove a tag or image (used by tests and cleanup; not part of the Engine interface)."""
+    def list_images(self) -> list[Image]:
+        return [_to_image(raw) for raw in self.client.images.list()]
+
+    def remove_image(self, ref: str) -> None:
         import docker.errors
 
         try:
             self.client.images.remove(ref, noprune=False)
         except docker.errors.ImageNotFound:
             pass
+        except docker.errors.APIError as error:
+            raise EngineError(f"cannot remove image {ref}: {_explain(error)}") from None
 
-    def run(
+    # --- containers ---------------------------------------------------------------------------------------
+    def start(
         self,
         ref: str,
         command: Sequence[str] | None = None,
         *,
         entrypoint: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: float = 300.0,
-    ) -> tuple[int, str]:
+        ports: Sequence[int] = (),
+        mounts: Sequence[Mount] = (),
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        network: bool = True,
+        user: str | None = None,
+    ) -> Container:
+        """Create then start (never `containers.run`, which pulls a missing image from Docker Hub)."""
+        import docker.errors
+
+        if ports and not network:
+            raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
+        options: dict[str, Any] = {
+            "entrypoint": list(entrypoint) if entrypoint is not None else None,
+            "environment": dict(env or {}),
+            "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in ports},
+            "volumes": {str(Path(m.source).resolve()): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                        for m in mounts},
+            "name": name,
+            "labels": dict(labels or {}),
+        }
+        if not network:
+            options["network_mode"] = "none"
+        if user is not None:
+            options["user"] = user
+        try:
+            raw = self.client.containers.create(ref, list(command) if command is not None else None, **options)
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(f"no image {ref} to run (images are never pulled to run)") from None
+        except docker.errors.APIError as error:
+            raise EngineError(f"cannot create a container from {ref}: {_explain(error)}") from None
+        try:
+            raw.start()
+            raw.reload()
+        except docker.errors.APIError as error:
+            raw.remove(force=True)
+            raise EngineError(f"cannot start {ref}: {_explain(error)}") from None
+        container = Container(id=raw.id, name=raw.name, image=ref, ports=_published(raw.attrs), engine=self)
+        unbound = [port for port in ports if port not in container.ports]
+        if unbound:
+            why = container.exited() or "the engine published no host port"
+            container.remove()
+            raise EngineError(f"{ref} did not publish port {unbound[0]}: {why}")
+        return container
+
+    def _container(self, container_id: str) -> Any:
         import docker.errors
 
         try:
-            container = self.client.containers.run(
-                ref,
-                list(command) if command is not None else None,
-                entrypoint=list(entrypoint) if entrypoint is not None else None,
-                environment=dict(env or {}),
-                detach=True,
-            )
-        except docker.errors.ImageNotFound:
-            raise ImageNotFound(f"no image {ref} to run") from None
+            return self.client.containers.get(container_id)
+        except docker.errors.NotFound:
+            raise EngineError(f"container {container_id[:12]} is gone") from None
+
+    def container_state(self, container_id: str) -> ContainerState:
+        state = self._container(container_id).attrs.get("State") or {}
+        status = str(state.get("Status", "unknown"))
+        exit_code = None if status in ("created", "running", "restarting") else int(state.get("ExitCode", -1))
+        health = str((state.get("Health") or {}).get("Status", "none"))
+        return ContainerState(status=status, exit_code=exit_code, health=health)
+
+    def container_logs(
+        self, container_id: str, *, stdout: bool = True, stderr: bool = True, tail: int | None = None
+    ) -> str:
+        raw = self._container(container_id)
+        data = raw.logs(stdout=stdout, stderr=stderr, tail="all" if tail is None else tail)
+        return data.decode("utf-8", "replace")
+
+    def container_exec(self, container_id: str, command: Sequence[str], *, user: str | None = None) -> tuple[int, str]:
+        import docker.errors
+
+        raw = self._container(container_id)
         try:
-            try:
-                result = container.wait(timeout=timeout)
-            except Exception:  # noqa: BLE001 - requests' timeout types vary
-                container.kill()
-                raise EngineError(f"{ref} did not finish within {timeout:.0f} s") from None
-            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            return int(result.get("StatusCode", -1)), output
-        finally:
-            container.remove(force=True)
+            code, output = raw.exec_run(list(command), user=user or "")
+        except docker.errors.APIError as error:
+            raise EngineError(f"cannot exec {command[0]!r} in {raw.name}: {_explain(error)}") from None
+        return int(code if code is not None else -1), output.decode("utf-8", "replace")
+
+    def container_wait(self, container_id: str, timeout: float) -> int:
+        raw = self._container(container_id)
+        try:
+            result = raw.wait(timeout=timeout)
+        except Exception:  # noqa: BLE001 - requests' timeout types vary
+            raise EngineError(f"{raw.name} ({_image_ref(raw)}) did not finish within {timeout:.0f} s") from None
+        return int(result.get("StatusCode", -1))
+
+    def container_stop(self, container_id: str, timeout: float = 10.0) -> int:
+        import docker.errors
+
+        raw = self._container(container_id)
+        try:
+            raw.stop(timeout=max(0, round(timeout)))
+        except docker.errors.NotFound:
+            raise EngineError(f"container {container_id[:12]} is gone") from None
+        except docker.errors.APIError as error:
+            raise EngineError(f"cannot stop {raw.name}: {_explain(error)}") from None
+        code = self.container_state(container_id).exit_code
+        return -1 if code is None else code
+
+    def container_remove(self, container_id: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if "already in progress" not in str(error):
+                raise EngineError(f"cannot remove container {container_id[:12]}: {_explain(error)}") from None
 
     def push(self, tag: str, log: LogSink | None = None) -> str:
         log = log or _quiet
@@ -382,6 +491,22 @@ class DockerEngine(Engine):
             raise EngineError(f"push of {tag} finished without a digest")
         return digest
 
+    def pull(self, ref: str, log: LogSink | None = None) -> Image:
+        log = log or _quiet
+        repo, name = split_tag(ref)
+        try:
+            for event in self.client.api.pull(repo, tag=name, stream=True, decode=True):
+                if "error" in event:
+                    raise EngineError(f"pull of {ref} failed: {event['error']}")
+                status = event.get("status")
+                if status:
+                    log(f"{event.get('id', '')} {status} {event.get('progress', '')}".strip())
+        except EngineError:
+            raise
+        except Exception as error:  # noqa: BLE001 - APIError and connection errors alike
+            raise EngineError(f"pull of {ref} failed: {_explain(error)}") from None
+        return self.inspect(ref)
+
 
 def _build_help(cli: str) -> str:
     probe = subprocess.run(  # noqa: S603 - fixed argv
@@ -399,6 +524,26 @@ def _buildkit_cli(cli: str) -> bool:
     """True when this CLI builds with BuildKit: its build help offers `--secret` and no buildx complaint."""
     text = _build_help(cli)
     return "--secret" in text and "buildx component is missing" not in text
+
+
+def _published(attrs: Mapping[str, Any]) -> dict[int, int]:
+    """Container TCP port -> host port, from an inspect answer (`NetworkSettings.Ports`)."""
+    published: dict[int, int] = {}
+    for key, bindings in ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).items():
+        port, _, proto = key.partition("/")
+        if proto == "tcp" and bindings:
+            published[int(port)] = int(bindings[0]["HostPort"])
+    return published
+
+
+def _image_ref(raw: Any) -> str:
+    return str((raw.attrs.get("Config") or {}).get("Image", "?"))
+
+
+def _explain(error: BaseException) -> str:
+    """The daemon's own words for an API error (one line), else the first line of the exception."""
+    explanation = getattr(error, "explanation", None)
+    return _first_line(Exception(explanation)) if explanation else _first_line(error)
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,8 +1,10 @@
 """An in-memory engine for unit tests of our own decision logic (never of Docker's behaviour).
 
 It records every request, gives each distinct request a stable image id, finds images by label like the
-real engine, and "exports" a stage by writing the files it was told to. It runs nothing: `run` answers
-from a table the test fills in.
+real engine, and "exports" a stage by writing the files it was told to. It runs nothing: a container's
+exit code, output and health come from a script the test writes per image (`scripts`, or the older
+`run_results` table for run-to-completion answers). Published ports get distinct made-up host ports on
+which nothing listens.
 """
 
 from __future__ import annotations
@@ -12,7 +14,56 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, ImageNotFound, LogSink
+from builder.engine.base import (
+    BuildFailed,
+    BuildRequest,
+    Container,
+    ContainerState,
+    Engine,
+    EngineError,
+    Image,
+    ImageNotFound,
+    LogSink,
+    Mount,
+)
+
+FIRST_HOST_PORT = 49153  # where Docker's ephemeral range starts; made-up ports count up from here
+
+
+@dataclass(frozen=True)
+class FakeScript:
+    """How containers of one image behave on the fake engine."""
+
+    exit_code: int | None = None  # exits at once with this code; None: runs until stopped
+    output: str = ""  # what it prints (stdout)
+    errors: str = ""  # what it prints on stderr
+    health: str = "none"  # what its healthcheck says while it runs
+    stop_code: int = 143  # exit code when stopped (143: it handled SIGTERM, 137: it was killed)
+    exec_results: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # " ".join(argv) -> answer
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """One `start` as it was asked, for tests to check what our code requested."""
+
+    ref: str
+    command: tuple[str, ...] | None
+    entrypoint: tuple[str, ...] | None
+    env: Mapping[str, str]
+    ports: tuple[int, ...]
+    mounts: tuple[Mount, ...]
+    name: str | None
+    labels: Mapping[str, str]
+    network: bool
+    user: str | None
+
+
+@dataclass
+class _FakeContainer:
+    request: StartRequest
+    script: FakeScript
+    status: str = "running"
+    exit_code: int | None = None
 
 
 @dataclass
@@ -24,7 +75,13 @@ class FakeEngine(Engine):
     pushes: list[str] = field(default_factory=list)
     exports: Mapping[str, bytes] = field(default_factory=dict)  # file name -> content for output_dir builds
     fail_target: str | None = None  # a build of this target fails
-    run_results: dict[str, tuple[int, str]] = field(default_factory=dict)
+    run_results: dict[str, tuple[int, str]] = field(default_factory=dict)  # ref -> (exit code, output) at once
+    scripts: dict[str, FakeScript] = field(default_factory=dict)  # ref -> behaviour of its containers
+    started: list[StartRequest] = field(default_factory=list)
+    containers: dict[str, _FakeContainer] = field(default_factory=dict)  # id -> container (until removed)
+    removed_images: list[str] = field(default_factory=list)
+    pulls: list[str] = field(default_factory=list)
+    registry: dict[str, Image] = field(default_factory=dict)  # ref -> image a `pull` finds
 
     def build(self, request: BuildRequest, log: LogSink | None = None) -> Image | None:
         self.builds.append(request)
@@ -67,21 +124,117 @@ class FakeEngine(Engine):
 
     def tag(self, ref: str, tag: str) -> None:
         image = self._get(ref)
-        self.images[image.id] = Image(image.id, tuple(dict.fromkeys((*image.tags, tag))), image.labels)
+        self.images[image.id] = Image(image.id, tuple(dict.fromkeys((*image.tags, tag))), image.labels, image.config)
 
-    def run(
+    def list_images(self) -> list[Image]:
+        return list(self.images.values())
+
+    def remove_image(self, ref: str) -> None:
+        self.removed_images.append(ref)
+        for image in list(self.images.values()):
+            if ref == image.id:
+                del self.images[image.id]
+            elif ref in image.tags:
+                self.images[image.id] = Image(image.id, tuple(t for t in image.tags if t != ref), image.labels,
+                                              image.config)
+
+    # --- containers -------------------------------------------------------------------------------------
+    def _script(self, ref: str) -> FakeScript:
+        if ref in self.scripts:
+            return self.scripts[ref]
+        if ref in self.run_results:
+            code, output = self.run_results[ref]
+            return FakeScript(exit_code=code, output=output)
+        return FakeScript()
+
+    def start(
         self,
         ref: str,
         command: Sequence[str] | None = None,
         *,
         entrypoint: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: float = 300.0,
-    ) -> tuple[int, str]:
-        self._get(ref)
-        return self.run_results.get(ref, (0, ""))
+        ports: Sequence[int] = (),
+        mounts: Sequence[Mount] = (),
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        network: bool = True,
+        user: str | None = None,
+    ) -> Container:
+        image = self._get(ref)
+        if ports and not network:
+            raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
+        if name is not None and any(c.request.name == name for c in self.containers.values()):
+            raise EngineError(f"cannot create a container from {ref}: the name {name} is already in use")
+        request = StartRequest(
+            ref=ref, command=tuple(command) if command is not None else None,
+            entrypoint=tuple(entrypoint) if entrypoint is not None else None, env=dict(env or {}),
+            ports=tuple(ports), mounts=tuple(mounts), name=name, labels=dict(labels or {}), network=network,
+            user=user,
+        )  # fmt: skip
+        self.started.append(request)
+        number = len(self.started)
+        container_id = hashlib.sha256(f"{image.id}:{number}".encode()).hexdigest()
+        script = self._script(ref)
+        fake = _FakeContainer(request, script)
+        if script.exit_code is not None:
+            fake.status, fake.exit_code = "exited", script.exit_code
+        self.containers[container_id] = fake
+        host_ports = {port: FIRST_HOST_PORT + 100 * (number - 1) + i for i, port in enumerate(ports)}
+        return Container(id=container_id, name=name or f"fake-{number}", image=ref, ports=host_ports, engine=self)
+
+    def _container(self, container_id: str) -> _FakeContainer:
+        if container_id not in self.containers:
+            raise EngineError(f"container {container_id[:12]} is gone")
+        return self.containers[container_id]
+
+    def container_state(self, container_id: str) -> ContainerState:
+        fake = self._container(container_id)
+        return ContainerState(status=fake.status, exit_code=fake.exit_code, health=fake.script.health)
+
+    def container_logs(
+        self, container_id: str, *, stdout: bool = True, stderr: bool = True, tail: int | None = None
+    ) -> str:
+        script = self._container(container_id).script
+        text = (script.output if stdout else "") + (script.errors if stderr else "")
+        if tail is None:
+            return text
+        lines = text.splitlines(keepends=True)
+        return "".join(lines[-tail:]) if tail > 0 else ""
+
+    def container_exec(self, container_id: str, command: Sequence[str], *, user: str | None = None) -> tuple[int, str]:
+        fake = self._container(container_id)
+        if fake.status != "running":
+            raise EngineError(f"cannot exec {command[0]!r}: container {container_id[:12]} is not running")
+        return fake.script.exec_results.get(" ".join(command), (0, ""))
+
+    def container_wait(self, container_id: str, timeout: float) -> int:
+        fake = self._container(container_id)
+        if fake.exit_code is None:
+            raise EngineError(f"{fake.request.name or container_id[:12]} ({fake.request.ref}) did not finish "
+                              f"within {timeout:.0f} s")
+        return fake.exit_code
+
+    def container_stop(self, container_id: str, timeout: float = 10.0) -> int:
+        fake = self._container(container_id)
+        if fake.exit_code is None:
+            fake.status, fake.exit_code = "exited", fake.script.stop_code
+        return fake.exit_code
+
+    def container_remove(self, container_id: str) -> None:
+        self.containers.pop(container_id, None)
 
     def push(self, tag: str, log: LogSink | None = None) -> str:
         image = self._get(tag)
         self.pushes.append(tag)
         return "sha256:" + hashlib.sha256((image.id + tag).encode()).hexdigest()
+
+    def pull(self, ref: str, log: LogSink | None = None) -> Image:
+        self.pulls.append(ref)
+        if ref not in self.registry:
+            raise EngineError(f"pull of {ref} failed: manifest unknown")
+        image = self.registry[ref]
+        previous = self.images.get(image.id)
+        tags = tuple(dict.fromkeys((*(previous.tags if previous else image.tags), ref)))
+        self.images[image.id] = Image(image.id, tags, image.labels, image.config)
+        return self.images[image.id]

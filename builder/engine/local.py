@@ -1,10 +1,11 @@
-"""Bring up a local Docker engine and a local base image on a bare machine.
+"""Bring up a local Docker engine, a local base image and a local registry on a bare machine.
 
 Users of `make build` and the test suite often start on a machine with the Docker client but no daemon and
-no registry access (FACTS §1). This module does what a person would do by hand: install Debian's
-docker.io when dockerd is missing (root + apt only), start dockerd without systemd, wait for it, and create
-a Python base image with debootstrap when it cannot be pulled. Every step says what it does; nothing here
-runs unless asked.
+no registry access. This module does what a person would do by hand: install the Debian packages whose
+programs are missing (root + apt only), start dockerd without systemd, wait for it, and create a Python
+base image with debootstrap when it cannot be pulled. Every program tfsmith or its tests call that a bare
+Debian machine lacks is listed in `REQUIREMENTS`, with the package that provides it, so "what does a fresh
+machine need" has one answer. Every step says what it does; nothing here runs unless asked.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from builder.engine.base import EngineUnavailable
@@ -29,6 +32,48 @@ Say = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A program we call and the Debian package that provides it (Debian's names: the images are bookworm)."""
+
+    program: str  # a name looked up on PATH, or an absolute path when only that build will do
+    package: str
+    why: str
+
+
+ENGINE = Requirement("dockerd", "docker.io", "the Docker daemon (and /usr/bin/docker, a CLI with BuildKit built in)")
+BUILDKIT_CLI = Requirement("/usr/bin/docker", "docker.io", "builds with RUN --mount without the buildx plugin")
+DEBOOTSTRAP = Requirement("debootstrap", "debootstrap", "creates the base image when no registry can be reached")
+REGISTRY = Requirement("docker-registry", "docker-registry", "a local registry to push to and pull from")
+#: Everything beyond a bare Debian machine that tfsmith's engine set-up and its test suite run.
+REQUIREMENTS: tuple[Requirement, ...] = (ENGINE, BUILDKIT_CLI, DEBOOTSTRAP, REGISTRY)
+
+
+def packages_to_install(
+    needed: Iterable[Requirement], found: Callable[[str], str | None] = shutil.which
+) -> list[str]:
+    """The Debian packages to install so every needed program is there: pure, in order, each once.
+
+    `found` answers "where is this program" (shutil.which by default); a program that is found costs nothing.
+    """
+    packages: list[str] = []
+    for requirement in needed:
+        if found(requirement.program) is None and requirement.package not in packages:
+            packages.append(requirement.package)
+    return packages
+
+
+def ensure_programs(needed: Iterable[Requirement], say: Say = _quiet) -> None:
+    """Install (one apt-get run) the packages of whichever needed programs are missing; no-op when all are there."""
+    needed = tuple(needed)
+    packages = packages_to_install(needed, found=shutil.which)
+    if packages:
+        _apt_install(packages, say)
+        still = [r.program for r in needed if shutil.which(r.program) is None]
+        if still:
+            raise EngineUnavailable(f"installed {' '.join(packages)} but still missing: {', '.join(still)}")
 
 
 def engine_answers(docker_cli: str = "docker") -> bool:
@@ -53,7 +98,7 @@ def _apt_install(packages: list[str], say: Say) -> None:
         )
     say(f"installing Debian packages: {' '.join(packages)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    _apt_update()
     result = subprocess.run(
         ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
         env=env,
@@ -66,12 +111,21 @@ def _apt_install(packages: list[str], say: Say) -> None:
         raise EngineUnavailable(f"apt-get install {' '.join(packages)} failed: {' '.join(tail)}")
 
 
+@cache
+def _apt_update() -> None:
+    """`apt-get update`, once per process: a fresh machine's package lists may be missing or stale."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    result = subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+        raise EngineUnavailable(f"apt-get update failed: {' '.join(tail)}")
+
+
 def ensure_engine(say: Say = _quiet, wait_s: float = 60.0) -> None:
     """Make sure a Docker daemon answers on /var/run/docker.sock, starting (and installing) one if needed."""
     if engine_answers():
         return
-    if shutil.which("dockerd") is None:
-        _apt_install(["docker.io"], say)
+    ensure_programs((ENGINE, BUILDKIT_CLI), say)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     log_path = STATE_DIR / "dockerd.log"
     say(f"starting dockerd (log: {log_path})")
@@ -107,8 +161,7 @@ def ensure_base_image(
     """
     if image_exists(ref):
         return ref
-    if shutil.which("debootstrap") is None:
-        _apt_install(["debootstrap"], say)
+    ensure_programs((DEBOOTSTRAP,), say)
     say(f"creating base image {ref} with debootstrap (about a minute)")
     with tempfile.TemporaryDirectory(prefix="tfsmith-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
@@ -143,3 +196,11 @@ def ensure_base_image(
         if imported.returncode != 0:
             raise EngineUnavailable(f"docker import failed: {imported.stderr.strip()}")
     return ref
+
+
+def ensure_registry(say: Say = _quiet) -> str:
+    """The path of Debian's `docker-registry` program (installed when missing), for a registry on loopback."""
+    ensure_programs((REGISTRY,), say)
+    path = shutil.which(REGISTRY.program)
+    assert path is not None  # ensure_programs raised otherwise
+    return path

@@ -1,16 +1,22 @@
 """Engine tests run against a real Docker engine, brought up by the suite itself when none runs.
 
-The engine and a local Python base image (debootstrap, no registry) are prepared once per session.
-Every test in this folder is marked `engine`.
+The engine and a local Python base image (debootstrap, no registry) are prepared once per session; so is a
+local registry for push tests. Whatever a bare machine lacks for these (docker.io, debootstrap,
+docker-registry) is installed by `builder.engine.local`, the same set-up `make engine` and `tfsmith
+engine-up` use, never assumed. Every test in this folder is marked `engine`.
 """
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine, ensure_registry
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,3 +36,44 @@ def docker_engine() -> None:
 def base_image(docker_engine: None) -> str:
     """Tag of a local Debian bookworm image with python3 (3.11) and venv."""
     return ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def registry(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local registry (Debian's docker-registry, installed when missing) on 127.0.0.1:<free port>.
+
+    dockerd trusts registries on 127.0.0.0/8 without TLS, so pushing there needs no daemon configuration.
+    """
+    program = ensure_registry(say=print)
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n",
+        encoding="utf-8",
+    )
+    log = root / "registry.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen([program, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"docker-registry exited ({process.returncode}): {log.read_text()[-500:]}")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"docker-registry did not listen: {log.read_text()[-500:]}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -60,52 +59,15 @@ def make_standin_wheel(folder: Path, note: str = "stand-in") -> Path:
     return wheel
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def engine(docker_engine: None) -> Iterator[DockerEngine]:
     """The engine under test; afterwards every tag this file made (all contain PREFIX) is removed."""
     engine = DockerEngine()
     yield engine
-    for image in engine.client.images.list():
+    for image in engine.list_images():
         for tag in image.tags:
             if PREFIX in tag:
-                engine.remove(tag)
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local registry (Debian's docker-registry) on 127.0.0.1:<free port>; dockerd trusts 127.0.0.1."""
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n",
-        encoding="utf-8",
-    )
-    process = subprocess.Popen(
-        ["/usr/bin/docker-registry", "serve", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=(root / "registry.log").open("wb"),
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"docker-registry did not listen: {(root / 'registry.log').read_text()}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+                engine.remove_image(tag)
 
 
 def _context(tmp_path: Path, dockerfile: str, **files: str) -> Path:
@@ -287,11 +249,10 @@ def test_push_to_a_local_registry_and_pull_back(built: dict, engine: DockerEngin
     ref = f"{registry}/{pushed.stdout.strip()}"
     assert f"pushed  {ref}@sha256:" in pushed.stderr
     local_id = engine.inspect(ref).id
-    engine.remove(ref)
+    engine.remove_image(ref)
     with pytest.raises(ImageNotFound):
         engine.inspect(ref)
-    repo, tag = ref.rsplit(":", 1)
-    engine.client.images.pull(repo, tag=tag)
+    assert engine.pull(ref).id == local_id
     assert engine.inspect(ref).id == local_id
 
 

@@ -151,18 +151,15 @@ def test_images_helpers(tmp_path: Path) -> None:
     (tmp_path / "x" / "saved_model").mkdir(parents=True)
     (tmp_path / "x" / "saved_model" / "saved_model.pb").write_bytes(b"")
     assert images.find_saved_model(tmp_path) == tmp_path / "x" / "saved_model"
-    command = images.docker_command("img:tag", tmp_path, threads=2, batch=8, budget_s=5, name="tfsmith-bench-x")
-    assert command[:2] == [images.DOCKER, "run"]
-    assert command[command.index("--network") + 1] == "none" and command[command.index("--pull") + 1] == "never"
-    assert command[command.index("--entrypoint") + 2] == "img:tag"
-    assert f"{tmp_path.resolve()}:/model:ro" in command and command[-6:] == ["--threads", "2", "--batch", "8",
-                                                                             "--budget-s", "5"]
+    spec = images.bench_container("img:tag", tmp_path, threads=2, batch=8, budget_s=5, name="tfsmith-bench-x")
+    assert (spec.image, spec.name, spec.entrypoint) == ("img:tag", "tfsmith-bench-x", ("python3",))
+    assert all(mount.read_only for mount in spec.mounts)
+    assert {str(m.source): m.target for m in spec.mounts}[str(tmp_path.resolve())] == "/model"
+    assert spec.command[-6:] == ("--threads", "2", "--batch", "8", "--budget-s", "5")
     assert images.parse_inner_output('noise\n{"latency": {"p50": 1}}\n') == {"latency": {"p50": 1}}
     with pytest.raises(ValueError):
         images.parse_inner_output("Traceback\nModuleNotFoundError: No module named 'numpy'")
     assert images.failure_reason(1, "Traceback\nModuleNotFoundError: x\n\n") == "exit 1: ModuleNotFoundError: x"
-    assert images.failure_reason(125, "docker: Error response from daemon: No such image: a:b.\n"
-                                      "See 'docker run --help'.\n") == "exit 125: docker: Error response from daemon: No such image: a:b."
 
 
 def test_image_comparison_ratio_and_summary() -> None:
