@@ -116,7 +116,7 @@ def config_healthcheck(engine: DockerEngine, tag: str) -> list[str]:
 
 
 def test_guard_refuses_a_cpu_without_the_target_features(engine: DockerEngine, litert_image: str) -> None:
-    code, output = engine.run(litert_image, env={"TFSMITH_TARGET": "imaginary", "TFSMITH_FEATURES": "avx2,nosuchfeature"},
+    code, output = engine.run(litert_image, env={"TFSMITH_IMAGE_TARGET": "imaginary", "TFSMITH_IMAGE_FEATURES": "avx2,nosuchfeature"},
                               timeout=60)
     assert code == 3
     assert "nosuchfeature" in output and "Traceback" not in output
