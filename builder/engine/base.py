@@ -93,7 +93,7 @@ class ContainerState:
 
     @property
     def running(self) -> bool:
-        return self.status in ("created", "running", "restarting")
+        return self.status in ("created", "running", "restarting", "paused")
 
 
 @dataclass(frozen=True)

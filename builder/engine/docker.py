@@ -414,11 +414,7 @@ class DockerEngine(Engine):
             raise EngineError(f"container {container_id[:12]} is gone") from None
 
     def container_state(self, container_id: str) -> ContainerState:
-        state = self._container(container_id).attrs.get("State") or {}
-        status = str(state.get("Status", "unknown"))
-        exit_code = None if status in ("created", "running", "restarting") else int(state.get("ExitCode", -1))
-        health = str((state.get("Health") or {}).get("Status", "none"))
-        return ContainerState(status=status, exit_code=exit_code, health=health)
+        return _state(self._container(container_id).attrs)
 
     def container_logs(
         self, container_id: str, *, stdout: bool = True, stderr: bool = True, tail: int | None = None
@@ -534,6 +530,14 @@ def _published(attrs: Mapping[str, Any]) -> dict[int, int]:
         if proto == "tcp" and bindings:
             published[int(port)] = int(bindings[0]["HostPort"])
     return published
+
+
+def _state(attrs: Mapping[str, Any]) -> ContainerState:
+    """Status, exit code (only once it has exited: a running one reports 0) and health, from an inspect answer."""
+    state = attrs.get("State") or {}
+    status = str(state.get("Status", "unknown"))
+    exit_code = None if status in ("created", "running", "restarting", "paused") else int(state.get("ExitCode", -1))
+    return ContainerState(status=status, exit_code=exit_code, health=str((state.get("Health") or {}).get("Status", "none")))
 
 
 def _image_ref(raw: Any) -> str:

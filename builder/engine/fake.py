@@ -161,7 +161,10 @@ class FakeEngine(Engine):
         network: bool = True,
         user: str | None = None,
     ) -> Container:
-        image = self._get(ref)
+        try:
+            image = self._get(ref)
+        except ImageNotFound:
+            raise ImageNotFound(f"no image {ref} to run (images are never pulled to run)") from None
         if ports and not network:
             raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
         if name is not None and any(c.request.name == name for c in self.containers.values()):

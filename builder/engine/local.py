@@ -94,7 +94,7 @@ def _apt_install(packages: list[str], say: Say) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise EngineUnavailable(
             f"{', '.join(packages)} missing and cannot be installed here (needs root and apt-get); "
-            "install Docker and start its daemon, then retry"
+            f"install it (Debian: apt-get install --no-install-recommends {' '.join(packages)}), then retry"
         )
     say(f"installing Debian packages: {' '.join(packages)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}

@@ -1,0 +1,164 @@
+"""The Engine's container API on the real Docker engine: what smoke tests, bench and callers rely on.
+
+A long-running server with published ports answers on 127.0.0.1 at the host port the handle names; env,
+labels, mounts, user and `network=False` reach the container; SIGTERM handling shows in `stop`'s exit
+code; a healthcheck's verdict shows in `health`; a dead container says why in one line; and whatever
+happens, no container is left behind. Images and containers are named `tfsmith-test-engine-*`.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.engine.base import BuildRequest, Container, EngineError, ImageNotFound, Mount
+from builder.engine.docker import DockerEngine
+
+PREFIX = "tfsmith-test-engine"
+HEALTHY = f"{PREFIX}-healthy:1"
+SERVE = ["python3", "-c", (
+    "import http.server, os, signal, sys\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        body = os.environ.get('GREETING', '').encode()\n"
+    "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
+    "print('listening', flush=True)\n"
+    "http.server.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n"
+)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def engine(docker_engine: None) -> Iterator[DockerEngine]:
+    engine = DockerEngine()
+    yield engine
+    for image in engine.list_images():
+        for tag in image.tags:
+            if tag.startswith(PREFIX):
+                engine.remove_image(tag)
+
+
+def _name() -> str:
+    return f"{PREFIX}-{uuid.uuid4().hex[:8]}"
+
+
+def _get(url: str, wait_s: float = 20.0) -> str:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
+                return response.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _gone(engine: DockerEngine, container: Container) -> bool:
+    try:
+        engine.container_state(container.id)
+    except EngineError:
+        return True
+    return False
+
+
+def test_a_long_running_server_answers_on_its_published_port(engine: DockerEngine, base_image: str) -> None:
+    name = _name()
+    with engine.start(base_image, SERVE, env={"GREETING": "hello"}, ports=[8000], name=name,
+                      labels={"io.tfsmith.test": "api"}) as container:
+        assert container.name == name and container.image == base_image
+        assert container.url(8000) == f"http://127.0.0.1:{container.ports[8000]}"
+        assert _get(container.url(8000)) == "hello"
+        assert container.exited() is None and container.health() == "none"
+        assert engine.client.containers.get(container.id).labels["io.tfsmith.test"] == "api"
+        assert container.exec(["sh", "-c", "echo $GREETING; id -u"]) == (0, "hello\n0\n")
+        assert "listening" in container.logs(stderr=False)
+        assert container.stop(timeout=10) == 0  # it handled SIGTERM
+        assert container.exited() is not None and container.exited().startswith("exit 0: ")
+        assert container.stop() == 0  # already stopped: same answer
+    assert _gone(engine, container)
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_timeout(engine: DockerEngine, base_image: str) -> None:
+    with engine.start(base_image, ["sleep", "600"]) as container:  # PID 1 without a handler ignores SIGTERM
+        started = time.monotonic()
+        assert container.stop(timeout=1) == 137
+        assert time.monotonic() - started < 10
+
+
+def test_a_dead_container_says_why_and_is_removed_even_on_error(engine: DockerEngine, base_image: str) -> None:
+    script = "import sys; print('loading model', flush=True); sys.exit('bad model: no such file /model/x.tflite')"
+    with pytest.raises(AssertionError, match="the caller failed"), engine.start(
+        base_image, ["python3", "-c", script]
+    ) as container:
+        assert container.wait(timeout=30) == 1
+        assert container.exited() == "exit 1: loading model | bad model: no such file /model/x.tflite"
+        raise AssertionError("the caller failed")
+    assert _gone(engine, container)
+
+
+def test_a_container_that_dies_before_publishing_its_port_is_an_error(engine: DockerEngine, base_image: str) -> None:
+    name = _name()
+    with pytest.raises(EngineError, match=r"did not publish port 8000: exit 2: no such model"):
+        engine.start(base_image, ["sh", "-c", "echo no such model; exit 2"], ports=[8000], name=name)
+    with pytest.raises(EngineError, match="already in use"):  # the name is free again only if it was removed
+        with engine.start(base_image, ["sleep", "60"], name=name):
+            engine.start(base_image, ["sleep", "60"], name=name)
+
+
+def test_healthcheck_and_image_config(engine: DockerEngine, base_image: str, tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\nUSER 10001:10001\nEXPOSE 8000\n"
+        'HEALTHCHECK --interval=1s --timeout=2s CMD ["python3", "-c", "print(1)"]\n'
+        'CMD ["sleep", "600"]\n'
+    )
+    image = engine.build(BuildRequest(context=tmp_path, tags=(HEALTHY,)))
+    assert image is not None
+    config = engine.inspect(HEALTHY).config
+    assert config.user == "10001:10001" and config.exposed_ports == (8000,)
+    assert config.healthcheck == ("CMD", "python3", "-c", "print(1)") and config.cmd == ("sleep", "600")
+    with engine.start(HEALTHY) as container:
+        deadline = time.monotonic() + 30
+        while container.health() != "healthy" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert container.health() == "healthy"
+        assert container.exec(["id", "-u"]) == (0, "10001\n")
+        assert container.exec(["id", "-u"], user="0") == (0, "0\n")
+
+
+def test_run_with_read_only_mounts_and_no_network(engine: DockerEngine, base_image: str, tmp_path: Path) -> None:
+    (tmp_path / "model.txt").write_text("weights\n")
+    script = "cat /model/model.txt; ls /sys/class/net; touch /model/x 2>/dev/null || echo read-only"
+    code, output = engine.run(base_image, ["sh", "-c", script], mounts=[Mount(tmp_path, "/model")], network=False,
+                              timeout=60)
+    assert (code, output) == (0, "weights\nlo\nread-only\n")
+    assert not (tmp_path / "x").exists()
+
+
+def test_run_past_its_timeout_is_killed_and_removed(engine: DockerEngine, base_image: str) -> None:
+    before = {c.id for c in engine.client.containers.list(all=True)}
+    with pytest.raises(EngineError, match=r"did not finish within 1 s"):
+        engine.run(base_image, ["sleep", "600"], timeout=1)
+    assert {c.id for c in engine.client.containers.list(all=True)} <= before
+
+
+def test_a_missing_image_is_never_pulled(engine: DockerEngine) -> None:
+    started = time.monotonic()
+    with pytest.raises(ImageNotFound, match=f"no image {PREFIX}/absent:1 to run"):
+        engine.start(f"{PREFIX}/absent:1")
+    assert time.monotonic() - started < 5  # no registry round trip
+
+
+def test_remove_image_and_list_images(engine: DockerEngine, base_image: str) -> None:
+    tag = f"{PREFIX}-tagged:1"
+    engine.tag(base_image, tag)
+    assert any(tag in image.tags for image in engine.list_images())
+    engine.remove_image(tag)
+    engine.remove_image(tag)  # absent: fine
+    assert not any(tag in image.tags for image in engine.list_images())
+    assert engine.inspect(base_image).id  # removing a tag keeps the image
