@@ -1,7 +1,8 @@
 """`tfsmith bench --images A,B` against the real engine, cheaply: an image that cannot run the bench (the
 bare Python base image has no numpy/TensorFlow) and one that does not exist locally are both REPORTED with
 their reasons, nothing is pulled, and no ratio is invented. The success path (two TensorFlow images) costs
-minutes of image builds, so it is exercised by hand and in the issue note, not here."""
+minutes of image builds, so it is exercised by hand, not here; how a successful run is asked of the
+Engine (alternating, offline, read-only mounts) is checked on the fake engine in tests/unit."""
 
 from __future__ import annotations
 
