@@ -25,6 +25,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from builder.server.backends import BackendPool, measure_pool
+from builder.server.bodies import read_limited
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.server.protocol import (
@@ -99,20 +100,9 @@ PREDICT_BODY_SCHEMA: dict[str, Any] = {
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing anything over `limit` bytes without reading it all into memory first."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise RequestError("malformed Content-Length header")
-        if int(declared) > limit:
-            raise RequestError(f"request body of {declared} bytes exceeds the limit of {limit} bytes", status=413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The body under the server's limit (plain, chunked or gzip); see `bodies.read_limited`."""
+    return await read_limited(request.stream(), limit, request.headers.get("content-length"),
+                              request.headers.get("content-encoding"))
 
 
 def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:

@@ -444,3 +444,45 @@ def test_bad_package_input_is_one_line_and_exit_2(models: Path, args: list[str],
     errors = [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")]
     assert len(errors) == 1 and needle in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- request bodies: size limit, chunked, gzip ---------------------------------------------------------
+
+
+def test_a_20_mb_body_gets_a_413_not_a_reset(server: Server) -> None:
+    for _ in range(3):  # the refusal must reach the client every time, and the server keep serving
+        answer = HTTP.post(f"{server.url}/v1/models/digits:predict", content=b" " * (20 * 1024 * 1024),
+                           headers={"content-type": "application/json"})
+        assert answer.status_code == 413 and "exceeds the limit" in answer.json()["error"]
+    assert HTTP.get(f"{server.url}/v1/models/digits").status_code == 200
+
+
+def test_a_20_mb_chunked_body_gets_a_413(server: Server) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(320):
+            yield b" " * 65536
+
+    answer = HTTP.post(f"{server.url}/v1/models/digits:predict", content=chunks())
+    assert answer.status_code == 413 and "exceeds the limit" in answer.json()["error"]
+
+
+def test_gzip_bodies_are_decoded_and_limited_when_decoded(server: Server, local: LiteRTBackend) -> None:
+    import gzip
+
+    x = inputs(2, seed=12)
+    body = gzip.compress(json.dumps({"instances": x.tolist()}).encode())
+    answer = HTTP.post(f"{server.url}/v1/models/digits:predict", content=body,
+                       headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert answer.status_code == 200, answer.text
+    assert np.allclose(answer.json()["predictions"], expected(local, x), rtol=1e-5, atol=1e-6)
+    bomb = gzip.compress(b" " * 1_000_000)  # ~1 KB sent, 1 MB decoded: over the 64 KiB limit
+    assert len(bomb) < 65536
+    refused = HTTP.post(f"{server.url}/v1/models/digits:predict", content=bomb,
+                        headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert refused.status_code == 413 and "decoded" in refused.json()["error"]
+    broken = HTTP.post(f"{server.url}/v1/models/digits:predict", content=b"not gzip",
+                       headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert broken.status_code == 400 and "gzip" in broken.json()["error"]
+    other = HTTP.post(f"{server.url}/v1/models/digits:predict", content=b"{}",
+                      headers={"content-type": "application/json", "content-encoding": "br"})
+    assert other.status_code == 415 and "Content-Encoding" in other.json()["error"]
