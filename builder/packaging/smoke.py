@@ -1,9 +1,10 @@
 """Prove a serving image answers correctly before anyone deploys it.
 
-Start the container with its port published on 127.0.0.1 only, wait until /healthz answers (or the
-container dies: then its log is the error), send real predict requests built from the report's held-out
-samples in both TF Serving forms (row and columnar), compare every answer with the local interpreter's on
-the same inputs, and stop the container. Any difference fails the smoke test.
+Start the container with its port published on 127.0.0.1 only, wait until it answers (or the container
+dies: then its log is the error), send the requests a client of the ORIGINAL model sends (its held-out rows,
+its input names and dtypes) in both TF Serving forms (row and columnar), check every answer against the local
+interpreter on the same artifact and against the original model's own answers with each output's metric,
+and stop the container. Any failure fails the smoke test.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from builder.errors import TfsmithError
-from builder.server.artifacts import Artifact
+from builder.server.artifacts import Artifact, Samples, load_samples
+from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
 Say = Callable[[str], None]
 
@@ -31,78 +33,72 @@ class SmokeFailed(TfsmithError):
 
 
 @dataclass(frozen=True)
+class Fidelity:
+    """How close one output of the served model is to the ORIGINAL model's answer on the same rows."""
+
+    output: str
+    metric: str  # "top-1 agreement" | "exact agreement" | "relative error"
+    value: float
+    passed: bool
+
+    def text(self) -> str:
+        shown = f"{self.value:.1%}" if self.metric == "relative error" else f"{self.value:.3f}"
+        return f"{self.output} {self.metric} {shown}"
+
+
+@dataclass(frozen=True)
 class SmokeResult:
     requests: int
     examples: int
     max_abs_diff: float
-    agreement: float | None  # argmax agreement with the samples' `expected` (the float model), when known
+    fidelity: tuple[Fidelity, ...]  # per output, against the original model (empty without samples)
     startup_s: float
-    #: int8-at-load runtimes (openvino-nncf): argmax agreement with the local fp32 interpreter, else None
+    #: int8-at-load runtimes (openvino-nncf): top-1 agreement with the local fp32 interpreter, else None
     local_agreement: float | None = None
     note: str = ""  # a caveat the numbers need (e.g. a constant reference makes agreement meaningless)
 
     def line(self) -> str:
         if self.local_agreement is None:
-            match = "all answers match the local interpreter"
+            match = "every answer matches the local interpreter"
         else:
             match = (f"int8 (NNCF) answers agree with the local fp32 interpreter on {self.local_agreement:.1%} of "
-                     f"argmaxes")
+                     f"top-1 classes")
         text = (
-            f"smoke: {self.requests} requests, {self.examples} examples, {match} "
+            f"smoke: {self.requests} requests (row and columnar), {self.examples} examples, {match} "
             f"(max |diff| {self.max_abs_diff:.3g}); ready in {self.startup_s:.1f} s"
         )
-        if self.agreement is not None:
-            text += f"; argmax agreement with the float model {self.agreement:.3f}"
+        if self.fidelity:
+            text += "; against the original model: " + ", ".join(f.text() for f in self.fidelity)
         return text + (f" ({self.note})" if self.note else "")
 
 
-def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[np.ndarray, np.ndarray | None]:
-    """Held-out inputs for the model's first input (quantized for int8 models) and the float model's outputs.
-
-    Without samples (a bare .tflite), deterministic generated inputs stand in.
-    """
+def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[dict[str, np.ndarray], Samples | None]:
+    """What a client of the original model sends (its held-out rows, in its own dtypes, every input), and the
+    samples they came from (with the original model's answers). Without samples (a bare .tflite),
+    deterministic generated inputs stand in and there is nothing to judge fidelity against."""
     from builder.server.backends import sample_inputs
 
-    spec = signature.inputs[0]
-    expected = None
     if artifact.samples_path is not None:
-        with np.load(artifact.samples_path) as data:
-            x = np.asarray(data["x"][:count])
-            if "expected" in data.files:
-                expected = np.asarray(data["expected"][:count])
-        x = quantize_for(artifact.model_path, spec, x)
-    else:
-        x = sample_inputs(signature, batch=count, seed=7)[spec.name]
-    return x, expected
+        samples = load_samples(artifact.samples_path).head(count)
+        missing = [spec.name for spec in signature.inputs if spec.name not in samples.inputs]
+        if missing:
+            raise SmokeFailed(f"{artifact.samples_path}: no samples for input(s) {', '.join(missing)} of the served "
+                              f"signature (it takes {', '.join(s.name for s in signature.inputs)})")
+        return {spec.name: samples.inputs[spec.name].astype(spec.dtype) for spec in signature.inputs}, samples
+    return sample_inputs(signature, batch=count, seed=7), None
 
 
-def quantize_for(model_path: Path, spec: Any, x: np.ndarray) -> np.ndarray:
-    """Float samples in the model's input dtype: int8/uint8 inputs use the tensor's (scale, zero point)."""
-    dtype = np.dtype(spec.dtype)
-    if dtype.kind == "f":
-        return x.astype(dtype)
-    from ai_edge_litert.interpreter import Interpreter
-
-    detail = Interpreter(model_path=str(model_path)).get_input_details()[0]
-    scale, zero_point = detail["quantization"]
-    if not scale:
-        return x.astype(dtype)
-    info = np.iinfo(dtype)
-    return np.clip(np.round(x / scale + zero_point), info.min, info.max).astype(dtype)
+#: The server's default body limit (images run with it): the columnar request, which carries every example
+#: at once, must stay under it.
+SERVER_MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES
 
 
-#: The server's default body limit (app.DEFAULT_MAX_BODY_BYTES; images run with it): the columnar request,
-#: which carries every example at once, must stay under it.
-SERVER_MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-def fit_body(x: np.ndarray, expected: np.ndarray | None, limit: int = SERVER_MAX_BODY_BYTES
-             ) -> tuple[np.ndarray, np.ndarray | None]:
-    """As many examples as fit one columnar JSON request under `limit` (big inputs, e.g. 224x224x3 images,
-    take ~3 MB of JSON each), at least one."""
-    per_example = len(json.dumps(x[:1].tolist())) + 2
-    keep = max(1, min(len(x), int(0.8 * limit) // per_example))
-    return x[:keep], None if expected is None else expected[:keep]
+def fit_body(inputs: dict[str, np.ndarray], limit: int = SERVER_MAX_BODY_BYTES) -> int:
+    """How many examples fit one columnar JSON request under `limit` (224x224x3 images take ~3 MB of JSON
+    each), at least one."""
+    per_example = sum(len(json.dumps(v[:1].tolist())) for v in inputs.values()) + 2
+    rows = min(len(v) for v in inputs.values())
+    return max(1, min(rows, int(0.8 * limit) // per_example))
 
 
 def _http(url: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, Any]:
@@ -137,50 +133,97 @@ def wait_healthy(
     raise SmokeFailed(f"no healthy answer from {base_url}{path} within {timeout_s:.0f} s (last: {last})")
 
 
-def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
+def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> float:
     """Largest difference; SmokeFailed beyond float rounding (float) or one quantization step (integer)."""
+    where = f"output {output!r}: " if output else ""
     if got.shape != want.shape:
-        raise SmokeFailed(f"answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
+        raise SmokeFailed(f"{where}answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
     kind = np.dtype(dtype).kind
     ok = diff <= 1 if kind in "iu" else bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
     if not ok:
-        raise SmokeFailed(f"answers differ from the local interpreter's (max |diff| {diff:.3g})")
+        raise SmokeFailed(f"{where}answers differ from the local interpreter's (max |diff| {diff:.3g})")
     return diff
 
 
 #: Runtimes whose answers are int8 approximations of the served fp32 .tflite (quantized at server start).
 APPROXIMATE_RUNTIMES = ("openvino-nncf",)
-#: Smallest argmax agreement with the fp32 interpreter an int8-at-load server must reach on the samples.
-MIN_APPROXIMATE_AGREEMENT = 0.9
+#: Smallest top-1 agreement with a reference (the fp32 interpreter, or the original model) a served
+#: classification output must reach on the smoke rows.
+MIN_AGREEMENT = 0.9
+#: Largest relative error (L2 of the difference over L2 of the reference) a served regression output may have
+#: against the original model on the smoke rows.
+MAX_RELATIVE_ERROR = 0.1
 
 
-def compare_approximate(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
-    """(max |diff|, argmax agreement) of int8 answers vs the fp32 interpreter's; SmokeFailed below the floor.
+def _is_scores(array: np.ndarray) -> bool:
+    """One row of several class scores per example (what top-1 agreement is meaningful for)."""
+    return array.ndim == 2 and array.shape[1] > 1 and np.dtype(array.dtype).kind == "f"
 
-    Bit-for-bit equality cannot hold for a model quantized at load, so the honest check is that it picks the
-    same class; outputs that are not (batch, classes) must stay within 10% of the reference's range instead.
+
+def fidelity(output: str, got: np.ndarray, original: np.ndarray) -> Fidelity:
+    """The output's metric against the original model: top-1 agreement for class scores, exact agreement for
+    integer answers, relative error otherwise (regression, embeddings)."""
+    if got.shape != original.shape:
+        raise SmokeFailed(f"output {output!r}: answer has shape {list(got.shape)}, the original model's "
+                          f"{list(original.shape)}: the served signature changed")
+    if _is_scores(original):
+        value = float(np.mean(np.argmax(got, axis=1) == np.argmax(original, axis=1)))
+        return Fidelity(output, "top-1 agreement", value, value >= MIN_AGREEMENT)
+    if np.dtype(original.dtype).kind in "iub":
+        value = float(np.mean(np.all((got == original).reshape(len(got), -1), axis=1))) if len(got) else 1.0
+        return Fidelity(output, "exact agreement", value, value >= MIN_AGREEMENT)
+    reference = float(np.linalg.norm(original.astype(np.float64)))
+    error = float(np.linalg.norm(got.astype(np.float64) - original.astype(np.float64)))
+    value = error / reference if reference > 0 else error
+    return Fidelity(output, "relative error", value, value <= MAX_RELATIVE_ERROR)
+
+
+def compare_approximate(got: np.ndarray, want: np.ndarray, output: str = "") -> tuple[float, float]:
+    """(max |diff|, top-1 agreement) of int8 answers vs the fp32 interpreter's; SmokeFailed below the floor.
+
+    Bit-for-bit equality cannot hold for a model quantized at load, so the honest check is the output's
+    metric: the same class for class scores, a small relative error otherwise.
     """
-    if got.shape != want.shape:
-        raise SmokeFailed(f"answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
+    judged = fidelity(output or "output", got, want)  # refuses a changed shape first
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
-    if got.ndim == 2 and got.shape[1] > 1:
-        agreement = float(np.mean(np.argmax(got, axis=1) == np.argmax(want, axis=1)))
-        if agreement < MIN_APPROXIMATE_AGREEMENT:
-            raise SmokeFailed(f"int8 answers agree with the fp32 interpreter on only {agreement:.1%} of argmaxes "
-                              f"(< {MIN_APPROXIMATE_AGREEMENT:.0%}; max |diff| {diff:.3g})")
-        return diff, agreement
-    span = float(np.ptp(want)) if want.size else 0.0
-    if diff > 0.1 * max(span, 1e-6):
-        raise SmokeFailed(f"int8 answers differ from the fp32 interpreter's by {diff:.3g} (> 10% of its range)")
-    return diff, 1.0
+    if not judged.passed:
+        raise SmokeFailed(f"int8 answers of {judged.output!r} vs the fp32 interpreter: {judged.text()} "
+                          f"(max |diff| {diff:.3g})")
+    return diff, judged.value if judged.metric != "relative error" else 1.0
+
+
+def _rows_request(inputs: dict[str, np.ndarray], i: int, named: bool) -> bytes:
+    """Row form with one instance, as most clients send: a plain value for one-input models, an object by
+    input name otherwise."""
+    if named:
+        return json.dumps({"instances": [{k: v[i].tolist() for k, v in inputs.items()}]}).encode()
+    (value,) = inputs.values()
+    return json.dumps({"instances": [value[i].tolist()]}).encode()
+
+
+def _row_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
+    predictions = body["predictions"]
+    if len(names) == 1:
+        return {names[0]: np.asarray(predictions)}
+    return {name: np.asarray([row[name] for row in predictions]) for name in names}
+
+
+def _columnar_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
+    outputs = body["outputs"]
+    if isinstance(outputs, dict):
+        return {name: np.asarray(outputs[name]) for name in names}
+    return {names[0]: np.asarray(outputs)}
 
 
 def check_server(base_url: str, artifact: Artifact, model_name: str, version: int, count: int = 16) -> SmokeResult:
-    """Query a running server with held-out samples and compare with the local LiteRT interpreter.
+    """Query a running server as a client of the original model would, and judge every answer twice.
 
-    The server says its runtime in /healthz; an int8-at-load runtime is compared by argmax agreement with
-    the fp32 model it quantized (`artifact.model_path`), every other one within float rounding.
+    Requests carry the original model's held-out rows in its own input dtypes (float pixels, int token ids,
+    several named inputs), in TF Serving's row form (one instance a request) and columnar form. Each answer
+    must match the local LiteRT interpreter on the same artifact (within float rounding; int8-at-load
+    runtimes by the output's metric), and each output is judged against the ORIGINAL model's answers with
+    its metric: top-1 agreement for class scores, relative error for regression.
     """
     from builder.server.backends import LiteRTBackend
 
@@ -188,46 +231,62 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     approximate = status == 200 and health.get("runtime") in APPROXIMATE_RUNTIMES
     local = LiteRTBackend(artifact.model_path)
     signature = next(iter(local.signatures.values()))
-    x, expected = smoke_inputs(artifact, signature, count)
-    x, expected = fit_body(x, expected)
-    name = signature.inputs[0].name
-    out_spec = signature.outputs[0]
-    want = np.concatenate([local.predict(signature.name, {name: x[i : i + 1]})[out_spec.name] for i in range(len(x))])
-    requests, worst, agreements = 0, 0.0, []
+    inputs, samples = smoke_inputs(artifact, signature, count)
+    keep = fit_body(inputs)
+    inputs = {k: v[:keep] for k, v in inputs.items()}
+    rows = min(len(v) for v in inputs.values())
+    names = [spec.name for spec in signature.outputs]
+    dtypes = {spec.name: spec.dtype for spec in signature.outputs}
+    per_row = [local.predict(signature.name, {k: v[i : i + 1] for k, v in inputs.items()}) for i in range(rows)]
+    want = {name: np.concatenate([p[name] for p in per_row]) for name in names}
+    worst, agreements = 0.0, []
 
-    def check(got: np.ndarray) -> float:
-        if not approximate:
-            return compare(got, want, out_spec.dtype)
-        diff, agree = compare_approximate(got, want)
-        agreements.append(agree)
-        return diff
+    def check(got: dict[str, np.ndarray]) -> None:
+        nonlocal worst
+        for name in names:
+            answer = got[name].astype(dtypes[name])
+            if approximate:
+                diff, agree = compare_approximate(answer, want[name], name)
+                agreements.append(agree)
+            else:
+                diff = compare(answer, want[name], dtypes[name], name)
+            worst = max(worst, diff)
 
     status, body = _http(f"{base_url}/v1/models/{model_name}")
     if status != 200 or body.get("model_version_status", [{}])[0].get("state") != "AVAILABLE":
         raise SmokeFailed(f"model status answered HTTP {status}: {body}")
-    rows = []
-    for i in range(len(x)):  # row form, one example per request, as most clients send
-        payload = json.dumps({"instances": x[i : i + 1].tolist()}).encode()
-        status, body = _http(f"{base_url}/v1/models/{model_name}/versions/{version}:predict", payload)
+    requests, answers = 1, []
+    named = len(inputs) > 1
+    for i in range(rows):
+        status, body = _http(f"{base_url}/v1/models/{model_name}/versions/{version}:predict",
+                             _rows_request(inputs, i, named))
         requests += 1
         if status != 200:
             raise SmokeFailed(f"predict answered HTTP {status}: {body}")
-        rows.append(np.asarray(body["predictions"], dtype=out_spec.dtype))
-    worst = max(worst, check(np.concatenate(rows)))
-    payload = json.dumps({"signature_name": signature.name, "inputs": {name: x.tolist()}}).encode()
-    status, body = _http(f"{base_url}/v1/models/{model_name}:predict", payload)  # columnar, the whole batch
+        answers.append(_row_answer(body, names))
+    row_answers = {name: np.concatenate([a[name] for a in answers]) for name in names}
+    check(row_answers)
+    payload = json.dumps({"signature_name": signature.name, "inputs": {k: v.tolist() for k, v in inputs.items()}})
+    status, body = _http(f"{base_url}/v1/models/{model_name}:predict", payload.encode())  # columnar, every row
     requests += 1
     if status != 200:
         raise SmokeFailed(f"columnar predict answered HTTP {status}: {body}")
-    columnar = body["outputs"][out_spec.name] if isinstance(body["outputs"], dict) else body["outputs"]
-    worst = max(worst, check(np.asarray(columnar, dtype=out_spec.dtype)))
-    agreement = None
-    if expected is not None and expected.ndim == 2 and want.ndim == 2 and expected.shape == want.shape:
-        agreement = float(np.mean(np.argmax(expected, axis=1) == np.argmax(want, axis=1)))
+    check(_columnar_answer(body, names))
+    judged: list[Fidelity] = []
+    if samples is not None:
+        for name in names:
+            if name in samples.expected:
+                judged.append(fidelity(name, row_answers[name].astype(dtypes[name]), samples.expected[name][:rows]))
+    failed = [f for f in judged if not f.passed]
+    if failed:
+        raise SmokeFailed("the served answers drifted from the original model's: "
+                          + ", ".join(f.text() for f in failed))
     note = ""
-    if approximate and want.size and float(np.max(np.ptp(want.reshape(len(want), -1), axis=1))) == 0.0:
-        note = "the fp32 reference answers are constant (random weights?): agreement says nothing about quality"
-    return SmokeResult(requests, len(x), worst, agreement, 0.0, min(agreements) if agreements else None, note)
+    constant = [n for n in names if want[n].size and float(np.max(np.ptp(want[n].reshape(rows, -1), axis=0))) == 0.0]
+    if constant:
+        note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
+                "agreement says little about quality there")
+    return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note)
 
 
 class RunningContainer:

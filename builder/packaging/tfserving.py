@@ -77,42 +77,29 @@ def server_flags(saved_model: bool) -> list[str]:
     return flags
 
 
-def warmup_inputs(artifact: Artifact, count: int = 10) -> tuple[str, np.ndarray]:
-    """Input name and float samples for warmup: the report's held-out samples, else generated ones.
+def warmup_inputs(artifact: Artifact, count: int = 10) -> dict[str, np.ndarray]:
+    """Warm-up inputs by input name: the model's own held-out rows (its samples file), else generated ones.
 
-    The SavedModel is called with the report's `model.input.name` (optimize's contract); a bare .tflite
-    uses its own signature's input name.
+    The SavedModel and every .tflite keep the original model's signature, so the names and dtypes read from
+    the served .tflite are the ones TF Serving's SavedModel signature takes too.
     """
-    from builder.server.backends import read_signatures, sample_inputs
-    from builder.packaging.smoke import quantize_for
+    from builder.server.backends import example_inputs, read_signatures
 
     signature = next(iter(read_signatures(artifact.model_path).values()))
-    spec = signature.inputs[0]
-    saved_model = (artifact.model_path.parent / "saved_model").is_dir()
-    name = spec.name
-    if saved_model and artifact.report:
-        name = str(((artifact.report.get("model") or {}).get("input") or {}).get("name") or name)
-    if artifact.samples_path is not None:
-        with np.load(artifact.samples_path) as data:
-            x = np.asarray(data["x"][:count], dtype=np.float32)
-        if not saved_model:
-            x = quantize_for(artifact.model_path, spec, x)
-    else:
-        x = sample_inputs(signature, batch=count, seed=3)[spec.name]
-        if saved_model:
-            x = x.astype(np.float32)
-    return name, x
+    return example_inputs(signature, artifact.samples_path, batch=count)
 
 
-def warmup_records(model_name: str, input_name: str, x: np.ndarray, version: int,
+def warmup_records(model_name: str, inputs: Mapping[str, np.ndarray], version: int,
                    signature: str = DEFAULT_SIGNATURE) -> list[bytes]:
-    """One PredictionLog per example (batch 1, as live traffic mostly comes)."""
-    dtype_number = TF_DTYPES[x.dtype.name][1]
+    """One PredictionLog per example (batch 1, as live traffic mostly comes), every input in each."""
+    rows = min(len(v) for v in inputs.values())
     records = []
-    for row in x:
-        example = np.ascontiguousarray(row[np.newaxis]).astype(x.dtype.newbyteorder("<"), copy=False)
-        tensor = Tensor(dtype_number, tuple(example.shape), example.tobytes())
-        records.append(encode_prediction_log(model_name, signature, {input_name: tensor}, version))
+    for i in range(rows):
+        tensors = {}
+        for name, values in inputs.items():
+            example = np.ascontiguousarray(values[i : i + 1]).astype(values.dtype.newbyteorder("<"), copy=False)
+            tensors[name] = Tensor(TF_DTYPES[values.dtype.name][1], tuple(example.shape), example.tobytes())
+        records.append(encode_prediction_log(model_name, signature, tensors, version))
     return records
 
 
@@ -129,10 +116,9 @@ def render_tfserving_context(plan: ServePlan, artifact: Artifact, dest: Path, ba
     else:
         version_dir.mkdir()
         shutil.copy2(artifact.model_path, version_dir / "model.tflite")
-    input_name, x = warmup_inputs(artifact)
     warmup = version_dir / WARMUP_PATH
     warmup.parent.mkdir(parents=True, exist_ok=True)
-    warmup.write_bytes(write_warmup(warmup_records(plan.model_name, input_name, x, plan.version)))
+    warmup.write_bytes(write_warmup(warmup_records(plan.model_name, warmup_inputs(artifact), plan.version)))
     (dest / "models" / "batching_parameters.txt").write_text(batching.text())
     tools = dest / "tfsmith"
     tools.mkdir()
@@ -204,15 +190,16 @@ def smoke_tfserving(client: Any, plan: ServePlan, artifact: Artifact, say: Say) 
 
     from builder.packaging.smoke import RunningContainer, SmokeFailed, _http, wait_healthy
 
-    input_name, x = warmup_inputs(artifact)
+    inputs = warmup_inputs(artifact)
+    rows = min(len(v) for v in inputs.values())
     with RunningContainer(client, plan.tag, 8501) as running:
         startup = wait_healthy(running.url, running.exited, path=f"/v1/models/{plan.model_name}")
-        payload = json.dumps({"inputs": {input_name: x.tolist()}}).encode()
+        payload = json.dumps({"inputs": {name: v.tolist() for name, v in inputs.items()}}).encode()
         status, body = _http(f"{running.url}/v1/models/{plan.model_name}:predict", payload)
         if status != 200:
             raise SmokeFailed(f"TF Serving answered HTTP {status}: {body}")
         outputs = body.get("outputs")
         first = next(iter(outputs.values())) if isinstance(outputs, Mapping) else outputs
-        if not isinstance(first, list) or len(first) != len(x):
-            raise SmokeFailed(f"TF Serving answered {len(first) if isinstance(first, list) else '?'} rows for {len(x)}")
-    return f"smoke: TF Serving answered {len(x)} examples; ready in {startup:.1f} s"
+        if not isinstance(first, list) or len(first) != rows:
+            raise SmokeFailed(f"TF Serving answered {len(first) if isinstance(first, list) else '?'} rows for {rows}")
+    return f"smoke: TF Serving answered {rows} examples; ready in {startup:.1f} s"

@@ -1,18 +1,21 @@
 """What to serve: a .tflite file, or an `tfsmith optimize --out` folder (its chosen model, report, samples).
 
-The optimize room's layout (builder/optimize/__init__.py) is the contract: `report.json` names the `chosen`
-artifact and the `samples` file (held-out `x` and the float model's `expected` outputs). A bare .tflite works
-too; then there is no report and smoke tests fall back to generated inputs checked against the local
-interpreter.
+`tfsmith optimize --out`'s layout is the contract: `report.json` names the `chosen` artifact and the
+`samples` file, whose arrays are `x/<input name>` (held-out inputs in the model's own dtypes),
+`expected/<output name>` (the ORIGINAL model's answers to them) and, where the data had labels,
+`y/<output name>`. A bare .tflite works too; then there is no report, and smoke tests fall back to generated
+inputs checked against the local interpreter.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from builder.digest import sha256_file
 from builder.errors import InputError
@@ -141,3 +144,38 @@ def calibration_samples(model_path: Path) -> Path | None:
     report_path = model_path.parent / "report.json"
     report = _read_report(report_path) if report_path.is_file() else None
     return _samples(model_path.parent, report)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A model's example rows: inputs by input name, the original model's outputs and labels by output name."""
+
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+    labels: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return min((len(v) for v in self.inputs.values()), default=0)
+
+    def head(self, count: int) -> Samples:
+        """The first `count` rows of every array."""
+        def cut(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {k: v[:count] for k, v in arrays.items()}
+
+        return Samples(cut(self.inputs), cut(self.expected), cut(self.labels))
+
+
+def load_samples(path: Path) -> Samples:
+    """Read a samples file (`x/<input>`, `expected/<output>`, `y/<output>`); InputError when unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: np.asarray(data[key]) for key in data.files}
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"{path}: unreadable samples file ({type(error).__name__})") from None
+    parts: dict[str, dict[str, np.ndarray]] = {"x": {}, "expected": {}, "y": {}}
+    for key, value in arrays.items():
+        kind, _, name = key.partition("/")
+        if kind in parts and name:
+            parts[kind][name] = value
+    return Samples(parts["x"], parts["expected"], parts["y"])

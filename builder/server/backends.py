@@ -244,25 +244,32 @@ def _nncf_quantized(model_path: str, samples_path: str, _stamp: tuple[float, ...
         import nncf
     except ImportError:
         raise InputError("runtime openvino-nncf needs the nncf package (pip install 'tfsmith[bench]')") from None
-    x = load_calibration(Path(samples_path))
+    inputs = load_calibration(Path(samples_path))
     model = ov.Core().read_model(model_path)  # type: ignore[attr-defined]
-    dtype = model.inputs[0].get_element_type().to_dtype()
-    if not np.issubdtype(dtype, np.floating):
-        raise InputError(f"{model_path}: runtime openvino-nncf needs a float .tflite ({FP32_TFLITE}), not {dtype}")
-    items = [x[i : i + 1].astype(dtype) for i in range(min(len(x), NNCF_CALIBRATION_SAMPLES))]
+    from ai_edge_litert.interpreter import Interpreter
+
+    signature = next(iter(_litert_signatures(_open_litert(Path(model_path), 1, Interpreter))[0].values()))
+    if len(signature.inputs) != 1:
+        raise InputError(f"{model_path}: runtime openvino-nncf quantizes one-input models; this one has "
+                         f"{len(signature.inputs)} inputs (serve it with litert or openvino)")
+    spec = signature.inputs[0]
+    if np.dtype(spec.dtype).kind != "f":
+        raise InputError(f"{model_path}: runtime openvino-nncf needs a float input, not {spec.dtype}")
+    x = inputs.get(spec.name)
+    if x is None:
+        raise InputError(f"{samples_path}: no samples for input {spec.name!r}")
+    items = [x[i : i + 1].astype(spec.dtype) for i in range(min(len(x), NNCF_CALIBRATION_SAMPLES))]
     return nncf.quantize(model, nncf.Dataset(items), subset_size=len(items))
 
 
-def load_calibration(samples_path: Path) -> np.ndarray:
-    """The held-out `x` of an optimize samples file; InputError when it has none."""
-    try:
-        with np.load(samples_path) as data:
-            x = np.asarray(data["x"], dtype=np.float32) if "x" in data.files else None
-    except (OSError, ValueError) as error:
-        raise InputError(f"{samples_path}: unreadable calibration samples ({error})") from None
-    if x is None or len(x) == 0:
-        raise InputError(f"{samples_path}: no calibration samples `x` for runtime openvino-nncf")
-    return x
+def load_calibration(samples_path: Path) -> dict[str, np.ndarray]:
+    """The held-out inputs of an optimize samples file, by input name; InputError when it has none."""
+    from builder.server.artifacts import load_samples
+
+    samples = load_samples(samples_path)
+    if not samples.inputs or samples.rows == 0:
+        raise InputError(f"{samples_path}: no calibration samples (`x/<input>`) for runtime openvino-nncf")
+    return samples.inputs
 
 
 def nncf_inputs(model_path: Path) -> tuple[Path, Path]:
@@ -279,7 +286,7 @@ def nncf_inputs(model_path: Path) -> tuple[Path, Path]:
     samples = calibration_samples(model_path)
     if samples is None:
         raise InputError(
-            f"runtime openvino-nncf needs calibration samples (samples.npz with `x`, as `tfsmith optimize --out` "
+            f"runtime openvino-nncf needs calibration samples (samples.npz, as `tfsmith optimize --out` "
             f"writes) beside {model_path}; none found"
         )
     return source, samples
@@ -349,25 +356,24 @@ def sample_inputs(signature: SignatureSpec, batch: int = 1, seed: int = 0) -> di
 
 
 def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: int = 1) -> dict[str, np.ndarray]:
-    """The model's own example inputs for one call: the first `batch` rows of `samples.npz` (arrays `x/<input
-    name>`, or `x` for a one-input model), in the signature's dtypes; generated stand-ins when there are none
-    or they do not fit the signature."""
+    """The model's own example inputs for one call: the first `batch` rows of its samples file, in the
+    signature's dtypes; generated stand-ins when there are none or they do not fit the signature."""
+    from builder.server.artifacts import load_samples
+
     if samples_path is not None:
         try:
-            with np.load(samples_path) as data:
-                found: dict[str, np.ndarray] = {}
-                for spec in signature.inputs:
-                    key = f"x/{spec.name}" if f"x/{spec.name}" in data.files else "x"
-                    if key == "x" and (len(signature.inputs) != 1 or "x" not in data.files):
-                        break
-                    rows = np.asarray(data[key][:batch])
-                    if len(rows) != batch or rows.ndim != len(spec.shape):
-                        break
-                    found[spec.name] = rows.astype(spec.dtype)
-                else:
-                    return found
-        except (OSError, ValueError, KeyError):
-            pass
+            samples = load_samples(samples_path)
+        except InputError:
+            samples = None
+        if samples is not None and samples.rows >= batch:
+            found = {}
+            for spec in signature.inputs:
+                rows = samples.inputs.get(spec.name)
+                if rows is None or rows.ndim != len(spec.shape):
+                    break
+                found[spec.name] = rows[:batch].astype(spec.dtype)
+            else:
+                return found
     return sample_inputs(signature, batch)
 
 

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     artifact = resolve_artifact(args.model)
     backend = LiteRTBackend(artifact.model_path)
     signature = next(iter(backend.signatures.values()))
-    x, _ = smoke_inputs(artifact, signature, count=64)
+    x = next(iter(smoke_inputs(artifact, signature, count=64)[0].values()))  # a one-input model
     name, out = signature.inputs[0].name, signature.outputs[0].name
     want = np.concatenate([backend.predict(signature.name, {name: x[i : i + 1]})[out] for i in range(len(x))])
     bodies = [json.dumps({"instances": x[i : i + 1].tolist()}).encode() for i in range(len(x))]

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.server.artifacts import resolve_artifact
+from builder.server.artifacts import load_samples, resolve_artifact
 from builder.server.backends import LiteRTBackend, model_for_runtime
-from builder.packaging.smoke import MIN_APPROXIMATE_AGREEMENT, check_server
+from builder.packaging.smoke import MIN_AGREEMENT as MIN_APPROXIMATE_AGREEMENT, check_server
 from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
 
 pytestmark = pytest.mark.tf
@@ -50,7 +50,8 @@ for name, int8 in (("model_fp32.tflite", False), ("model_int8.tflite", True)):
     with open(os.path.join(out, name), "wb") as f:
         f.write(convert(int8))
 held = x[1400:1464]
-np.savez(os.path.join(out, "samples.npz"), x=held, y=y[1400:1464], expected=model.predict(held, verbose=0))
+np.savez(os.path.join(out, "samples.npz"), **{"x/pixels": held, "y/probs": y[1400:1464],
+         "expected/probs": model.predict(held, verbose=0)})
 with open(os.path.join(out, "report.json"), "w") as f:
     json.dump({"chosen": "model_int8.tflite", "samples": "samples.npz", "model": {"source": "digits_tiny.keras"},
                "artifacts": [{"path": "model_int8.tflite", "kind": "tflite_int8"},
@@ -77,8 +78,8 @@ def test_nncf_server_answers_like_the_fp32_model(folder: Path) -> None:
         signature = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
         assert {spec["dtype"] for spec in signature["inputs"].values()} == {"DT_FLOAT"}  # the fp32 model's inputs
 
-        with np.load(folder / "samples.npz") as data:
-            x, y, float_model = data["x"], data["y"], data["expected"]
+        samples = load_samples(folder / "samples.npz")
+        x, y, float_model = samples.inputs["pixels"], samples.labels["probs"], samples.expected["probs"]
         fp32 = LiteRTBackend(folder / "model_fp32.tflite")
         want = fp32.predict("serving_default", {"pixels": x})["probs"]
         got = np.asarray(HTTP.post(f"{running.url}/v1/models/digits_tiny:predict",

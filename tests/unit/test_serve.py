@@ -209,17 +209,19 @@ def test_crc32c_known_value_and_masking() -> None:
 
 def test_warmup_records_round_trip() -> None:
     x = np.arange(2 * 4, dtype=np.float32).reshape(2, 2, 2)
-    blob = warmup.write_warmup(warmup_records("digits", "input_1", x, version=3))
+    blob = warmup.write_warmup(warmup_records("digits", {"input_1": x, "ids": np.array([[7], [9]], np.int64)}, version=3))
     parsed = warmup.read_warmup(blob)
     assert len(parsed) == 2
     assert parsed[1].model_name == "digits" and parsed[1].version == 3 and parsed[1].signature_name == "serving_default"
     tensor = parsed[1].inputs["input_1"]
     assert tensor.dtype == 1 and tensor.shape == (1, 2, 2)
     assert np.frombuffer(tensor.content, dtype="<f4").tolist() == [4, 5, 6, 7]
+    ids = parsed[1].inputs["ids"]
+    assert ids.dtype == 9 and ids.shape == (1, 1) and np.frombuffer(ids.content, dtype="<i8").tolist() == [9]
 
 
 def test_warmup_reader_detects_corruption() -> None:
-    blob = bytearray(warmup.write_warmup(warmup_records("m", "x", np.zeros((1, 2), np.float32), 1)))
+    blob = bytearray(warmup.write_warmup(warmup_records("m", {"x": np.zeros((1, 2), np.float32)}, 1)))
     blob[-6] ^= 0xFF
     with pytest.raises(ValueError, match="CRC"):
         warmup.read_warmup(bytes(blob))
@@ -274,7 +276,7 @@ def test_rendered_litert_dockerfile(tmp_path: Path) -> None:
     assert text.startswith("# Rendered") and "FROM tfsmith/python:bookworm\n" in text
     assert "USER 10001:10001" in text and "HEALTHCHECK" in text and "/healthz" in text
     assert '"numpy==2" \\\n       "fastapi==1" \\\n    && ' in text
-    assert "TFSMITH_FEATURES=avx,avx2,fma" in text
+    assert "TFSMITH_IMAGE_FEATURES=avx,avx2,fma" in text
     assert 'ENTRYPOINT ["/opt/venv/bin/python", "/opt/tfsmith/guard.py", "--"' in text
     cmd = json.loads(text.split("\nCMD ", 1)[1].splitlines()[0])
     assert cmd == plan.command

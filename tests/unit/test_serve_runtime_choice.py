@@ -124,28 +124,43 @@ def test_nncf_images_carry_nncf_and_the_samples_others_do_not(tmp_path: Path) ->
     assert not (litert / "model" / "samples.npz").exists()
 
 
-def test_int8_answers_are_judged_by_argmax_agreement() -> None:
+def test_int8_answers_are_judged_by_top1_agreement() -> None:
     want = np.eye(10, dtype=np.float32)[np.arange(20) % 10]
     close = want * 0.9 + 0.01
     diff, agreement = compare_approximate(close, want)
     assert agreement == 1.0 and diff == pytest.approx(0.09, abs=1e-6)
     wrong = np.roll(want, 1, axis=1)
-    with pytest.raises(SmokeFailed, match="agree with the fp32 interpreter on only 0.0%"):
+    with pytest.raises(SmokeFailed, match="top-1 agreement 0.000"):
         compare_approximate(wrong, want)
     with pytest.raises(SmokeFailed, match="shape"):
         compare_approximate(want[:3], want)
 
 
+def test_fidelity_uses_each_outputs_metric() -> None:
+    from builder.packaging.smoke import fidelity
+
+    scores = np.eye(4, dtype=np.float32)[np.arange(20) % 4]
+    assert fidelity("probs", scores * 0.5, scores).metric == "top-1 agreement"
+    assert fidelity("probs", scores * 0.5, scores).passed
+    assert not fidelity("probs", np.roll(scores, 1, axis=1), scores).passed
+    target = np.linspace(25, 346, 20, dtype=np.float32)[:, None]  # a regression output (diabetes-like range)
+    near = fidelity("target", target * 1.01, target)
+    assert near.metric == "relative error" and near.passed and near.value == pytest.approx(0.01, rel=1e-3)
+    off = fidelity("target", target + 49.0, target)  # an int8 file off by up to 49 must fail
+    assert not off.passed
+    ids = np.arange(20, dtype=np.int64)
+    assert fidelity("ids", ids, ids).metric == "exact agreement" and fidelity("ids", ids, ids).passed
+    with pytest.raises(SmokeFailed, match="signature changed"):
+        fidelity("probs", scores[:, :3], scores)
 def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -> None:
     from builder.packaging.smoke import SERVER_MAX_BODY_BYTES, fit_body
 
-    big = np.full((16, 224, 224, 3), 0.123456789, np.float32)  # ~3 MB of JSON per example
-    x, expected = fit_body(big, np.zeros((16, 1000), np.float32))
-    assert 1 <= len(x) < 16 and expected is not None and len(expected) == len(x)
-    assert len(json.dumps({"inputs": {"x": x.tolist()}})) < SERVER_MAX_BODY_BYTES
-    small = np.zeros((16, 8, 8, 1), np.float32)
-    assert len(fit_body(small, None)[0]) == 16
-    from builder.server.app import DEFAULT_MAX_BODY_BYTES
+    big = {"image": np.full((16, 224, 224, 3), 0.123456789, np.float32)}  # ~3 MB of JSON per example
+    keep = fit_body(big)
+    assert 1 <= keep < 16
+    assert len(json.dumps({"inputs": {"image": big["image"][:keep].tolist()}})) < SERVER_MAX_BODY_BYTES
+    assert fit_body({"image": np.zeros((16, 8, 8, 1), np.float32), "ids": np.zeros((16, 4), np.int32)}) == 16
+    from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
     assert SERVER_MAX_BODY_BYTES == DEFAULT_MAX_BODY_BYTES
 
