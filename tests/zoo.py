@@ -1,0 +1,571 @@
+"""A zoo of ordinary user models that no part of tfsmith was written around.
+
+Each builder trains a tiny model briefly (so its answers mean something and a bad artifact shows up as a
+quality drop), saves it the way a user would, and writes its DATA `.npz` next to it. Everything is built from
+scikit-learn's bundled datasets or synthetic data (nothing downloads), seeded, and small enough to take
+seconds on two shared cores.
+
+DATA files use the named form (`x_train/<input>`, `y_train/<output>`, `x_val/…`, `y_val/…`, `x_calib/<input>`)
+except `cnn_classifier`, which uses the single-array form (`x_train`, `y_train`, …), so both forms are covered.
+Labels are class ids (int64) for classification outputs and targets (float32) for regression outputs; token ids
+stay int32 in every split, calibration included.
+
+Use:
+    from tests import zoo
+    m = zoo.build("two_heads", tmp_path)          # or zoo.two_heads(tmp_path), or zoo.build_all(tmp_path)
+    outs = zoo.predict(m, zoo.load_data(m)["x_val"])   # the ORIGINAL model's answers, per output name
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from builder.optimize import tfenv
+
+Task = Literal["classification", "regression"]
+Kind = Literal["tf_keras", "keras3", "saved_model", "tflite"]
+Shape = tuple[int | None, ...]
+
+SPLITS = ("x_train", "y_train", "x_val", "y_val", "x_calib")
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One zoo model on disk and the contract a client of it relies on.
+
+    `inputs` maps input name -> (dtype, shape) and `outputs` maps output name -> (dtype, shape, task); shapes
+    include the batch dimension as None. `kind` says how the file loads (`predict` does it), `data_form` which
+    `.npz` layout DATA uses, `labels` which outputs have labels in DATA, and `val_metric` what the trained
+    model scored on the validation rows (accuracy for classification, MAE for regression), so a test can tell
+    how far an artifact may fall.
+    """
+
+    name: str
+    model_path: Path
+    data_path: Path
+    inputs: dict[str, tuple[str, Shape]]
+    outputs: dict[str, tuple[str, Shape, Task]]
+    kind: Kind
+    data_form: Literal["single", "named"] = "named"
+    labels: tuple[str, ...] = ()
+    val_metric: dict[str, float] = field(default_factory=dict)
+    signature: str = "serving_default"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _split(n: int, seed: int, val_fraction: float = 0.2, calib: int = 64) -> tuple[np.ndarray, ...]:
+    """Row indices for train / val / calib; calibration rows come out of training, disjoint from val."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = int(n * val_fraction)
+    n_calib = min(calib, (n - n_val) // 4)
+    return order[n_val + n_calib :], order[:n_val], order[n_val : n_val + n_calib]
+
+
+def _named_arrays(
+    x: dict[str, np.ndarray], y: dict[str, np.ndarray], seed: int
+) -> dict[str, np.ndarray]:
+    """The named `.npz` form: every input under x_*/<name>, every labelled output under y_*/<name>."""
+    n = len(next(iter(x.values())))
+    train, val, calib = _split(n, seed)
+    arrays: dict[str, np.ndarray] = {}
+    for name, values in x.items():
+        arrays[f"x_train/{name}"] = values[train]
+        arrays[f"x_val/{name}"] = values[val]
+        arrays[f"x_calib/{name}"] = values[calib]
+    for name, values in y.items():
+        arrays[f"y_train/{name}"] = values[train]
+        arrays[f"y_val/{name}"] = values[val]
+    return arrays
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def _seed(seed: int) -> None:
+    tf = tfenv.tensorflow()
+    tf.keras.utils.set_random_seed(seed)  # Python, NumPy and TF seeds in one call
+    np.random.seed(seed)
+
+
+def _accuracy(probs: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(probs, axis=-1) == labels))
+
+
+def _mae(pred: np.ndarray, target: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred.reshape(-1) - target.reshape(-1))))
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's 8x8 digits as (N, 8, 8) float32 in [0, 1] and int64 labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return (digits.images / 16.0).astype(np.float32), digits.target.astype(np.int64)
+
+
+def _standardize(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Scale features with the training rows' statistics, the way a user prepares tabular data."""
+    mean, std = x[rows].mean(axis=0), x[rows].std(axis=0) + 1e-6
+    return ((x - mean) / std).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def cnn_classifier(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """tf_keras Functional CNN on 8x8 digits: input `image` (N, 8, 8, 1) -> softmax `probs` (10 classes).
+
+    The one zoo model whose DATA uses the single-array form (x_train, y_train, …).
+    """
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    x, y = _digits()
+    x = x[..., None]
+    train, val, calib = _split(len(x), seed)
+    inputs = keras.Input(shape=(8, 8, 1), name="image")
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    h = keras.layers.MaxPooling2D()(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(32, activation="relu")(h)
+    outputs = keras.layers.Dense(10, activation="softmax", name="probs")(h)
+    model = keras.Model(inputs, outputs, name="cnn_classifier")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+    model.fit(x[train], y[train], epochs=epochs, batch_size=32, verbose=0)
+    accuracy = _accuracy(model.predict(x[val], verbose=0), y[val])
+    model_path = folder / "cnn_classifier.keras"
+    model.save(model_path)
+    data_path = _save_npz(
+        folder / "cnn_classifier.npz",
+        {"x_train": x[train], "y_train": y[train], "x_val": x[val], "y_val": y[val], "x_calib": x[calib]},
+    )
+    return ZooModel(
+        name="cnn_classifier",
+        model_path=model_path,
+        data_path=data_path,
+        inputs={"image": ("float32", (None, 8, 8, 1))},
+        outputs={"probs": ("float32", (None, 10), "classification")},
+        kind="tf_keras",
+        data_form="single",
+        labels=("probs",),
+        val_metric={"probs": accuracy},
+    )
+
+
+def two_inputs(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """tf_keras Functional with inputs `pixels` (64) and `meta` (4 quadrant means) -> concat -> softmax `label`."""
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    images, y = _digits()
+    pixels = images.reshape(len(images), 64)
+    meta = np.stack(
+        [images[:, :4, :4].mean((1, 2)), images[:, :4, 4:].mean((1, 2)),
+         images[:, 4:, :4].mean((1, 2)), images[:, 4:, 4:].mean((1, 2))],
+        axis=1,
+    ).astype(np.float32)
+    in_pixels = keras.Input(shape=(64,), name="pixels")
+    in_meta = keras.Input(shape=(4,), name="meta")
+    h = keras.layers.Concatenate()([in_pixels, in_meta])
+    h = keras.layers.Dense(32, activation="relu")(h)
+    out = keras.layers.Dense(10, activation="softmax", name="label")(h)
+    model = keras.Model({"pixels": in_pixels, "meta": in_meta}, {"label": out}, name="two_inputs")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss={"label": "sparse_categorical_crossentropy"})
+    arrays = _named_arrays({"pixels": pixels, "meta": meta}, {"label": y}, seed)
+    model.fit(
+        {"pixels": arrays["x_train/pixels"], "meta": arrays["x_train/meta"]},
+        {"label": arrays["y_train/label"]}, epochs=epochs, batch_size=32, verbose=0,
+    )
+    pred = model.predict({"pixels": arrays["x_val/pixels"], "meta": arrays["x_val/meta"]}, verbose=0)
+    accuracy = _accuracy(pred["label"], arrays["y_val/label"])
+    model_path = folder / "two_inputs.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="two_inputs",
+        model_path=model_path,
+        data_path=_save_npz(folder / "two_inputs.npz", arrays),
+        inputs={"pixels": ("float32", (None, 64)), "meta": ("float32", (None, 4))},
+        outputs={"label": ("float32", (None, 10), "classification")},
+        kind="tf_keras",
+        labels=("label",),
+        val_metric={"label": accuracy},
+    )
+
+
+def two_heads(folder: Path, seed: int = 0, epochs: int = 60) -> ZooModel:
+    """tf_keras Functional on iris: input `features` (sepal length, sepal width, petal width) -> two heads:
+    `species` (softmax, 3 classes) and `size` (regression: petal length in cm, 1.0–6.9).
+
+    Iris has 150 rows, so "briefly" means more epochs over far fewer rows (still about a second).
+    """
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from sklearn.datasets import load_iris
+
+    iris = load_iris()
+    data = iris.data.astype(np.float32)
+    features = data[:, [0, 1, 3]]
+    size = data[:, 2:3].astype(np.float32)
+    species = iris.target.astype(np.int64)
+    arrays = _named_arrays({"features": features}, {"species": species, "size": size}, seed)
+    inputs = keras.Input(shape=(3,), name="features")
+    h = keras.layers.Dense(16, activation="relu")(inputs)
+    out_species = keras.layers.Dense(3, activation="softmax", name="species")(h)
+    out_size = keras.layers.Dense(1, name="size")(h)
+    model = keras.Model(inputs, {"species": out_species, "size": out_size}, name="two_heads")
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.02),
+        loss={"species": "sparse_categorical_crossentropy", "size": "mse"},
+    )
+    model.fit(
+        arrays["x_train/features"],
+        {"species": arrays["y_train/species"], "size": arrays["y_train/size"]},
+        epochs=epochs, batch_size=16, verbose=0,
+    )
+    pred = model.predict(arrays["x_val/features"], verbose=0)
+    model_path = folder / "two_heads.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="two_heads",
+        model_path=model_path,
+        data_path=_save_npz(folder / "two_heads.npz", arrays),
+        inputs={"features": ("float32", (None, 3))},
+        outputs={
+            "species": ("float32", (None, 3), "classification"),
+            "size": ("float32", (None, 1), "regression"),
+        },
+        kind="tf_keras",
+        labels=("species", "size"),
+        val_metric={
+            "species": _accuracy(pred["species"], arrays["y_val/species"]),
+            "size": _mae(pred["size"], arrays["y_val/size"]),
+        },
+    )
+
+
+def regression(folder: Path, seed: int = 0, epochs: int = 40) -> ZooModel:
+    """tf_keras on sklearn's diabetes: input `features` (10) -> linear `target` (1 unit; targets 25–346).
+
+    The output bias starts at the training mean, as a user would, so a few epochs reach a sensible MAE (~45,
+    against ~65 for always answering the mean): an int8 artifact that is off by tens is then visible.
+    """
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from sklearn.datasets import load_diabetes
+
+    diabetes = load_diabetes()
+    x = diabetes.data.astype(np.float32)
+    y = diabetes.target.astype(np.float32)[:, None]
+    arrays = _named_arrays({"features": x}, {"target": y}, seed)
+    mean = float(arrays["y_train/target"].mean())
+    inputs = keras.Input(shape=(10,), name="features")
+    h = keras.layers.Rescaling(20.0)(inputs)  # sklearn ships these features scaled to about ±0.1
+    h = keras.layers.Dense(16, activation="relu")(h)
+    out = keras.layers.Dense(1, name="target", bias_initializer=keras.initializers.Constant(mean))(h)
+    model = keras.Model(inputs, out, name="regression")
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    model.fit(arrays["x_train/features"], arrays["y_train/target"], epochs=epochs, batch_size=32, verbose=0)
+    mae = _mae(model.predict(arrays["x_val/features"], verbose=0), arrays["y_val/target"])
+    model_path = folder / "regression.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="regression",
+        model_path=model_path,
+        data_path=_save_npz(folder / "regression.npz", arrays),
+        inputs={"features": ("float32", (None, 10))},
+        outputs={"target": ("float32", (None, 1), "regression")},
+        kind="tf_keras",
+        labels=("target",),
+        val_metric={"target": mae},
+    )
+
+
+VOCAB = 200
+SEQ_LEN = 16
+
+
+def _token_data(seed: int, n: int = 1200) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic token ids: neutral ids 50..199 plus a few marker ids; ids 10..29 mean class 0, 30..49 class 1.
+
+    Ids 0..9 never occur, so a runtime that feeds random or negative ids is caught by the model's answers,
+    not hidden by them.
+    """
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=n).astype(np.int64)
+    tokens = rng.integers(50, VOCAB, size=(n, SEQ_LEN))
+    for row, label in enumerate(labels):
+        k = int(rng.integers(2, 5))
+        positions = rng.choice(SEQ_LEN, size=k, replace=False)
+        low = 10 if label == 0 else 30
+        tokens[row, positions] = rng.integers(low, low + 20, size=k)
+    return tokens.astype(np.int32), labels
+
+
+def token_ids(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """tf_keras: int32 `tokens` (N, 16) -> Embedding(200, 16) -> average pooling -> softmax `sentiment` (2)."""
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens, labels = _token_data(seed)
+    arrays = _named_arrays({"tokens": tokens}, {"sentiment": labels}, seed)
+    inputs = keras.Input(shape=(SEQ_LEN,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(VOCAB, 16)(inputs)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    h = keras.layers.Dense(16, activation="relu")(h)
+    out = keras.layers.Dense(2, activation="softmax", name="sentiment")(h)
+    model = keras.Model(inputs, out, name="token_ids")
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy")
+    model.fit(arrays["x_train/tokens"], arrays["y_train/sentiment"], epochs=epochs, batch_size=32, verbose=0)
+    accuracy = _accuracy(model.predict(arrays["x_val/tokens"], verbose=0), arrays["y_val/sentiment"])
+    model_path = folder / "token_ids.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="token_ids",
+        model_path=model_path,
+        data_path=_save_npz(folder / "token_ids.npz", arrays),
+        inputs={"tokens": ("int32", (None, SEQ_LEN))},
+        outputs={"sentiment": ("float32", (None, 2), "classification")},
+        kind="tf_keras",
+        labels=("sentiment",),
+        val_metric={"sentiment": accuracy},
+    )
+
+
+def keras3(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """A Keras 3 model (`import keras`, not tf_keras) saved as `.keras`: `pixels` (64) -> softmax `digit`.
+
+    With TF_USE_LEGACY_KERAS=1, tf.keras is Keras 2; the `keras` package itself is still Keras 3, and its
+    `.keras` files do not load in tf_keras (nor the other way round).
+    """
+    tfenv.tensorflow()
+    import keras
+
+    if not keras.__version__.startswith("3."):
+        raise RuntimeError(f"the keras3 zoo model needs Keras 3, found keras {keras.__version__}")
+    keras.utils.set_random_seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    images, y = _digits()
+    pixels = images.reshape(len(images), 64)
+    arrays = _named_arrays({"pixels": pixels}, {"digit": y}, seed)
+    inputs = keras.Input(shape=(64,), name="pixels")
+    h = keras.layers.Dense(32, activation="relu")(inputs)
+    out = keras.layers.Dense(10, activation="softmax", name="digit")(h)
+    model = keras.Model(inputs, {"digit": out}, name="keras3")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss={"digit": "sparse_categorical_crossentropy"})
+    model.fit(arrays["x_train/pixels"], {"digit": arrays["y_train/digit"]}, epochs=epochs, batch_size=32,
+              verbose=0)
+    pred = model.predict(arrays["x_val/pixels"], verbose=0)
+    model_path = folder / "keras3.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="keras3",
+        model_path=model_path,
+        data_path=_save_npz(folder / "keras3.npz", arrays),
+        inputs={"pixels": ("float32", (None, 64))},
+        outputs={"digit": ("float32", (None, 10), "classification")},
+        kind="keras3",
+        labels=("digit",),
+        val_metric={"digit": _accuracy(pred["digit"], arrays["y_val/digit"])},
+    )
+
+
+def tf_module(folder: Path, seed: int = 0, steps: int = 200) -> ZooModel:
+    """A plain `tf.Module` SavedModel (no Keras): wine `features` (13) -> `probabilities` (3) and `logits` (3).
+
+    A softmax regression trained with a GradientTape loop, saved with an explicit serving_default signature,
+    the way code written against TensorFlow Core (not Keras) ships a model. Only `probabilities` has labels.
+    """
+    tf = tfenv.tensorflow()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from sklearn.datasets import load_wine
+
+    wine = load_wine()
+    x = wine.data.astype(np.float32)
+    y = wine.target.astype(np.int64)
+    train, _, _ = _split(len(x), seed)
+    x = _standardize(x, train)
+    arrays = _named_arrays({"features": x}, {"probabilities": y}, seed)
+
+    class WineClassifier(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="wine_classifier")
+            self.w = tf.Variable(tf.random.normal([13, 3], stddev=0.1, seed=seed), name="w")
+            self.b = tf.Variable(tf.zeros([3]), name="b")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 13], tf.float32, name="features")])
+        def serve(self, features: Any) -> dict[str, Any]:
+            logits = tf.matmul(features, self.w) + self.b
+            return {"probabilities": tf.nn.softmax(logits), "logits": logits}
+
+    module = WineClassifier()
+    optimizer = tf.optimizers.SGD(0.1)
+    xt, yt = tf.constant(arrays["x_train/features"]), tf.constant(arrays["y_train/probabilities"])
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            logits = tf.matmul(xt, module.w) + module.b
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yt, logits=logits))
+        grads = tape.gradient(loss, [module.w, module.b])
+        optimizer.apply_gradients(zip(grads, [module.w, module.b]))
+    probs = module.serve(tf.constant(arrays["x_val/features"]))["probabilities"].numpy()
+    model_path = folder / "tf_module"
+    tf.saved_model.save(module, str(model_path), signatures={"serving_default": module.serve})
+    return ZooModel(
+        name="tf_module",
+        model_path=model_path,
+        data_path=_save_npz(folder / "tf_module.npz", arrays),
+        inputs={"features": ("float32", (None, 13))},
+        outputs={
+            "probabilities": ("float32", (None, 3), "classification"),
+            "logits": ("float32", (None, 3), "classification"),
+        },
+        kind="saved_model",
+        labels=("probabilities",),
+        val_metric={"probabilities": _accuracy(probs, arrays["y_val/probabilities"])},
+    )
+
+
+def ready_tflite(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """An existing fp32 `.tflite` a user converted themselves: the digits CNN through the TFLite converter.
+
+    Converted from the Keras model's exported SavedModel, so the file's serving_default signature keeps the
+    names `image` and `probs`. DATA is in the named form (unlike `cnn_classifier`).
+    """
+    tf = tfenv.tensorflow()
+    folder = Path(folder)
+    source = cnn_classifier(folder / "ready_tflite_source", seed=seed, epochs=epochs)
+    keras = tfenv.keras()
+    model = keras.models.load_model(source.model_path)
+    saved = folder / "ready_tflite_source" / "saved_model"
+    # A signature that returns a dict keeps the output's name in the .tflite (model.export would call it
+    # output_0), which is what a user who cares about their API does.
+    serve = tf.function(
+        lambda image: {"probs": model(image, training=False)},
+        input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")],
+    )
+    with tfenv.quiet_native_stderr():
+        tf.saved_model.save(model, str(saved), signatures={"serving_default": serve})
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved))
+        flatbuffer = converter.convert()
+    model_path = folder / "ready_tflite.tflite"
+    model_path.write_bytes(flatbuffer)
+    single = np.load(source.data_path)
+    arrays = {
+        "x_train/image": single["x_train"], "y_train/probs": single["y_train"],
+        "x_val/image": single["x_val"], "y_val/probs": single["y_val"], "x_calib/image": single["x_calib"],
+    }
+    model_zoo = ZooModel(
+        name="ready_tflite",
+        model_path=model_path,
+        data_path=_save_npz(folder / "ready_tflite.npz", arrays),
+        inputs={"image": ("float32", (None, 8, 8, 1))},
+        outputs={"probs": ("float32", (None, 10), "classification")},
+        kind="tflite",
+        labels=("probs",),
+        val_metric={},
+    )
+    probs = predict(model_zoo, {"image": arrays["x_val/image"]})["probs"]
+    return ZooModel(**{**model_zoo.__dict__, "val_metric": {"probs": _accuracy(probs, arrays["y_val/probs"])}})
+
+
+BUILDERS: dict[str, Callable[..., ZooModel]] = {
+    "cnn_classifier": cnn_classifier,
+    "two_inputs": two_inputs,
+    "two_heads": two_heads,
+    "regression": regression,
+    "token_ids": token_ids,
+    "keras3": keras3,
+    "tf_module": tf_module,
+    "ready_tflite": ready_tflite,
+}
+NAMES = tuple(BUILDERS)
+
+
+def build(name: str, folder: Path, seed: int = 0) -> ZooModel:
+    """Build one zoo model by name into `folder / name`."""
+    return BUILDERS[name](Path(folder) / name, seed=seed)
+
+
+def build_all(folder: Path, seed: int = 0) -> list[ZooModel]:
+    """Build every zoo model, each into its own subfolder of `folder`."""
+    return [build(name, folder, seed=seed) for name in NAMES]
+
+
+# ---------------------------------------------------------------------------------------------- reading back
+
+
+def load_data(model: ZooModel) -> dict[str, dict[str, np.ndarray]]:
+    """DATA as split -> {input or output name -> array}, whichever form the file uses."""
+    with np.load(model.data_path) as npz:
+        files = {key: npz[key] for key in npz.files}
+    out: dict[str, dict[str, np.ndarray]] = {split: {} for split in SPLITS}
+    if model.data_form == "single":
+        (input_name,) = model.inputs
+        (output_name,) = model.outputs
+        for split in SPLITS:
+            if split in files:
+                out[split][input_name if split.startswith("x_") else output_name] = files[split]
+        return out
+    for key, values in files.items():
+        split, _, name = key.partition("/")
+        out[split][name] = values
+    return out
+
+
+def predict(model: ZooModel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The original model's answers for a batch, per output name, loading the file the way its kind needs.
+
+    This is the reference an artifact is judged against. The loaded model is not cached: call it with a
+    whole batch, not row by row.
+    """
+    tf = tfenv.tensorflow()
+    feed = {name: np.asarray(values, dtype=model.inputs[name][0]) for name, values in inputs.items()}
+    if model.kind == "tf_keras":
+        loaded = tfenv.keras().models.load_model(model.model_path)
+        raw = loaded.predict(feed if len(feed) > 1 else next(iter(feed.values())), verbose=0)
+    elif model.kind == "keras3":
+        import keras
+
+        loaded = keras.saving.load_model(model.model_path)
+        raw = loaded.predict(feed if len(feed) > 1 else next(iter(feed.values())), verbose=0)
+    elif model.kind == "saved_model":
+        fn = tf.saved_model.load(str(model.model_path)).signatures[model.signature]
+        raw = {k: v.numpy() for k, v in fn(**{k: tf.constant(v) for k, v in feed.items()}).items()}
+    else:
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(model.model_path))
+        runner = interpreter.get_signature_runner(model.signature)
+        n = len(next(iter(feed.values())))
+        rows = [runner(**{k: v[i : i + 1] for k, v in feed.items()}) for i in range(n)]
+        raw = {k: np.concatenate([row[k] for row in rows]) for k in rows[0]}
+    if not isinstance(raw, dict):
+        (only,) = model.outputs
+        raw = {only: raw}
+    return {name: np.asarray(raw[name]) for name in model.outputs}
+
+
+if __name__ == "__main__":  # python -m tests.zoo OUT_DIR: build the zoo for a look by hand
+    import sys
+
+    for built in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else "zoo-out")):
+        print(f"{built.name:15s} {built.kind:12s} {built.model_path}  {built.val_metric}")
+
