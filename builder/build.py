@@ -13,7 +13,6 @@ stops before any work with a message naming `--tf-source` and `--wheel`, instead
 
 from __future__ import annotations
 
-import re
 import shutil
 import socket
 import tempfile
@@ -25,20 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from builder.config import BuildConfig
-from builder.digest import sha256_file
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
 from builder.engine.buildlog import StepTracker
 from builder.errors import InputError
-from builder.matrix import parse_id
+from builder.planning import wheel_facts
 
 Say = Callable[[str], None]
 SPEC_LABEL = "io.tfsmith.spec-digest"
-# Rough cost of a CPU / CUDA TensorFlow wheel build (FACTS §2: ~14k / ~35k bazel actions). Measured
-# public builds take on the order of 20 / 50 CPU-hours; we say "about", never promise.
+# Rough cost of a CPU / CUDA TensorFlow wheel build: ~14k / ~35k bazel actions, on the order of 20 / 50
+# CPU-hours in public builds; we say "about", never promise.
 CPU_HOURS = {"cpu": 20.0, "cuda": 50.0}
-_WHEEL_FILE = re.compile(
-    r"^(?P<dist>tensorflow(?:_cpu)?)-(?P<version>\d+\.\d+\.\d+(?:rc\d+)?)-cp(?P<py>3\d{1,2})-[^-]+-[^-]+\.whl$"
-)
 
 
 @dataclass(frozen=True)
@@ -59,17 +54,6 @@ class BuildOutcome:
 
 
 # --- pure helpers -------------------------------------------------------------------------------------
-def wheel_facts(wheel: Path) -> tuple[str, str]:
-    """(TensorFlow version, Python minor) from a TensorFlow wheel's file name; InputError otherwise."""
-    match = _WHEEL_FILE.match(wheel.name)
-    if not match:
-        raise InputError(
-            f"--wheel: {wheel.name} is not a TensorFlow wheel name (tensorflow[_cpu]-X.Y.Z-cpXYZ-...-PLATFORM.whl)"
-        )
-    py = match.group("py")
-    return match.group("version"), f"{py[0]}.{py[1:]}"
-
-
 def push_ref(registry: str, image_ref: str) -> str:
     """`127.0.0.1:5000` + `tfsmith/tensorflow:TAG` -> `127.0.0.1:5000/tfsmith/tensorflow:TAG`."""
     return f"{registry.rstrip('/')}/{image_ref}"
@@ -117,61 +101,10 @@ class Builder:
     progress: Callable[[str], Any] | None = None  # context-manager factory for a live step display
 
     def resolve(self, only: str | None = None) -> Any:
-        """The BuildPlan for this config (and `--only ID`), pure apart from host detection."""
-        from builder.plan import BuildOptions, plan_build
-        from builder.targets import resolve_target
+        """The BuildPlan for this config (and `--only ID`): the same path `render` takes."""
+        from builder.planning import plan_from_settings
 
-        config = self.config
-        target_name, cuda_cc = config.target, config.cuda_cc
-        if only:
-            entry = parse_id(only)
-            target_name, cuda_cc = entry.target, entry.cuda_cc or None
-        tf_version, python = config.tf_version, config.python
-        wheel_sha = None
-        if config.wheel is not None:
-            wheel_tf, wheel_py = wheel_facts(config.wheel)
-            if tf_version and tf_version != wheel_tf:
-                raise InputError(f"--wheel is TensorFlow {wheel_tf} but --tf-version {tf_version} was asked")
-            if python and python != wheel_py:
-                raise InputError(f"--wheel is for Python {wheel_py} but --python {python} was asked")
-            tf_version, python = wheel_tf, wheel_py
-            wheel_sha = sha256_file(config.wheel)
-            if config.tf_source:
-                raise InputError("--wheel builds from a finished wheel: drop --tf-source")
-        facts = (self.detect or _detect_host)()
-        kwargs: dict[str, Any] = {"facts": facts, "build_machine": facts}
-        if cuda_cc and cuda_cc != "none":
-            kwargs["cuda_cc"] = cuda_cc
-        if tf_version:
-            kwargs["tf_version"] = tf_version
-        if python:
-            kwargs["python"] = python
-        target = resolve_target(target_name, **kwargs)
-        source_dir, tf_ref = None, None
-        if config.tf_source:
-            if Path(config.tf_source).is_dir():
-                source_dir = Path(config.tf_source)
-            else:
-                tf_ref = config.tf_source
-        extra: dict[str, Any] = {}
-        if config.toolchain_image:
-            extra["toolchain_base_image"] = config.toolchain_image
-        if config.repository:
-            extra["repository"] = config.repository
-        options = BuildOptions(
-            **extra,
-            tf_version=tf_version,
-            python=python,
-            base_image=config.base_image,
-            tf_ref=tf_ref,
-            tf_source_dir=source_dir,
-            remote_cache=config.remote_cache,
-            jobs=config.jobs,
-            wheel=config.wheel,
-            wheel_sha256=wheel_sha,
-            ca_bundle=config.ca_bundle,
-        )
-        return plan_build(target, options, facts)
+        return plan_from_settings(self.config, only=only, host=(self.detect or _detect_host)())
 
     def check_source_reachable(self, plan: Any) -> None:
         """Fail before any work when a from-source build cannot fetch TensorFlow or its toolchain."""

@@ -11,6 +11,11 @@ default. The file is `--config FILE`, else `./tfsmith.toml`, else `[tool.tfsmith
     [matrix]                      # the fleet `tfsmith matrix` fans out
     targets = ["x86-64-v3", "x86-64-v4"]
 
+Which environment variables are settings is explicit: exactly `SETTINGS_ENV`'s names (one per setting);
+no other TFSMITH_* variable is read here. The preflight guard's variables, which every built image sets,
+are named TFSMITH_IMAGE_* and no setting may take that prefix, so tfsmith run inside an image never picks
+up the image's own target.
+
 Unknown sections and keys are errors that name the key and the closest valid one (a typo must never be
 ignored silently), and every value is checked before anything is built. The result is a frozen dataclass:
 no global mutable configuration. (After cibuildwheel's options.py.)
@@ -109,6 +114,8 @@ def _tf_source(key: str, value: Any) -> str:
     text = _text(key, value)
     if Path(text).expanduser().is_dir():
         return str(Path(text).expanduser().resolve())
+    if text.startswith(("/", "./", "../", "~")):
+        raise InputError(f"{key}: {text!r}: no such directory (a git ref cannot start with / . or ~)")
     if _GIT_REF.match(text) or _URL.match(text):
         return text
     raise InputError(f"{key}: {text!r} is neither a directory nor a git ref or URL")
@@ -133,6 +140,23 @@ def _bool(key: str, value: Any) -> bool:
     if text in {"0", "false", "no", "off", ""}:
         return False
     raise InputError(f"{key}: {value!r} is not true or false")
+
+
+def _labels(key: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """Image labels: a TOML table, or KEY=VALUE items (a list, or comma-separated text)."""
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    else:
+        items = []
+        for part in value if isinstance(value, (list, tuple)) else _text(key, value).split(","):
+            if isinstance(part, tuple) and len(part) == 2:
+                items.append((str(part[0]), part[1]))
+                continue
+            name, sep, text = _text(key, part).partition("=")
+            if not sep:
+                raise InputError(f"{key}: {part!r} is not KEY=VALUE")
+            items.append((name.strip(), text))
+    return tuple((name, _text(f"{key} {name}", text)) for name, text in items if name)
 
 
 def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
@@ -165,6 +189,8 @@ class BuildConfig:
     export_wheel: Path | None = None
     state_dir: Path = DEFAULT_STATE_DIR
     dry_run: bool = False
+    labels: tuple[tuple[str, str], ...] = ()  # extra image labels
+    facts: Path | None = None  # a saved `tfsmith detect --json`: what `host` and `--cuda-cc auto` mean
     targets: tuple[str, ...] = DEFAULT_MATRIX_TARGETS  # [matrix]
     matrix_cuda_cc: tuple[str, ...] = ()  # [matrix] cuda_cc: CUDA variants added to each x86 target
 
@@ -175,8 +201,8 @@ _PARSERS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "cuda_cc": ("build", "cuda_cc", _optional(_pattern(_CUDA_CC, "a CUDA capability list like 8.0,9.0 (or auto, none)"))),
     "tf_version": ("build", "tf_version", _optional(_pattern(_TF_VERSION, "a TensorFlow version like 2.21.0"))),
     "python": ("build", "python", _optional(_pattern(_PYTHON, "a Python version like 3.12"))),
-    "base_image": ("build", "base_image", _optional(_pattern(_IMAGE, "an image reference"))),
-    "toolchain_image": ("build", "toolchain_image", _optional(_pattern(_IMAGE, "an image reference"))),
+    "base_image": ("build", "base_image", _optional(_pattern(_IMAGE, "a base image reference"))),
+    "toolchain_image": ("build", "toolchain_image", _optional(_pattern(_IMAGE, "a toolchain image reference"))),
     "tf_source": ("build", "tf_source", _optional(_tf_source)),
     "ca_bundle": ("build", "ca_bundle", _ca_bundle),
     "remote_cache": ("build", "remote_cache", _optional(_pattern(_URL, "an http(s)/grpc(s) URL"))),
@@ -188,10 +214,15 @@ _PARSERS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "export_wheel": ("build", "export_wheel", _optional(_directory)),
     "state_dir": ("build", "state_dir", _directory),
     "dry_run": ("build", "dry_run", _bool),
+    "labels": ("build", "labels", _labels),
+    "facts": ("build", "facts", _optional(_existing_file(".json"))),
     "targets": ("matrix", "targets", _list(_pattern(_NAME, "a target name"))),
     "matrix_cuda_cc": ("matrix", "cuda_cc", _list(_pattern(_CUDA_CC, "a CUDA capability list like 8.0,9.0"))),
 }
 _DEFAULT_TEXT = {"ca_bundle": "system"}  # defaults that go through their parser (resolved at load time)
+_FLAG_NAMES = {"labels": "--label", "tags": "--tag", "matrix_cuda_cc": "--cuda-cc"}  # where a flag differs
+# The environment variable of each setting, and no other: TFSMITH_IMAGE_* belongs to the images' guard.
+SETTINGS_ENV: dict[str, str] = {name: f"TFSMITH_{name.upper()}" for name in _PARSERS}
 
 
 def _sections() -> dict[str, dict[str, str]]:
@@ -244,9 +275,9 @@ def file_values(table: Mapping[str, Any], source: Path) -> dict[str, Any]:
 
 
 def env_values(env: Mapping[str, str]) -> dict[str, str]:
-    """TFSMITH_<FIELD> variables for known fields. Other TFSMITH_* variables belong to other tools
-    (TFSMITH_STATE_DIR for the engine, TFSMITH_TARGET for the in-image guard) and are left alone."""
-    return {name: env[f"TFSMITH_{name.upper()}"] for name in _PARSERS if f"TFSMITH_{name.upper()}" in env}
+    """The settings given in the environment: exactly the variables named in `SETTINGS_ENV`. Any other
+    TFSMITH_* variable (the images' TFSMITH_IMAGE_*, the engine's TFSMITH_DEBIAN_MIRROR) is not a setting."""
+    return {name: env[variable] for name, variable in SETTINGS_ENV.items() if variable in env}
 
 
 def load_config(
@@ -283,8 +314,8 @@ def load_config(
         for source, values in (("flag", given_flags), ("environment", from_env), ("file", from_file)):
             if name in values:
                 label = {
-                    "flag": f"--{name.replace('_', '-')}",
-                    "environment": f"TFSMITH_{name.upper()}",
+                    "flag": _FLAG_NAMES.get(name, f"--{name.replace('_', '-')}"),
+                    "environment": SETTINGS_ENV[name],
                     "file": f"{found[0].name if found else ''} [{section}] {key}",
                 }[source]
                 merged[name] = parse(label, values[name])

@@ -9,11 +9,15 @@ image tfsmith renders and compares the image's target against this machine:
 
 - every feature present (and, for CUDA targets, every visible GPU runnable): exit 0 silently, or exec CMD;
 - a feature missing: ONE line on stderr naming the target and the missing features, exit 3;
-- CUDA target but no NVIDIA GPU visible: one warning line (TensorFlow will fall back to the CPU), then go
-  on; with `--require-gpu` (or TFSMITH_REQUIRE_GPU=1) that is an error too (exit 3);
+- a CUDA target that cannot use a GPU here — no NVIDIA device in the container (`/dev/nvidia*`: the
+  NVIDIA Container Toolkit adds them only with `--gpus`), no driver library, or TensorFlow's CUDA libraries
+  (the `tensorflow[and-cuda]` extra) not installed — one warning line saying TensorFlow will run on the CPU
+  only, then go on; with `--require-gpu` (or TFSMITH_IMAGE_REQUIRE_GPU=1) that is a refusal (exit 3);
 - a visible GPU that none of the compiled capabilities (nor the PTX) can run on: exit 3.
-Usage errors exit 2. Every option can also come from the environment (TFSMITH_TARGET, TFSMITH_FEATURES,
-TFSMITH_CUDA_CC, TFSMITH_PTX, TFSMITH_REQUIRE_GPU) so a Dockerfile can bake them in with ENV.
+Usage errors exit 2. Every option can also come from the environment (TFSMITH_IMAGE_TARGET,
+TFSMITH_IMAGE_FEATURES, TFSMITH_IMAGE_CUDA_CC, TFSMITH_IMAGE_PTX, TFSMITH_IMAGE_REQUIRE_GPU) so a Dockerfile
+can bake them in with ENV. The `TFSMITH_IMAGE_` prefix keeps them apart from tfsmith's own settings
+(`TFSMITH_TARGET` & co.), so running tfsmith inside an image never picks up the image's target.
 
 Why pure standard library, one file: it is copied as-is into slim runtime images that have neither tfsmith
 nor archspec, and it must start in a few tens of milliseconds (no third-party imports; NVML through
@@ -59,6 +63,12 @@ FEATURE_LABELS: dict[str, str] = {"asimddp": "dotprod", "abm": "lzcnt", "asimd":
 
 EXIT_CANNOT_RUN = 3
 EXIT_USAGE = 2
+
+# The guard's environment variables. No tfsmith setting is named TFSMITH_IMAGE_* (builder.config checks it).
+ENV_PREFIX = "TFSMITH_IMAGE_"
+ENV: dict[str, str] = {
+    name: ENV_PREFIX + name.upper() for name in ("target", "features", "cuda_cc", "ptx", "require_gpu")
+}
 
 
 def canonical_feature(name: str) -> str:
@@ -211,12 +221,49 @@ def _smi_capabilities() -> list[tuple[str, tuple[int, int]]] | None:
     return gpus
 
 
-def visible_gpus() -> list[tuple[str, tuple[int, int]]] | None:
-    """Every visible NVIDIA GPU as (name, capability); [] when none; None when it cannot be told."""
+def nvidia_device_nodes(dev: str = "/dev") -> list[str]:
+    """The GPU device nodes (`nvidia0`, `nvidia1`, ...) present: a container sees them only when started
+    with GPUs (`--gpus`, or the device plugin on Kubernetes). Listing /dev costs microseconds."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return []
+    return sorted(name for name in names if name.startswith("nvidia") and name[len("nvidia") :].isdigit())
+
+
+def visible_gpus(dev: str = "/dev") -> list[tuple[str, tuple[int, int]]] | None:
+    """Every visible NVIDIA GPU as (name, capability); [] when none; None when it cannot be told.
+
+    No GPU device node means no GPU, decided without loading any library; otherwise NVML is asked, then
+    nvidia-smi."""
+    if not nvidia_device_nodes(dev):
+        return []
     gpus = _nvml_capabilities()
     if gpus is None:
         gpus = _smi_capabilities()
     return gpus
+
+
+# pip distributions of `tensorflow[and-cuda]` TensorFlow cannot use a GPU without (import names).
+CUDA_PACKAGES = ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_runtime")
+
+
+def missing_cuda_packages() -> list[str]:
+    """Which of TensorFlow's pip CUDA libraries this Python cannot find (none: all installed).
+
+    Looked up with importlib's finders (no import of TensorFlow, a few milliseconds); a system-wide CUDA
+    install without the pip packages counts as missing, which is what TensorFlow's own loader sees first."""
+    import importlib.util
+
+    missing = []
+    for name in CUDA_PACKAGES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name.replace(".", "-").replace("_", "-") + "-cu12")
+    return missing
 
 
 # ------------------------------------------------------------------------------------------- decision
@@ -238,20 +285,35 @@ def gpu_problem(
     ptx: tuple[int, int] | None,
     gpus: list[tuple[str, tuple[int, int]]] | None,
     require_gpu: bool,
+    missing_libraries: Sequence[str] = (),
 ) -> tuple[str | None, str | None]:
-    """(error, warning) for the GPU side of a CUDA target; both None when everything can run."""
+    """(error, warning) for the GPU side of a CUDA target; both None when everything can run.
+
+    Not being able to use a GPU at all is a warning (TensorFlow falls back to the CPU), or the error when
+    `require_gpu`; a GPU the build cannot run on is always an error."""
     built = ",".join(f"{major}.{minor}" for major, minor in capabilities)
     if ptx is not None:
         built += f" (+PTX {ptx[0]}.{ptx[1]})"
-    if not gpus:
-        why = "no NVIDIA GPU is visible" if gpus == [] else "no NVIDIA driver/GPU is visible (NVML and nvidia-smi unavailable)"
+    message = None
+    if missing_libraries:
+        message = (
+            f"target '{target}' is built for CUDA but TensorFlow's CUDA libraries are not installed "
+            f"({', '.join(missing_libraries)}; install the wheel as tensorflow[and-cuda])"
+        )
+    elif not gpus:
+        why = (
+            "no NVIDIA GPU is visible (no /dev/nvidia* device)"
+            if gpus == []
+            else "no NVIDIA driver is visible (NVML and nvidia-smi unavailable)"
+        )
         message = (
             f"target '{target}' is built for CUDA capabilities {built} but {why}; "
             "run the container with --gpus all (NVIDIA Container Toolkit)"
         )
+    if message is not None:
         if require_gpu:
             return message + ".", None
-        return None, message + "; TensorFlow will run on the CPU only."
+        return None, message + f"; TensorFlow will run on the CPU only ({ENV['require_gpu']}=1 refuses instead)."
     unfit = [f"{name} ({cap[0]}.{cap[1]})" for name, cap in gpus if not gpu_can_run(cap, capabilities, ptx)]
     if unfit:
         return (
@@ -270,7 +332,8 @@ USAGE = (
     "usage: tfsmith-guard [--target NAME] [--features F1,F2,...] [--cuda-cc 8.0,9.0] [--ptx 9.0]\n"
     "                     [--require-gpu] [--cpuinfo FILE] [-- CMD ...]\n"
     "Exit 0 (or exec CMD) when this machine can run the target; 3 naming what is missing; 2 on bad usage.\n"
-    "Options default to TFSMITH_TARGET, TFSMITH_FEATURES, TFSMITH_CUDA_CC, TFSMITH_PTX, TFSMITH_REQUIRE_GPU=1.\n"
+    f"Options default to {ENV['target']}, {ENV['features']}, {ENV['cuda_cc']}, {ENV['ptx']}, "
+    f"{ENV['require_gpu']}=1.\n"
 )
 _VALUE_OPTIONS = {"--target": "target", "--features": "features", "--cuda-cc": "cuda_cc", "--ptx": "ptx", "--cpuinfo": "cpuinfo"}
 
@@ -278,13 +341,13 @@ _VALUE_OPTIONS = {"--target": "target", "--features": "features", "--cuda-cc": "
 def parse_args(argv: Sequence[str], env: dict[str, str] | os._Environ[str]) -> tuple[dict[str, str], bool, list[str]]:
     """(options, require_gpu, command). A hand-rolled parser: argparse alone costs ~10 ms at every start."""
     options = {
-        "target": env.get("TFSMITH_TARGET", "this image's target"),
-        "features": env.get("TFSMITH_FEATURES", ""),
-        "cuda_cc": env.get("TFSMITH_CUDA_CC", ""),
-        "ptx": env.get("TFSMITH_PTX", ""),
+        "target": env.get(ENV["target"], "this image's target"),
+        "features": env.get(ENV["features"], ""),
+        "cuda_cc": env.get(ENV["cuda_cc"], ""),
+        "ptx": env.get(ENV["ptx"], ""),
         "cpuinfo": "/proc/cpuinfo",
     }
-    require_gpu = env.get("TFSMITH_REQUIRE_GPU", "") == "1"
+    require_gpu = env.get(ENV["require_gpu"], "") == "1"
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -323,7 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = options["target"]
     problem = cpu_problem(target, _split(options["features"]), host_flags)
     if problem is None and capabilities:
-        problem, warning = gpu_problem(target, capabilities, ptx, visible_gpus(), require_gpu)
+        problem, warning = gpu_problem(
+            target, capabilities, ptx, visible_gpus(), require_gpu, missing_cuda_packages()
+        )
         if warning:
             sys.stderr.write(f"tfsmith-guard: warning: {warning}\n")
     if problem is not None:

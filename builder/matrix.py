@@ -65,6 +65,10 @@ def entry_id(target: str, cuda_cc: str = "") -> str:
 
 
 def make_entry(target: str, cuda_cc: str = "") -> MatrixEntry:
+    """One entry; an unknown target is refused here (with the closest names), not an hour into CI."""
+    from builder.targets import check_target_name
+
+    check_target_name(target)
     ccs = _normalise_cc(cuda_cc) if cuda_cc and cuda_cc != "none" else ()
     return MatrixEntry(id=entry_id(target, cuda_cc), target=target, cuda_cc=",".join(ccs), arch=arch_of(target))
 

@@ -288,6 +288,14 @@ class BuildPlan:
         return "arm64" if self.target.arch == "aarch64" else "amd64"
 
     @property
+    def extra_requirements(self) -> tuple[str, ...]:
+        """pip requirements installed with the wheel. CUDA targets: `tensorflow[and-cuda]==<version>`, which
+        pip satisfies with the wheel itself (given on the same command line) plus the CUDA libraries its
+        extra names (cuDNN, cuBLAS, ...). The wheel ships none of them: without the extra, TensorFlow 2.21
+        finds no GPU libraries and silently runs on the CPU."""
+        return (f"{self.wheel_name}[and-cuda]=={self.tf_version}",) if self.target.cuda is not None else ()
+
+    @property
     def guard_features(self) -> tuple[str, ...]:
         return tuple(sorted(self.target.features))
 
@@ -344,6 +352,8 @@ class BuildPlan:
             else {"file": self.wheel_file, "sha256": self.options.wheel_sha256},
             "bazel_flags": [] if self.from_wheel else list(self.bazel_flags),
             "runtime_base": self.runtime_base,
+            # What the runtime stage adds around the wheel: pip extras and the guard's environment names.
+            "runtime": {"pip_extras": list(self.extra_requirements), "guard_env": sorted(self.target.guard_env)},
             "tag": self.tag,
             "labels": dict(self.extra_labels),
         }
@@ -370,7 +380,7 @@ class BuildPlan:
     def wheel_digest(self) -> str:
         """Identity of the wheel alone: the spec minus the runtime base, tag and labels."""
         spec = self.spec()
-        for key in ("runtime_base", "tag", "labels"):
+        for key in ("runtime_base", "runtime", "tag", "labels"):
             spec.pop(key)
         return _digest(spec)
 
@@ -420,8 +430,8 @@ def _digest(data: Mapping[str, Any]) -> str:
 
 # --- planning ---------------------------------------------------------------------------------------------
 def toolchain_for(tf_version: str) -> Toolchain:
-    """The compatibility table's row for this TensorFlow version, via `builder.compat` (issue 2)."""
-    from builder import compat  # local import: the table module belongs to the detection room
+    """The compatibility table's row for this TensorFlow version, via `builder.compat`."""
+    from builder import compat  # imported when planning: `tfsmith detect` never loads the tables
 
     row = compat.lookup(tf_version)
     return Toolchain(
@@ -617,6 +627,11 @@ def plan_build(
         machine = BuildMachine.from_facts(build_machine)
     if options.wheel is not None:
         _check_wheel_fits(Path(options.wheel).name, python, target.arch)
+        if target.cuda is not None and Path(options.wheel).name.startswith("tensorflow_cpu-"):
+            raise IncompatibleError(
+                f"--wheel {Path(options.wheel).name} is CPU-only and cannot use a GPU: a --cuda-cc image needs the "
+                "`tensorflow` wheel (e.g. `pip download tensorflow --no-deps`)"
+            )
     resources = resources_for(machine, options)
     wheel_name = "tensorflow" if target.cuda is not None else "tensorflow_cpu"
     runtime_base = options.base_image or f"python:{python}-slim-bookworm"

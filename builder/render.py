@@ -1,11 +1,13 @@
 """Render a BuildPlan into a Docker build context: Dockerfile, bazel options, manifest, guard.
 
-Templates live in the top-level `templates/build/` folder (small Jinja2 partials, no logic beyond loops and
-conditionals over plan fields). The environment uses StrictUndefined, so a template that names a field the
-plan does not have fails loudly instead of rendering an empty string into a Dockerfile.
+Templates live in the top-level `templates/image/` folder (small Jinja2 partials, no logic beyond loops and
+conditionals over plan fields), found through `builder.resources` so an installed tfsmith finds them too.
+The environment uses StrictUndefined, so a template that names a field the plan does not have fails
+loudly instead of rendering an empty string into a Dockerfile.
 
-Writing is atomic: the context is assembled in a temporary sibling folder and moved into place, so a failed
-render never leaves a half-written context, and a folder that is not a tfsmith context is never clobbered.
+Writing is atomic (`builder.staging`): the context is assembled in a temporary sibling folder and renamed
+into place, so a failed render never leaves a half-written context, and a folder that is not a tfsmith
+context is never clobbered.
 """
 
 from __future__ import annotations
@@ -13,28 +15,25 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from builder.errors import InputError
 from builder.plan import (
     CA_SECRET_ID,
-    DEFAULT_PYTHON,
-    DEFAULT_TF_VERSION,
     LLVM_PREFIX,
     WHEEL_OUTPUT_DIR,
     WHEEL_TARGET,
-    BuildOptions,
     BuildPlan,
-    plan_build,
-    reference_build_facts,
 )
+from builder.resources import template_environment
+from builder.staging import staged_dir
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"
+if TYPE_CHECKING:
+    import jinja2
+
 GUARD_SOURCE = Path(__file__).resolve().parent / "guard.py"
 
 DOCKERFILE = "Dockerfile"
@@ -58,17 +57,10 @@ def dockerfile_string(value: str) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """The Jinja2 environment for build templates: strict, no autoescape (not HTML), stable whitespace.
+    """The Jinja2 environment for build templates (`templates/image/`), strict and compact.
 
     Cached: compiled templates are reused across renders in one process."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+    env = template_environment("image")
     env.filters["dockerfile_string"] = dockerfile_string
     return env
 
@@ -91,12 +83,12 @@ def _context_vars(plan: BuildPlan) -> dict[str, object]:
 
 def render_dockerfile(plan: BuildPlan) -> str:
     """The Dockerfile text for a plan (what `tfsmith render --print` shows)."""
-    return environment().get_template("image/Dockerfile.j2").render(**_context_vars(plan))
+    return environment().get_template("Dockerfile.j2").render(**_context_vars(plan))
 
 
 def render_bazelrc(plan: BuildPlan) -> str:
     """The build-machine bazel options (parallelism, host-tool copts, caches)."""
-    return environment().get_template("image/bazelrc.j2").render(**_context_vars(plan))
+    return environment().get_template("bazelrc.j2").render(**_context_vars(plan))
 
 
 def spec_json(plan: BuildPlan) -> str:
@@ -157,17 +149,6 @@ def _write_tree(plan: BuildPlan, into: Path) -> None:
             path.chmod(0o644)
 
 
-def _replace(tmp: Path, out_dir: Path) -> None:
-    """Move a finished temp tree to out_dir, replacing an old context in (nearly) one step."""
-    if out_dir.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-        os.replace(out_dir, trash / "old")
-        os.replace(tmp, out_dir)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)
-
-
 def render_context(plan: BuildPlan, out_dir: Path) -> Path:
     """Write the build context for `plan` to out_dir (atomically); returns out_dir.
 
@@ -175,15 +156,8 @@ def render_context(plan: BuildPlan, out_dir: Path) -> Path:
     """
     out_dir = Path(out_dir).absolute()
     _refuse_clobber(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as tmp:
         _write_tree(plan, tmp)
-        tmp.chmod(0o755)
-        _replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
@@ -200,10 +174,8 @@ def render_set(plans: Iterable[tuple[str, BuildPlan]], out_dir: Path) -> list[Pa
         strangers = [p.name for p in out_dir.iterdir() if not (p.is_dir() and is_context(p)) and p.name != "README.md"]
         if strangers:
             raise InputError(f"{out_dir} holds files that are not tfsmith contexts ({strangers[0]}); refusing")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     written: list[str] = []
-    try:
+    with staged_dir(out_dir) as tmp:
         for name, plan in plans:
             if "/" in name or name.startswith(".") or name in written:
                 raise InputError(f"bad or duplicate context name {name!r}")
@@ -212,44 +184,7 @@ def render_set(plans: Iterable[tuple[str, BuildPlan]], out_dir: Path) -> list[Pa
             written.append(name)
         (tmp / "README.md").write_text(_set_readme(written), encoding="utf-8")
         (tmp / "README.md").chmod(0o644)
-        tmp.chmod(0o755)
-        _replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return [out_dir / name for name in written]
-
-
-# The canonical set in dockerfiles/: (target name, CUDA capabilities or None).
-CANONICAL_SET: tuple[tuple[str, str | None], ...] = (
-    ("x86-64-v3", None),
-    ("x86-64-v4", None),
-    ("sapphirerapids", None),
-    ("neoverse_v1", None),
-    ("x86-64-v3", "8.0,9.0"),
-)
-
-
-def canonical_plans(options: BuildOptions | None = None) -> list[tuple[str, BuildPlan]]:
-    """(folder name, plan) for every canonical context, resolved against the fixed reference build machine
-    of the target's architecture, so the result never depends on the host that runs it."""
-    from archspec.cpu import TARGETS
-
-    from builder.targets import archspec_name, resolve_target
-
-    options = options or BuildOptions()
-    plans = []
-    for name, cuda_cc in CANONICAL_SET:
-        arch = TARGETS[archspec_name(name)].family.name
-        target = resolve_target(
-            name,
-            cuda_cc=cuda_cc,
-            tf_version=options.tf_version or DEFAULT_TF_VERSION,
-            python=options.python or DEFAULT_PYTHON,
-            build_machine=reference_build_facts(arch),
-        )
-        plans.append((target.tag_token, plan_build(target, options, build_machine=None)))
-    return plans
 
 
 def _set_readme(names: list[str]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from builder.guard import ENV
+
 
 @dataclass(frozen=True)
 class CudaSpec:
@@ -68,9 +70,9 @@ class BuildTarget:
         start, with one clear line, on a CPU lacking any of `features` (or a GPU none of the capabilities
         can run on). Feature spelling is /proc/cpuinfo's, exactly what the guard compares.
         """
-        env = {"TFSMITH_TARGET": self.name, "TFSMITH_FEATURES": ",".join(sorted(self.features))}
+        env = {ENV["target"]: self.name, ENV["features"]: ",".join(sorted(self.features))}
         if self.cuda:
-            env["TFSMITH_CUDA_CC"] = ",".join(self.cuda.capabilities)
-            env["TFSMITH_PTX"] = self.cuda.ptx
+            env[ENV["cuda_cc"]] = ",".join(self.cuda.capabilities)
+            env[ENV["ptx"]] = self.cuda.ptx
         return env
 

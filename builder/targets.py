@@ -17,7 +17,7 @@ Public API (other stages call these):
   combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
   CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
 - `can_run(target, facts) -> tuple[str, ...]`: features the machine lacks (empty: an image for `target` runs).
-- `target_names() -> tuple[str, ...]`: every accepted name.
+- `target_names() -> tuple[str, ...]`: every accepted name; `check_target_name(name)` refuses others.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ def _unknown(name: str) -> InputError:
     close = difflib.get_close_matches(name.lower(), target_names(), n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return InputError(f"unknown target {name!r}{hint} (`tfsmith target --list` shows them all)")
+
+
+def check_target_name(name: str) -> str:
+    """`name` when `resolve_target` accepts it, else the InputError naming the closest valid names.
+    For callers that only carry a name forward (the CI matrix) and must refuse a typo where it is typed."""
+    if name != "host":
+        _microarchitecture(name)
+    return name
 
 
 def _microarchitecture(name: str) -> Microarchitecture:

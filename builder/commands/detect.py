@@ -1,8 +1,8 @@
-"""CLI commands of the detect room: `detect`, `target`, `check`.
+"""`tfsmith detect`, `target` and `check`: what this machine is, what a target resolves to, can it run here.
 
-Thin: parse flags, call builder.hardware / builder.targets / builder.guard, print a rich table or stable
+Thin: parse flags, call builder.hardware / builder.planning / builder.guard, print a rich table or stable
 JSON. archspec, pynvml and rich are imported inside the command bodies so `tfsmith --help` and the other
-rooms' commands never pay for them.
+commands never pay for them (`tfsmith detect` does not even import typer: see builder/cli.py).
 
 `tfsmith detect --json` prints `HostFacts.to_dict()` (schema "tfsmith.host-facts/1", documented in
 builder/hardware/facts.py); save it and feed it back with `--facts FILE` (detect, target) or
@@ -104,7 +104,7 @@ def _target_dict(target: Any) -> dict[str, Any]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the tfsmith app."""
+    """Add `detect`, `target` and `check` to the tfsmith app."""
 
     @app.command("detect")
     def detect(
@@ -124,24 +124,29 @@ def register(app: typer.Typer) -> None:
 
     @app.command("target")
     def target(
-        name: str = typer.Argument("host", help="host, x86-64-v2|v3|v4, or an archspec name (icelake, zen4, ...)."),
+        name: str = typer.Argument(
+            None, help="host (default), x86-64-v2|v3|v4, or an archspec name (icelake, zen4, ...).", show_default=False
+        ),
         cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities: 8.0,9.0 or auto (this host's GPUs)."),
-        tf_version: str = typer.Option("2.21.0", "--tf-version", help="TensorFlow version (2.18-2.21)."),
-        python: str = typer.Option("3.12", "--python", help="Python minor version of the wheel."),
+        tf_version: str = typer.Option(None, "--tf-version", help="TensorFlow version (2.18-2.21; default 2.21.0)."),
+        python: str = typer.Option(None, "--python", help="Python minor version of the wheel (default 3.12)."),
         against: Path = typer.Option(None, "--against", help="Facts JSON of a machine: can the image run there?"),
-        facts: Path = typer.Option(None, "--facts", help="Facts JSON to resolve `host`/`auto` from (default: live)."),
+        facts: str = typer.Option(None, "--facts", help="Facts JSON to resolve `host`/`auto` from (default: live)."),
+        config: Path = typer.Option(None, "--config", help="Config file (default ./tfsmith.toml or pyproject)."),
         as_json: bool = typer.Option(False, "--json", help="Print the resolved target as JSON."),
         list_names: bool = typer.Option(False, "--list", help="List every accepted target name."),
     ) -> None:
         """Resolve a build target: compiler flags, host-tool flags, CUDA capabilities and the image tag."""
+        from builder.config import load_config
         from builder.hardware import load_facts
-        from builder.targets import can_run, resolve_target, target_names
+        from builder.planning import resolve_settings_target
+        from builder.targets import can_run, target_names
 
         if list_names:
             sys.stdout.write("\n".join(target_names()) + "\n")
             return
-        host = load_facts(facts) if facts is not None else None
-        resolved = resolve_target(name, cuda_cc=cuda_cc, facts=host, tf_version=tf_version, python=python)
+        flags = {"target": name, "cuda_cc": cuda_cc, "tf_version": tf_version, "python": python, "facts": facts}
+        resolved = resolve_settings_target(load_config(flags, config_file=config))
         result = _target_dict(resolved)
         missing: tuple[str, ...] | None = None
         if against is not None:

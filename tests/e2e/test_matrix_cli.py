@@ -81,3 +81,16 @@ def test_unknown_config_key_is_one_line_naming_it(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "unknown key in tfsmith.toml [build] 'base_imgae' (did you mean 'base_image'?)" in result.stderr
+
+
+@pytest.mark.parametrize("targets", ["nope", "x86-64-v3,zen44"])
+def test_unknown_matrix_target_is_refused_with_the_closest_names(tmp_path: Path, targets: str) -> None:
+    result = subprocess.run(
+        [str(TFSMITH), "matrix", "--targets", targets], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "unknown target" in result.stderr and "Traceback" not in result.stderr
+    if "zen44" in targets:
+        assert "did you mean zen4" in result.stderr

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from builder.commands.render import build_options
+from builder.config import BuildConfig
 from builder.engine.local import STATE_DIR
 from builder.guard import missing_features, read_cpu_flags
-from builder.plan import BuildPlan, plan_build, reference_build_facts
+from builder.plan import BuildPlan, reference_build_facts
+from builder.planning import plan_from_settings
 from builder.render import render_context
-from builder.targets import resolve_target
 
-DOCKER = "/usr/bin/docker"  # Debian's 20.10 CLI: BuildKit built in (FACTS §1)
+DOCKER = "/usr/bin/docker"  # Debian's 20.10 CLI has BuildKit built in; the 28.x CLI here lacks buildx
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 IMAGE = "tfsmith-test-render-runtime"
 HOSTILE_LABEL = 'quotes " and $HOME and `id` and back\\slash'
@@ -71,20 +71,18 @@ def images(
 ) -> Iterator[dict[str, tuple[BuildPlan, str]]]:
     """target name -> (plan, image tag), both built from the stand-in wheel through the rendered context."""
     built: dict[str, tuple[BuildPlan, str]] = {}
-    options = build_options(
-        tf_version="2.21.0",
-        python=base_python,
-        base_image=base_image,
-        wheel=stand_in_wheel,
-        ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
-        labels=[f"com.example.note={HOSTILE_LABEL}"],
-    )
     try:
         for name in TARGETS:
-            target = resolve_target(
-                name, tf_version="2.21.0", python=base_python, build_machine=reference_build_facts("x86_64")
+            settings = BuildConfig(
+                target=name,
+                tf_version="2.21.0",
+                python=base_python,
+                base_image=base_image,
+                wheel=stand_in_wheel,
+                ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                labels=(("com.example.note", HOSTILE_LABEL),),
             )
-            plan = plan_build(target, options)
+            plan = plan_from_settings(settings, host=reference_build_facts("x86_64"))
             context = render_context(plan, tmp_path_factory.mktemp("ctx") / name)
             tag = f"{IMAGE}:{name}"
             secrets = [f"--secret=id={sid},src={path}" for sid, path in plan.secrets.items()]
@@ -158,3 +156,15 @@ def test_guard_refuses_a_target_this_host_cannot_run(images: dict[str, tuple[Bui
     assert "sapphirerapids" in message and "cannot run" in message
     assert all(feature in message for feature in missing)
     assert "Illegal instruction" not in message
+
+
+def test_the_image_sets_no_tfsmith_setting(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    """tfsmith run inside a built image must plan from its own settings, not from the image's guard env."""
+    from builder.config import SETTINGS_ENV, env_values
+
+    _, tag = images["x86-64-v3"]
+    run = docker("run", "--rm", "--entrypoint", "env", tag)
+    assert run.returncode == 0, run.stderr
+    env = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+    assert env.get("TFSMITH_IMAGE_TARGET") == "x86-64-v3"
+    assert env_values(env) == {} and not set(env) & set(SETTINGS_ENV.values())

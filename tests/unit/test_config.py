@@ -89,7 +89,8 @@ def test_matrix_key_in_build_section_is_rejected(tmp_path: Path) -> None:
 def test_bad_values_are_refused_naming_the_flag(tmp_path: Path, key: str, value: str, message: str) -> None:
     with pytest.raises(InputError, match=message) as caught:
         load_config({key: value}, env={}, cwd=tmp_path)
-    assert f"--{key.replace('_', '-')}" in str(caught.value)
+    flag = {"tags": "--tag"}.get(key, f"--{key.replace('_', '-')}")  # the flag as the user types it
+    assert str(caught.value).startswith(f"{flag}:")
 
 
 def test_bad_env_value_names_the_variable(tmp_path: Path) -> None:
@@ -142,3 +143,16 @@ def test_broken_toml_is_an_input_error(tmp_path: Path) -> None:
     _toml(tmp_path, "[build\n")
     with pytest.raises(InputError, match="cannot read"):
         load_config({}, env={}, cwd=tmp_path)
+
+
+def test_an_images_guard_environment_is_not_a_setting(tmp_path: Path) -> None:
+    """Every built image sets the guard's variables; `tfsmith build` run inside one must not see a target."""
+    from builder.config import SETTINGS_ENV
+    from builder.guard import ENV_PREFIX
+    from builder.target_types import BuildTarget, CudaSpec
+
+    target = BuildTarget(name="sapphirerapids", arch="x86_64", features=frozenset({"avx512f", "amx_tile"}),
+                         copts=(), host_copts=(), cuda=CudaSpec("12.5.1", "9.3.0", ("9.0",), "9.0"))
+    config = load_config({}, env=target.guard_env, cwd=tmp_path)
+    assert config.target == "host" and config.cuda_cc is None
+    assert not any(name.startswith(ENV_PREFIX) for name in SETTINGS_ENV.values())

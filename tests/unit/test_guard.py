@@ -95,13 +95,14 @@ def test_main_refuses_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_main_reads_environment(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("TFSMITH_TARGET", "sapphirerapids")
-    monkeypatch.setenv("TFSMITH_FEATURES", "avx512f,amx_tile")
+    monkeypatch.setenv("TFSMITH_IMAGE_TARGET", "sapphirerapids")
+    monkeypatch.setenv("TFSMITH_IMAGE_FEATURES", "avx512f,amx_tile")
     code = guard.main(["--cpuinfo", str(CPUINFO / "xeon-spr-guest-amx-hidden")])
     assert code == guard.EXIT_CANNOT_RUN and "amx_tile" in capsys.readouterr().err
 
 
 def test_main_cuda_without_gpu_warns_or_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(guard, "missing_cuda_packages", lambda: [])
     monkeypatch.setattr(guard, "visible_gpus", lambda: None)
     args = ["--target", "x86-64-v3", "--features", "avx2", "--cuda-cc", "8.0,9.0", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3")]
     assert guard.main(args) == 0
@@ -128,7 +129,7 @@ def test_main_execs_the_command_after_double_dash(monkeypatch: pytest.MonkeyPatc
 def test_parse_args_forms_and_errors() -> None:
     options, require_gpu, command = guard.parse_args(["--target=zen4", "--features", "avx2", "--require-gpu", "--", "x", "--target"], {})
     assert (options["target"], options["features"], require_gpu, command) == ("zen4", "avx2", True, ["x", "--target"])
-    options, require_gpu, command = guard.parse_args([], {"TFSMITH_CUDA_CC": "8.0", "TFSMITH_REQUIRE_GPU": "1"})
+    options, require_gpu, command = guard.parse_args([], {"TFSMITH_IMAGE_CUDA_CC": "8.0", "TFSMITH_IMAGE_REQUIRE_GPU": "1"})
     assert (options["cuda_cc"], require_gpu, command) == ("8.0", True, [])
     with pytest.raises(ValueError, match="unknown option"):
         guard.parse_args(["--bogus"], {})
@@ -136,3 +137,51 @@ def test_parse_args_forms_and_errors() -> None:
         guard.parse_args(["--features"], {})
     with pytest.raises(SystemExit):
         guard.parse_args(["--help"], {})
+
+
+def test_guard_environment_is_its_own_namespace() -> None:
+    """The image's variables never read as tfsmith settings: the old TFSMITH_TARGET is ignored here."""
+    assert all(name.startswith("TFSMITH_IMAGE_") for name in guard.ENV.values())
+    options, require_gpu, _ = guard.parse_args([], {"TFSMITH_TARGET": "zen4", "TFSMITH_REQUIRE_GPU": "1"})
+    assert options["target"] == "this image's target" and require_gpu is False
+
+
+def test_no_device_node_means_no_gpu_without_loading_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def nvml_must_not_load() -> None:
+        raise AssertionError("NVML loaded although no /dev/nvidia* exists")
+
+    monkeypatch.setattr(guard, "_nvml_capabilities", nvml_must_not_load)
+    (tmp_path / "nvidiactl").touch()  # the control node alone (no nvidiaN) is not a GPU
+    (tmp_path / "nvidia-uvm").touch()
+    assert guard.nvidia_device_nodes(str(tmp_path)) == []
+    assert guard.visible_gpus(str(tmp_path)) == []
+    (tmp_path / "nvidia0").touch()
+    monkeypatch.setattr(guard, "_nvml_capabilities", lambda: [("A100", (8, 0))])
+    assert guard.nvidia_device_nodes(str(tmp_path)) == ["nvidia0"]
+    assert guard.visible_gpus(str(tmp_path)) == [("A100", (8, 0))]
+
+
+def test_cuda_image_without_its_cuda_libraries_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CUDA image whose TensorFlow lacks the [and-cuda] libraries runs on the CPU: the guard says so
+    plainly (even with a GPU attached), and refuses when a GPU is required."""
+    monkeypatch.setattr(guard, "visible_gpus", lambda: [("H100", (9, 0))])
+    monkeypatch.setattr(guard, "missing_cuda_packages", lambda: ["nvidia-cudnn-cu12"])
+    args = ["--target", "x86-64-v3", "--features", "avx2", "--cuda-cc", "8.0,9.0", "--cpuinfo", str(CPUINFO / "this-vm-amd-epyc-zen3")]
+    assert guard.main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning" in err and "tensorflow[and-cuda]" in err and "CPU only" in err
+    monkeypatch.setenv("TFSMITH_IMAGE_REQUIRE_GPU", "1")
+    assert guard.main(args) == guard.EXIT_CANNOT_RUN
+    assert "nvidia-cudnn-cu12" in capsys.readouterr().err
+    monkeypatch.setattr(guard, "missing_cuda_packages", lambda: [])
+    assert guard.main(args) == 0 and capsys.readouterr().err == ""
+
+
+def test_missing_cuda_packages_reads_the_python_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A namespace of our own, so the answer does not depend on what this test environment installed.
+    monkeypatch.setattr(guard, "CUDA_PACKAGES", ("tfsmithfake.cudnn", "tfsmithfake.cuda_runtime"))
+    assert guard.missing_cuda_packages() == ["tfsmithfake-cudnn-cu12", "tfsmithfake-cuda-runtime-cu12"]
+    (tmp_path / "tfsmithfake" / "cudnn").mkdir(parents=True)
+    (tmp_path / "tfsmithfake" / "cudnn" / "__init__.py").touch()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert guard.missing_cuda_packages() == ["tfsmithfake-cuda-runtime-cu12"]

@@ -15,7 +15,6 @@ from builder.errors import InputError
 from builder.plan import BuildOptions, BuildPlan, plan_build
 from builder.render import (
     GUARD_SOURCE,
-    canonical_plans,
     environment,
     is_context,
     render_bazelrc,
@@ -23,6 +22,7 @@ from builder.render import (
     render_dockerfile,
     render_set,
 )
+from builder.planning import canonical_plans
 from builder.target_types import BuildTarget, CudaSpec
 
 V3 = BuildTarget(
@@ -152,10 +152,41 @@ def test_local_source_comes_from_the_named_context() -> None:
 def test_runtime_guard_environment_matches_the_target() -> None:
     text = render_dockerfile(plan_build(CUDA))
     env = " ".join(rest for name, rest in instructions(text) if name == "ENV")
-    assert "TFSMITH_TARGET=x86-64-v3" in env
-    assert "TFSMITH_FEATURES=avx,avx2,fma" in env
-    assert "TFSMITH_CUDA_CC=8.0,9.0" in env and "TFSMITH_PTX=9.0" in env
+    assert "TFSMITH_IMAGE_TARGET=x86-64-v3" in env
+    assert "TFSMITH_IMAGE_FEATURES=avx,avx2,fma" in env
+    assert "TFSMITH_IMAGE_CUDA_CC=8.0,9.0" in env and "TFSMITH_IMAGE_PTX=9.0" in env
     assert 'ENTRYPOINT ["/usr/local/bin/tfsmith-guard", "--"]' in text
+
+
+def test_no_image_variable_is_a_tfsmith_setting() -> None:
+    """Every image sets the guard's variables; none of them may change `tfsmith build` run inside it."""
+    from builder.config import SETTINGS_ENV
+
+    for plan in (plan_build(V3), plan_build(CUDA)):
+        env = " ".join(rest for name, rest in instructions(render_dockerfile(plan)) if name == "ENV")
+        names = {item.split("=", 1)[0] for item in env.split() if item.startswith("TFSMITH")}
+        assert names and all(n.startswith("TFSMITH_IMAGE_") for n in names), names
+        assert not names & set(SETTINGS_ENV.values())
+
+
+def test_cuda_images_install_tensorflow_with_its_cuda_libraries(tmp_path: Path) -> None:
+    """TensorFlow's wheel pulls no CUDA libraries without [and-cuda]: a CUDA image installs the extra,
+    from a compiled wheel and from a prebuilt one alike; CPU images do not."""
+    runtime = [rest for name, rest in instructions(render_dockerfile(plan_build(CUDA))) if name == "RUN"][-1]
+    assert runtime.endswith('pip install --no-compile /tmp/wheels/*.whl "tensorflow[and-cuda]==2.21.0"'), runtime
+    wheel = tmp_path / "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl"
+    prebuilt = plan_build(CUDA, BuildOptions(wheel=wheel, wheel_sha256="0" * 64))
+    assert f'pip install --no-compile "/tmp/wheels/{wheel.name}" "tensorflow[and-cuda]==2.21.0"' in render_dockerfile(prebuilt)
+    assert "and-cuda" not in render_dockerfile(plan_build(V3))
+    assert plan_build(CUDA).spec()["runtime"]["pip_extras"] == ["tensorflow[and-cuda]==2.21.0"]
+
+
+def test_a_cpu_only_wheel_is_refused_for_a_cuda_image() -> None:
+    from builder.errors import IncompatibleError
+
+    wheel = Path("tensorflow_cpu-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl")
+    with pytest.raises(IncompatibleError, match="CPU-only"):
+        plan_build(CUDA, BuildOptions(wheel=wheel, wheel_sha256="0" * 64))
 
 
 def test_label_values_are_escaped_for_docker() -> None:

@@ -85,7 +85,7 @@ def test_every_target_renders_and_flags_match_the_manifest(
     assert {n for n, _ in instructions(text)} <= {"FROM", "ARG", "ENV", "RUN", "COPY", "WORKDIR", "SHELL",
                                                   "ENTRYPOINT", "CMD", "LABEL"}
     env = " ".join(rest for n, rest in instructions(text) if n == "ENV")
-    assert f"TFSMITH_FEATURES={','.join(sorted(plan.target.features))}" in env
+    assert f"TFSMITH_IMAGE_FEATURES={','.join(sorted(plan.target.features))}" in env
     assert json.loads(plan.labels()["io.tfsmith.manifest"]) == manifest["spec"]
     row = compat.lookup(tf)
     configs = {f.removeprefix("--config=") for f in flags if f.startswith("--config=")}

@@ -186,6 +186,6 @@ def test_target_names() -> None:
 def test_guard_env_matches_target() -> None:
     target = resolve_target("haswell", cuda_cc="7.5,8.6", build_machine=VM)
     env = target.guard_env
-    assert env["TFSMITH_TARGET"] == "haswell"
-    assert set(env["TFSMITH_FEATURES"].split(",")) == set(target.features)
-    assert (env["TFSMITH_CUDA_CC"], env["TFSMITH_PTX"]) == ("7.5,8.6", "8.6")
+    assert env["TFSMITH_IMAGE_TARGET"] == "haswell"
+    assert set(env["TFSMITH_IMAGE_FEATURES"].split(",")) == set(target.features)
+    assert (env["TFSMITH_IMAGE_CUDA_CC"], env["TFSMITH_IMAGE_PTX"]) == ("7.5,8.6", "8.6")

@@ -1,0 +1,1 @@
+"""The Jinja2 templates, shipped inside the wheel as the package `builder.templates` (see builder/resources.py)."""
