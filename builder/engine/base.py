@@ -232,13 +232,17 @@ class Engine(ABC):
         env: Mapping[str, str] | None = None,
         mounts: Sequence[Mount] = (),
         network: bool = True,
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
         timeout: float = 300.0,
     ) -> tuple[int, str]:
         """Run to completion; returns (exit code, combined output). The container is always removed.
 
         EngineError when it runs longer than `timeout` seconds (it is killed), ImageNotFound for no image.
         """
-        with self.start(ref, command, entrypoint=entrypoint, env=env, mounts=mounts, network=network) as container:
+        with self.start(
+            ref, command, entrypoint=entrypoint, env=env, mounts=mounts, network=network, name=name, labels=labels
+        ) as container:
             code = container.wait(timeout)
             return code, container.logs()
 
@@ -263,6 +267,10 @@ class Engine(ABC):
         `Container.ports`/`url`). `network=False` runs it without any network (no ports then). Never pulls:
         ImageNotFound when `ref` is not local. EngineError when it cannot start (e.g. the name is taken).
         """
+
+    @abstractmethod
+    def list_containers(self, labels: Mapping[str, str]) -> list[Container]:
+        """Containers (running or not) carrying all these labels: to find what a crashed run left behind."""
 
     @abstractmethod
     def container_state(self, container_id: str) -> ContainerState:

@@ -405,6 +405,13 @@ class DockerEngine(Engine):
             raise EngineError(f"{ref} did not publish port {unbound[0]}: {why}")
         return container
 
+    def list_containers(self, labels: Mapping[str, str]) -> list[Container]:
+        filters = {"label": [f"{key}={value}" for key, value in sorted(labels.items())]}
+        return [
+            Container(id=raw.id, name=raw.name, image=_image_ref(raw), ports=_published(raw.attrs), engine=self)
+            for raw in self.client.containers.list(all=True, filters=filters)
+        ]
+
     def _container(self, container_id: str) -> Any:
         import docker.errors
 

@@ -62,6 +62,7 @@ class StartRequest:
 class _FakeContainer:
     request: StartRequest
     script: FakeScript
+    handle: Container
     status: str = "running"
     exit_code: int | None = None
 
@@ -178,13 +179,18 @@ class FakeEngine(Engine):
         self.started.append(request)
         number = len(self.started)
         container_id = hashlib.sha256(f"{image.id}:{number}".encode()).hexdigest()
+        host_ports = {port: FIRST_HOST_PORT + 100 * (number - 1) + i for i, port in enumerate(ports)}
+        handle = Container(id=container_id, name=name or f"fake-{number}", image=ref, ports=host_ports, engine=self)
         script = self._script(ref)
-        fake = _FakeContainer(request, script)
+        fake = _FakeContainer(request, script, handle)
         if script.exit_code is not None:
             fake.status, fake.exit_code = "exited", script.exit_code
         self.containers[container_id] = fake
-        host_ports = {port: FIRST_HOST_PORT + 100 * (number - 1) + i for i, port in enumerate(ports)}
-        return Container(id=container_id, name=name or f"fake-{number}", image=ref, ports=host_ports, engine=self)
+        return handle
+
+    def list_containers(self, labels: Mapping[str, str]) -> list[Container]:
+        return [fake.handle for fake in self.containers.values()
+                if all(fake.request.labels.get(key) == value for key, value in labels.items())]
 
     def _container(self, container_id: str) -> _FakeContainer:
         if container_id not in self.containers:

@@ -70,18 +70,18 @@ def _gone(engine: DockerEngine, container: Container) -> bool:
 def test_a_long_running_server_answers_on_its_published_port(engine: DockerEngine, base_image: str) -> None:
     name = _name()
     with engine.start(base_image, SERVE, env={"GREETING": "hello"}, ports=[8000], name=name,
-                      labels={"io.tfsmith.test": "api"}) as container:
+                      labels={"io.tfsmith.test": "api", "io.tfsmith.name": name}) as container:
         assert container.name == name and container.image == base_image
         assert container.url(8000) == f"http://127.0.0.1:{container.ports[8000]}"
         assert _get(container.url(8000)) == "hello"
         assert container.exited() is None and container.health() == "none"
-        assert engine.client.containers.get(container.id).labels["io.tfsmith.test"] == "api"
+        assert engine.list_containers({"io.tfsmith.test": "api", "io.tfsmith.name": name}) == [container]
         assert container.exec(["sh", "-c", "echo $GREETING; id -u"]) == (0, "hello\n0\n")
         assert "listening" in container.logs(stderr=False)
         assert container.stop(timeout=10) == 0  # it handled SIGTERM
         assert container.exited() is not None and container.exited().startswith("exit 0: ")
         assert container.stop() == 0  # already stopped: same answer
-    assert _gone(engine, container)
+    assert _gone(engine, container) and engine.list_containers({"io.tfsmith.name": name}) == []
 
 
 def test_a_server_that_ignores_sigterm_is_killed_after_the_timeout(engine: DockerEngine, base_image: str) -> None:
@@ -92,7 +92,8 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_timeout(engine: Docke
 
 
 def test_a_dead_container_says_why_and_is_removed_even_on_error(engine: DockerEngine, base_image: str) -> None:
-    script = "import sys; print('loading model', flush=True); sys.exit('bad model: no such file /model/x.tflite')"
+    # one stream: Docker keeps the order within stdout or stderr, not between them
+    script = "import sys; print('loading model', file=sys.stderr); sys.exit('bad model: no such file /model/x.tflite')"
     with pytest.raises(AssertionError, match="the caller failed"), engine.start(
         base_image, ["python3", "-c", script]
     ) as container:
@@ -102,13 +103,36 @@ def test_a_dead_container_says_why_and_is_removed_even_on_error(engine: DockerEn
     assert _gone(engine, container)
 
 
-def test_a_container_that_dies_before_publishing_its_port_is_an_error(engine: DockerEngine, base_image: str) -> None:
+def test_a_server_that_cannot_start_is_an_error_and_leaves_nothing(engine: DockerEngine, base_image: str) -> None:
+    label = {"io.tfsmith.test": _name()}
+    with pytest.raises(EngineError, match=r"^cannot start tfsmith/python:bookworm: .*no-such-server") as caught:
+        engine.start(base_image, ["/opt/no-such-server"], ports=[8000], labels=label)
+    assert "\n" not in str(caught.value)
+    assert engine.list_containers(label) == []
+
+
+def test_a_server_that_dies_at_once_says_why_either_way(engine: DockerEngine, base_image: str) -> None:
+    """Dead before its port was read: start fails; dead just after: the handle says so. Both name the cause."""
+    label = {"io.tfsmith.test": _name()}
+    try:
+        container = engine.start(base_image, ["sh", "-c", "echo no such model >&2; exit 2"], ports=[8000],
+                                 labels=label)
+    except EngineError as error:
+        assert str(error).endswith("did not publish port 8000: exit 2: no such model")
+    else:
+        with container:
+            assert container.wait(timeout=30) == 2
+            assert container.exited() == "exit 2: no such model"
+    assert engine.list_containers(label) == []
+
+
+def test_names_are_unique_while_a_container_exists(engine: DockerEngine, base_image: str) -> None:
     name = _name()
-    with pytest.raises(EngineError, match=r"did not publish port 8000: exit 2: no such model"):
-        engine.start(base_image, ["sh", "-c", "echo no such model; exit 2"], ports=[8000], name=name)
-    with pytest.raises(EngineError, match="already in use"):  # the name is free again only if it was removed
-        with engine.start(base_image, ["sleep", "60"], name=name):
+    with engine.start(base_image, ["sleep", "60"], name=name):
+        with pytest.raises(EngineError, match="already in use"):
             engine.start(base_image, ["sleep", "60"], name=name)
+    with engine.start(base_image, ["true"], name=name):  # free again once removed
+        pass
 
 
 def test_healthcheck_and_image_config(engine: DockerEngine, base_image: str, tmp_path: Path) -> None:
@@ -141,10 +165,12 @@ def test_run_with_read_only_mounts_and_no_network(engine: DockerEngine, base_ima
 
 
 def test_run_past_its_timeout_is_killed_and_removed(engine: DockerEngine, base_image: str) -> None:
-    before = {c.id for c in engine.client.containers.list(all=True)}
+    label = {"io.tfsmith.test": _name()}
     with pytest.raises(EngineError, match=r"did not finish within 1 s"):
-        engine.run(base_image, ["sleep", "600"], timeout=1)
-    assert {c.id for c in engine.client.containers.list(all=True)} <= before
+        engine.run(base_image, ["sleep", "600"], labels=label, timeout=1)
+    assert engine.list_containers(label) == []
+    code, _ = engine.run(base_image, ["true"], labels=label)
+    assert code == 0 and engine.list_containers(label) == []
 
 
 def test_a_missing_image_is_never_pulled(engine: DockerEngine) -> None:

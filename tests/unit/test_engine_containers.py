@@ -45,6 +45,17 @@ def test_a_started_server_publishes_each_port_on_loopback_and_records_the_reques
     assert engine.containers == {}  # removed on the way out
 
 
+def test_leftovers_are_found_by_label() -> None:
+    engine = _engine()
+    kept = engine.start("server:1", labels={"io.tfsmith.smoke": "1", "run": "a"}, ports=[8501])
+    engine.start("server:1", labels={"io.tfsmith.smoke": "1", "run": "b"})
+    assert engine.list_containers({"run": "a"}) == [kept] and engine.list_containers({"run": "a"})[0].ports == kept.ports
+    assert len(engine.list_containers({"io.tfsmith.smoke": "1"})) == 2
+    for container in engine.list_containers({"io.tfsmith.smoke": "1"}):
+        container.remove()
+    assert engine.list_containers({}) == []
+
+
 def test_exited_says_the_code_and_the_last_lines_in_one_line() -> None:
     engine = _engine(server_1=FakeScript(exit_code=1, output="starting\n", errors="Traceback\n\nValueError: bad model\n"))
     with engine.start("server:1", ports=[8501]) as container:
