@@ -1,0 +1,102 @@
+"""`tfsmith deploy` run as a user runs it: the example model's fleet for x86-64-v3, x86-64-v4 and
+sapphirerapids is written and every object validates offline (Kubernetes OpenAPI schemas pinned in
+tests/unit/test_deploy_manifests.py; no cluster exists on these machines). DOCKER_HOST points nowhere:
+explicit targets and images must not need an engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.test_deploy_manifests import K8S_VERSION, validate
+
+REPO = Path(__file__).resolve().parents[2]
+TFSMITH = Path(sys.executable).parent / "tfsmith"
+CPUINFO = REPO / "tests" / "fixtures" / "cpuinfo"
+FLEET = ["--model-name", "digits-cnn", "--served-name", "digits_cnn",
+         "--targets", "x86-64-v3,x86-64-v4,sapphirerapids", "--image-prefix", "registry.example/digits"]
+
+
+def tfsmith(*args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    return subprocess.run([str(TFSMITH), *args], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+
+
+def load(folder: Path) -> list[dict]:
+    return [doc for path in sorted(folder.glob("*.yaml")) if path.name != "kustomization.yaml"
+            for doc in yaml.safe_load_all(path.read_text())]
+
+
+def test_the_example_fleet_is_written_and_validates(tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    result = tfsmith("deploy", *FLEET, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:3] == [
+        "1. digits-cnn-sapphirerapids: registry.example/digits:sapphirerapids-cpu (sapphirerapids)",
+        "2. digits-cnn-x86-64-v4: registry.example/digits:x86-64-v4-cpu (x86-64-v4)",
+        "3. digits-cnn-x86-64-v3: registry.example/digits:x86-64-v3-cpu (x86-64-v3)",
+    ]
+    assert "NFD cannot see clflushopt, clwb, rdpid" in result.stdout
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == ["digits-cnn.yaml"]
+    objects = load(out)
+    assert [o["kind"] for o in objects].count("Deployment") == 3
+    for obj in objects:
+        validate(obj, K8S_VERSION)
+
+
+def test_kustomize_kserve_and_measured_resources(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({
+        "chosen": "model_int8.tflite", "host": {"threads": 2},
+        "artifacts": [{"path": "model_int8.tflite", "size_bytes": 250_000, "threads": 2, "latency_us": {"p50": 28.0}}],
+    }))
+    out = tmp_path / "kserve"
+    result = tfsmith("deploy", *FLEET, "--out", str(out), "--format", "kustomize", "--kserve", "--namespace", "ml",
+                     "--report", str(report), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["resources"]["cpu"] == "2000m" and summary["resources"]["memory"] == "320Mi"
+    custom = yaml.safe_load((out / "kustomization.yaml").read_text())
+    assert custom["namespace"] == "ml"
+    assert set(custom["resources"]) == {p.name for p in out.glob("*.yaml")} - {"kustomization.yaml"}
+    objects = load(out)
+    assert sorted(o["kind"] for o in objects).count("InferenceService") == 3
+    for obj in objects:
+        validate(obj, K8S_VERSION)
+
+
+@pytest.mark.parametrize(("fixture", "runs"), [
+    ("this-vm-amd-epyc-zen3", "digits-cnn-x86-64-v3"),
+    ("xeon-spr-guest-amx-hidden", "digits-cnn-x86-64-v4"),  # AVX-512 but AMX hidden: not the SPR image
+    ("old-xeon-e5-2670-sandybridge", None),  # no AVX2: none of these images
+])
+def test_explain_node_says_which_image_a_machine_runs(tmp_path: Path, fixture: str, runs: str | None) -> None:
+    result = tfsmith("deploy", *FLEET, "--out", str(tmp_path / "o"), "--explain-node", str(CPUINFO / fixture), "--json")
+    assert result.returncode == 0, result.stderr
+    node = json.loads(result.stdout)["explain_node"]
+    assert node["best"] == ([runs] if runs else [])
+
+
+@pytest.mark.parametrize("args", [
+    ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "Digits!"],
+    ["--targets", "x86-64-v3", "--model-name", "d"],
+    ["--targets", "zen9", "--image-prefix", "reg/d", "--model-name", "d"],
+    ["--image", "x86-64-v3", "--model-name", "d"],
+    ["--targets", "x86-64-v3", "--image", "x86-64-v3=reg/d:1", "--image-prefix", "reg/d", "--model-name", "d"],
+    ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--cpu", "fast"],
+    ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--format", "helm"],
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
+    out = tmp_path / "out"
+    result = tfsmith("deploy", *args, "--out", str(out))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfsmith: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
