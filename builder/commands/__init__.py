@@ -1,1 +1,1 @@
-"""One module per room; each exposes `register(app)` adding its Typer commands."""
+"""One module per command group; each exposes `register(app)` adding its Typer commands (see builder/cli.py)."""

@@ -1,7 +1,8 @@
-"""CLI commands of the build room: `build`, `matrix`, `engine-up`.
+"""`tfsmith build`, `matrix` and `engine-up`.
 
-Thin: parse flags into a `BuildConfig` (flags > TFSMITH_* env > tfsmith.toml > defaults), call the stage,
-print. The docker SDK, archspec and the planning modules are imported inside the command bodies.
+Thin: parse flags into a `BuildConfig` (flags > TFSMITH_* env > tfsmith.toml > defaults, the same path
+`render` and `target` take), call the stage, print. The docker SDK, archspec and the planning modules are
+imported inside the command bodies.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class _StepDisplay:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the tfsmith app."""
+    """Add `build`, `matrix` and `engine-up` to the tfsmith app."""
 
     @app.command("build")
     def build(
@@ -59,6 +60,8 @@ def register(app: typer.Typer) -> None:
         remote_cache: str = typer.Option(None, "--remote-cache", help="Bazel remote cache URL."),
         jobs: int = typer.Option(None, "--jobs", help="Bazel jobs (default: from cores and memory)."),
         state_dir: str = typer.Option(None, "--state-dir", help="Where contexts and logs go (default .tfsmith)."),
+        label: list[str] = typer.Option(None, "--label", help="Extra image label KEY=VALUE (repeatable)."),
+        facts: str = typer.Option(None, "--facts", help="Facts JSON (tfsmith detect --json) for `host`/`auto`."),
     ) -> None:
         """Detect, resolve, plan, render and build the TensorFlow image (cached by its spec digest)."""
         from rich.console import Console
@@ -70,7 +73,7 @@ def register(app: typer.Typer) -> None:
             "target": target, "cuda_cc": cuda_cc, "wheel": wheel, "tags": tuple(tag or ()), "push": push, "repository": repository,
             "export_wheel": export_wheel, "dry_run": dry_run or None, "tf_source": tf_source, "tf_version": tf_version,
             "python": python, "base_image": base_image, "toolchain_image": toolchain_image, "ca_bundle": ca_bundle, "remote_cache": remote_cache,
-            "jobs": jobs, "state_dir": state_dir,
+            "jobs": jobs, "state_dir": state_dir, "labels": tuple(label or ()), "facts": facts,
         }  # fmt: skip
         settings = load_config(flags, config_file=config)
         if only and (target or cuda_cc):

@@ -13,10 +13,21 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
+if TYPE_CHECKING:
+    import typer
+
+# `tfsmith detect`'s options: flag -> parameter of run_detect (None: a value follows). One list, read by
+# the Typer command and by the start-up fast path alike (builder/cli.py); a test holds them equal.
+DETECT_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--json": ("as_json", True),
+    "--cpuinfo": ("cpuinfo", False),
+    "--gpu-facts": ("gpu_facts", False),
+    "--facts": ("facts", False),
+}
 
 
 def _gib(value: int | None) -> str:
@@ -32,6 +43,38 @@ def _facts(cpuinfo: Path | None, gpu_facts: Path | None, facts: Path | None) -> 
             raise InputError("--facts replaces --cpuinfo/--gpu-facts; pass one or the other")
         return load_facts(facts)
     return detect_host(cpuinfo=cpuinfo, gpu_csv=gpu_facts)
+
+
+def detect_fast_args(args: Sequence[str], options: dict[str, tuple[str, bool]]) -> dict[str, Any] | None:
+    """run_detect's arguments when `args` are plain uses of detect's options, else None (Typer then
+    parses them, so `--help`, typos and missing values get its usual messages)."""
+    parsed: dict[str, Any] = {"as_json": False, "cpuinfo": None, "gpu_facts": None, "facts": None}
+    rest = list(args)
+    while rest:
+        flag, equals, value = rest.pop(0).partition("=")
+        if flag not in options:
+            return None
+        name, is_switch = options[flag]
+        if is_switch:
+            if equals:
+                return None
+            parsed[name] = True
+            continue
+        if not equals:
+            if not rest or rest[0].startswith("-"):
+                return None
+            value = rest.pop(0)
+        parsed[name] = Path(value)
+    return parsed
+
+
+def run_detect(as_json: bool, cpuinfo: Path | None, gpu_facts: Path | None, facts: Path | None) -> None:
+    """`tfsmith detect`: this machine's (or recorded) facts as a table, or as JSON."""
+    host = _facts(cpuinfo, gpu_facts, facts)
+    if as_json:
+        sys.stdout.write(json.dumps(host.to_dict(), indent=2, sort_keys=True) + "\n")
+    else:
+        _print_facts(host)
 
 
 def _print_facts(host: Any) -> None:
@@ -105,6 +148,7 @@ def _target_dict(target: Any) -> dict[str, Any]:
 
 def register(app: typer.Typer) -> None:
     """Add `detect`, `target` and `check` to the tfsmith app."""
+    import typer
 
     @app.command("detect")
     def detect(
@@ -116,11 +160,7 @@ def register(app: typer.Typer) -> None:
         facts: Path = typer.Option(None, "--facts", help="A saved `tfsmith detect --json` file."),
     ) -> None:
         """Show this machine's CPU (flags, archspec name, psABI level, usable CPUs/memory) and NVIDIA GPUs."""
-        host = _facts(cpuinfo, gpu_facts, facts)
-        if as_json:
-            sys.stdout.write(json.dumps(host.to_dict(), indent=2, sort_keys=True) + "\n")
-        else:
-            _print_facts(host)
+        run_detect(as_json, cpuinfo, gpu_facts, facts)
 
     @app.command("target")
     def target(

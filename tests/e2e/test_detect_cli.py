@@ -132,3 +132,36 @@ def test_guard_runs_alone_without_site_packages(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=30,
     )
     assert ran.returncode == 0 and ran.stdout == "ran\n" and ran.stderr == ""
+
+
+def test_detect_starts_without_the_cli_stack() -> None:
+    """`tfsmith detect` runs without importing Typer/Click (about half of its start-up time)."""
+    code = (
+        "import sys; sys.argv = ['tfsmith', 'detect', '--json']; from builder.cli import main; main(); "
+        "heavy = sorted(m for m in ('typer', 'click', 'jinja2', 'docker', 'yaml') if m in sys.modules); "
+        "sys.stderr.write(f'loaded={heavy}')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "tfsmith.host-facts/1"
+    assert result.stderr.endswith("loaded=[]"), result.stderr
+
+
+def test_detect_fast_path_and_typer_agree(tmp_path: Path) -> None:
+    """The fast path knows exactly detect's options, and prints what the Typer command prints."""
+    from typer.testing import CliRunner
+
+    from builder.cli import app
+    from builder.commands.detect import DETECT_OPTIONS, detect_fast_args
+
+    command = next(c for c in app.registered_commands if c.name == "detect")
+    import typer.main
+
+    params = typer.main.get_command_from_info(command, pretty_exceptions_short=True, rich_markup_mode=None).params
+    assert {opt for p in params for opt in p.opts} == set(DETECT_OPTIONS)
+    args = ["--json", "--cpuinfo", str(SPR_GUEST)]
+    assert detect_fast_args(args, DETECT_OPTIONS) == {"as_json": True, "cpuinfo": SPR_GUEST, "gpu_facts": None, "facts": None}
+    assert detect_fast_args(["--help"], DETECT_OPTIONS) is None and detect_fast_args(["--cpuinfo"], DETECT_OPTIONS) is None
+    fast = tfsmith("detect", *args)
+    slow = CliRunner().invoke(app, ["detect", *args])
+    assert fast.returncode == 0 and slow.exit_code == 0 and fast.stdout == slow.stdout

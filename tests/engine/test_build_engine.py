@@ -2,7 +2,7 @@
 
 Runtime images are built from a tiny stand-in TensorFlow wheel (a real wheel, installed by pip, no
 dependencies, no network) so the whole file stays around a minute; the real PyPI TensorFlow wheel is built
-by the render room's runtime test. Images and containers are named `tfsmith-test-build-*`.
+by the runtime-stage test (test_runtime_stage.py). Images and containers are named `tfsmith-test-build-*`.
 """
 
 from __future__ import annotations
