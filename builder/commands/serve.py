@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         tag: Annotated[str | None, typer.Option(help="Image tag (default: tfsmith/serve-<name>:<runtime>-<digest>)")] = None,
         model_name: Annotated[str | None, typer.Option(help="Served model name (default: from the path)")] = None,
         model_version: Annotated[int, typer.Option(help="Version number served")] = 1,
-        server_runtime: Annotated[str, typer.Option(help="In a litert image: litert | openvino | openvino-nncf | auto")] = "litert",
+        server_runtime: Annotated[str | None, typer.Option(help="In a litert image: litert | openvino | openvino-nncf | auto (default: what tfsmith optimize measured fastest, else litert)")] = None,
         workers: Annotated[int, typer.Option(help="Interpreters in the server")] = 2,
         threads: Annotated[int, typer.Option(help="Threads per interpreter")] = 1,
         max_batch: Annotated[int, typer.Option(help="Dynamic batching: max batch (1 = off)")] = 1,

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from builder.engine.base import Engine, Image
 from builder.errors import InputError, TfsmithError
 from builder.server.artifacts import Artifact
 
@@ -46,7 +47,9 @@ class PackageOptions:
     """What the user asked for (flags of `tfsmith package`)."""
 
     runtime: str = "litert"  # image kind: litert | tfserving
-    server_runtime: str = "litert"  # inside a litert image: litert | openvino | openvino-nncf | auto
+    #: inside a litert image: litert | openvino | openvino-nncf | auto; None = what optimize measured fastest
+    #: for the chosen file (report.json `chosen_runtime`), else litert
+    server_runtime: str | None = None
     target: str | None = None
     base_image: str | None = None
     tag: str | None = None
@@ -198,10 +201,10 @@ def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any
     return environment().get_template(name).render(plan=plan, **extra)
 
 
-#: What a serving image runs: the server package and the two small modules it imports (with the package's
-#: __init__), nothing else of tfsmith.
+#: What a serving image runs: the server package and the small standard-library modules it imports (with the
+#: package's __init__), nothing else of tfsmith.
 SERVER_PACKAGE = "server"
-SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py")
+SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py", "report.py")
 
 
 def copy_server_code(dest: Path) -> None:
@@ -227,7 +230,7 @@ def render_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path
     model_dir.mkdir(exist_ok=True)
     shutil.copy2(artifact.model_path, model_dir / plan.model_file)
     if artifact.report is not None:
-        (model_dir / "report.json").write_text(json.dumps(artifact.report, indent=1, sort_keys=True))
+        (model_dir / "report.json").write_text(artifact.report.to_json())
     if plan.server_runtime == "openvino-nncf":
         if artifact.samples_path is None:
             raise InputError("runtime openvino-nncf needs the calibration samples in the image; the artifact has none")
@@ -279,14 +282,14 @@ def fetch_wheels(requirements: tuple[str, ...], python_version: str, arch: str, 
 # --- engine ---------------------------------------------------------------------------------------------
 
 
-def default_engine() -> Any:
+def default_engine() -> Engine:
     """The Docker engine (issue 4's DockerEngine); one place to swap it."""
     from builder.engine.docker import DockerEngine
 
     return DockerEngine()
 
 
-def base_python_version(engine: Any, base_image: str) -> str:
+def base_python_version(engine: Engine, base_image: str) -> str:
     """The base image's python3 version (`3.11`), which decides the wheels; one clear error without one."""
     from builder.engine.base import ImageNotFound
 
@@ -303,7 +306,7 @@ def base_python_version(engine: Any, base_image: str) -> str:
     return version
 
 
-def build_image(engine: Any, plan: ServePlan, context: Path, log: Say) -> Any:
+def build_image(engine: Engine, plan: ServePlan, context: Path, log: Say) -> Image | None:
     from builder.engine.base import BuildRequest
 
     return engine.build(BuildRequest(context=context, tags=(plan.tag,)), log=log)

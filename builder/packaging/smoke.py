@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from builder.engine.base import Engine
 from builder.errors import TfsmithError
 from builder.server.artifacts import Artifact, Samples, load_samples
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
@@ -289,60 +290,15 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note)
 
 
-class RunningContainer:
-    """A detached container with one port published on 127.0.0.1; stopped and removed on exit."""
-
-    def __init__(self, client: Any, image: str, port: int, name: str | None = None) -> None:
-        self._client = client
-        self.container = client.containers.run(
-            image, detach=True, ports={f"{port}/tcp": ("127.0.0.1", None)}, name=name, init=False
-        )
-        self.container.reload()
-        bindings = self.container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
-        if not bindings:
-            self.stop()
-            raise SmokeFailed(f"container {self.container.short_id} published no port for {port}")
-        self.host_port = int(bindings[0]["HostPort"])
-        self.url = f"http://127.0.0.1:{self.host_port}"
-
-    def exited(self) -> str | None:
-        self.container.reload()
-        if self.container.status in ("exited", "dead"):
-            logs = self.container.logs().decode(errors="replace").strip().splitlines()
-            return f"exit {self.container.attrs['State'].get('ExitCode')}: {' | '.join(logs[-3:])}"
-        return None
-
-    def health(self) -> str:
-        self.container.reload()
-        return str((self.container.attrs["State"].get("Health") or {}).get("Status", "none"))
-
-    def stop(self, timeout: int = 10) -> int:
-        """SIGTERM, wait, remove; returns the exit code (0 when the server shut down cleanly)."""
-        try:
-            self.container.stop(timeout=timeout)
-            self.container.reload()
-            return int(self.container.attrs["State"].get("ExitCode", -1))
-        finally:
-            self.container.remove(force=True)
-
-    def __enter__(self) -> RunningContainer:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        try:
-            self.stop()
-        except Exception:  # noqa: BLE001, S110 - already gone
-            pass
-
-
-def smoke_test(client: Any, image: str, artifact: Artifact, model_name: str, version: int, port: int,
+def smoke_test(engine: Engine, image: str, artifact: Artifact, model_name: str, version: int, port: int,
                say: Say) -> SmokeResult:
     """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
     say(f"smoke: starting {image}")
-    with RunningContainer(client, image, port) as running:
-        startup = wait_healthy(running.url, running.exited)
-        say(f"smoke: healthy on {running.url} after {startup:.1f} s")
-        result = check_server(running.url, artifact, model_name, version)
+    with engine.start(image, ports=(port,)) as running:
+        url = running.url(port)
+        startup = wait_healthy(url, running.exited)
+        say(f"smoke: healthy on {url} after {startup:.1f} s")
+        result = check_server(url, artifact, model_name, version)
         code = running.stop()
     if code not in (0, 143):
         raise SmokeFailed(f"the server did not stop cleanly (exit {code})")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from builder.engine.base import Engine
 from builder.errors import InputError
 from builder.server.artifacts import Artifact
 from builder.packaging.plan import (
@@ -145,12 +146,12 @@ def render_tfserving_context(plan: ServePlan, artifact: Artifact, dest: Path, ba
     return dest
 
 
-def has_model_server(engine: Any, image: str) -> bool:
+def has_model_server(engine: Engine, image: str) -> bool:
     code, _ = engine.run(image, ["-c", "command -v tensorflow_model_server"], entrypoint=["/bin/sh"], timeout=60)
     return code == 0
 
 
-def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, engine: Any, *, smoke: bool,
+def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, engine: Engine, *, smoke: bool,
                       keep_context: Path | None, say: Say) -> tuple[ServePlan, Any]:
     """Plan, render and build the TF Serving-layout image; smoke-test it when the base has the server."""
     from builder.engine.base import ImageNotFound
@@ -179,23 +180,24 @@ def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, 
         image = build_image(engine, plan, context, log=lambda _line: None)
     say(f"built {plan.tag} ({image.id[:19]})")
     if smoke:
-        result = smoke_tfserving(engine.client, plan, artifact, say)
+        result = smoke_tfserving(engine, plan, artifact, say)
         say(result)
     return plan, image
 
 
-def smoke_tfserving(client: Any, plan: ServePlan, artifact: Artifact, say: Say) -> str:
+def smoke_tfserving(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) -> str:
     """Start the image, wait for AVAILABLE, send the warmup samples columnar; every answer must have a row each."""
     import json
 
-    from builder.packaging.smoke import RunningContainer, SmokeFailed, _http, wait_healthy
+    from builder.packaging.smoke import SmokeFailed, _http, wait_healthy
 
     inputs = warmup_inputs(artifact)
     rows = min(len(v) for v in inputs.values())
-    with RunningContainer(client, plan.tag, 8501) as running:
-        startup = wait_healthy(running.url, running.exited, path=f"/v1/models/{plan.model_name}")
+    with engine.start(plan.tag, ports=(8501,)) as running:
+        url = running.url(8501)
+        startup = wait_healthy(url, running.exited, path=f"/v1/models/{plan.model_name}")
         payload = json.dumps({"inputs": {name: v.tolist() for name, v in inputs.items()}}).encode()
-        status, body = _http(f"{running.url}/v1/models/{plan.model_name}:predict", payload)
+        status, body = _http(f"{url}/v1/models/{plan.model_name}:predict", payload)
         if status != 200:
             raise SmokeFailed(f"TF Serving answered HTTP {status}: {body}")
         outputs = body.get("outputs")

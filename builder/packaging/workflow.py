@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from builder.engine.base import Engine, Image
 from builder.errors import InputError
-from builder.server.artifacts import resolve_artifact
+from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
+from builder.server.artifacts import Artifact, resolve_artifact
 from builder.packaging.plan import (
     PACKAGE_RUNTIMES,
     PackageOptions,
@@ -45,6 +47,18 @@ def resolve_target(name: str | None) -> Any | None:
     return resolve(name)
 
 
+def server_runtime(requested: str | None, artifact: Artifact, threads: int) -> RuntimeChoice:
+    """The runtime the image's server runs: as asked, else the one `tfsmith optimize` measured fastest for
+    this very file on this host (its report's `chosen_runtime`), else LiteRT."""
+    if requested is None:
+        measured = artifact.chosen_runtime
+        if measured is not None:
+            how = artifact.report.selection.how if artifact.report else ""
+            return RuntimeChoice(measured, f"chosen by tfsmith optimize{': ' + how if how else ''}", {})
+        requested = "litert"
+    return choose_runtime(requested, artifact.model_path, threads)
+
+
 def package_model(
     artifact_path: Path,
     options: PackageOptions,
@@ -53,15 +67,14 @@ def package_model(
     smoke: bool = True,
     keep_context: Path | None = None,
     say: Say = print,
-    engine: Any | None = None,
-) -> tuple[ServePlan, Any]:
+    engine: Engine | None = None,
+) -> tuple[ServePlan, Image | None]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
-    from builder.packaging.runtime_choice import choose_runtime
     from builder.server.backends import RUNTIMES, model_for_runtime
 
     if options.runtime not in PACKAGE_RUNTIMES:
         raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(PACKAGE_RUNTIMES)}")
-    if options.server_runtime not in (*RUNTIMES, "auto"):
+    if options.server_runtime is not None and options.server_runtime not in (*RUNTIMES, "auto"):
         raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
     if min(options.workers, options.threads, options.max_batch) < 1 or options.batch_timeout_us < 0:
         raise InputError("--workers, --threads and --max-batch must be at least 1, --batch-timeout-us not negative")
@@ -72,7 +85,7 @@ def package_model(
         from builder.packaging.tfserving import package_tfserving
 
         return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
-    choice = choose_runtime(options.server_runtime, artifact.model_path, options.threads)
+    choice = server_runtime(options.server_runtime, artifact, options.threads)
     say(f"server runtime: {choice.runtime} ({choice.reason})")
     # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
     artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
@@ -100,6 +113,6 @@ def package_model(
     if smoke:
         from builder.packaging.smoke import smoke_test
 
-        result = smoke_test(engine.client, plan.tag, artifact, plan.model_name, plan.version, plan.port, say)
+        result = smoke_test(engine, plan.tag, artifact, plan.model_name, plan.version, plan.port, say)
         say(result.line())
     return plan, image

@@ -9,16 +9,15 @@ inputs checked against the local interpreter.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from builder.digest import sha256_file
 from builder.errors import InputError
+from builder.report import REPORT_JSON, SAMPLES_NPZ, Report, ReportError
 
 
 @dataclass(frozen=True)
@@ -27,29 +26,30 @@ class Artifact:
 
     model_path: Path
     name: str
-    report: dict[str, Any] | None = None
+    report: Report | None = None
     samples_path: Path | None = None
 
     @property
     def sha256(self) -> str:
         return sha256_file(self.model_path)
 
+    @property
+    def chosen_runtime(self) -> str | None:
+        """The runtime optimize measured fastest for this file (None when it did not choose this file)."""
+        if self.report is None or self.report.chosen != self.model_path.name:
+            return None
+        return self.report.chosen_runtime
+
     def summary(self) -> str:
-        """One line for image labels: kind, size, accuracy and latency as the report measured them."""
-        if not self.report:
+        """One line for image labels: kind, size, quality and latency as the report measured them."""
+        if self.report is None:
             return f"{self.model_path.name} {self.model_path.stat().st_size} bytes (no report)"
-        entry = next(
-            (a for a in self.report.get("artifacts", []) if a.get("path") == self.model_path.name),
-            {},
-        )
-        parts = [self.model_path.name, str(entry.get("kind", "tflite"))]
-        if entry.get("size_bytes") is not None:
-            parts.append(f"{entry['size_bytes']} B")
-        if entry.get("accuracy") is not None:
-            parts.append(f"acc {float(entry['accuracy']):.4f}")
-        p50 = (entry.get("latency_us") or {}).get("p50")
-        if p50 is not None:
-            parts.append(f"p50 {float(p50):.0f}us")
+        entry = next((a for a in self.report.artifacts if a.path == self.model_path.name), None)
+        if entry is None:
+            return f"{self.model_path.name} {self.model_path.stat().st_size} bytes"
+        parts = [self.model_path.name, entry.kind, f"{entry.size_bytes} B"]
+        parts += [f"{m.output} {m.metric} {m.value:.4g}" for m in entry.metrics]
+        parts.append(f"p50 {entry.latency_us.p50:.0f}us")
         return " ".join(parts)
 
 
@@ -73,25 +73,22 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
     if path.is_file():
         if path.suffix != ".tflite":
             raise InputError(f"{path}: expected a .tflite model or a `tfsmith optimize --out` folder")
-        report_path = path.parent / "report.json"
-        report = _read_report(report_path) if report_path.exists() else None
-        samples = _samples(path.parent, report)
-        return Artifact(path, check_model_name(name or model_name_for(path)), report, samples)
-    report_path = path / "report.json"
-    report = _read_report(report_path) if report_path.exists() else None
-    chosen = report.get("chosen") if report else None
-    if chosen and not str(chosen).endswith(".tflite"):
+        report = _read_report(path.parent / REPORT_JSON)
+        return Artifact(path, check_model_name(name or model_name_for(path)), report, _samples(path.parent, report))
+    report = _read_report(path / REPORT_JSON)
+    chosen = report.chosen if report else None
+    if chosen and not chosen.endswith(".tflite"):
         # optimize chose a SavedModel (e.g. for a GPU target); a LiteRT server takes the best .tflite instead.
-        chosen = best_tflite(report or {})
+        chosen = best_tflite(report) if report else None
         if chosen is None:
             raise InputError(
-                f"{report_path}: the chosen artifact is a SavedModel and no accepted .tflite exists; "
+                f"{path / REPORT_JSON}: the chosen artifact is a SavedModel and no accepted .tflite exists; "
                 "package it with --runtime tfserving"
             )
     if chosen:
-        model = path / str(chosen)
+        model = path / chosen
         if not model.is_file():
-            raise InputError(f"{report_path}: chosen model {chosen!r} is missing")
+            raise InputError(f"{path / REPORT_JSON}: chosen model {chosen!r} is missing")
     else:
         candidates = sorted(path.glob("*.tflite"))
         if len(candidates) != 1:
@@ -102,48 +99,40 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
                     _samples(path, report))
 
 
-def best_tflite(report: dict[str, Any]) -> str | None:
+def best_tflite(report: Report) -> str | None:
     """The accepted .tflite with the lowest measured p50 latency, if the report has one."""
-    tflites = [
-        entry
-        for entry in report.get("artifacts", [])
-        if str(entry.get("path", "")).endswith(".tflite") and entry.get("accepted", True)
-    ]
+    tflites = [a for a in report.artifacts if a.path.endswith(".tflite") and a.accepted]
     if not tflites:
         return None
-    fastest = min(tflites, key=lambda e: float((e.get("latency_us") or {}).get("p50", float("inf"))))
-    return str(fastest["path"])
+    return min(tflites, key=lambda a: a.latency_us.p50).path
 
 
-def _name_from_report(report: dict[str, Any] | None) -> str | None:
+def _name_from_report(report: Report | None) -> str | None:
     """The trained model's name (`digits_cnn` for `.../digits_cnn.keras`) rather than the output folder's."""
-    source = str(((report or {}).get("model") or {}).get("source") or "")
+    source = report.model.source if report else ""
     if not source:
         return None
     return model_name_for(Path(source.rstrip("/")).with_suffix("") if "." in Path(source).name else Path(source))
 
 
-def _read_report(path: Path) -> dict[str, Any]:
+def _read_report(path: Path) -> Report | None:
+    """The typed report beside a model, None when there is none; InputError when it cannot be read."""
+    if not path.is_file():
+        return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: unreadable report ({error})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: report is not a JSON object")
-    return data
+        return Report.load(path)
+    except ReportError as error:
+        raise InputError(str(error)) from None
 
 
-def _samples(folder: Path, report: dict[str, Any] | None) -> Path | None:
-    name = (report or {}).get("samples") or "samples.npz"
-    candidate = folder / str(name)
+def _samples(folder: Path, report: Report | None) -> Path | None:
+    candidate = folder / (report.samples if report else SAMPLES_NPZ)
     return candidate if candidate.is_file() else None
 
 
 def calibration_samples(model_path: Path) -> Path | None:
     """The samples file beside a model (its folder's report names it; default samples.npz), if there is one."""
-    report_path = model_path.parent / "report.json"
-    report = _read_report(report_path) if report_path.is_file() else None
-    return _samples(model_path.parent, report)
+    return _samples(model_path.parent, _read_report(model_path.parent / REPORT_JSON))
 
 
 @dataclass(frozen=True)

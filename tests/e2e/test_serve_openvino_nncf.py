@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builder.report import Report
 from builder.server.artifacts import load_samples, resolve_artifact
+from tests.report_fixture import write_report
 from builder.server.backends import LiteRTBackend, model_for_runtime
 from builder.packaging.smoke import MIN_AGREEMENT as MIN_APPROXIMATE_AGREEMENT, check_server
 from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
@@ -52,10 +54,6 @@ for name, int8 in (("model_fp32.tflite", False), ("model_int8.tflite", True)):
 held = x[1400:1464]
 np.savez(os.path.join(out, "samples.npz"), **{"x/pixels": held, "y/probs": y[1400:1464],
          "expected/probs": model.predict(held, verbose=0)})
-with open(os.path.join(out, "report.json"), "w") as f:
-    json.dump({"chosen": "model_int8.tflite", "samples": "samples.npz", "model": {"source": "digits_tiny.keras"},
-               "artifacts": [{"path": "model_int8.tflite", "kind": "tflite_int8"},
-                             {"path": "model_fp32.tflite", "kind": "tflite_fp32"}]}, f)
 """
 
 
@@ -66,6 +64,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("nncf")
     out = tmp_path_factory.mktemp("nncf-opt")
     subprocess.run([sys.executable, "-c", MAKE_FOLDER, str(out)], check=True, capture_output=True, timeout=300)
+    write_report(out, chosen="model_int8.tflite", source="digits_tiny.keras",
+                 artifacts=[("model_int8.tflite", "tflite_int8"), ("model_fp32.tflite", "tflite_fp32")])
     return out
 
 
@@ -107,8 +107,7 @@ def test_nncf_without_samples_is_refused_in_one_line(folder: Path, tmp_path: Pat
     bare = tmp_path / "no-samples"
     shutil.copytree(folder, bare)
     (bare / "samples.npz").unlink()
-    report = json.loads((bare / "report.json").read_text())
-    assert report["samples"] == "samples.npz"
+    assert Report.load(bare).samples == "samples.npz"
     done = subprocess.run([str(TFSMITH), "serve", str(bare), "--runtime", "openvino-nncf"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 2

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 from builder.engine.docker import DockerEngine
+from builder.server.artifacts import load_samples
 from builder.server.backends import LiteRTBackend
 from builder.packaging.plan import PackageOptions
-from builder.packaging.smoke import RunningContainer, _http, wait_healthy
+from builder.packaging.smoke import _http, wait_healthy
 from builder.packaging.workflow import package_model
 from tests.e2e.test_serve import make_models
+from tests.report_fixture import write_report
 
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
@@ -46,16 +48,7 @@ def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy2(models / "image.tflite", out / "model_fp32.tflite")
     shutil.copy2(models / "samples.npz", out / "samples.npz")
     shutil.copytree(models / "saved_model", out / "saved_model")
-    size = (out / "model_fp32.tflite").stat().st_size
-    report = {
-        "schema": 1,
-        "model": {"input": {"name": "pixels", "shape": [None, 8, 8, 1], "dtype": "float32"}},
-        "artifacts": [{"path": "model_fp32.tflite", "kind": "tflite_fp32", "size_bytes": size, "accuracy": 0.5,
-                       "latency_us": {"p50": 9.5, "p99": 12.0}}],
-        "chosen": "model_fp32.tflite",
-        "samples": "samples.npz",
-    }
-    (out / "report.json").write_text(json.dumps(report))
+    write_report(out, chosen="model_fp32.tflite", artifacts=[("model_fp32.tflite", "tflite_fp32")])
     return out
 
 
@@ -69,7 +62,7 @@ def litert_image(engine: DockerEngine, base_image: str, artifact_dir: Path) -> s
     )
     print(done.stdout)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "all answers match the local interpreter" in done.stdout
+    assert "every answer matches the local interpreter" in done.stdout and "probs top-1 agreement" in done.stdout
     return LITERT_TAG
 
 
@@ -78,39 +71,38 @@ def test_litert_image_labels_user_and_healthcheck(engine: DockerEngine, litert_i
     digest = hashlib.sha256((artifact_dir / "model_fp32.tflite").read_bytes()).hexdigest()
     assert image.labels["io.tfsmith.model.sha256"] == digest
     assert image.labels["io.tfsmith.report.summary"].startswith("model_fp32.tflite tflite_fp32")
+    assert image.labels["io.tfsmith.runtime.reason"].startswith("chosen by tfsmith optimize")
     assert image.labels["io.tfsmith.runtime"] == "litert"
-    config = engine.client.images.get(litert_image).attrs["Config"]
-    assert config["User"] == "10001:10001"
-    assert "/healthz" in " ".join(config["Healthcheck"]["Test"])
+    config = image.config
+    assert config.user == "10001:10001"
+    assert "/healthz" in " ".join(config.healthcheck)
 
 
 def test_litert_image_serves_on_loopback_and_stops_cleanly(
     engine: DockerEngine, litert_image: str, artifact_dir: Path
 ) -> None:
     local = LiteRTBackend(artifact_dir / "model_fp32.tflite")
-    with np.load(artifact_dir / "samples.npz") as data:
-        x = data["x"][:6]
+    x = load_samples(artifact_dir / "samples.npz").inputs["pixels"][:6]
     want = local.predict("serving_default", {"pixels": x})["probs"]
-    running = RunningContainer(engine.client, litert_image, 8501)
-    try:
-        wait_healthy(running.url, running.exited)
-        status, body = _http(f"{running.url}/v1/models/digits")
+    with engine.start(litert_image, ports=(8501,)) as running:
+        url = running.url(8501)
+        wait_healthy(url, running.exited)
+        status, body = _http(f"{url}/v1/models/digits")
         assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
-        status, body = _http(f"{running.url}/v1/models/digits:predict", json.dumps({"instances": x.tolist()}).encode())
+        status, body = _http(f"{url}/v1/models/digits:predict", json.dumps({"instances": x.tolist()}).encode())
         assert status == 200 and np.allclose(body["predictions"], want, rtol=1e-5, atol=1e-6)
-        status, body = _http(f"{running.url}/v1/models/digits:predict", b"{oops")
+        status, body = _http(f"{url}/v1/models/digits:predict", b"{oops")
         assert status == 400 and "malformed JSON" in body["error"]
-        code, output = running.container.exec_run(config_healthcheck(engine, litert_image))
+        code, output = running.exec(config_healthcheck(engine, litert_image))
         assert code == 0, output
-        code, output = running.container.exec_run(["id", "-u"])
-        assert output.decode().strip() == "10001"
-    finally:
+        code, output = running.exec(["id", "-u"])
+        assert output.strip() == "10001"
         exit_code = running.stop()
     assert exit_code in (0, 143)  # SIGTERM handled: graceful shutdown
 
 
 def config_healthcheck(engine: DockerEngine, tag: str) -> list[str]:
-    test = engine.client.images.get(tag).attrs["Config"]["Healthcheck"]["Test"]
+    test = engine.inspect(tag).config.healthcheck
     assert test[0] == "CMD"
     return list(test[1:])
 
@@ -149,9 +141,9 @@ def test_tfserving_layout_image(engine: DockerEngine, base_image: str, artifact_
     assert "batch_timeout_micros { value: 2000 }" in found["batching"]
     assert len(found["warmup"]) == 10
     assert found["warmup"][0] == ["digits", "serving_default", 1, {"pixels": [1, [1, 8, 8, 1]]}]
-    config = engine.client.images.get(TFSERVING_TAG).attrs["Config"]
-    assert "--batching_parameters_file=/models/batching_parameters.txt" in config["Cmd"]
-    assert "--prefer_tflite_model=true" not in config["Cmd"]  # a SavedModel is there
+    cmd = engine.inspect(TFSERVING_TAG).config.cmd
+    assert "--batching_parameters_file=/models/batching_parameters.txt" in cmd
+    assert "--prefer_tflite_model=true" not in cmd  # a SavedModel is there
     build = (tmp_path / "context" / "tfsmith" / "tfserving-build" / "Dockerfile").read_text()
     assert 'TF_SERVING_BUILD_OPTIONS="--config=release' in build
     assert "tensorflow_serving/model_servers:tensorflow_model_server" in build
@@ -174,7 +166,7 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
         "import tensorflow as tf\nfrom tensorflow.core.framework import tensor_pb2\n"
         "from builder.packaging.warmup import decode_message, decode_prediction_log\n"
         "records = list(tf.data.TFRecordDataset(sys.argv[1]).as_numpy_iterator())\n"
-        "x = np.load(sys.argv[2])['x'][:len(records)]\n"
+        "x = np.load(sys.argv[2])['x/pixels'][:len(records)]\n"
         "for i, rec in enumerate(records):\n"
         "    log = decode_message(rec); req = decode_message(decode_message(log[6][0])[1][0])\n"
         "    entry = decode_message(req[2][0]); tensor = tensor_pb2.TensorProto.FromString(entry[2][0])\n"

@@ -3,8 +3,6 @@ plans and rendered Dockerfiles. No server, no engine."""
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.errors import InputError
-from builder.packaging import warmup
-from builder.server.artifacts import Artifact, model_name_for, resolve_artifact
 from builder.server.batching import BatchingConfig, batch_key, merge_inputs, run_inline, split_outputs, take_count
-from builder.packaging.plan import PackageOptions, _docker_quote, plan_package, render_dockerfile
 from builder.server.protocol import (
     PredictCall,
     RequestError,
@@ -29,7 +23,6 @@ from builder.server.protocol import (
     parse_predict,
     parse_version,
 )
-from builder.packaging.tfserving import BatchingParameters, build_options, server_flags, warmup_records
 
 IMAGE = SignatureSpec(
     "serving_default",
@@ -202,112 +195,6 @@ def test_batching_config_and_inline_decision() -> None:
 # --- warmup records -------------------------------------------------------------------------------------
 
 
-def test_crc32c_known_value_and_masking() -> None:
-    assert warmup.crc32c(b"123456789") == 0xE3069283  # the standard CRC-32C check value
-    assert warmup.masked_crc32c(b"") == 0xA282EAD8
-
-
-def test_warmup_records_round_trip() -> None:
-    x = np.arange(2 * 4, dtype=np.float32).reshape(2, 2, 2)
-    blob = warmup.write_warmup(warmup_records("digits", {"input_1": x, "ids": np.array([[7], [9]], np.int64)}, version=3))
-    parsed = warmup.read_warmup(blob)
-    assert len(parsed) == 2
-    assert parsed[1].model_name == "digits" and parsed[1].version == 3 and parsed[1].signature_name == "serving_default"
-    tensor = parsed[1].inputs["input_1"]
-    assert tensor.dtype == 1 and tensor.shape == (1, 2, 2)
-    assert np.frombuffer(tensor.content, dtype="<f4").tolist() == [4, 5, 6, 7]
-    ids = parsed[1].inputs["ids"]
-    assert ids.dtype == 9 and ids.shape == (1, 1) and np.frombuffer(ids.content, dtype="<i8").tolist() == [9]
-
-
-def test_warmup_reader_detects_corruption() -> None:
-    blob = bytearray(warmup.write_warmup(warmup_records("m", {"x": np.zeros((1, 2), np.float32)}, 1)))
-    blob[-6] ^= 0xFF
-    with pytest.raises(ValueError, match="CRC"):
-        warmup.read_warmup(bytes(blob))
-    with pytest.raises(ValueError, match="truncated"):
-        warmup.read_warmup(bytes(blob[:-3]))
-    assert struct.unpack("<Q", bytes(blob[:8]))[0] == len(blob) - 16
-
-
-def test_tfserving_files() -> None:
-    text = BatchingParameters(16, 500, 2, 10).text()
-    assert "max_batch_size { value: 16 }" in text and "batch_timeout_micros { value: 500 }" in text
-    assert build_options(("-march=haswell", "-mtune=haswell")) == "--config=release --copt=-march=haswell --copt=-mtune=haswell"
-    assert "--prefer_tflite_model=true" in server_flags(saved_model=False)
-    assert "--prefer_tflite_model=true" not in server_flags(saved_model=True)
-
-
-# --- artifacts, plans, Dockerfiles ----------------------------------------------------------------------
-
-
-class _Target:
-    name = "x86-64-v3"
-    arch = "x86_64"
-    features = frozenset({"avx2", "fma", "avx"})
-    copts = ("-march=haswell",)
-
-
-def _artifact(tmp_path: Path, report: dict | None = None) -> Artifact:
-    model = tmp_path / "model_int8.tflite"
-    model.write_bytes(b"TFL3-not-a-real-model")
-    return Artifact(model, "digits", report)
-
-
-def test_plan_labels_and_command(tmp_path: Path) -> None:
-    report = {"artifacts": [{"path": "model_int8.tflite", "kind": "tflite_int8", "size_bytes": 21, "accuracy": 0.96,
-                             "latency_us": {"p50": 28.0}}]}
-    plan = plan_package(_artifact(tmp_path, report), PackageOptions(workers=3), target=_Target(),
-                        requirements=("numpy==2",))
-    import hashlib
-
-    assert plan.labels["io.tfsmith.model.sha256"] == hashlib.sha256(b"TFL3-not-a-real-model").hexdigest()
-    assert plan.labels["io.tfsmith.report.summary"] == "model_int8.tflite tflite_int8 21 B acc 0.9600 p50 28us"
-    assert plan.target_features == ("avx", "avx2", "fma")
-    assert plan.tag.startswith("tfsmith/serve-digits:litert-")
-    assert plan.command[:1] == ["/models/digits/1/model.tflite"] and "--workers" in plan.command
-    with pytest.raises(InputError):
-        plan_package(_artifact(tmp_path), PackageOptions(runtime="torchserve"))
-
-
-def test_rendered_litert_dockerfile(tmp_path: Path) -> None:
-    plan = plan_package(_artifact(tmp_path), PackageOptions(), target=_Target(), requirements=("numpy==2", "fastapi==1"))
-    text = render_dockerfile(plan)
-    assert text.startswith("# Rendered") and "FROM tfsmith/python:bookworm\n" in text
-    assert "USER 10001:10001" in text and "HEALTHCHECK" in text and "/healthz" in text
-    assert '"numpy==2" \\\n       "fastapi==1" \\\n    && ' in text
-    assert "TFSMITH_IMAGE_FEATURES=avx,avx2,fma" in text
-    assert 'ENTRYPOINT ["/opt/venv/bin/python", "/opt/tfsmith/guard.py", "--"' in text
-    cmd = json.loads(text.split("\nCMD ", 1)[1].splitlines()[0])
-    assert cmd == plan.command
-    assert "--pull" not in text and "# syntax" not in text
-
-
-def test_docker_quote_escapes() -> None:
-    assert _docker_quote('a "b" $HOME \\ x\ny') == '"a \\"b\\" \\$HOME \\\\ x y"'
-
-
-def test_resolve_artifact(tmp_path: Path) -> None:
-    out = tmp_path / "digits-out"
-    out.mkdir()
-    (out / "model_fp32.tflite").write_bytes(b"a")
-    (out / "model_int8.tflite").write_bytes(b"b")
-    with pytest.raises(InputError, match="cannot tell"):
-        resolve_artifact(out)
-    (out / "report.json").write_text(json.dumps({"chosen": "model_int8.tflite", "samples": "samples.npz"}))
-    np.savez(out / "samples.npz", x=np.zeros((2, 1)))
-    art = resolve_artifact(out)
-    assert art.model_path.name == "model_int8.tflite" and art.name == "digits-out"
-    assert art.samples_path == out / "samples.npz"
-    with pytest.raises(InputError):
-        resolve_artifact(tmp_path / "missing.tflite")
-    with pytest.raises(InputError):
-        resolve_artifact(out / "report.json")
-    with pytest.raises(InputError):
-        resolve_artifact(out / "model_int8.tflite", name="bad/name")
-    assert model_name_for(Path("/x/My Model!.tflite")) == "My-Model"
-
-
 def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> None:
     from builder.server.app import ServerConfig, config_from_json, config_to_json
 
@@ -322,94 +209,3 @@ def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> Non
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.tflite"
 
 
-def test_tfserving_package_refuses_before_building(tmp_path: Path) -> None:
-    from builder.engine.base import Image
-    from builder.engine.fake import FakeEngine
-    from builder.packaging.workflow import package_model
-
-    engine = FakeEngine()
-    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1")
-    with pytest.raises(InputError, match="not on this engine"):
-        package_model(TINY, options, smoke=False, engine=engine, say=lambda _: None)
-    engine.images["sha256:base"] = Image("sha256:base", ("stand-in:1",))
-    engine.run_results["stand-in:1"] = (1, "")  # `command -v tensorflow_model_server` fails: no server inside
-    with pytest.raises(InputError, match="no tensorflow_model_server"):
-        package_model(TINY, options, smoke=True, engine=engine, say=lambda _: None)
-    assert engine.builds == []
-
-
-def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
-    from builder.engine.base import Image
-    from builder.engine.fake import FakeEngine
-    from builder.packaging.workflow import package_model
-
-    engine = FakeEngine(images={"sha256:base": Image("sha256:base", ("stand-in:1",))})
-    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1", max_batch=4)
-    plan, image = package_model(TINY, options, model_name="tiny", smoke=False, keep_context=tmp_path / "ctx",
-                                engine=engine, say=lambda _: None)
-    assert [b.tags for b in engine.builds] == [("t:1",)] and "t:1" in image.tags
-    ctx = tmp_path / "ctx"
-    assert (ctx / "models" / "tiny" / "1" / "model.tflite").read_bytes() == TINY.read_bytes()
-    records = warmup.read_warmup((ctx / "models" / "tiny" / "1" / "assets.extra" / "tf_serving_warmup_requests").read_bytes())
-    assert len(records) == 10 and set(records[0].inputs) == {"input_1"}
-    assert records[0].inputs["input_1"].shape == (1, 8, 8, 1)
-    assert "max_batch_size { value: 4 }" in (ctx / "models" / "batching_parameters.txt").read_text()
-    dockerfile = (ctx / "Dockerfile").read_text()
-    assert "FROM stand-in:1" in dockerfile and "--prefer_tflite_model=true" in dockerfile
-    assert plan.labels["io.tfsmith.runtime"] == "tfserving"
-
-
-def test_litert_backend_reads_the_recorded_model() -> None:
-    from builder.server.backends import LiteRTBackend, sample_inputs
-
-    backend = LiteRTBackend(TINY)
-    sig = backend.signatures["serving_default"]
-    assert sig.inputs[0] == TensorSpec("input_1", "float32", (-1, 8, 8, 1))
-    out = backend.predict("serving_default", sample_inputs(sig, batch=3))
-    assert out["dense"].shape == (3, 10) and np.allclose(out["dense"].sum(axis=1), 1.0, atol=1e-5)
-
-
-def test_resolve_artifact_takes_the_fastest_accepted_tflite_when_a_saved_model_was_chosen(tmp_path: Path) -> None:
-    """optimize picks the SavedModel for GPU targets; a LiteRT server needs a .tflite from the same run."""
-    out = tmp_path / "gpu-out"
-    out.mkdir()
-    for name in ("model_fp32.tflite", "model_float16.tflite", "model_int8.tflite"):
-        (out / name).write_bytes(b"x")
-    artifacts = [
-        {"path": "saved_model", "kind": "saved_model", "accepted": True, "latency_us": {"p50": 500.0}},
-        {"path": "model_fp32.tflite", "accepted": True, "latency_us": {"p50": 40.0}},
-        {"path": "model_float16.tflite", "accepted": True, "latency_us": {"p50": 30.0}},
-        {"path": "model_int8.tflite", "accepted": False, "latency_us": {"p50": 10.0}},
-    ]
-    (out / "report.json").write_text(json.dumps({"chosen": "saved_model", "artifacts": artifacts}))
-    assert resolve_artifact(out).model_path.name == "model_float16.tflite"
-    (out / "report.json").write_text(json.dumps({"chosen": "saved_model", "artifacts": artifacts[:1]}))
-    with pytest.raises(InputError, match="--runtime tfserving"):
-        resolve_artifact(out)
-
-
-def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_path: Path) -> None:
-    """Images get a subset of tfsmith; every module-level `builder.*` import of that code must be in it.
-
-    (Imports inside functions are host-side paths — packaging, `--runtime auto` — that images never run.)
-    """
-    import ast
-
-    from builder.packaging.plan import copy_server_code
-
-    copy_server_code(tmp_path)
-    copied = {
-        ".".join(path.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
-        for path in tmp_path.rglob("*.py")
-    }
-    missing = set()
-    for path in (tmp_path / "builder").rglob("*.py"):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("builder"):
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names if alias.name.startswith("builder")]
-            else:
-                continue
-            missing.update(name for name in names if name not in copied)
-    assert "builder.server.app" in copied and not missing

@@ -13,6 +13,7 @@ from builder.errors import InputError
 from builder.server.artifacts import Artifact, resolve_artifact
 from builder.packaging.runtime_choice import auto_candidates, choose_runtime
 from builder.server.backends import model_for_runtime
+from tests.report_fixture import write_report
 from builder.packaging.plan import PackageOptions, pinned_requirements, plan_package, render_context
 from builder.packaging.smoke import SmokeFailed, compare_approximate
 
@@ -27,9 +28,10 @@ def _folder(tmp_path: Path, samples: bool = True) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     for name in ("model_int8.tflite", "model_fp32.tflite"):
         (tmp_path / name).write_bytes(b"TFL3")
-    (tmp_path / "report.json").write_text(json.dumps({"chosen": "model_int8.tflite", "samples": "samples.npz"}))
+    write_report(tmp_path, chosen="model_int8.tflite",
+                 artifacts=[("model_int8.tflite", "tflite_int8"), ("model_fp32.tflite", "tflite_fp32")])
     if samples:
-        np.savez(tmp_path / "samples.npz", x=np.zeros((4, 8, 8, 1), np.float32))
+        np.savez(tmp_path / "samples.npz", **{"x/pixels": np.zeros((4, 8, 8, 1), np.float32)})
     return tmp_path / "model_int8.tflite"
 
 
