@@ -91,6 +91,7 @@ def test_explain_node_says_which_image_a_machine_runs(tmp_path: Path, fixture: s
     ["--targets", "x86-64-v3", "--image", "x86-64-v3=reg/d:1", "--image-prefix", "reg/d", "--model-name", "d"],
     ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--cpu", "fast"],
     ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--format", "helm"],
+    ["--from-images", "reg/d:v3"],  # no engine answers at DOCKER_HOST
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "out"
