@@ -130,7 +130,10 @@ class DockerEngine(Engine):
     # --- connection -----------------------------------------------------------------------------------
     @property
     def client(self) -> Any:
-        """The SDK client, connected and checked once: raises EngineUnavailable with what to do."""
+        """The SDK client, connected and checked once: raises EngineUnavailable with what to do.
+
+        This implementation's own handle: callers use the Engine's methods, which the fake has too.
+        """
         if self._client is None:
             import docker  # heavy-ish; only engine users pay for it
 
@@ -369,6 +372,7 @@ class DockerEngine(Engine):
     ) -> Container:
         """Create then start (never `containers.run`, which pulls a missing image from Docker Hub)."""
         import docker.errors
+        import docker.types
 
         if ports and not network:
             raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
@@ -376,8 +380,9 @@ class DockerEngine(Engine):
             "entrypoint": list(entrypoint) if entrypoint is not None else None,
             "environment": dict(env or {}),
             "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in ports},
-            "volumes": {str(Path(m.source).resolve()): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                        for m in mounts},
+            # bind mounts, not `volumes`: a missing source is an error here instead of a new empty folder
+            "mounts": [docker.types.Mount(m.target, str(Path(m.source).resolve()), type="bind", read_only=m.read_only)
+                       for m in mounts],
             "name": name,
             "labels": dict(labels or {}),
         }

@@ -162,6 +162,9 @@ def test_run_with_read_only_mounts_and_no_network(engine: DockerEngine, base_ima
                               timeout=60)
     assert (code, output) == (0, "weights\nlo\nread-only\n")
     assert not (tmp_path / "x").exists()
+    with pytest.raises(EngineError, match=r"^cannot create a container from .*no-such-folder"):
+        engine.run(base_image, ["true"], mounts=[Mount(tmp_path / "no-such-folder", "/model")])
+    assert not (tmp_path / "no-such-folder").exists()
 
 
 def test_run_past_its_timeout_is_killed_and_removed(engine: DockerEngine, base_image: str) -> None:
