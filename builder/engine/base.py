@@ -157,7 +157,10 @@ class Container:
         return self._engine().container_wait(self.id, timeout)
 
     def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, then SIGKILL after `timeout` s; the exit code (143 or 0: it handled SIGTERM). Idempotent."""
+        """SIGTERM, then SIGKILL after `timeout` s; the exit code (0 or 143 after SIGTERM, 137 when killed).
+
+        Idempotent: a container that has already exited just answers its code. It stays until `remove`.
+        """
         return self._engine().container_stop(self.id, timeout)
 
     def remove(self) -> None:
