@@ -6,7 +6,7 @@ Three ways, one of them per run:
   `<tag>` being the target's tag token (`x86-64-v3-cpu`, `icelake-cu12.5-cc80-ptx80`), tfsmith's naming;
 - `--image x86-64-v3=registry/digits:v3 --image sapphirerapids=registry/digits:spr`: explicit references;
 - `--from-images REF,REF`: read `io.tfsmith.target`, `io.tfsmith.model.*`, `io.tfsmith.spec-digest` and the
-  guard's TFSMITH_CUDA_CC from each image on the engine.
+  guard's CUDA capabilities (TFSMITH_IMAGE_CUDA_CC) from each image on the engine.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ def from_labels(ref: str, labels: Mapping[str, str], env: Mapping[str, str]) -> 
     target = labels.get(f"{LABEL}.target")
     if not target:
         raise InputError(f"image {ref} has no {LABEL}.target label; was it built by `tfsmith package`?")
-    cuda = env.get("TFSMITH_CUDA_CC") or None
+    from builder.guard import ENV
+
+    cuda = env.get(ENV["cuda_cc"]) or env.get("TFSMITH_CUDA_CC") or None  # the older images' name too
     return FleetImage(
         target=resolve(target, cuda),
         image=ref,

@@ -111,7 +111,7 @@ def test_from_engine_reads_targets_digests_and_cuda_from_the_images() -> None:
     engine = FakeEngine()
     labels = {"io.tfsmith.target": "icelake", "io.tfsmith.model.sha256": "c" * 64, "io.tfsmith.model.name": "digits_cnn"}
     engine.images["sha256:1"] = Image("sha256:1", ("reg/d:icx",), labels,
-                                      ImageConfig(env={"TFSMITH_CUDA_CC": "8.0", "TFSMITH_TARGET": "icelake"}))
+                                      ImageConfig(env={"TFSMITH_IMAGE_CUDA_CC": "8.0", "TFSMITH_IMAGE_TARGET": "icelake"}))
     engine.images["sha256:2"] = Image("sha256:2", ("reg/d:v3",), labels | {"io.tfsmith.target": "x86-64-v3"})
     images, served = inputs.from_engine("reg/d:icx,reg/d:v3", engine)
     assert served == "digits_cnn"
