@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities the images were built for (with --targets/--image)."),
         model_sha256: str = typer.Option(None, "--model-sha256", help="Model digest for labels (with --targets/--image)."),
         served_name: str = typer.Option(None, "--served-name", help="Model name in the server's URLs (default: --model-name)."),
-        report: Path = typer.Option(None, "--report", help="tfsmith optimize report.json: resources from its measurement."),
+        report: Path = typer.Option(None, "--report", help="tfsmith optimize report.json (or its folder): resources from its measurement."),
         cpu: str = typer.Option(None, "--cpu", help="CPU request per pod (500m, 2); limit is 2x. Default 1 or the report's threads."),
         memory: str = typer.Option(None, "--memory", help="Memory request per pod (512Mi, 2Gi); limit is 2x."),
         replicas: int = typer.Option(2, "--replicas", help="Replicas per target (the HPA's minimum)."),
@@ -65,10 +65,12 @@ def register(app: typer.Typer) -> None:
         if not model_name:
             raise InputError("--model-name is required (the images carry no io.tfsmith.model.name)")
         if report is not None:
+            from builder.report import Report, ReportError
+
             try:
-                data = json.loads(report.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as error:
-                raise InputError(f"--report {report}: cannot read it as JSON ({error})") from None
+                data = Report.load(report)
+            except ReportError as error:
+                raise InputError(f"--report: {error}") from None
             resources = plan.resources_from_report(data, cpu=cpu, memory=memory)
         else:
             resources = plan.default_resources(cpu=cpu, memory=memory)

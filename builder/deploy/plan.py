@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from builder.deploy import nfd
 from builder.errors import InputError
 from builder.guard import parse_capability
+from builder.report import Report
 from builder.target_types import BuildTarget
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035 label: Service names need this
@@ -226,32 +227,30 @@ def parse_memory(value: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) == "Gi" else 1)
 
 
-def resources_from_report(report: dict, *, cpu: str | None = None, memory: str | None = None) -> Resources:
-    """Requests from a `tfsmith optimize` report.json: CPU = the threads latency was measured with (one core
-    each), memory = BASE + MODEL_MEMORY_FACTOR x the chosen artifact's size. Flags override either.
+def resources_from_report(report: Report, *, cpu: str | None = None, memory: str | None = None) -> Resources:
+    """Requests from a `tfsmith optimize` report: CPU = the threads the chosen artifact's latency was measured
+    with (one core each), memory = BASE + MODEL_MEMORY_FACTOR x its size. Flags override either.
 
     optimize measures latency, not RSS, so the memory figure is an estimate from the file size and says so.
     """
     try:
-        chosen = report["chosen"]
-        artifact = next(a for a in report["artifacts"] if a["path"] == chosen)
-        threads = int(artifact.get("threads") or report["host"]["threads"])
-        size = int(artifact["size_bytes"]) + int(artifact.get("variables_bytes") or 0)
-        p50 = float(artifact["latency_us"]["p50"])
-    except (KeyError, TypeError, ValueError, StopIteration):
-        raise InputError("--report: not a tfsmith optimize report.json (chosen artifact, threads, size missing)") from None
+        artifact = report.chosen_artifact
+    except StopIteration:
+        raise InputError(f"--report: the chosen artifact {report.chosen!r} is not among its artifacts") from None
+    threads = artifact.threads
     if threads < 1:
         raise InputError(f"--report: threads is {threads}; expected at least 1")
+    size = artifact.size_bytes + artifact.variables_bytes
     memory_mib = BASE_MEMORY_MIB + MODEL_MEMORY_FACTOR * math.ceil(size / 2**20)
     memory_mib = 64 * math.ceil(memory_mib / 64)
-    source = (f"report.json: {chosen}, {threads} thread(s) -> {threads} CPU; "
+    source = (f"report.json: {report.chosen}, {threads} thread(s) -> {threads} CPU; "
               f"memory {BASE_MEMORY_MIB}Mi + {MODEL_MEMORY_FACTOR}x model size (estimate, RSS not measured)")
     return Resources(
         cpu_millis=parse_cpu(cpu) if cpu else threads * 1000,
         memory_mib=parse_memory(memory) if memory else memory_mib,
         source=source + ("; --cpu/--memory override" if cpu or memory else ""),
         threads=threads,
-        p50_us=p50,
+        p50_us=artifact.latency_us.p50,
     )
 
 

@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.report_fixture import make_report
 from tests.unit.test_deploy_manifests import K8S_VERSION, validate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,11 +53,9 @@ def test_the_example_fleet_is_written_and_validates(tmp_path: Path) -> None:
 
 
 def test_kustomize_kserve_and_measured_resources(tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
-    report.write_text(json.dumps({
-        "chosen": "model_int8.tflite", "host": {"threads": 2},
-        "artifacts": [{"path": "model_int8.tflite", "size_bytes": 250_000, "threads": 2, "latency_us": {"p50": 28.0}}],
-    }))
+    typed = make_report(chosen="model_int8.tflite", artifacts=[("model_int8.tflite", "tflite_int8")])
+    typed = replace(typed, artifacts=(replace(typed.chosen_artifact, threads=2, size_bytes=250_000),))
+    report = typed.write(tmp_path)
     out = tmp_path / "kserve"
     result = tfsmith("deploy", *FLEET, "--out", str(out), "--format", "kustomize", "--kserve", "--namespace", "ml",
                      "--report", str(report), "--json")
@@ -92,6 +92,7 @@ def test_explain_node_says_which_image_a_machine_runs(tmp_path: Path, fixture: s
     ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--cpu", "fast"],
     ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--format", "helm"],
     ["--from-images", "reg/d:v3"],  # no engine answers at DOCKER_HOST
+    ["--targets", "x86-64-v3", "--image-prefix", "reg/d", "--model-name", "d", "--report", "/nonexistent/report.json"],
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "out"

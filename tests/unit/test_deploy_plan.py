@@ -4,6 +4,7 @@ resources come from, and that a written folder is all-or-nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,20 @@ from builder.deploy import inputs, manifests, output, plan
 from builder.engine.base import Image, ImageConfig
 from builder.engine.fake import FakeEngine
 from builder.errors import InputError
+from builder.report import Latency, Report
+from tests.report_fixture import make_report
 
-REPORT = {
-    "chosen": "model_int8.tflite",
-    "host": {"threads": 2},
-    "artifacts": [
-        {"path": "model_fp32.tflite", "size_bytes": 900_000, "threads": 2, "latency_us": {"p50": 63.0}},
-        {"path": "model_int8.tflite", "size_bytes": 3 * 2**20 + 1, "threads": 2, "latency_us": {"p50": 28.4}},
-    ],
-}
+
+
+def measured_report() -> Report:
+    """The typed report fixture with the chosen int8 file measured on 2 threads, 3 MiB + 1 byte, p50 28.4 us."""
+    report = make_report(chosen="model_int8.tflite", artifacts=[("model_fp32.tflite", "tflite_fp32"),
+                                                                ("model_int8.tflite", "tflite_int8")])
+    int8 = replace(report.chosen_artifact, threads=2, size_bytes=3 * 2**20 + 1, latency_us=Latency(28.4, 40.0, 100))
+    return replace(report, artifacts=(report.artifacts[0], int8))
+
+
+REPORT = measured_report()
 
 
 def example(**kw: object) -> plan.DeployPlan:
@@ -75,7 +81,7 @@ def test_explicit_pairs_and_gpu_targets() -> None:
                              plan.default_resources()), "not a valid image reference"),
     (lambda: plan.parse_cpu("lots"), "--cpu"),
     (lambda: plan.parse_memory("512MB"), "--memory"),
-    (lambda: plan.resources_from_report({"chosen": "x"}), "not a tfsmith optimize report"),
+    (lambda: plan.resources_from_report(replace(REPORT, chosen="gone.tflite")), "not among its artifacts"),
 ])
 def test_bad_input_is_one_clear_line(call: object, message: str) -> None:
     with pytest.raises(Exception) as caught:
