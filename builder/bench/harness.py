@@ -24,7 +24,7 @@ import numpy as np
 
 from builder.bench import stats
 from builder.bench.models import BenchModel, one_line
-from builder.bench.recommend import recommend
+from builder.bench.recommend import recommend, versus_fastest_line
 from builder.bench.results import BenchRun, RuntimeResult
 from builder.bench.runtimes import Adapter, Runner, artifact_sizes, build_adapters, role_of
 
@@ -237,7 +237,9 @@ def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdi
 
     ordered = [results[name] for name in runtimes if name in results]
     annotated, recommendation = recommend(ordered, trained=bench.trained)
+    if bench.shipped is not None:
+        notes.insert(0, versus_fastest_line(annotated, bench.shipped))
     return BenchRun(model=bench.name, trained=bench.trained, threads=settings.threads,
                     batch_sizes=(1, settings.batch), results=annotated, recommendation=recommendation,
                     host=_host_facts(settings.threads), notes=tuple(notes),
-                    elapsed_s=time.perf_counter() - started, rounds=rounds)
+                    elapsed_s=time.perf_counter() - started, rounds=rounds, shipped=bench.shipped)

@@ -1,19 +1,23 @@
-"""The models a bench run compares, and every artifact the runtimes need, made here from one source.
+"""The models a bench run compares, and every artifact the runtimes need, made from one source.
 
-The bench does not depend on `tfsmith optimize`: given a Keras 2 model file (+ optional DATA .npz) it
-exports the SavedModel and converts the four .tflite variants itself. It also accepts an optimize `--out`
-folder (SavedModel + .tflite files found inside) and two built-in names:
-- `mobilenet_v2`: `tf_keras.applications.MobileNetV2(weights=None)`, random weights: LATENCY ONLY.
-- `digits-cnn`: a small CNN trained for a few epochs on scikit-learn's bundled digits (accuracy is real).
+The .tflite files are made by `tfsmith optimize`'s own converter (`builder.optimize.quantize.convert_saved_model`,
+from the model's exported SavedModel), so bench times the same files optimize ships, not look-alikes. MODEL is:
+- a Keras 2 model file (+ optional DATA .npz): the SavedModel is exported and the four .tflite variants
+  converted here;
+- a `tfsmith optimize --out` folder: its SavedModel and .tflite files are timed as they are; variants it did not
+  ship are converted from its SavedModel (or from the Keras model it started from) for comparison;
+- a SavedModel folder or a lone .tflite;
+- a built-in: `example` (the model `tfsmith example` writes: the same CNN and digits data, trained here for a
+  few epochs), `mobilenet_v2` and `resnet50` (`tf_keras.applications`, weights=None: random weights, latency
+  only, since pretrained weights would need a download).
 
-TensorFlow is imported inside functions (after `builder.bench.tfenv.configure` set the threads).
+TensorFlow is imported inside functions (after the command set the thread count).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +27,11 @@ import numpy as np
 from builder.errors import InputError
 
 TFLITE_VARIANTS = ("fp32", "dynamic", "fp16", "int8")
-BUILTINS = ("mobilenet_v2", "digits-cnn")
+#: bench's variant name -> the converter's mode name
+CONVERTER_MODES = {"fp32": "fp32", "dynamic": "dynamic", "fp16": "float16", "int8": "int8"}
+BUILTINS = ("example", "mobilenet_v2", "resnet50")
+#: how many epochs the built-in example trains: enough for real accuracy, short enough for a bench run
+EXAMPLE_EPOCHS = 5
 EVAL_LIMIT = 512
 CALIB_LIMIT = 128
 
@@ -43,14 +51,15 @@ class BenchModel:
     failures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    #: the bench runtime that serves what `tfsmith optimize` chose (given an optimize --out folder)
+    shipped: str | None = None
 
 
 def _tf() -> Any:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    """TensorFlow with Keras 2 as tf.keras, imported the one way optimize imports it."""
+    from builder.optimize import tfenv
 
-    return tf
+    return tfenv.tensorflow()
 
 
 def one_line(error: BaseException) -> str:
@@ -61,14 +70,28 @@ def one_line(error: BaseException) -> str:
 
 
 def load_data(path: Path) -> dict[str, np.ndarray]:
-    """DATA .npz with x_val/y_val (and x_train/x_calib for calibration); one clear error otherwise."""
+    """DATA .npz as plain x_val/y_val/x_calib/x_train arrays; one clear error otherwise.
+
+    Both forms optimize reads are accepted: plain names, or names per input/output (`x_val/<input>`) when the
+    model has one input and one output. bench feeds one input tensor, so DATA naming several inputs is refused
+    here, before any work starts.
+    """
     try:
         with np.load(path) as archive:
-            data = {k: archive[k] for k in archive.files}
+            raw = {k: archive[k] for k in archive.files}
     except (OSError, ValueError) as error:
         raise InputError(f"cannot read DATA {path}: {one_line(error)}") from None
+    data: dict[str, np.ndarray] = {}
+    for key, values in raw.items():
+        split, _, name = key.partition("/")
+        others = sorted({k.partition("/")[2] for k in raw if k.startswith(split + "/")})
+        if name and len(others) > 1:
+            what = "inputs" if split.startswith("x_") else "outputs"
+            raise InputError(f"DATA {path} names {len(others)} {what} under {split}/ ({', '.join(others)}): "
+                             "tfsmith bench measures models with one input and one output")
+        data[split] = values
     if "x_val" not in data:
-        raise InputError(f"DATA {path} has no x_val array (expected x_train,y_train,x_val,y_val[,x_calib])")
+        raise InputError(f"DATA {path} has no x_val array (expected x_val[/<input>], y_val, x_calib or x_train)")
     return data
 
 
@@ -80,38 +103,40 @@ def _eval_and_calib(data: dict[str, np.ndarray] | None, input_shape: tuple[int, 
         x = rng.standard_normal((64, *input_shape)).astype(np.float32)
         notes.append("no DATA: random inputs for latency and calibration; no accuracy claim")
         return x, None, x[:32], notes
-    x_eval = data["x_val"][:EVAL_LIMIT].astype(np.float32)
+    x_eval = _model_dtype(data["x_val"][:EVAL_LIMIT])
     y_eval = data["y_val"][:EVAL_LIMIT] if "y_val" in data else None
     calib_source = data.get("x_calib", data.get("x_train", data["x_val"]))
-    return x_eval, y_eval, calib_source[:CALIB_LIMIT].astype(np.float32), notes
+    return x_eval, y_eval, _model_dtype(calib_source[:CALIB_LIMIT]), notes
 
 
-def convert_tflite(keras_model: Any | None, saved_model: Path | None, variant: str, calib: np.ndarray) -> bytes:
-    """One .tflite variant: fp32, dynamic (range), fp16, or int8 (full integer kernels, float I/O)."""
-    tf = _tf()
-    if keras_model is not None:
-        converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
-    elif saved_model is not None:
-        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
-    else:
-        raise ValueError("no model to convert")
-    if variant == "dynamic":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    elif variant == "fp16":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-    elif variant == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+def _model_dtype(x: np.ndarray) -> np.ndarray:
+    """Floats as float32; integer inputs (token ids) keep an integer type, in calibration too."""
+    return x.astype(np.int32 if np.issubdtype(x.dtype, np.integer) else np.float32)
 
-        def representative() -> Any:
-            for i in range(len(calib)):
-                yield [calib[i : i + 1]]
 
-        converter.representative_dataset = representative
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    elif variant != "fp32":
+def convert_tflite(saved_model: Path, variant: str, calib: np.ndarray) -> bytes:
+    """One .tflite variant (fp32, dynamic, fp16, int8) from a SavedModel, through optimize's converter."""
+    from builder.optimize.quantize import convert_saved_model
+
+    if variant not in CONVERTER_MODES:
         raise ValueError(f"unknown .tflite variant {variant}")
-    return converter.convert()
+    return convert_saved_model(saved_model, CONVERTER_MODES[variant], calib if variant == "int8" else None)
+
+
+def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarray, workdir: Path,
+                     failures: dict[str, str], say: Callable[[str], None]) -> None:
+    """Convert every variant not in `tflite` from the SavedModel into workdir; failures recorded per variant."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for variant in TFLITE_VARIANTS:
+        if variant in tflite:
+            continue
+        say(f"converting .tflite {variant}")
+        try:
+            path = workdir / f"model_{variant}.tflite"
+            path.write_bytes(convert_tflite(saved_model, variant, calib))
+            tflite[variant] = path
+        except Exception as error:  # noqa: BLE001 - reported per runtime
+            failures[f"tflite-{variant}"] = one_line(error)
 
 
 def from_keras(keras_model: Any, name: str, keras_path: Path | None, data: dict[str, np.ndarray] | None,
@@ -130,14 +155,11 @@ def from_keras(keras_model: Any, name: str, keras_path: Path | None, data: dict[
         failures["savedmodel"] = one_line(error)
         saved_model = None
     tflite: dict[str, Path] = {}
-    for variant in TFLITE_VARIANTS:
-        say(f"converting .tflite {variant}")
-        try:
-            path = workdir / f"model_{variant}.tflite"
-            path.write_bytes(convert_tflite(keras_model, None, variant, x_calib))
-            tflite[variant] = path
-        except Exception as error:  # noqa: BLE001
-            failures[f"tflite-{variant}"] = one_line(error)
+    if saved_model is not None:
+        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say)
+    else:
+        for variant in TFLITE_VARIANTS:
+            failures[f"tflite-{variant}"] = f"no SavedModel to convert ({failures['savedmodel']})"
     if keras_path is None:
         keras_path = workdir / "model.h5"
         keras_model.save(str(keras_path))
@@ -168,6 +190,11 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     tflite: dict[str, Path] = {}
     for path in sorted(directory.rglob("*.tflite")):
         tflite.setdefault(_variant_of(path), path)
+    report = _optimize_report(directory)
+    chosen = report.get("chosen")
+    shipped = shipped_runtime(chosen, report.get("chosen_runtime"))
+    if chosen and (directory / chosen).suffix == ".tflite" and (directory / chosen).is_file():
+        tflite[_variant_of(directory / chosen)] = directory / chosen  # e.g. the QAT file, not the PTQ one
     if saved_model is None and not tflite and not keras_files:
         raise InputError(f"{directory} holds no SavedModel, .tflite or Keras model file")
     if keras_files:
@@ -179,6 +206,7 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
                                + f"; SavedModel baseline exported from the original model {keras_files[0]}")
         bench.name = directory.name
         bench.source = str(directory)
+        bench.shipped = shipped
         return bench
     input_shape: tuple[int, ...]
     if saved_model is not None:
@@ -193,32 +221,51 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     failures = {"keras": "no Keras model file in the folder (eager call needs one)",
                 "onnx": "no Keras model file in the folder (tf2onnx from_keras needs one)"}
     if saved_model is not None:
-        for variant in TFLITE_VARIANTS:
-            if variant not in tflite:
-                say(f"converting .tflite {variant} from the SavedModel")
-                try:
-                    path = workdir / f"model_{variant}.tflite"
-                    workdir.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(convert_tflite(None, saved_model, variant, x_calib))
-                    tflite[variant] = path
-                except Exception as error:  # noqa: BLE001
-                    failures[f"tflite-{variant}"] = one_line(error)
+        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say)
     else:
         failures["savedmodel"] = "no SavedModel in the folder"
     return BenchModel(name=directory.name, trained=data is not None, saved_model=saved_model, keras_path=None,
                       tflite=tflite, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib, failures=failures,
-                      notes=notes, source=str(directory))
+                      notes=notes, source=str(directory), shipped=shipped)
 
 
-def _optimize_source(directory: Path) -> Path | None:
-    """The Keras 2 model an optimize --out folder was made from (report.json `model.source`), if still there."""
+#: optimize's runtime names (report.json `chosen_runtime`, `package --server-runtime`) -> bench's prefix
+_RUNTIME_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-", "openvino-tflite": "openvino-tflite-"}
+_NNCF_RUNTIMES = ("openvino-nncf", "openvino-tflite-nncf")
+
+
+def shipped_runtime(chosen: str | None, chosen_runtime: str | None) -> str | None:
+    """The bench runtime that serves optimize's choice: artifact (report.json `chosen`) x runtime
+    (`chosen_runtime`; LiteRT when the report names none, as `package` serves a .tflite by default)."""
+    if not chosen:
+        return None
+    path = Path(chosen)
+    if path.suffix != ".tflite":
+        return "savedmodel"
+    runtime = (chosen_runtime or "litert").lower()
+    if runtime in _NNCF_RUNTIMES:
+        return "openvino-tflite-nncf"
+    prefix = _RUNTIME_PREFIX.get(runtime)
+    return None if prefix is None else prefix + _variant_of(path)
+
+
+def _optimize_report(directory: Path) -> dict[str, Any]:
     import json
 
     try:
         report = json.loads((directory / "report.json").read_text())
-        source = Path(report["model"]["source"])
-        fmt = report["model"].get("format", "keras2")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def _optimize_source(directory: Path) -> Path | None:
+    """The Keras 2 model an optimize --out folder was made from (report.json `model.source`), if still there."""
+    model = _optimize_report(directory).get("model")
+    try:
+        source = Path(model["source"])  # type: ignore[index]
+        fmt = model.get("format", "keras2")  # type: ignore[union-attr]
+    except (KeyError, TypeError):
         return None
     return source if fmt == "keras2" and source.is_file() else None
 
@@ -236,56 +283,41 @@ def from_keras_file(path: Path, data: dict[str, np.ndarray] | None, workdir: Pat
     return from_keras(model, path.stem, path, data, workdir, trained=data is not None, say=say)
 
 
-def mobilenet_v2(workdir: Path, say: Callable[[str], None] = lambda _: None) -> BenchModel:
-    """MobileNetV2 224x224, random weights (pretrained weights would need a download): latency only."""
-    _tf()
-    import tf_keras
-
-    say("building MobileNetV2 (weights=None: random weights, latency only)")
-    model = tf_keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3))
-    bench = from_keras(model, "mobilenet_v2", None, None, workdir, trained=False, say=say)
+def _random_weights(name: str, build: Callable[[], Any], workdir: Path, say: Callable[[str], None]) -> BenchModel:
+    say(f"building {name} (weights=None: random weights, latency only)")
+    bench = from_keras(build(), name, None, None, workdir, trained=False, say=say)
     bench.notes.append("random weights (weights=None): latency only; int8 agreement is not meaningful")
     return bench
 
 
-def digits_arrays(seed: int = 0) -> dict[str, np.ndarray]:
-    """scikit-learn's bundled 8x8 digits (no download) as DATA arrays scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
+def mobilenet_v2(workdir: Path, say: Callable[[str], None] = lambda _: None) -> BenchModel:
+    """MobileNetV2 224x224, random weights (pretrained weights would need a download): latency only."""
+    from builder.optimize import tfenv
 
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[..., None]
-    y = digits.target.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[order], y[order]
-    split = int(len(x) * 0.8)
-    return {"x_train": x[:split], "y_train": y[:split], "x_val": x[split:], "y_val": y[split:],
-            "x_calib": x[:200]}
+    keras = tfenv.keras()
+    return _random_weights("mobilenet_v2", lambda: keras.applications.MobileNetV2(weights=None,
+                                                                                  input_shape=(224, 224, 3)),
+                           workdir, say)
 
 
-def train_digits_cnn(data: dict[str, np.ndarray], epochs: int = 3, width: int = 16, seed: int = 0) -> Any:
-    """A small Conv/Dense tf_keras model trained briefly on the digits: real (if modest) accuracy."""
-    tf = _tf()
-    import tf_keras
+def resnet50(workdir: Path, say: Callable[[str], None] = lambda _: None) -> BenchModel:
+    """ResNet50 224x224, random weights: latency only."""
+    from builder.optimize import tfenv
 
-    tf.keras.utils.set_random_seed(seed)
-    model = tf_keras.Sequential([
-        tf_keras.layers.Input((8, 8, 1)),
-        tf_keras.layers.Conv2D(width, 3, activation="relu", padding="same"),
-        tf_keras.layers.MaxPooling2D(),
-        tf_keras.layers.Flatten(),
-        tf_keras.layers.Dense(64, activation="relu"),
-        tf_keras.layers.Dense(10, activation="softmax"),
-    ])
-    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
-    model.fit(data["x_train"], data["y_train"], epochs=epochs, batch_size=32, verbose=0)
-    return model
+    keras = tfenv.keras()
+    return _random_weights("resnet50", lambda: keras.applications.ResNet50(weights=None,
+                                                                           input_shape=(224, 224, 3)),
+                           workdir, say)
 
 
-def digits_cnn(workdir: Path, say: Callable[[str], None] = lambda _: None, epochs: int = 5) -> BenchModel:
-    say(f"training a small digits CNN ({epochs} epochs on scikit-learn's bundled digits)")
-    data = digits_arrays()
-    model = train_digits_cnn(data, epochs=epochs)
-    return from_keras(model, "digits-cnn", None, data, workdir, trained=True, say=say)
+def example(workdir: Path, say: Callable[[str], None] = lambda _: None, epochs: int = EXAMPLE_EPOCHS
+            ) -> BenchModel:
+    """The model `tfsmith example` writes (same CNN, same digits split), trained here for `epochs`."""
+    from builder.optimize.example import train_example
+
+    say(f"training the example CNN ({epochs} epochs on scikit-learn's bundled digits)")
+    model, arrays, _ = train_example(epochs=epochs)
+    return from_keras(model, "example", None, arrays, workdir, trained=True, say=say)
 
 
 def resolve(model: str, data_path: Path | None, workdir: Path, say: Callable[[str], None] = lambda _: None
@@ -299,10 +331,10 @@ def resolve(model: str, data_path: Path | None, workdir: Path, say: Callable[[st
         if path.suffix == ".tflite":
             return from_directory_tflite(path, data, workdir)
         return from_keras_file(path, data, workdir, say)
-    if model == "mobilenet_v2":
-        return mobilenet_v2(workdir, say)
-    if model == "digits-cnn":
-        return digits_cnn(workdir, say)
+    builtins: dict[str, Callable[..., BenchModel]] = {"example": example, "mobilenet_v2": mobilenet_v2,
+                                                      "resnet50": resnet50}
+    if model in builtins:
+        return builtins[model](workdir, say)
     raise InputError(f"MODEL {model!r} is neither a file, a folder, nor a built-in ({', '.join(BUILTINS)})")
 
 

@@ -7,13 +7,15 @@ latency only: their quantized outputs mean nothing, so no quality filter is clai
 
 `recommend_tflite_runtime` is the small measured A/B LiteRT vs OpenVINO on one .tflite on THIS host. Its
 timing loop (`time_interleaved`) and decision (`choose_fastest_runtime`) are the ONE measurement path the
-server's `--runtime auto` uses too (builder/packaging/runtime_choice.py), there with the serving backends as runners.
+server's `--runtime auto` (builder/packaging/runtime_choice.py) and optimize's choice between candidates use too.
+`versus_fastest` states how the runtime optimize chose compares with the fastest runtime measured in a run.
 Heavy libraries are imported inside functions, never at module top.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -121,7 +123,6 @@ def recommend(
         parts.append(f"{verdict} the fastest peer {fastest_peer.name} ({vs_peer:.2f}x its time)")
     if rejected:
         parts.append("rejected for quality: " + ", ".join(rejected))
-    goal = None if vs_peer is None else (vs_peer <= 1.0 or within_noise)
     return tuple(annotated), Recommendation(
         runtime=chosen.name,
         artifact=chosen.artifact,
@@ -130,8 +131,44 @@ def recommend(
         ratio_vs_fastest_peer=vs_peer,
         speedup_vs_baseline=speedup,
         within_noise_of_peer=within_noise,
-        goal_no_slower_than_peer=goal,
     )
+
+
+@dataclass(frozen=True)
+class VersusFastest:
+    """One runtime's batch-1 p50 against the fastest runtime measured in the same run."""
+
+    runtime: str
+    fastest: str
+    ratio: float  # runtime p50 / fastest p50 (1.0 when it is the fastest)
+    within_noise: bool  # the two medians' confidence intervals overlap
+    p50: float
+    fastest_p50: float
+
+
+def versus_fastest(results: Sequence[RuntimeResult], runtime: str) -> VersusFastest | None:
+    """How `runtime` compares with the fastest measured runtime of the run (None when it was not measured)."""
+    measured = [r for r in results if r.ok and r.latency is not None]
+    mine = next((r for r in measured if r.name == runtime), None)
+    if mine is None:
+        return None
+    fastest = min(measured, key=lambda r: r.latency.p50)  # type: ignore[union-attr]
+    return VersusFastest(runtime=runtime, fastest=fastest.name, ratio=mine.latency.p50 / fastest.latency.p50,  # type: ignore[union-attr]
+                         within_noise=fastest.name == runtime or overlaps(mine.latency, fastest.latency),  # type: ignore[arg-type]
+                         p50=mine.latency.p50, fastest_p50=fastest.latency.p50)  # type: ignore[union-attr]
+
+
+def versus_fastest_line(results: Sequence[RuntimeResult], runtime: str) -> str:
+    """One line for the report: how the runtime optimize chose compares with the fastest one measured here."""
+    found = versus_fastest(results, runtime)
+    if found is None:
+        why = next((r.reason for r in results if r.name == runtime and r.reason), "not among the runtimes run")
+        return f"optimize's choice ({runtime}) was not measured: {why}"
+    if found.fastest == runtime:
+        return f"optimize's choice ({runtime}, p50 {found.p50 * 1e3:.3f} ms) is the fastest runtime measured here"
+    verdict = "within noise of" if found.within_noise else "slower than"
+    return (f"optimize's choice ({runtime}, p50 {found.p50 * 1e3:.3f} ms) is {found.ratio:.2f}x the time of the "
+            f"fastest runtime measured here ({found.fastest}, {found.fastest_p50 * 1e3:.3f} ms): {verdict} it")
 
 
 def choose_fastest_runtime(samples: Mapping[str, Sequence[float]], errors: Mapping[str, str] | None = None,

@@ -57,8 +57,8 @@ def _quality(r: RuntimeResult, trained: bool) -> str:
     return "-"
 
 
-def row(r: RuntimeResult, trained: bool) -> list[str]:
-    """One table row as strings (shared by the terminal table and bench.md)."""
+def row(r: RuntimeResult, trained: bool, shipped: str | None = None) -> list[str]:
+    """One table row as strings (shared by the terminal table and bench.md); `shipped` marks optimize's pick."""
     if not r.ok:
         return [r.name, r.role, *["-"] * 12, f"FAILED: {r.reason}"]
     lat = r.latency
@@ -66,6 +66,8 @@ def row(r: RuntimeResult, trained: bool) -> list[str]:
     notes = []
     if r.recommended:
         notes.append("★ recommended")
+    if shipped == r.name:
+        notes.append("◆ optimize's choice")
     if lat and lat.noisy:
         notes.append("noisy")
     throughput = f"{r.throughput:,.0f}" if r.throughput else "-"
@@ -88,24 +90,6 @@ def headline(run: BenchRun) -> str:
     return "; ".join(parts)
 
 
-def goals(run: BenchRun) -> str:
-    """The issue's two performance goals, checked against this run's numbers."""
-    rec = run.recommendation
-    if rec.runtime is None:
-        return "goals: no recommendation, nothing to check"
-    peer = ("n/a" if rec.goal_no_slower_than_peer is None else
-            f"{'MET' if rec.goal_no_slower_than_peer else 'MISSED'} ({_ratio(rec.ratio_vs_fastest_peer)} its time"
-            + (", within noise)" if rec.within_noise_of_peer else ")"))
-    if rec.speedup_vs_baseline is None:
-        speed = "n/a"
-    elif not run.trained:
-        # The 20x goal is set for the trained example model; random-weight architectures are latency-only.
-        speed = f"not a goal for a random-weight model ({rec.speedup_vs_baseline:.1f}x)"
-    else:
-        speed = f"{'MET' if rec.speedup_vs_baseline >= 20 else 'MISSED'} ({rec.speedup_vs_baseline:.1f}x)"
-    return f"goals: no slower than the fastest peer: {peer}; >= 20x faster than the SavedModel signature: {speed}"
-
-
 def print_table(run: BenchRun, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -119,13 +103,12 @@ def print_table(run: BenchRun, console: Any = None) -> None:
                          overflow="fold", no_wrap=column == "runtime")
     for r in run.results:
         style = "bold green" if r.recommended else ("red" if not r.ok else ("cyan" if r.role == ROLE_TFSMITH else None))
-        cells = row(r, run.trained)
+        cells = row(r, run.trained, run.shipped)
         table.add_row(*[cells[i] for i in keep], style=style)
     console.print(table)
     console.print("cyan: serves the .tflite (tfsmith's artifact); others: the SavedModel baseline and peers. "
                   "Full columns (p99, n, raw size, RSS) in bench.md / bench.json.")
     console.print(headline(run), style="bold")
-    console.print(goals(run))
     console.print(f"why: {run.recommendation.reason}")
     for note in run.notes:
         console.print(f"note: {note}")
@@ -138,8 +121,8 @@ def markdown(run: BenchRun) -> str:
              f"rounds in {run.elapsed_s:.0f} s.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in run.results:
-        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in row(r, run.trained)) + " |")
-    lines += ["", f"**{headline(run)}**", "", goals(run), "", f"Why: {run.recommendation.reason}", ""]
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in row(r, run.trained, run.shipped)) + " |")
+    lines += ["", f"**{headline(run)}**", "", f"Why: {run.recommendation.reason}", ""]
     lines += [f"- {note}" for note in run.notes]
     return "\n".join(lines) + "\n"
 

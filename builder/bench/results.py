@@ -69,7 +69,7 @@ class RuntimeResult:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """tfsmith's pick for this model on this host, and why."""
+    """The fastest .tflite runtime that keeps this model's quality on this host, and how it compares."""
 
     runtime: str | None
     artifact: str | None
@@ -78,10 +78,14 @@ class Recommendation:
     ratio_vs_fastest_peer: float | None = None
     speedup_vs_baseline: float | None = None
     within_noise_of_peer: bool = False
-    goal_no_slower_than_peer: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Recommendation":
+        """Read a recorded recommendation; keys this version does not know (older bench.json) are skipped."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class BenchRun:
     notes: tuple[str, ...] = ()
     elapsed_s: float = 0.0
     rounds: int = 0
+    #: the runtime serving what `tfsmith optimize` chose, when MODEL was an optimize --out folder
+    shipped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +115,7 @@ class BenchRun:
             "notes": list(self.notes),
             "elapsed_s": self.elapsed_s,
             "rounds": self.rounds,
+            "shipped": self.shipped,
             "recommendation": self.recommendation.to_dict(),
             "results": [r.to_dict() for r in self.results],
         }
@@ -121,9 +128,10 @@ class BenchRun:
             threads=data["threads"],
             batch_sizes=tuple(data["batch_sizes"]),
             results=tuple(RuntimeResult.from_dict(r) for r in data["results"]),
-            recommendation=Recommendation(**data["recommendation"]),
+            recommendation=Recommendation.from_dict(data["recommendation"]),
             host=data.get("host", {}),
             notes=tuple(data.get("notes", ())),
             elapsed_s=data.get("elapsed_s", 0.0),
             rounds=data.get("rounds", 0),
+            shipped=data.get("shipped"),
         )

@@ -1,4 +1,4 @@
-"""CLI commands of the bench room: `tfsmith bench` — runtimes side by side, measured fairly in one run.
+"""`tfsmith bench`: runtimes side by side on this host for the user's model, measured fairly in one run.
 
 Thin: parse flags, call builder.bench, print. TensorFlow, LiteRT, OpenVINO and ONNX Runtime are imported
 inside the command body (through builder.bench) so `tfsmith detect` stays fast.
@@ -41,15 +41,17 @@ def parse_runtimes(text: str) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the tfsmith app."""
+    """Add `tfsmith bench` to the tfsmith app."""
 
     @app.command("bench")
     def bench(
-        model: str = typer.Argument(..., help="Keras 2 model file, optimize --out / SavedModel folder, .tflite, "
-                                              "or a built-in: mobilenet_v2 (random weights, latency only), "
-                                              "digits-cnn (trained here in seconds)."),
-        data: Optional[Path] = typer.Option(None, "--data", help="DATA .npz (x_val,y_val[,x_calib|x_train]) for "
-                                                                  "accuracy and int8 calibration."),
+        model: str = typer.Argument(..., help="Keras 2 model file, optimize --out folder (its files are timed "
+                                              "as shipped), SavedModel folder, .tflite, or a built-in: example "
+                                              "(tfsmith example's CNN, trained here in seconds), mobilenet_v2, "
+                                              "resnet50 (random weights, latency only)."),
+        data: Optional[Path] = typer.Option(None, "--data", help="DATA .npz (x_val, y_val, x_calib or x_train; "
+                                                                  "plain or /<name> arrays) for accuracy and "
+                                                                  "int8 calibration."),
         runtimes: str = typer.Option("all", "--runtimes", help="Comma-separated runtimes, or 'all'."),
         threads: int = typer.Option(2, "--threads", min=1, help="Threads for EVERY runtime."),
         batch: str = typer.Option("1,32", "--batch", help="Batch 1 for latency, and a larger batch for throughput."),

@@ -1,8 +1,9 @@
 """`tfsmith bench` end to end on a TINY model: every runtime adapter loads and agrees with the float model, or
 reports why it cannot; a whole run with a very small budget writes parseable bench.json / bench.md / bench.png.
 
-The model is a tiny Conv/Dense tf_keras network trained for a few epochs on scikit-learn's bundled digits, so
-its accuracy is real (if modest) and int8 agreement means something. No wall-clock assertions.
+The model is the example CNN (`tfsmith example`'s architecture, made tiny) trained for a few epochs on
+scikit-learn's bundled digits, so its accuracy is real (if modest) and int8 agreement means something. The
+.tflite files come from optimize's converter. No wall-clock assertions.
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ TFSMITH = [str(REPO / ".venv" / "bin" / "tfsmith")] if (REPO / ".venv" / "bin" /
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """MODEL (.h5, tf_keras) + DATA (.npz) for a tiny digits CNN, the way `tfsmith example` writes them."""
     pytest.importorskip("tf_keras")
-    from builder.bench.models import digits_arrays, train_digits_cnn
     from builder.bench.runtimes import configure_tf_threads
+    from builder.optimize.example import build_cnn, digits_arrays
 
     configure_tf_threads(2)
     folder = tmp_path_factory.mktemp("tiny")
     data = digits_arrays()
-    model = train_digits_cnn(data, epochs=4, width=8)
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(0)
+    model = build_cnn(width=8, dense=32)
+    model.fit(data["x_train"], data["y_train"], epochs=4, batch_size=32, verbose=0)
     model.save(str(folder / "tiny.h5"))
     np.savez(folder / "digits.npz", **data)
     return {"model": folder / "tiny.h5", "data": folder / "digits.npz", "dir": folder}
@@ -126,32 +131,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
                           timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "tfsmith: error: MODEL 'no-such-model' is neither a file, a folder, nor a built-in (mobilenet_v2, digits-cnn)"]
+        "tfsmith: error: MODEL 'no-such-model' is neither a file, a folder, nor a built-in "
+        "(example, mobilenet_v2, resnet50)"]
     assert not (tmp_path / "bench-out").exists()
 
 
-def test_int8_io_tflite_like_optimize_writes_runs_on_litert_and_openvino(bench_model, tiny: dict[str, Path]) -> None:
-    """`tfsmith optimize` writes full-int8 models with int8 input AND output: the adapters (de)quantize."""
-    import tensorflow as tf
-    import tf_keras
+def test_bench_times_the_files_optimize_converts(bench_model) -> None:
+    """Every .tflite bench made is byte for byte what optimize's converter makes from the same SavedModel."""
+    from builder.optimize.quantize import convert_saved_model
 
-    from builder.bench.harness import _predict
-    from builder.bench.runtimes import LiteRTAdapter, OpenVINOAdapter, SavedModelAdapter
+    modes = {"fp32": "fp32", "dynamic": "dynamic", "fp16": "float16", "int8": "int8"}
+    assert set(bench_model.tflite) == set(modes)
+    for variant, mode in modes.items():
+        expected = convert_saved_model(bench_model.saved_model, mode, bench_model.x_calib if mode == "int8" else None)
+        assert bench_model.tflite[variant].read_bytes() == expected, variant
 
-    model = tf_keras.models.load_model(str(tiny["model"]), compile=False)
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = lambda: ([bench_model.x_calib[i : i + 1]] for i in range(64))
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    converter.inference_input_type = tf.int8
-    converter.inference_output_type = tf.int8
-    path = tiny["dir"] / "model_int8_io.tflite"
-    path.write_bytes(converter.convert())
-    reference = SavedModelAdapter("savedmodel", bench_model.saved_model, 2)
-    reference.load()
-    expected = _predict(reference, bench_model.x_eval[:64], 8).argmax(-1)
-    for adapter in (LiteRTAdapter("litert-int8", path, 2), OpenVINOAdapter("openvino-tflite-int8", path, 2)):
-        adapter.load()
-        scores = _predict(adapter, bench_model.x_eval[:64], 8)
-        assert scores.dtype == np.float32 and float(scores.max()) <= 1.01  # dequantized probabilities
-        assert float(np.mean(scores.argmax(-1) == expected)) >= 0.9, adapter.name
+
+def test_an_optimize_folder_is_timed_as_shipped_and_its_choice_compared(bench_model, tiny: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """Given an optimize --out folder, bench times ITS files and says how optimize's choice compares."""
+    import shutil
+
+    from builder.bench.harness import Settings, run_bench
+    from builder.bench.models import resolve
+
+    folder = tmp_path / "optimized"
+    folder.mkdir()
+    shutil.copytree(bench_model.saved_model, folder / "saved_model")
+    shipped = folder / "model_dynamic.tflite"
+    shutil.copy(bench_model.tflite["dynamic"], shipped)
+    (folder / "report.json").write_text(json.dumps({
+        "model": {"source": str(tiny["model"]), "format": "keras2"},
+        "chosen": "model_dynamic.tflite", "chosen_runtime": "litert"}))
+    model = resolve(str(folder), tiny["data"], tmp_path / "work")
+    assert model.tflite["dynamic"] == shipped and model.shipped == "litert-dynamic"
+    run = run_bench(model, ["savedmodel", "litert-dynamic", "litert-fp32"],
+                    Settings(threads=2, batch=8, budget_s=0.3, min_rounds=1), tmp_path / "w")
+    assert run.shipped == "litert-dynamic"
+    assert run.notes[0].startswith("optimize's choice (litert-dynamic, p50 ")
+    assert "fastest runtime measured here" in run.notes[0]
