@@ -140,13 +140,14 @@ def node_affinity(plan: DeployPlan, member: Member) -> Obj:
     return affinity
 
 
-def node_feature_rule(plan: DeployPlan) -> Obj:
-    """One NFD rule per CPU target: publish the target's label where cpu.cpuid has every flag it needs."""
+def node_feature_rule(plan: DeployPlan) -> Obj | None:
+    """One NFD rule per CPU target: publish the target's label where cpu.cpuid has every flag it needs
+    (None when no target needs a flag)."""
     rules, seen = [], set()
     for member in plan.members:
         place = member.placement
-        if place.rule_label in seen:
-            continue
+        if place.rule_label in seen or not place.observable:
+            continue  # a target needing no visible flag (x86-64, armv8.x) needs no label: nothing refers to it
         seen.add(place.rule_label)
         rule: Obj = {"name": f"tfsmith {member.image.target.name}", "labels": {place.rule_label: "true"}}
         rule["matchFeatures"] = [{
@@ -154,6 +155,8 @@ def node_feature_rule(plan: DeployPlan) -> Obj:
             "matchExpressions": {flag: {"op": "Exists"} for flag in place.observable},
         }]
         rules.append(rule)
+    if not rules:
+        return None
     return {
         "apiVersion": NFD_API,
         "kind": "NodeFeatureRule",
@@ -334,7 +337,8 @@ def inference_service(plan: DeployPlan, member: Member) -> Obj:
 def fleet(plan: DeployPlan) -> list[Obj]:
     """Every object, in apply order: the NFD rule (labels must exist before pods can be placed), the
     Service, then per member its workload, disruption budget and (plain mode) autoscaler."""
-    objects = [node_feature_rule(plan), service(plan)]
+    rule = node_feature_rule(plan)
+    objects = ([rule] if rule else []) + [service(plan)]
     for member in plan.members:
         if plan.options.kserve:
             objects += [inference_service(plan, member), pod_disruption_budget(plan, member)]

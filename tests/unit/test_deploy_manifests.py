@@ -132,12 +132,28 @@ def test_the_example_fleet_validates(kw: dict[str, Any], version: str) -> None:
         validate(obj, version)
 
 
-def test_gpu_and_arm_fleets_validate() -> None:
+def test_gpu_arm_and_generic_fleets_validate() -> None:
     for objects in (manifests.fleet(fleet_plan("x86-64-v3,icelake", cuda_cc="8.0,9.0")),
                     manifests.fleet(fleet_plan("neoverse_v1,neoverse_n1,aarch64")),
                     manifests.fleet(fleet_plan("x86-64-v3", cuda_cc="8.6", kserve=True))):
         for obj in objects:
             validate(obj)
+    # targets that need no flag NFD can see: no NodeFeatureRule at all (an empty rule list is invalid)
+    generic = manifests.fleet(fleet_plan("x86-64,armv8.2a"))
+    assert [o["kind"] for o in generic][:1] == ["Service"]
+    for obj in generic:
+        validate(obj)
+
+
+def test_a_fleet_of_every_resolvable_target_validates() -> None:
+    from tests.unit.test_deploy_placement import targets
+
+    resolved, _ = targets()
+    images = tuple(plan.FleetImage(target=t, image=f"registry.example/m:{t.tag_token}") for t in resolved)
+    objects = manifests.fleet(plan.plan_fleet(images, plan.DeployOptions(model_name="m"), plan.default_resources()))
+    assert len(objects) == 2 + 3 * len(resolved)
+    for obj in objects:
+        validate(obj)
 
 
 @pytest.mark.parametrize("breakage", ["unknown-field", "bad-label", "bad-op", "kserve-port-type", "rule-namespace"])
