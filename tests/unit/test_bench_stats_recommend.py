@@ -253,3 +253,20 @@ def test_data_in_either_npz_form_is_read_and_several_inputs_refused(tmp_path: Pa
     np.savez(tmp_path / "nox.npz", y_val=y)
     with pytest.raises(InputError, match="has no x_val"):
         load_data(tmp_path / "nox.npz")
+
+
+def test_our_speed_goals_are_judged_outside_the_product(recorded: BenchRun) -> None:
+    from tests.benchmarks.bench_goals import judge
+
+    peer, speed = judge(recorded)
+    assert peer.met is True and speed.met is True  # the recorded example run met both
+    rows = (_result("savedmodel", "baseline", 10.0), _result("openvino-int8", "peer", 1.0),
+            _result("litert-int8", ROLE_TFSMITH, 2.0))
+    annotated, rec = recommend(rows, trained=False)
+    untrained = BenchRun(model="m", trained=False, threads=2, batch_sizes=(1, 8), results=annotated,
+                         recommendation=rec)
+    peer, speed = judge(untrained)
+    assert peer.met is False and "2.00x the time of openvino-int8" in peer.detail
+    assert speed.met is None and "random weights" in speed.detail
+    peer, speed = judge(BenchRun(**{**untrained.__dict__, "trained": True}))
+    assert speed.met is False and speed.detail == "5.0x"
