@@ -73,6 +73,9 @@ def from_labels(ref: str, labels: Mapping[str, str], env: Mapping[str, str]) -> 
     target = labels.get(f"{LABEL}.target")
     if not target:
         raise InputError(f"image {ref} has no {LABEL}.target label; was it built by `tfsmith package`?")
+    if target == "any":
+        raise InputError(f"image {ref} was packaged without a target ({LABEL}.target=any), so nothing says where it "
+                         f"may run; package it with --target NAME, or name one: --image x86-64=REF")
     from builder.guard import ENV
 
     cuda = env.get(ENV["cuda_cc"]) or env.get("TFSMITH_CUDA_CC") or None  # the older images' name too

@@ -128,6 +128,9 @@ def test_from_engine_reads_targets_digests_and_cuda_from_the_images() -> None:
     engine.images["sha256:3"] = Image("sha256:3", ("reg/other:1",), {})
     with pytest.raises(InputError, match="no io.tfsmith.target label"):
         inputs.from_engine("reg/other:1", engine)
+    engine.images["sha256:4"] = Image("sha256:4", ("reg/any:1",), labels | {"io.tfsmith.target": "any"})
+    with pytest.raises(InputError, match="packaged without a target"):
+        inputs.from_engine("reg/any:1", engine)
 
 
 def test_write_is_all_or_nothing_and_replaces_only_its_own_output(tmp_path: Path) -> None:
