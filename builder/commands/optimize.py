@@ -1,4 +1,4 @@
-"""CLI commands of the optimize room: `tfsmith optimize` and `tfsmith example`.
+"""CLI commands for optimizing models: `tfsmith optimize` and `tfsmith example`.
 
 Thin: parse flags, call builder.optimize, print. TensorFlow is imported only inside the command bodies so
 `tfsmith detect` stays fast and the core works without the optimize extra.
@@ -26,7 +26,7 @@ def _require_optimize_extra() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the tfsmith app."""
+    """Add the optimize commands to the tfsmith app."""
 
     @app.command("example")
     def example(
@@ -49,25 +49,33 @@ def register(app: typer.Typer) -> None:
 
     @app.command("optimize")
     def optimize(
-        model: Path = typer.Argument(..., help="Keras 2 .keras/.h5 file (tf_keras), Keras 3 .keras, or SavedModel dir."),
-        data: str = typer.Option(..., "--data", help="DATA: .npz (x_train,y_train,x_val,y_val[,x_calib]) or module:function."),
+        model: Path = typer.Argument(..., help="Keras 2 .keras/.h5 (tf_keras), Keras 3 .keras, SavedModel dir, or .tflite."),
+        data: str = typer.Option(..., "--data", help="DATA: .npz (x_val/<input>, y_val/<output>, x_train/..., "
+                                 "y_train/..., x_calib/...; plain x_val etc. for one input/output) or module:function."),
         recipe: str = typer.Option("auto", "--recipe", help="Recipe file (TOML/YAML) or 'auto' (from the target's facts)."),
         target: Optional[str] = typer.Option(None, "--target", help="Named build target to optimize for (default: this host)."),
         cuda_cc: Optional[str] = typer.Option(None, "--cuda-cc", help="GPU compute capabilities of the target, e.g. 8.0,9.0 (or auto)."),
         out: Path = typer.Option(Path("optimized"), "--out", help="Output folder (written atomically)."),
         max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", min=0.0, max=1.0,
-                                                help="Quality gate: largest accuracy loss allowed for the chosen artifact."),
+                                                help="Quality gate, classification outputs: largest accuracy loss "
+                                                     "(or disagreement without labels) vs the original model."),
+        max_relative_error: float = typer.Option(0.05, "--max-relative-error", min=0.0,
+                                                 help="Quality gate, regression outputs: largest relative error "
+                                                      "||y - y_original|| / ||y_original|| vs the original model."),
         explain: bool = typer.Option(False, "--explain", help="Print the plan and the reason for every choice, then stop."),
         threads: int = typer.Option(2, "--threads", min=1, help="Interpreter / intra-op threads for evaluation."),
-        latency_runs: int = typer.Option(300, "--latency-runs", min=10, help="Timed batch-1 calls per artifact (p50/p99)."),
+        latency_runs: int = typer.Option(300, "--latency-runs", min=10,
+                                         help="Timing effort: about latency_runs/100 s per artifact x runtime."),
     ) -> None:
-        """Prune, quantize and export MODEL; evaluate every artifact; gate on accuracy (exit 3 when it fails)."""
+        """Prune, quantize and export MODEL keeping its API; judge every artifact per output against the original
+        model (exit 3 when the chosen one fails) and pick the fastest accepted artifact x runtime on this host."""
         if not explain:
             _require_optimize_extra()
         from builder.optimize.pipeline import run_optimize_command
 
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
-                                    cuda_cc=cuda_cc, latency_runs=latency_runs)
+                                    cuda_cc=cuda_cc, latency_runs=latency_runs,
+                                    max_relative_error=max_relative_error)
         if code:
             raise typer.Exit(code)

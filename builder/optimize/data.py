@@ -1,13 +1,18 @@
-"""DATA for fine-tuning, calibration and evaluation, checked against the model before any work starts.
+"""DATA for fine-tuning, calibration and evaluation, named per model input and output, checked before any work.
 
 Two forms:
-- a `.npz` with `x_train`, `y_train`, `x_val`, `y_val` and optionally `x_calib` (`x_val` is required; the rest
-  only when the recipe needs it: pruning/QAT need the train split, int8 needs calibration rows);
-- `package.module:function` returning `{"train": ds, "val": ds, "calib": ds}` or a tuple `(train, val[, calib])`
-  of `tf.data.Dataset`s yielding `(x, y)` (calib: `x`), batched or not. They are read into arrays once.
+- a `.npz` whose arrays are named per input and output: `x_train/<input>`, `y_train/<output>`,
+  `x_val/<input>`, `y_val/<output>`, `x_calib/<input>`. A model with one input and one output may use the
+  plain names `x_train`, `y_train`, `x_val`, `y_val`, `x_calib`. `x_val` is required (the held-out rows every
+  number is reported on); the rest only when the recipe needs it (pruning/QAT: the train split; int8: calibration
+  rows). Labels are optional per output: an output without `y_val/<output>` is judged by fidelity to the
+  original model.
+- `package.module:function` returning `{"train": ds, "val": ds, "calib": ds}` or `(train, val[, calib])`, each
+  a `tf.data.Dataset` (or any iterable) of `(x, y)` or `x` elements, batched or not, where `x` is a dict keyed by
+  input name (or one array for a one-input model) and `y` a dict keyed by output name (or one array).
 
-Calibration rows are `x_calib`, or else taken from the training rows: never from `x_val`, the rows accuracy is
-reported on.
+Dtypes are kept: token ids stay integers everywhere, calibration included (they are cast to the model's input
+dtype, never to float). Calibration rows are `x_calib`, or else the first training rows: never `x_val`.
 """
 
 from __future__ import annotations
@@ -15,27 +20,52 @@ from __future__ import annotations
 import importlib
 import sys
 import zipfile
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from builder.errors import InputError
+from builder.report import TensorSpec
+
+SPLITS = ("train", "val", "calib")
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class RawData:
+    """DATA as read: `x[split][input]`, `y[split][output]`, before it is checked against the model."""
+
+    x: dict[str, Arrays]
+    y: dict[str, Arrays]
+    source: str
 
 
 @dataclass(frozen=True)
 class Data:
-    x_train: np.ndarray | None
-    y_train: np.ndarray | None
-    x_val: np.ndarray
-    y_val: np.ndarray | None
-    x_calib: np.ndarray | None
+    """DATA checked against the contract: arrays keyed by input/output name in the model's dtypes."""
+
+    x_train: Arrays | None
+    y_train: Arrays | None
+    x_val: Arrays
+    y_val: Arrays  # only outputs that have labels
+    x_calib: Arrays | None
+    calibration_from: str  # x_calib | x_train | none
     source: str
 
     @property
-    def has_labels(self) -> bool:
-        return self.y_val is not None
+    def held_out_rows(self) -> int:
+        return _rows(self.x_val)
+
+    @property
+    def train_rows(self) -> int:
+        return _rows(self.x_train) if self.x_train else 0
+
+
+def _rows(arrays: Mapping[str, np.ndarray] | None) -> int:
+    return len(next(iter(arrays.values()))) if arrays else 0
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
@@ -49,30 +79,80 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
                          f"{str(error).splitlines()[0][:120] if str(error) else ''})") from error
 
 
-def _dataset_arrays(ds: Any, what: str, source: str, input_rank: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Read a dataset of `(x, y)` or `x` elements; batched when x already has the model's input rank."""
-    xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
+def split_npz(arrays: Mapping[str, np.ndarray], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+              source: str) -> RawData:
+    """Sort .npz arrays into splits by name; plain `x_val` etc. only for one-input / one-output models."""
+    x: dict[str, Arrays] = {s: {} for s in SPLITS}
+    y: dict[str, Arrays] = {s: {} for s in SPLITS}
+    in_names, out_names = {t.name for t in inputs}, {t.name for t in outputs}
+    for key, value in arrays.items():
+        prefix, _, name = key.partition("/")
+        part, _, split = prefix.partition("_")
+        if part not in ("x", "y") or split not in SPLITS or (part == "y" and split == "calib"):
+            raise InputError(f"data {source}: unknown array {key!r} (expected x_train/<input>, y_train/<output>, "
+                             "x_val/<input>, y_val/<output>, x_calib/<input>)")
+        names, specs = (in_names, inputs) if part == "x" else (out_names, outputs)
+        if not name:
+            if len(specs) != 1:
+                listed = ", ".join(f"{key}/{t.name}" for t in specs)
+                raise InputError(f"data {source}: {key!r} is one array but the model has {len(specs)} "
+                                 f"{'inputs' if part == 'x' else 'outputs'}: name them ({listed})")
+            name = specs[0].name
+        elif name not in names:
+            raise InputError(f"data {source}: {key!r} names no {'input' if part == 'x' else 'output'} of the model "
+                             f"(it has: {', '.join(sorted(names))})")
+        (x if part == "x" else y)[split][name] = value
+    return RawData(x, y, source)
+
+
+def _as_dict(value: Any, specs: tuple[TensorSpec, ...], what: str, source: str) -> Arrays:
+    if isinstance(value, Mapping):
+        return {str(k): np.asarray(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)) and len(specs) > 1 and len(value) == len(specs):
+        return {s.name: np.asarray(v) for s, v in zip(specs, value)}
+    if len(specs) != 1:
+        raise InputError(f"data {source}: {what} must be a dict keyed by name ({', '.join(s.name for s in specs)})")
+    return {specs[0].name: np.asarray(value)}
+
+
+def _dataset_arrays(ds: Any, part: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+                    source: str) -> tuple[Arrays, Arrays]:
+    """Read a dataset of `(x, y)` or `x` elements into arrays; batched when x already has the input's rank."""
+    xs: list[Arrays] = []
+    ys: list[Arrays] = []
     try:
         for element in ds:
-            if isinstance(element, (tuple, list)):
-                xs.append(np.asarray(element[0]))
+            if isinstance(element, tuple) and len(element) in (1, 2):
+                xs.append(_as_dict(element[0], inputs, f"the {part} dataset's x", source))
                 if len(element) > 1:
-                    ys.append(np.asarray(element[1]))
+                    ys.append(_as_dict(element[1], outputs, f"the {part} dataset's y", source))
             else:
-                xs.append(np.asarray(element))
+                xs.append(_as_dict(element, inputs, f"the {part} dataset's x", source))
+    except InputError:
+        raise
     except Exception as error:
-        raise InputError(f"data {source}: cannot iterate the {what} dataset ({type(error).__name__})") from error
+        raise InputError(f"data {source}: cannot iterate the {part} dataset ({type(error).__name__})") from error
     if not xs:
-        return np.zeros((0,), dtype=np.float32), None
-    join = np.concatenate if xs[0].ndim == input_rank else np.stack
-    try:
-        return join(xs), (join(ys) if ys else None)
-    except ValueError as error:
-        raise InputError(f"data {source}: the {what} dataset's elements differ in shape ({error})") from error
+        return {}, {}
+    rank = {s.name: len(s.shape) for s in inputs}
+    first = next(iter(xs[0]))
+    batched = xs[0][first].ndim == rank.get(first, -1)
+
+    def join(chunks: list[Arrays]) -> Arrays:
+        out: Arrays = {}
+        for name in chunks[0]:
+            parts = [c[name] for c in chunks]
+            try:
+                out[name] = np.concatenate(parts) if batched else np.stack(parts)
+            except ValueError as error:
+                raise InputError(f"data {source}: the {part} dataset's {name!r} elements differ in shape "
+                                 f"({error})") from error
+        return out
+
+    return join(xs), (join(ys) if ys else {})
 
 
-def _load_function(spec: str, input_rank: int) -> dict[str, np.ndarray]:
+def _load_function(spec: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> RawData:
     module_name, _, func_name = spec.partition(":")
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -85,116 +165,135 @@ def _load_function(spec: str, input_rank: int) -> dict[str, np.ndarray]:
         result = func()
     except Exception as error:
         raise InputError(f"data {spec}: the function raised {type(error).__name__}: {error}") from error
-    if isinstance(result, dict):
-        parts = {k: result.get(k) for k in ("train", "val", "calib")}
+    if isinstance(result, Mapping):
+        parts = {k: result.get(k) for k in SPLITS}
     elif isinstance(result, (tuple, list)) and len(result) in (2, 3):
-        parts = dict(zip(("train", "val", "calib"), result))
+        parts = dict(zip(SPLITS, result))
     else:
         raise InputError(f"data {spec}: expected {{'train','val'[,'calib']}} or (train, val[, calib]) datasets")
-    arrays: dict[str, np.ndarray] = {}
+    x: dict[str, Arrays] = {s: {} for s in SPLITS}
+    y: dict[str, Arrays] = {s: {} for s in SPLITS}
     for part, ds in parts.items():
-        if ds is None:
-            continue
-        x, y = _dataset_arrays(ds, part, spec, input_rank)
-        arrays[f"x_{part}"] = x
-        if y is not None and part != "calib":
-            arrays[f"y_{part}"] = y
-    return arrays
+        if ds is not None:
+            x[part], labels = _dataset_arrays(ds, part, inputs, outputs, spec)
+            if part != "calib":
+                y[part] = labels
+    return RawData(x, y, spec)
 
 
-def load_data(spec: str, input_rank: int) -> Data:
-    """Read DATA from a .npz path or a `module:function` reference (checked against the model later).
-
-    `input_rank` counts the batch dimension; it tells batched datasets from unbatched ones.
-    """
+def load_data(spec: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> RawData:
+    """Read DATA from a .npz path or a `module:function` reference, sorted by the model's input/output names."""
     path = Path(spec)
     if path.suffix == ".npz" or path.exists() or ":" not in spec:
-        arrays = _load_npz(path)
+        raw = split_npz(_load_npz(path), inputs, outputs, spec)
     else:
-        arrays = _load_function(spec, input_rank)
-    allowed = {"x_train", "y_train", "x_val", "y_val", "x_calib"}
-    unknown = sorted(set(arrays) - allowed)
-    if unknown:
-        raise InputError(f"data {spec}: unknown array {unknown[0]!r} (expected: {', '.join(sorted(allowed))})")
-    if "x_val" not in arrays:
-        raise InputError(f"data {spec}: x_val is missing (held-out rows to report accuracy on are required)")
-    return Data(
-        x_train=arrays.get("x_train"),
-        y_train=arrays.get("y_train"),
-        x_val=arrays["x_val"],
-        y_val=arrays.get("y_val"),
-        x_calib=arrays.get("x_calib"),
-        source=spec,
-    )
+        raw = _load_function(spec, inputs, outputs)
+    if not raw.x["val"]:
+        raise InputError(f"data {spec}: x_val is missing (held-out rows to report quality on are required)")
+    return raw
 
 
-def _check_x(name: str, x: np.ndarray, input_shape: tuple[int | None, ...], source: str) -> np.ndarray:
-    if x.dtype.kind not in "fiu":
-        raise InputError(f"data {source}: {name} has dtype {x.dtype}, the model needs numbers (float32)")
-    expected = tuple(input_shape[1:])
-    got = tuple(x.shape[1:])
-    if len(got) != len(expected) or any(e is not None and e != g for e, g in zip(expected, got)):
-        shown = "(N, " + ", ".join("?" if e is None else str(e) for e in expected) + ")"
-        raise InputError(f"data {source}: {name} has shape {x.shape}, the model's input is {shown}")
-    if not np.all(np.isfinite(x)):
-        raise InputError(f"data {source}: {name} contains NaN or infinite values")
-    return x.astype(np.float32, copy=False)
+def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -> np.ndarray:
+    """`x` in the input's dtype without changing a value (float ids or NaNs are refused, never rounded)."""
+    want = np.dtype(spec.dtype)
+    if x.dtype.kind not in "fiub":
+        raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
+    if want.kind in "iub" and x.dtype.kind == "f":
+        if not np.all(np.isfinite(x)) or not np.all(np.mod(x, 1) == 0):
+            raise InputError(f"data {source}: {where} has non-integer values; input {name!r} takes {want} ids")
+    if want.kind == "f" and x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        raise InputError(f"data {source}: {where} contains NaN or infinite values")
+    if want.kind in "iu" and x.size:
+        info = np.iinfo(want)
+        if x.min() < info.min or x.max() > info.max:
+            raise InputError(f"data {source}: {where} has values outside {want}'s range")
+    return x.astype(want, copy=False)
 
 
-def _check_y(name: str, y: np.ndarray, n: int, classes: int, source: str) -> np.ndarray:
-    """Labels as integer class ids (N,) — accepts ids (N,)/(N,1) or one-hot (N, classes)."""
-    if y.shape[0] != n:
-        raise InputError(f"data {source}: {name} has {y.shape[0]} labels for {n} inputs")
-    if y.dtype.kind not in "fiub":
-        raise InputError(f"data {source}: {name} has dtype {y.dtype}, expected integer class ids or one-hot")
-    if y.ndim == 2 and y.shape[1] == classes and classes > 1:
-        return np.argmax(y, axis=1).astype(np.int64)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise InputError(f"data {source}: {name} has shape {y.shape}; expected (N,) class ids or (N, {classes}) one-hot")
-    if y.dtype.kind == "f" and not np.all(np.equal(np.mod(y, 1), 0)):
-        raise InputError(f"data {source}: {name} has non-integer values; expected class ids")
-    ids = y.astype(np.int64)
-    if ids.size and (ids.min() < 0 or ids.max() >= classes):
-        raise InputError(f"data {source}: {name} has class ids {int(ids.min())}..{int(ids.max())} but the model "
-                         f"has {classes} outputs")
-    return ids
+def _check_x(split: str, arrays: Arrays, inputs: tuple[TensorSpec, ...], source: str) -> Arrays:
+    out: Arrays = {}
+    for spec in inputs:
+        key = f"x_{split}/{spec.name}" if len(inputs) > 1 else f"x_{split}"
+        if spec.name not in arrays:
+            raise InputError(f"data {source}: {key} is missing (the model's inputs: "
+                             f"{', '.join(s.name for s in inputs)})")
+        x = np.asarray(arrays[spec.name])
+        expected = tuple(spec.shape[1:])
+        got = tuple(x.shape[1:])
+        if len(got) != len(expected) or any(e is not None and e != g for e, g in zip(expected, got)):
+            shown = "(N, " + ", ".join("?" if e is None else str(e) for e in expected) + ")"
+            raise InputError(f"data {source}: {key} has shape {x.shape}, input {spec.name!r} is {shown}")
+        out[spec.name] = _cast(spec.name, key, x, spec, source)
+    counts = {len(v) for v in out.values()}
+    if len(counts) > 1:
+        raise InputError(f"data {source}: the x_{split} arrays have different row counts ({sorted(counts)})")
+    return out
 
 
-def validate_data(data: Data, input_shape: tuple[int | None, ...], output_shape: tuple[int | None, ...], *,
+def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: int, source: str) -> Arrays:
+    out: Arrays = {}
+    for spec in outputs:
+        if spec.name not in arrays:
+            continue
+        key = f"y_{split}/{spec.name}" if len(outputs) > 1 else f"y_{split}"
+        y = np.asarray(arrays[spec.name])
+        if y.dtype.kind not in "fiub":
+            raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected numbers (class ids or values)")
+        if len(y) != rows:
+            raise InputError(f"data {source}: {key} has {len(y)} labels for {rows} inputs")
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise InputError(f"data {source}: {key} contains NaN or infinite values")
+        out[spec.name] = y
+    return out
+
+
+def validate_data(raw: RawData, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], *,
                   need_train: bool, need_calib: bool, calib_samples: int) -> Data:
-    """Check DATA against the model and the recipe; returns float32 inputs, integer labels, calibration rows."""
-    source = data.source
-    classes = int(output_shape[-1]) if output_shape and output_shape[-1] else 1
-    if len(data.x_val) == 0:
+    """Check DATA against the contract and the recipe: inputs in the model's dtypes, labels per output."""
+    source = raw.source
+    x_val = _check_x("val", raw.x["val"], inputs, source)
+    if _rows(x_val) == 0:
         raise InputError(f"data {source}: x_val is empty")
-    x_val = _check_x("x_val", data.x_val, input_shape, source)
-    y_val = _check_y("y_val", data.y_val, len(x_val), classes, source) if data.y_val is not None else None
+    y_val = _check_y("val", raw.y["val"], outputs, _rows(x_val), source)
     x_train = y_train = None
-    if data.x_train is not None:
-        x_train = _check_x("x_train", data.x_train, input_shape, source)
-        if data.y_train is not None:
-            y_train = _check_y("y_train", data.y_train, len(x_train), classes, source)
-    if need_train and (x_train is None or y_train is None or len(x_train) == 0):
-        raise InputError(f"data {source}: the recipe prunes or trains, which needs x_train and y_train")
-    x_calib = None
-    if data.x_calib is not None:
-        if len(data.x_calib) == 0:
+    if raw.x["train"]:
+        x_train = _check_x("train", raw.x["train"], inputs, source)
+        y_train = _check_y("train", raw.y["train"], outputs, _rows(x_train), source)
+    if need_train and (not x_train or not y_train or len(y_train) < len(outputs) or _rows(x_train) == 0):
+        raise InputError(f"data {source}: the recipe prunes or trains, which needs x_train and y_train for every "
+                         f"output ({', '.join(s.name for s in outputs)})")
+    x_calib, calibration_from = None, "none"
+    if raw.x["calib"]:
+        x_calib, calibration_from = _check_x("calib", raw.x["calib"], inputs, source), "x_calib"
+        if _rows(x_calib) == 0:
             raise InputError(f"data {source}: x_calib is empty (int8 calibration needs representative inputs)")
-        x_calib = _check_x("x_calib", data.x_calib, input_shape, source)
     elif need_calib:
-        if x_train is None or len(x_train) == 0:
+        if not x_train or _rows(x_train) == 0:
             raise InputError(f"data {source}: int8 needs calibration rows: give x_calib or x_train (never x_val)")
-        x_calib = x_train
-    if need_calib and x_calib is not None:
-        x_calib = x_calib[:calib_samples]
-    return replace(data, x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val, x_calib=x_calib)
+        x_calib, calibration_from = x_train, "x_train"
+    if x_calib is not None:
+        x_calib = {k: v[:calib_samples] for k, v in x_calib.items()}
+    return Data(x_train=x_train, y_train=y_train or None, x_val=x_val, y_val=y_val, x_calib=x_calib,
+                calibration_from=calibration_from, source=source)
 
 
-def shared_rows(a: np.ndarray | None, b: np.ndarray | None) -> int:
+def has_training_data(raw: RawData, outputs: tuple[TensorSpec, ...]) -> bool:
+    """x_train and labels for every output: what fine-tuning (pruning, QAT) needs."""
+    return bool(raw.x["train"]) and all(s.name in raw.y["train"] for s in outputs)
+
+
+def shared_rows(a: Arrays | None, b: Arrays | None) -> int:
     """How many rows of `a` also appear, byte for byte, in `b` (calibration leaking into the held-out rows)."""
-    if a is None or b is None or len(a) == 0 or len(b) == 0:
+    if not a or not b or _rows(a) == 0 or _rows(b) == 0:
         return 0
-    seen = {row.tobytes() for row in np.ascontiguousarray(b, dtype=np.float32)}
-    return sum(row.tobytes() in seen for row in np.ascontiguousarray(a, dtype=np.float32))
+    names = sorted(a)
+
+    def keys(arrays: Arrays) -> list[bytes]:
+        return [b"".join(np.ascontiguousarray(arrays[n][i]).tobytes() for n in names) for i in range(_rows(arrays))]
+
+    seen = set(keys(b))
+    return sum(k in seen for k in keys(a))
+
+
+def head(arrays: Arrays, rows: int) -> Arrays:
+    return {k: v[:rows] for k, v in arrays.items()}

@@ -1,45 +1,19 @@
-"""Serving-only SavedModel export and atomic placement of the whole output folder.
+"""Atomic placement of the whole output folder: built in a staging folder next to --out, then renamed.
 
-`ExportArchive` (what `model.export` uses) stores only what serving needs: no optimizer slots, 0.94 MB vs 2.8 MB
-with `tf.saved_model.save` (FACTS §4). The signature `serving_default` takes one keyword argument named after
-the model's input; `serving_xla` (jit_compile) is added only when the recipe asks.
+(The serving SavedModel itself is written by `builder.optimize.model_io.export_keras`, with the contract's
+signature.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from builder.errors import InputError
-from builder.optimize import tfenv
 
 REPORT_NAME = "report.json"
-
-
-def export_saved_model(model: Any, directory: Path, input_name: str, xla: bool = False) -> None:
-    """Write `model` as a serving-only SavedModel with `serving_default` (and `serving_xla` when asked)."""
-    tf = tfenv.tensorflow()
-    from tf_keras.export import ExportArchive
-
-    spec = model.inputs[0]
-    signature = [tf.TensorSpec(shape=spec.shape, dtype=spec.dtype, name=input_name)]
-    archive = ExportArchive()
-    archive.track(model)
-
-    def serve(x: Any) -> Any:
-        return model(x, training=False)
-
-    archive.add_endpoint("serving_default", tf.function(serve, input_signature=signature, autograph=False))
-    if xla:
-        archive.add_endpoint("serving_xla", tf.function(serve, input_signature=signature, autograph=False,
-                                                        jit_compile=True))
-    with contextlib.redirect_stdout(io.StringIO()):  # write_out prints every endpoint's signature
-        archive.write_out(str(directory))
 
 
 def check_out_dir(out: Path) -> None:

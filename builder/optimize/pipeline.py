@@ -1,8 +1,13 @@
-"""The optimize pipeline: recipe -> load -> check DATA -> prune / QAT -> export -> convert -> evaluate -> gate.
+"""The optimize pipeline, one function per step:
+
+plan (recipe, model, contract, DATA: every refusal happens here, before any work) -> reference outputs of the
+ORIGINAL model -> prune (kept only if it still agrees with the original, for auto) -> export -> convert -> QAT
+-> evaluate (per output, vs the original) -> measure candidates (artifact x runtime, bench's timing loop) ->
+select -> samples.npz -> report -> publish.
 
 Everything is built in a staging folder next to `--out` and moved into place in one rename at the end, so a
-bad input or a crash leaves `--out` as it was. The quality gate runs after publication: rejected artifacts
-are kept (and marked) so the user can inspect them, and the command exits with GATE_FAILED.
+bad input or a crash leaves `--out` as it was. The quality gate runs after publication: rejected artifacts are
+kept (and marked) so the user can inspect them, and the command exits with GATE_FAILED.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import datetime as _dt
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -21,9 +26,11 @@ import numpy as np
 
 from builder.optimize import recipe as recipes
 from builder.optimize.recipe import Recipe
+from builder.report import (SAMPLES_NPZ, ArtifactResult, Candidate, DataInfo, Gate, Latency, ModelContract, ModelInfo,
+                            OutputSpec, Report, Selection, TensorSpec)
 
-GATE_FAILED = 3  # exit status when the chosen artifact loses more accuracy than allowed (bad input is 2)
-SAMPLES_NAME = "samples.npz"
+GATE_FAILED = 3  # exit status when the chosen artifact fails the quality gate (bad input is 2)
+SAMPLES_NAME = SAMPLES_NPZ
 SAMPLE_ROWS = 32
 FILE_NAMES = {
     "saved_model": "saved_model",
@@ -32,10 +39,14 @@ FILE_NAMES = {
     "tflite_float16": "model_float16.tflite",
     "tflite_int8": "model_int8.tflite",
     "tflite_qat_int8": "model_qat_int8.tflite",
+    "tflite_original": "model.tflite",
 }
+#: rule order when nothing was measured (int8 first: 4x smaller; the recipe's own choice goes first anyway)
+RULE_ORDER = ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_fp32", "tflite_float16", "tflite_original")
 INTERESTING_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
                      "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp",
                      "asimdhp", "i8mm", "bf16", "sve", "sve2")
+DEFAULT_MAX_RELATIVE_ERROR = 0.05
 
 
 # --- target facts -------------------------------------------------------------------------------------
@@ -47,6 +58,7 @@ class TargetFacts:
     arch: str
     features: frozenset[str]
     gpu_capabilities: tuple[str, ...]
+    is_host: bool = True
 
 
 def _cpuinfo_flags(text: str) -> frozenset[str]:
@@ -83,7 +95,7 @@ def target_facts(name: str | None, cuda_cc: str | None = None) -> TargetFacts:
 
     target = resolve_target(name or "host", cuda_cc=cuda_cc)
     ccs = tuple(target.cuda.capabilities) if target.cuda else ()
-    return TargetFacts(target.name, target.arch, frozenset(target.features), ccs)
+    return TargetFacts(target.name, target.arch, frozenset(target.features), ccs, is_host=False)
 
 
 def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...]]:
@@ -93,15 +105,21 @@ def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...
     return recipe, (f"recipe: from {spec}",)
 
 
-def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool) -> tuple[Recipe, list[str]]:
+def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
+                 original_tflite: bool = False) -> tuple[Recipe, list[str]]:
     """Drop what the model or DATA cannot support (with a note), keeping the chosen artifact meaningful."""
     notes: list[str] = []
     pruning, quant = recipe.pruning, recipe.quantization
+    if original_tflite:
+        notes.append("the model is a .tflite: it is the original and the only artifact; it is evaluated and "
+                     "measured as it is")
+        return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
+                       export=recipes.Export(tflite_fp32=False, xla=False), choose="tflite_original"), notes
     if why_not_trainable and (pruning or quant.qat):
         notes.append(f"pruning and QAT skipped: the model is {why_not_trainable}")
         pruning, quant = None, replace(quant, qat=False)
     elif recipe.name == "auto" and pruning and not has_train:
-        notes.append("pruning skipped: DATA has no x_train/y_train to fine-tune on")
+        notes.append("pruning skipped: DATA has no x_train with labels for every output to fine-tune on")
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
     if adapted.choose not in adapted.kinds:
@@ -111,16 +129,28 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool)
     return adapted, notes
 
 
-def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, model_note: str | None) -> list[str]:
+def kinds_of(recipe: Recipe) -> tuple[str, ...]:
+    return ("tflite_original",) if recipe.choose == "tflite_original" else recipe.kinds
+
+
+def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, model_note: str | None,
+                  contract: ModelContract | None = None) -> list[str]:
     lines = [f"target: {facts.name} ({facts.arch}); int8/half features: "
              f"{', '.join(sorted(facts.features & set(INTERESTING_FLAGS))) or 'none'}; "
              f"GPUs: {', '.join(facts.gpu_capabilities) or 'none'}",
-             f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[k] for k in recipe.kinds)}; "
-             f"chosen: {FILE_NAMES[recipe.choose]}"]
+             f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[k] for k in kinds_of(recipe))}; "
+             f"chosen: {FILE_NAMES[recipe.choose]}"
+             + (" (by rule; on this host auto measures every accepted artifact x runtime and picks the fastest)"
+                if recipe.name == "auto" and facts.is_host and recipe.choose != "saved_model" else "")]
+    if contract is not None:
+        lines.append("contract: inputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.inputs)
+                     + "; outputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.outputs))
     if recipe.pruning:
         p = recipe.pruning
         lines.append(f"pruning: {p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
-                     f", {p.epochs} fine-tuning epochs")
+                     f", {p.epochs} fine-tuning epochs"
+                     + ("; kept only if the pruned model agrees with the original within the gate"
+                        if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
                  f"{'; QAT ' + str(recipe.quantization.qat_epochs) + ' epoch(s)' if recipe.quantization.qat else ''}")
     lines += [f"why: {r}" for r in reasons]
@@ -129,7 +159,11 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
     return lines
 
 
-# --- the run ------------------------------------------------------------------------------------------
+def _shape_text(shape: tuple[int | None, ...]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# --- options and outcome ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -141,19 +175,20 @@ class Options:
     out: Path
     max_accuracy_drop: float
     threads: int
-    measure: Any = None  # evaluate.Measure; None = Measure.for_runs(latency_runs, threads)
+    measure: Any = None  # unused; kept so older callers keep working
     cuda_cc: str | None = None
     latency_runs: int = 300
+    max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR
 
 
 @dataclass(frozen=True)
 class Outcome:
-    report: dict[str, Any]
+    report: Report
     out: Path
 
     @property
     def gate_passed(self) -> bool:
-        return bool(self.report["gate"]["passed"])
+        return self.report.gate.passed
 
 
 Say = Callable[[str], Any]
@@ -167,8 +202,21 @@ def _stage(say: Say, text: str) -> Iterator[None]:
     say(f"ok  {text} ({time.perf_counter() - start:.1f} s)")
 
 
-def run(options: Options, say: Say = lambda _: None) -> Outcome:
-    """Do the whole optimization; raises TfsmithError for bad input with --out untouched."""
+# --- step 1: plan (every refusal before any work) -------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    facts: TargetFacts
+    recipe: Recipe
+    reasons: tuple[str, ...]
+    notes: list[str]
+    loaded: Any  # model_io.LoadedModel
+    data: Any  # data.Data
+
+
+def make_plan(options: Options, say: Say) -> Plan:
+    """Recipe, model, contract and DATA, all checked; raises one-line errors with nothing written."""
     from builder.optimize import export as exporting
     from builder.optimize.model_io import sniff_model
 
@@ -178,132 +226,469 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     sniff_model(options.model)  # bad paths fail before TensorFlow is imported
 
     from builder.optimize import data as data_mod
-    from builder.optimize import evaluate, prune, quantize, report as reporting, tfenv
+    from builder.optimize import tfenv
     from builder.optimize.model_io import load_model
 
     tfenv.configure_threads(options.threads)
-    tf = tfenv.tensorflow()
-    measure = options.measure or evaluate.Measure.for_runs(options.latency_runs, options.threads)
     with _stage(say, f"loading {options.model}"):
         loaded = load_model(options.model)
-    raw_data = data_mod.load_data(options.data, len(loaded.input.shape))
-    has_train = raw_data.x_train is not None and raw_data.y_train is not None and len(raw_data.x_train) > 0
-    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not, has_train)
+    raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
+    has_train = data_mod.has_training_data(raw, loaded.outputs)
+    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not, has_train, loaded.tflite_path is not None)
     if loaded.trainable_why_not and not notes:
         notes.append(f"the model is {loaded.trainable_why_not}")
+    unknown = sorted({name for name, _ in recipe.tasks} - {t.name for t in loaded.outputs})
+    if unknown:
+        from builder.errors import InputError
+
+        raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
+                         f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
     need_train = recipe.pruning is not None or recipe.quantization.qat
-    data = data_mod.validate_data(raw_data, loaded.input.shape, loaded.output.shape, need_train=need_train,
-                                  need_calib=need_calib, calib_samples=recipe.quantization.calibration_samples)
-    labels = data.y_val
+    data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
+                                  calib_samples=recipe.quantization.calibration_samples)
     leaked = data_mod.shared_rows(data.x_calib, data.x_val)
     if leaked:
-        notes.append(f"{leaked} calibration rows also appear in x_val: int8 accuracy on those rows is not held-out")
-    with _stage(say, "float reference outputs on the held-out rows"):
-        reference = loaded.predict(data.x_val)
+        notes.append(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
+    if loaded.saved_model_dir is not None:
+        _probe_conversion(loaded, options.model)
+    return Plan(facts, recipe, reasons, notes, loaded, data)
 
+
+def _probe_conversion(loaded: Any, model: Path) -> None:
+    """A float conversion before any training: an op the converter lacks is one line now, not after pruning."""
+    from builder.errors import IncompatibleError, InputError
+    from builder.optimize import quantize
+
+    try:
+        quantize.convert_saved_model(loaded.saved_model_dir, "fp32")
+    except IncompatibleError as error:
+        raise InputError(f"model {model}: {error}") from error
+
+
+# --- step 2: the contract --------------------------------------------------------------------------------
+
+
+def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], reference: Mapping[str, np.ndarray],
+                  labels: Mapping[str, np.ndarray], overrides: Mapping[str, str]) -> ModelContract:
+    """The original's signature plus a task per output (inferred, or the recipe's override), with why."""
+    from builder.optimize.quality import infer_task
+
+    specs = []
+    for t in outputs:
+        task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name))
+        specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
+    return ModelContract(tuple(inputs), tuple(specs))
+
+
+def training_labels(contract: ModelContract, y: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Labels as the fine-tuning losses want them: class ids for classification, float values otherwise."""
+    from builder.optimize.quality import class_ids
+
+    out = {}
+    for spec in contract.outputs:
+        if spec.task == "classification":
+            out[spec.name] = class_ids(y[spec.name], int(spec.shape[-1] or 1), f"y_train/{spec.name}")
+        else:
+            out[spec.name] = np.asarray(y[spec.name], dtype=np.float32)
+    return out
+
+
+def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarray], y: Mapping[str, np.ndarray],
+                  reference: Mapping[str, np.ndarray]) -> tuple[Any, Any, Any]:
+    """(x, y, losses) for `model.fit`, as lists in the model's own input/output order.
+
+    Lists, not dicts: tfmot's wrappers rename output layers (`prune_low_magnitude_<name>`), so names would not
+    match any more; the order does.
+    """
+    from builder.optimize import prune, quality
+    from builder.optimize.model_io import keras_specs
+
+    in_specs, out_specs = keras_specs(model)
+    labels = training_labels(contract, y)
+    tasks = {s.name: s.task for s in contract.outputs}
+    probabilities = {s.name: quality._is_probabilities(reference[s.name]) for s in contract.outputs}
+    losses = prune.losses_for(tasks, probabilities)
+    xs = [x[s.name] for s in in_specs]
+    ys = [labels[s.name] for s in out_specs]
+    ls = [losses[s.name] for s in out_specs]
+    return (xs[0] if len(xs) == 1 else xs), (ys[0] if len(ys) == 1 else ys), (ls[0] if len(ls) == 1 else ls)
+
+
+# --- step 3: prune (and keep it only if it still agrees) -----------------------------------------------
+
+
+def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray], options: Options,
+               say: Say) -> tuple[Any, Any, list[str]]:
+    """(model, sparsity, notes): the pruned model when it agrees with the original within the gate or the
+    recipe asked for it explicitly; for auto, the original model back (and a note) when it does not.
+
+    "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
+    for classification outputs, relative error within --max-relative-error for regression outputs.
+    """
+    from builder.optimize import prune, quality
+
+    recipe, data, loaded = plan.recipe, plan.data, plan.loaded
+    if not recipe.pruning or loaded.keras_model is None:
+        return loaded.keras_model, None, []
+    x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
+    with _stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
+        model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+    from builder.optimize.model_io import keras_serving_fn
+
+    from builder.optimize import tfenv
+
+    tf = tfenv.tensorflow()
+    serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
+    pruned_out = _batched_keras(serve, data.x_val, tf)
+    # Judged on fidelity to the original (top-1 agreement / relative error), never on labels: accuracy can
+    # rise while the answers change, and that is still a different model.
+    metrics, passed, why = quality.judge(pruned_out, reference, {}, contract.outputs,
+                                         max_accuracy_drop=options.max_accuracy_drop,
+                                         max_relative_error=options.max_relative_error)
+    agreement = quality.agreement_summary(metrics)
+    if passed:
+        return model, sparsity, [f"pruning kept: the pruned float model agrees with the original ({why})"]
+    if recipe.name == "auto":
+        return loaded.keras_model, None, [f"pruning dropped: the pruned float model changed the answers ({why}; "
+                                          f"agreement {agreement:.3f}); auto never ships a retrained model that "
+                                          "disagrees with the original"]
+    return model, sparsity, [f"pruning applied as the recipe asks, although the pruned float model differs from the "
+                             f"original ({why}; agreement {agreement:.3f})"]
+
+
+def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
+    rows = len(next(iter(x.values())))
+    parts = [serve({k: tf.constant(v[i : i + batch]) for k, v in x.items()}) for i in range(0, rows, batch)]
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
+# --- steps 4-6: export, convert, QAT -------------------------------------------------------------------
+
+
+def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, say: Say) -> Path | None:
+    """The serving SavedModel (the optimized float model, the contract's signature) into staging."""
+    from builder.optimize.model_io import export_keras
+
+    loaded, recipe = plan.loaded, plan.recipe
+    if loaded.tflite_path is not None:
+        return None
+    target = staging / FILE_NAMES["saved_model"]
+    with _stage(say, "exporting the serving SavedModel"):
+        if model is not None and (model is not loaded.keras_model or recipe.export.xla):
+            export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
+                         xla=recipe.export.xla)
+        else:
+            shutil.copytree(loaded.saved_model_dir, target)
+            if recipe.export.xla:
+                plan.notes.append("xla: serving_xla not added: the model is not a Keras 2 model")
+    return target
+
+
+def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) -> list[tuple[str, Path]]:
+    from builder.optimize import quantize
+    from builder.optimize.model_io import copy_original
+
+    if plan.loaded.tflite_path is not None:
+        path = staging / FILE_NAMES["tflite_original"]
+        copy_original(plan.loaded, path)
+        return [("tflite_original", path)]
+    assert saved_model is not None
+    produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
+    for kind in plan.recipe.kinds:
+        if kind in ("saved_model", "tflite_qat_int8"):
+            continue
+        mode = kind.removeprefix("tflite_")
+        with _stage(say, f"converting to TFLite {mode}"):
+            path = staging / FILE_NAMES[kind]
+            path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes))
+        produced.append((kind, path))
+    return produced
+
+
+def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, reference: Mapping[str, np.ndarray],
+             staging: Path, scratch: Path, say: Say) -> list[tuple[str, Path]]:
+    from builder.optimize import prune, quality, quantize
+
+    recipe = plan.recipe
+    if not recipe.quantization.qat or model is None:
+        return []
+    x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, reference)
+    with _stage(say, f"quantization-aware training{' (pruning-preserving)' if pruned else ''}"):
+        qat_model = quantize.quantization_aware_train(
+            model, x_train, y_train, losses,
+            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=pruned)
+        path = staging / FILE_NAMES["tflite_qat_int8"]
+        path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
+                                              plan.data.x_calib, scratch))
+    return [("tflite_qat_int8", path)]
+
+
+# --- step 7: evaluate --------------------------------------------------------------------------------
+
+
+def runtimes_for(kind: str, facts: TargetFacts) -> tuple[str, ...]:
+    """The runtimes that could serve an artifact: LiteRT and (when importable) OpenVINO for .tflite files;
+    TensorFlow for the SavedModel (a serving candidate only on GPU targets)."""
+    if kind == "saved_model":
+        return ("tensorflow",)
+    return ("litert", "openvino") if openvino_available() else ("litert",)
+
+
+def openvino_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
+def contract_kept(contract: ModelContract, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> tuple[bool, str]:
+    """Does a file's signature equal the contract (names, dtypes, shapes)? (kept, what differs)."""
+    want_in, want_out = contract.api()
+    got_in, got_out = frozenset(inputs), frozenset(outputs)
+    if want_in == got_in and want_out == got_out:
+        return True, ""
+    differ = sorted((want_in ^ got_in) | (want_out ^ got_out), key=lambda t: t.name)
+    return False, "signature differs from the original's: " + ", ".join(
+        f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in differ[:4])
+
+
+@dataclass
+class Evaluated:
+    kind: str
+    path: Path
+    rel: str
+    runtime: str
+    result: ArtifactResult
+
+
+def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan, contract: ModelContract,
+                      reference: Mapping[str, np.ndarray], options: Options) -> tuple[ArtifactResult, Any]:
+    """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
+    from builder.optimize import evaluate, quality
+
+    runner = evaluate.Runner(runtime, path, options.threads)
+    kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
+    outputs = runner.predict_all(plan.data.x_val)
+    metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                         max_accuracy_drop=options.max_accuracy_drop,
+                                         max_relative_error=options.max_relative_error)
+    raw, packed = evaluate.file_sizes(path)
+    variables = evaluate.file_sizes(path / "variables")[0] if (path / "variables").is_dir() else 0
+    extra: dict[str, Any] = {"signatures": list(runner.signatures)}
+    result = ArtifactResult(
+        path=rel, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        latency_us=Latency(0.0, 0.0, 0), throughput=evaluate.throughput(runner, plan.data.x_val, seconds=0.1),
+        inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
+        accepted=passed and kept, reason=why if kept else differs, variables_bytes=variables, extra=extra)
+    return result, runner
+
+
+def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
+                  reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
+    results = []
+    for kind, path in produced:
+        with _stage(say, f"evaluating {path.name}"):
+            runtime = "tensorflow" if kind == "saved_model" else "litert"
+            result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
+        results.append(result)
+    return results
+
+
+def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray],
+                  options: Options) -> tuple[ArtifactResult | None, Any]:
+    """The unoptimized float model served as a SavedModel (the original's signature): the reference row."""
+    if plan.loaded.saved_model_dir is None:
+        return None, None
+    return evaluate_artifact("saved_model", plan.loaded.saved_model_dir, "baseline", "tensorflow", plan, contract,
+                             reference, options)
+
+
+# --- step 8: measure candidates -------------------------------------------------------------------------
+
+
+def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
+                 reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
+                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, ArtifactResult]]:
+    """Time every artifact x runtime in ONE interleaved loop (bench's), on the model's own held-out rows.
+
+    Non-LiteRT runtimes of a .tflite are checked against the gate too (OpenVINO computes int8 its own way);
+    a runtime that cannot load or run the file is a candidate with its error, never a crash.
+    """
+    from builder.optimize import evaluate, quality
+
+    calls: dict[str, Callable[[], Any]] = {}
+    errors: dict[tuple[str, str], str] = {}
+    judged: dict[tuple[str, str], bool] = {}
+    for result in results:
+        for runtime in runtimes_for(result.kind, plan.facts):
+            key = f"{result.path}@{runtime}"
+            try:
+                runner = evaluate.Runner(runtime, staging / result.path, options.threads)
+                if runtime not in ("litert", "tensorflow"):
+                    outputs = runner.predict_all(plan.data.x_val)
+                    _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                                   max_accuracy_drop=options.max_accuracy_drop,
+                                                   max_relative_error=options.max_relative_error)
+                    judged[(result.path, runtime)] = passed
+                    if not passed:
+                        errors[(result.path, runtime)] = f"fails the gate on this runtime ({why})"
+                    runner = evaluate.Runner(runtime, staging / result.path, options.threads)  # fresh: batch-1 shape
+                calls[key] = runner.row_caller(plan.data.x_val)
+            except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+                errors[(result.path, runtime)] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:160]}"
+    baseline_key = None
+    if baseline_dir is not None:
+        baseline_key = "baseline@tensorflow"
+        calls[baseline_key] = evaluate.Runner("tensorflow", baseline_dir, options.threads).row_caller(plan.data.x_val)
+    budget = min(60.0, max(0.5, len(calls) * min(3.0, max(0.1, options.latency_runs / 100))))
+    with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({budget:.0f} s, interleaved)"):
+        latencies = evaluate.time_runners(calls, budget) if calls else {}
+    updated = []
+    candidates = []
+    for result in results:
+        lat = latencies.get(f"{result.path}@{'tensorflow' if result.kind == 'saved_model' else 'litert'}")
+        updated.append(replace(result, latency_us=lat or result.latency_us))
+        for runtime in runtimes_for(result.kind, plan.facts):
+            key = f"{result.path}@{runtime}"
+            error = errors.get((result.path, runtime), "")
+            got = latencies.get(key)
+            candidates.append(Candidate(result.path, runtime, None if got is None or error else got.p50,
+                                        0 if got is None else got.runs, result.size_bytes, error))
+    extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
+    return updated, candidates, extra  # type: ignore[return-value]
+
+
+# --- step 9: select -----------------------------------------------------------------------------------------
+
+
+def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult],
+                candidates: list[Candidate]) -> tuple[str, str, Selection, list[str]]:
+    """(chosen file, runtime, selection, notes).
+
+    On this host with `--recipe auto`: the fastest accepted candidate by measured p50; one within noise of the
+    fastest (p50 within NOISE of it: run-to-run noise measured ~15% here) loses to a smaller file, and LiteRT
+    (the smallest runtime) is kept unless another runtime is more than NOISE faster. Elsewhere, or for GPU
+    targets, or explicit recipes: by rule (the recipe's choice, else the first accepted in RULE_ORDER).
+    """
+    accepted = {r.path: r for r in results if r.accepted}
+    notes: list[str] = []
+    by_kind = {r.kind: r for r in results}
+    if recipe.name == "auto" and facts.is_host and recipe.choose != "saved_model":
+        usable = [c for c in candidates if c.p50_us is not None and c.artifact in accepted
+                  and c.artifact.endswith(".tflite")]
+        if usable:
+            chosen = pick_fastest(usable)
+            return chosen.artifact, chosen.runtime, Selection(
+                True, f"measured on this host: {describe_pick(chosen, usable)}", tuple(candidates)), notes
+        notes.append("no accepted .tflite could be measured on this host; choosing by rule")
+    preferred = by_kind.get(recipe.choose)
+    if preferred is not None and preferred.accepted:
+        chosen_path = preferred.path
+    else:
+        fallback = next((by_kind[k] for k in RULE_ORDER if k in by_kind and by_kind[k].accepted), None)
+        if fallback is not None and recipe.name == "auto":
+            notes.append(f"{FILE_NAMES.get(recipe.choose, recipe.choose)} was rejected by the gate; auto chose the "
+                         f"accepted {fallback.path} instead")
+            chosen_path = fallback.path
+        else:
+            chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
+    runtime = "tensorflow" if chosen_path == FILE_NAMES["saved_model"] else "litert"
+    how = ("by rule for this host: the recipe names the artifact" if facts.is_host else
+           f"by rule: {facts.name} is not this host, so it could not be measured here")
+    return chosen_path, runtime, Selection(False, how, tuple(candidates)), notes
+
+
+#: Two p50s within this fraction of each other are a tie (run-to-run noise measured ~15% on this stack).
+NOISE = 0.15
+RUNTIME_ORDER = {"litert": 0, "openvino": 1}
+
+
+def pick_fastest(candidates: list[Candidate]) -> Candidate:
+    """Fastest p50; within NOISE of it, the smaller file, then LiteRT (the smaller runtime) wins."""
+    best = min(c.p50_us for c in candidates if c.p50_us is not None)  # type: ignore[type-var]
+    tied = [c for c in candidates if c.p50_us is not None and c.p50_us <= best * (1 + NOISE)]
+    return min(tied, key=lambda c: (c.size_bytes, RUNTIME_ORDER.get(c.runtime, 9), c.p50_us))
+
+
+def describe_pick(chosen: Candidate, candidates: list[Candidate]) -> str:
+    fastest = min(candidates, key=lambda c: c.p50_us or float("inf"))
+    text = f"{chosen.artifact} on {chosen.runtime}, p50 {chosen.p50_us:.1f} us"
+    if fastest is not chosen:
+        text += (f" (fastest: {fastest.artifact} on {fastest.runtime} {fastest.p50_us:.1f} us, within "
+                 f"{NOISE:.0%} noise; the smaller file / smaller runtime wins the tie)")
+    return text + f"; {len(candidates)} accepted candidates timed with bench's interleaved loop"
+
+
+# --- step 10: samples -----------------------------------------------------------------------------------
+
+
+def samples_step(staging: Path, plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray]) -> None:
+    """samples.npz: `x/<input>` (original dtypes), `expected/<output>` (the ORIGINAL model's outputs),
+    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always."""
+    arrays: dict[str, np.ndarray] = {}
+    for spec in contract.inputs:
+        arrays[f"x/{spec.name}"] = np.asarray(plan.data.x_val[spec.name][:SAMPLE_ROWS], dtype=spec.dtype)
+    for spec in contract.outputs:
+        arrays[f"expected/{spec.name}"] = np.asarray(reference[spec.name][:SAMPLE_ROWS], dtype=spec.dtype)
+        if spec.name in plan.data.y_val:
+            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
+    np.savez(staging / SAMPLES_NAME, **arrays)
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+def run(options: Options, say: Say = lambda _: None) -> Outcome:
+    """Do the whole optimization; raises TfsmithError for bad input with --out untouched."""
+    from builder.optimize import export as exporting
+    from builder.optimize import report as reporting
+    from builder.optimize import tfenv
+
+    plan = make_plan(options, say)
+    tf = tfenv.tensorflow()
+    data, loaded = plan.data, plan.loaded
+    with _stage(say, "the original model's outputs on the held-out rows"):
+        reference = loaded.predict(data.x_val)
+    contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks))
     staging = exporting.staging_dir(options.out)
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
-        # Baseline: the unoptimized float model served as a SavedModel, measured like the artifacts.
-        if loaded.keras_model is not None:
-            baseline_dir = scratch / "baseline"
-            exporting.export_saved_model(loaded.keras_model, baseline_dir, loaded.input.name)
-        else:
-            baseline_dir = loaded.saved_model_dir
-
-        model = loaded.keras_model
-        sparsity = None
-        if recipe.pruning and model is not None:
-            with _stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} "
-                             "fine-tuning epochs"):
-                model, sparsity = prune.prune_model(model, recipe.pruning, data.x_train, data.y_train,
-                                                    prune.loss_for(loaded.keras_model, data.x_train))
-        saved_model = staging / FILE_NAMES["saved_model"]
-        with _stage(say, "exporting the serving SavedModel"):
-            if model is not None:
-                exporting.export_saved_model(model, saved_model, loaded.input.name, xla=recipe.export.xla)
-            else:
-                shutil.copytree(loaded.saved_model_dir, saved_model)
-                if recipe.export.xla:
-                    notes.append("xla: serving_xla not added: the model is not a Keras 2 model")
-        produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
-        for kind in recipe.kinds:
-            if kind in ("saved_model", "tflite_qat_int8"):
-                continue
-            mode = kind.removeprefix("tflite_")
-            with _stage(say, f"converting to TFLite {mode}"):
-                path = staging / FILE_NAMES[kind]
-                path.write_bytes(quantize.convert_saved_model(saved_model, mode, data.x_calib))
-            produced.append((kind, path))
-        if recipe.quantization.qat and model is not None:
-            with _stage(say, f"quantization-aware training{' (pruning-preserving)' if sparsity else ''}"):
-                qat_model = quantize.quantization_aware_train(
-                    model, data.x_train, data.y_train, prune.loss_for(loaded.keras_model, data.x_train),
-                    recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32,
-                    pruned=sparsity is not None)
-                path = staging / FILE_NAMES["tflite_qat_int8"]
-                path.write_bytes(quantize.convert_qat(qat_model, data.x_calib))
-            produced.append(("tflite_qat_int8", path))
-
-        metrics = []
-        for kind, path in produced:
-            with _stage(say, f"evaluating {path.name}"):
-                if kind == "saved_model":
-                    m = evaluate.evaluate_saved_model(path, kind, path.name, data.x_val, labels, reference, measure)
-                else:
-                    m = evaluate.evaluate_tflite(path, kind, path.name, data.x_val, labels, reference, measure)
-            metrics.append(m)
-
-        # Measured last, like the artifacts, on a warmed-up runtime: the first SavedModel timed in a process
-        # runs slower, which would flatter every ratio against the baseline.
-        with _stage(say, "measuring the float baseline (SavedModel signature)"):
-            baseline = evaluate.evaluate_saved_model(baseline_dir, "saved_model", "baseline", data.x_val, labels,
-                                                     reference, measure)
-        base_score = baseline.accuracy if labels is not None else 1.0
-        for m in metrics:
-            score = m.accuracy if labels is not None else m.agreement
-            drop = round(base_score - score, 6)
-            m.accepted = drop <= options.max_accuracy_drop + 1e-9
-            metric = "accuracy" if labels is not None else "agreement with the float model"
-            m.reason = (f"{metric} drop {drop:+.4f} {'<=' if m.accepted else '>'} {options.max_accuracy_drop:.4f}")
-            m.extra["accuracy_drop"] = drop
-        chosen = next(m for m in metrics if m.kind == recipe.choose)
-        chosen_drop = chosen.extra["accuracy_drop"]
-
-        samples = {"x": data.x_val[:SAMPLE_ROWS], "expected": reference[:SAMPLE_ROWS].astype(np.float32)}
-        if labels is not None:
-            samples["y"] = labels[:SAMPLE_ROWS]
-        np.savez(staging / SAMPLES_NAME, **samples)
-
-        report = {
-            "schema": 1,
-            "tfsmith": _version(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "model": {"source": str(options.model), "format": loaded.facts.format,
-                      "keras_version": loaded.facts.keras_version, "params": loaded.params,
-                      "input": loaded.input.to_dict(), "output": loaded.output.to_dict()},
-            "data": {"source": options.data, "train_rows": 0 if data.x_train is None else len(data.x_train),
-                     "calibration_rows": 0 if data.x_calib is None else len(data.x_calib),
-                     "calibration_from": "x_calib" if raw_data.x_calib is not None else "x_train",
-                     "labels": labels is not None},
-            "held_out_rows": len(data.x_val),
-            "recipe": recipe.to_dict(),
-            "reasons": list(reasons),
-            "notes": notes,
-            "target": {"name": facts.name, "arch": facts.arch, "gpu_capabilities": list(facts.gpu_capabilities),
-                       "features": sorted(facts.features & set(INTERESTING_FLAGS))},
-            "host": {"cpu_features": sorted(host_facts().features), "threads": options.threads,
-                     "tensorflow": tf.__version__, "litert": _litert_version()},
-            "baseline": baseline.to_dict(),
-            "sparsity": sparsity.to_dict() if sparsity else None,
-            "artifacts": [m.to_dict() for m in metrics],
-            "chosen": chosen.path,
-            "samples": SAMPLES_NAME,
-            "gate": {"metric": "accuracy" if labels is not None else "agreement",
-                     "max_accuracy_drop": options.max_accuracy_drop, "chosen_drop": chosen_drop,
-                     "passed": chosen.accepted},
-        }
+        model, sparsity, prune_notes = prune_step(plan, contract, reference, options, say)
+        plan.notes.extend(prune_notes)
+        saved_model = export_step(plan, model, contract, staging, say)
+        produced = convert_step(plan, saved_model, staging, say)
+        produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
+        results = evaluate_step(produced, staging, plan, contract, reference, options, say)
+        with _stage(say, "the float baseline (SavedModel signature)"):
+            baseline, _ = baseline_step(plan, contract, reference, options)
+        results, candidates, extra = measure_step(results, staging, plan, contract, reference,
+                                                  loaded.saved_model_dir, options, say)
+        if baseline is not None and "baseline" in extra:
+            baseline = replace(baseline, latency_us=extra["baseline"])
+        chosen, runtime, selection, select_notes = select_step(plan.recipe, plan.facts, results, candidates)
+        plan.notes.extend(select_notes)
+        samples_step(staging, plan, contract, reference)
+        chosen_result = next((r for r in results if r.path == chosen), None)
+        passed = bool(chosen_result and chosen_result.accepted)
+        report = Report(
+            tfsmith=_version(),
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            model=ModelInfo(str(options.model), loaded.facts.format, loaded.facts.keras_version, loaded.params,
+                            contract),
+            data=DataInfo(options.data, data.train_rows, len(next(iter(data.x_calib.values()))) if data.x_calib else 0,
+                          data.calibration_from, data.held_out_rows, tuple(sorted(data.y_val))),
+            recipe=plan.recipe.to_dict(), reasons=tuple(plan.reasons), notes=tuple(plan.notes),
+            target={"name": plan.facts.name, "arch": plan.facts.arch, "is_host": plan.facts.is_host,
+                    "gpu_capabilities": list(plan.facts.gpu_capabilities),
+                    "features": sorted(plan.facts.features & set(INTERESTING_FLAGS))},
+            host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
+                  "tensorflow": tf.__version__, "litert": _version("ai-edge-litert"),
+                  "openvino": _version("openvino") if openvino_available() else None},
+            baseline=baseline, sparsity=sparsity.to_dict() if sparsity else None, artifacts=tuple(results),
+            chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
+            gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
+                      chosen_result.reason if chosen_result else f"{chosen} was not produced"),
+            selection=selection)
         with _stage(say, "writing report.json, report.md, report.png"):
             reporting.write_report(report, staging)
         exporting.publish(staging, options.out)
@@ -312,23 +697,15 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        loaded.close()
     return Outcome(report=report, out=Path(options.out))
 
 
-def _version() -> str:
+def _version(package: str = "tfsmith") -> str:
     try:
         from importlib.metadata import version
 
-        return version("tfsmith")
-    except Exception:
-        return "unknown"
-
-
-def _litert_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("ai-edge-litert")
+        return version(package)
     except Exception:
         return "unknown"
 
@@ -336,38 +713,50 @@ def _litert_version() -> str:
 # --- CLI glue -----------------------------------------------------------------------------------------
 
 
+def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cuda_cc: str | None,
+            max_accuracy_drop: float, max_relative_error: float, threads: int) -> list[str]:
+    """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
+    from builder.optimize import tfenv
+
+    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=Path(tempfile.gettempdir()) /
+                      "tfsmith-explain-unused", max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+                      max_relative_error=max_relative_error)
+    with tfenv.quiet_native_stderr():
+        plan = make_plan(options, lambda _: None)
+        reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
+        contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
+                                 {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks))
+    lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
+    for spec in contract.outputs:
+        lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")
+    lines += [f"note: {n}" for n in plan.notes]
+    plan.loaded.close()
+    return lines
+
+
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
                          max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
-                         latency_runs: int = 300) -> int:
+                         latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR) -> int:
     """What `tfsmith optimize` does; returns the exit status (0, or GATE_FAILED)."""
+    import os
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
     from builder.optimize import report as reporting
-    from builder.optimize.model_io import sniff_model
 
-    import os
-
-    # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
-    err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
     if explain:
-        facts = target_facts(target, cuda_cc)
-        chosen, reasons = choose_recipe(recipe, facts)
-        sniffed = sniff_model(model)
-        note = None
-        if sniffed.format == "keras3":
-            note = (f"Keras {sniffed.keras_version} file: tfmot works only with Keras 2, so pruning and QAT "
-                    "will be skipped (post-training quantization only)")
-        elif sniffed.format == "saved_model":
-            note = "SavedModel: pruning/QAT only if it holds a Keras 2 model (keras_metadata.pb)"
-        for line in explain_lines(chosen, reasons, facts, note):
+        for line in explain_plan(model=model, data=data, recipe=recipe, target=target, cuda_cc=cuda_cc,
+                                         max_accuracy_drop=max_accuracy_drop,
+                                         max_relative_error=max_relative_error, threads=threads):
             print(line)
         return 0
+    # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
+    err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
                       max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
-                      latency_runs=latency_runs)
+                      latency_runs=latency_runs, max_relative_error=max_relative_error)
     from builder.optimize import tfenv
 
     with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():
@@ -381,22 +770,23 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     report = outcome.report
     table = Table(title=f"tfsmith optimize -> {outcome.out}")
     for header in reporting.HEADERS:
-        table.add_column(header, justify="left" if header in ("artifact", "kind", "gate") else "right")
+        table.add_column(header, justify="left" if header in ("artifact", "kind", "gate", "quality") else "right")
     for row in reporting.table_rows(report):
         table.add_row(*row)
     out_console = Console()
     if not out_console.is_terminal:
-        out_console = Console(width=160)
+        out_console = Console(width=200)
     out_console.print(table)
-    for note in report["notes"]:
+    for spec in report.contract.outputs:
+        print(f"output {spec.name}: {spec.task} ({spec.task_why})")
+    for note in report.notes:
         print(f"note: {note}")
-    if report.get("sparsity"):
-        print(f"sparsity: target {report['sparsity']['target']:.3f}, achieved {report['sparsity']['achieved']:.3f}")
+    if report.sparsity:
+        print(f"sparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}")
+    print(f"chosen: {report.chosen} on {report.chosen_runtime} ({report.selection.how})")
     print(f"report: {outcome.out / reporting.REPORT_JSON} ({reporting.REPORT_MD}, {reporting.REPORT_PNG})")
     if not outcome.gate_passed:
-        gate = report["gate"]
-        sys.stderr.write(f"tfsmith: error: quality gate failed: {report['chosen']} loses {gate['chosen_drop']:.4f} "
-                         f"accuracy (max {gate['max_accuracy_drop']:.4f}); artifacts kept in {outcome.out}, "
-                         "marked rejected\n")
+        sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "
+                         f"artifacts kept in {outcome.out}, marked rejected\n")
         return GATE_FAILED
     return 0

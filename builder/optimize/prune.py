@@ -1,7 +1,8 @@
 """Magnitude pruning with tfmot, fine-tuned on DATA, and a check that the sparsity asked for was reached.
 
 Masks move only on the steps `pruning_schedule` plans (the last one exactly on `end_step`), so a 0.80 target
-ends at 0.80, not 0.786 (FACTS §4). `strip_pruning` removes the wrappers so export and conversion see plain
+ends at 0.80, not 0.786 (tfmot's default frequency=100 stopped a
+0.80 target at 0.786). `strip_pruning` removes the wrappers so export and conversion see plain
 layers whose kernels hold real zeros.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -40,26 +42,29 @@ class SparsityResult:
         }
 
 
-def loss_for(model: Any, sample: np.ndarray) -> Any:
-    """Sparse cross-entropy (labels are class ids after DATA checks), on probabilities or on logits.
+def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool]) -> dict[str, Any]:
+    """A fine-tuning loss per output: sparse cross-entropy (on probabilities or logits) for classification, whose
+    labels are class ids after DATA checks; mean squared error for regression.
 
-    Decided from what the model outputs on a few training rows rather than from its compiled loss, which may
-    expect one-hot labels or be missing (models saved without compile).
+    Decided from the task and from what the model outputs rather than from its compiled loss, which may expect
+    one-hot labels or be missing (models saved without compile).
     """
     keras = tfenv.keras()
-    outputs = np.asarray(model(sample[:16], training=False))
-    probabilities = bool(np.all(outputs >= 0) and np.all(outputs <= 1)
-                         and np.allclose(outputs.sum(axis=-1), 1.0, atol=1e-3))
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=not probabilities)
+    return {name: (keras.losses.SparseCategoricalCrossentropy(from_logits=not probabilities.get(name, False))
+                   if task == "classification" else keras.losses.MeanSquaredError())
+            for name, task in tasks.items()}
 
 
 def _one_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    """The line that says what went wrong (TensorFlow puts "in user code:" and a stack before it)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    said = [line for line in lines if "Error:" in line]
+    return (said[-1] if said else lines[0] if lines else type(error).__name__)[:200]
 
 
 def compile_for_finetune(model: Any, loss: Any, learning_rate: float = 5e-4) -> None:
     keras = tfenv.keras()
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss)
 
 
 def kernel_sparsity(model: Any) -> dict[str, float]:
@@ -73,14 +78,15 @@ def kernel_sparsity(model: Any) -> dict[str, float]:
     return result
 
 
-def prune_model(model: Any, pruning: Pruning, x_train: np.ndarray, y_train: np.ndarray, loss: Any,
+def prune_model(model: Any, pruning: Pruning, x_train: Any, y_train: Any, loss: Any,
                 verbose: int = 0) -> tuple[Any, SparsityResult]:
     """Prune a Sequential/Functional tf_keras model to `pruning`'s target and fine-tune; returns the stripped model."""
     keras = tfenv.keras()
     import tensorflow_model_optimization as tfmot
 
     sparsity = tfmot.sparsity.keras
-    steps_per_epoch = math.ceil(len(x_train) / pruning.batch_size)
+    rows = len(x_train[0]) if isinstance(x_train, (list, tuple)) else len(x_train)
+    steps_per_epoch = math.ceil(rows / pruning.batch_size)
     clone = keras.models.clone_model(model)
     clone.set_weights(model.get_weights())
     try:

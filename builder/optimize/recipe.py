@@ -12,7 +12,7 @@ Pure: no TensorFlow here, so `--explain` and the unit tests are instant. A recip
                                     # (tfmot sparsity_m_by_n); sparsity is then M/N and `sparsity` unused
 
     [quantization]
-    modes = ["dynamic", "int8"]     # post-training TFLite: dynamic, float16, int8 (int8 I/O)
+    modes = ["dynamic", "int8"]     # post-training TFLite: dynamic, float16, int8 (float I/O, int8 inside)
     qat = false                     # quantization-aware training (pruning-preserving when pruning is on)
     qat_epochs = 1
     calibration_samples = 200
@@ -20,6 +20,9 @@ Pure: no TensorFlow here, so `--explain` and the unit tests are instant. A recip
     [export]
     tflite_fp32 = true
     xla = false                     # add a jit_compile'd `serving_xla` signature to the SavedModel
+
+    [tasks]                         # optional, per output name: how its quality is judged
+    predictions = "classification"  # or "regression" (default: inferred, and the report says why)
 
 Unknown keys and impossible values are refused with one line naming the key (cibuildwheel's rule: never
 swallow a setting silently).
@@ -84,6 +87,7 @@ class Recipe:
     pruning: Pruning | None = None
     quantization: Quantization = field(default_factory=Quantization)
     export: Export = field(default_factory=Export)
+    tasks: tuple[tuple[str, str], ...] = ()  # (output name, "classification" | "regression") overrides
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -102,7 +106,8 @@ class Recipe:
 
 # --- parsing -------------------------------------------------------------------------------------------
 
-_TOP = {"name", "choose", "pruning", "quantization", "export"}
+_TOP = {"name", "choose", "pruning", "quantization", "export", "tasks"}
+TASKS = ("classification", "regression")
 _PRUNING = {"sparsity", "schedule", "epochs", "initial_sparsity", "structured", "batch_size"}
 _QUANT = {"modes", "qat", "qat_epochs", "calibration_samples"}
 _EXPORT = {"tflite_fp32", "xla"}
@@ -197,17 +202,23 @@ def recipe_from_mapping(data: Mapping[str, Any], source: str = "recipe") -> Reci
         tflite_fp32=_bool(f"{source}: export.tflite_fp32", etable.get("tflite_fp32", True)),
         xla=_bool(f"{source}: export.xla", etable.get("xla", False)),
     )
+    ttable = _table(f"{source}: tasks", data.get("tasks", {}))
+    for output, task in ttable.items():
+        if task not in TASKS:
+            raise InputError(f"{source}: tasks.{output} must be one of {', '.join(TASKS)}, got {task!r}")
+    tasks = tuple(sorted((str(k), str(v)) for k, v in ttable.items()))
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise InputError(f"{source}: name must be a non-empty string")
-    recipe = Recipe(name=name, choose="saved_model", pruning=pruning, quantization=quantization, export=export)
+    recipe = Recipe(name=name, choose="saved_model", pruning=pruning, quantization=quantization, export=export,
+                    tasks=tasks)
     default_choice = next((k for k in ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_float16",
                                        "tflite_fp32") if k in recipe.kinds), "saved_model")
     choose = data.get("choose", default_choice)
     if choose not in recipe.kinds:
         raise InputError(f"{source}: choose = {choose!r} is not produced by this recipe "
                          f"(it produces: {', '.join(recipe.kinds)})")
-    return Recipe(name=name, choose=choose, pruning=pruning, quantization=quantization, export=export)
+    return Recipe(name=name, choose=choose, pruning=pruning, quantization=quantization, export=export, tasks=tasks)
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -253,7 +264,7 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
     """The hardware-aware recipe for a target, and one reason per choice.
 
     `features` are the target's CPU flags (/proc/cpuinfo spelling), `gpu_capabilities` its CUDA compute
-    capabilities ("8.0", ...). Decisions follow FACTS §4/§5 measurements: int8 only pays where the CPU has int8
+    capabilities ("8.0", ...). Decisions follow measurements on LiteRT: int8 only pays where the CPU has int8
     dot-product instructions; float16 only where something computes in half precision; XLA is slower for
     CNNs on CPU; pruning shrinks the download, not the latency.
     """
@@ -266,7 +277,7 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
     modes = ["dynamic", "int8"]
     if int8_flags:
         choose = "tflite_int8"
-        reasons.append(f"quantization: full int8 (int8 I/O) chosen: {target_name} has {', '.join(int8_flags)} "
+        reasons.append(f"quantization: full int8 (float I/O) preferred: {target_name} has {', '.join(int8_flags)} "
                        "(int8 dot products), so int8 kernels run fast and the file is 4x smaller")
     else:
         choose = "tflite_dynamic"
@@ -292,11 +303,12 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
     else:
         xla = False
         reasons.append("xla: off on CPU: XLA serving functions measured slower for CNNs on CPU "
-                       "(MobileNetV2 16 ms -> 96 ms, FACTS §5)")
+                       "(MobileNetV2 16 ms -> 96 ms with XLA, measured on this stack)")
     pruning = Pruning(sparsity=0.5, schedule="polynomial", epochs=2)
     reasons.append("pruning: 50% polynomial over 2 fine-tuning epochs: the gzipped artifact shrinks at little "
-                   "accuracy risk; sparsity does not speed up dense kernels (FACTS §4); skipped for models "
-                   "tfmot cannot prune (Keras 3, subclassed) or DATA without training rows")
+                   "accuracy risk; sparsity does not speed up dense kernels; kept only when the pruned model still agrees with "
+                   "the original within the quality gate; skipped for models tfmot cannot prune (Keras 3, "
+                   "subclassed, SavedModel without Keras, .tflite) or DATA without training labels")
     reasons.append("qat: off: post-training int8 stays within a point on typical CNNs; ask for it in a recipe "
                    "when the gate fails")
     reasons.append("export: serving-only SavedModel (signature serving_default) and a float32 .tflite as the "
@@ -333,7 +345,7 @@ def pruning_schedule(steps_per_epoch: int, epochs: int, ramp_fraction: float = 0
 
     tfmot updates masks only on steps where `(step - begin) % frequency == 0` and `begin <= step <= end`, and
     training steps run 0 .. total-1. With the default frequency=100 and an end step that is no multiple, the
-    last update happens before the end and sparsity stops short (0.786 for a 0.80 target, FACTS §4). Here end
+    last update happens before the end and sparsity stops short (0.786 for a 0.80 target with frequency=100). Here end
     is a multiple of the frequency away from begin, and the steps after it fine-tune at the final sparsity.
     """
     if steps_per_epoch < 1 or epochs < 1:

@@ -1,12 +1,14 @@
-"""report.json (machine-readable, schema in the package docstring), report.md (a table) and report.png (a plot)."""
+"""report.json (the typed `builder.report.Report`, schema in the package docstring), report.md (a table) and
+report.png (a plot)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+from builder.report import REPORT_JSON, ArtifactResult, Report
+
+REPORT_MD, REPORT_PNG = "report.md", "report.png"
+HEADERS = ["artifact", "kind", "size", "gzip", "quality vs original", "p50 us", "p99 us", "rows/s", "gate"]
 
 
 def _fmt_size(n: int | None) -> str:
@@ -15,73 +17,86 @@ def _fmt_size(n: int | None) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MiB"
 
 
-def _fmt_acc(a: float | None) -> str:
-    return "-" if a is None else f"{a:.4f}"
+def quality_text(artifact: ArtifactResult) -> str:
+    """Per output, the gated number and the one beside it (accuracy / agreement / relative error)."""
+    parts = []
+    for m in artifact.metrics:
+        if m.task == "classification":
+            text = (f"acc {m.accuracy:.4f}, " if m.accuracy is not None else "") + f"agree {m.agreement:.4f}"
+        else:
+            text = (f"MAE {m.mae:.4g}, " if m.mae is not None else "") + f"rel.err {m.relative_error:.4f}"
+        parts.append(f"{m.output}: {text}" if len(artifact.metrics) > 1 else text)
+    return "; ".join(parts)
 
 
-def table_rows(report: dict[str, Any]) -> list[list[str]]:
+def table_rows(report: Report) -> list[list[str]]:
     """Rows for both the markdown and the rich table: baseline first, then every artifact."""
     rows = []
-    entries = [("baseline (float, SavedModel)", report["baseline"], None)]
-    entries += [(a["path"], a, a) for a in report["artifacts"]]
-    for label, m, artifact in entries:
-        chosen = artifact is not None and artifact["path"] == report["chosen"]
-        status = "" if artifact is None else ("accepted" if artifact["accepted"] else "REJECTED")
+    entries: list[tuple[str, ArtifactResult, bool]] = []
+    if report.baseline is not None:
+        entries.append(("baseline (original, SavedModel)", report.baseline, False))
+    entries += [(a.path, a, True) for a in report.artifacts]
+    for label, m, is_artifact in entries:
+        chosen = is_artifact and m.path == report.chosen
+        status = "" if not is_artifact else ("accepted" if m.accepted else "REJECTED")
         rows.append([
-            label + (" *" if chosen else ""), m["kind"], _fmt_size(m["size_bytes"]), _fmt_size(m["gzip_bytes"]),
-            _fmt_acc(m["accuracy"]), f"{m['agreement']:.4f}", f"{m['latency_us']['p50']:.1f}",
-            f"{m['latency_us']['p99']:.1f}", f"{m['throughput']['samples_per_s']:.0f}", status,
+            label + (f" * ({report.chosen_runtime})" if chosen else ""), m.kind, _fmt_size(m.size_bytes),
+            _fmt_size(m.gzip_bytes), quality_text(m), f"{m.latency_us.p50:.1f}", f"{m.latency_us.p99:.1f}",
+            f"{m.throughput.get('samples_per_s', 0):.0f}", status,
         ])
     return rows
 
 
-HEADERS = ["artifact", "kind", "size", "gzip", "accuracy", "agreement", "p50 us", "p99 us", "rows/s", "gate"]
-
-
-def write_markdown(report: dict[str, Any], path: Path) -> None:
-    lines = [f"# tfsmith optimize: {report['model']['source']}", ""]
-    gate = report["gate"]
-    lines.append(f"Chosen: `{report['chosen']}` (marked *). Quality gate: max accuracy drop "
-                 f"{gate['max_accuracy_drop']:.4f}, chosen drop {gate['chosen_drop']:.4f}: "
-                 f"**{'passed' if gate['passed'] else 'FAILED'}**.")
+def write_markdown(report: Report, path: Path) -> None:
+    lines = [f"# tfsmith optimize: {report.model.source}", ""]
+    gate = report.gate
+    lines.append(f"Chosen: `{report.chosen}` on {report.chosen_runtime} (marked *): {report.selection.how}.")
     lines.append("")
-    lines.append(f"Held-out rows: {report['held_out_rows']}; threads: {report['host']['threads']}; "
-                 f"TensorFlow {report['host']['tensorflow']}; recipe `{report['recipe']['name']}`.")
-    if report.get("sparsity"):
-        s = report["sparsity"]
-        lines.append(f"Sparsity: target {s['target']:.3f}, achieved {s['achieved']:.3f}.")
+    lines.append(f"Quality gate, every artifact vs the ORIGINAL model per output (max accuracy drop "
+                 f"{gate.max_accuracy_drop:.4f}, max relative error {gate.max_relative_error:.4f}): "
+                 f"**{'passed' if gate.passed else 'FAILED'}** ({gate.chosen_reason}).")
+    lines.append("")
+    lines.append(f"Held-out rows: {report.data.held_out_rows}; threads: {report.host['threads']}; "
+                 f"TensorFlow {report.host['tensorflow']}; recipe `{report.recipe.get('name')}`.")
+    lines += ["", "## Contract (the original model's serving signature)", ""]
+    lines += [f"- input `{t.name}`: {t.dtype} {list(t.shape)}" for t in report.contract.inputs]
+    lines += [f"- output `{t.name}`: {t.dtype} {list(t.shape)}; {t.task}: {t.task_why}" for t in report.contract.outputs]
+    if report.sparsity:
+        lines.append(f"\nSparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}.")
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
-    lines += ["", "## Why", ""] + [f"- {r}" for r in report["reasons"]]
-    if report["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
-    lines += ["", f"![size vs latency vs accuracy]({REPORT_PNG})", ""]
+    if report.selection.candidates:
+        lines += ["", "## Candidates (artifact x runtime, batch-1 p50 on this host)", "",
+                  "| artifact | runtime | p50 us | note |", "|---|---|---|---|"]
+        for c in report.selection.candidates:
+            lines.append(f"| {c.artifact} | {c.runtime} | {'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | "
+                         f"{c.error} |")
+    lines += ["", "## Why", ""] + [f"- {r}" for r in report.reasons]
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    lines += ["", f"![size vs latency]({REPORT_PNG})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def write_plot(report: dict[str, Any], path: Path) -> None:
-    """gzip size (x, log) vs p50 latency (y, log); colour = accuracy (or agreement without labels)."""
+def write_plot(report: Report, path: Path) -> None:
+    """gzip size (x, log) vs p50 latency (y, log), one point per artifact, labelled with its verdict."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    entries = [report["baseline"] | {"path": "baseline"}] + report["artifacts"]
-    xs = [e["gzip_bytes"] / 1024 for e in entries]
-    ys = [e["latency_us"]["p50"] for e in entries]
-    score_key = "accuracy" if report["baseline"]["accuracy"] is not None else "agreement"
-    cs = [e[score_key] for e in entries]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    points = ax.scatter(xs, ys, c=cs, cmap="viridis", s=70, edgecolors="black")
-    for e, x, y, c in zip(entries, xs, ys, cs):
-        label = (e["kind"] if e["path"] != "baseline" else "baseline (float)") + f" {c:.3f}"
-        if not e.get("accepted", True):
-            label += " REJECTED"
-        rightmost = x == max(xs)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(-6 if rightmost else 6, 6), fontsize=8,
-                    ha="right" if rightmost else "left")
     from matplotlib.ticker import FuncFormatter
 
+    entries = ([("baseline", report.baseline)] if report.baseline else []) + [(a.kind, a) for a in report.artifacts]
+    xs = [max(e.gzip_bytes, 1) / 1024 for _, e in entries]
+    ys = [max(e.latency_us.p50, 0.01) for _, e in entries]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    colours = ["tab:blue" if e.accepted else "tab:red" for _, e in entries]
+    ax.scatter(xs, ys, c=colours, s=70, edgecolors="black")
+    for (label, e), x, y in zip(entries, xs, ys):
+        text = label + ("" if e.accepted else " REJECTED") + (" *" if e.path == report.chosen else "")
+        rightmost = x == max(xs)
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(-6 if rightmost else 6, 6), fontsize=8,
+                    ha="right" if rightmost else "left")
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain = FuncFormatter(lambda value, _: f"{value:g}")
@@ -91,15 +106,17 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     ax.margins(x=0.35, y=0.2)
     ax.set_xlabel("gzipped size (KiB)")
     ax.set_ylabel("p50 latency at batch 1 (us)")
-    ax.set_title(f"tfsmith optimize: {Path(report['model']['source']).name}")
-    fig.colorbar(points, ax=ax, label=score_key)
+    ax.set_title(f"tfsmith optimize: {Path(report.model.source).name}")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def write_report(report: dict[str, Any], directory: Path) -> None:
-    (directory / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+def write_report(report: Report, directory: Path) -> None:
+    report.write(directory)
     write_markdown(report, directory / REPORT_MD)
     write_plot(report, directory / REPORT_PNG)
+
+
+__all__ = ["HEADERS", "REPORT_JSON", "REPORT_MD", "REPORT_PNG", "table_rows", "write_report"]

@@ -1,6 +1,6 @@
 """Import TensorFlow the one way that works with tfmot: Keras 2 (`tf_keras`) as `tf.keras`.
 
-tfmot cannot prune or quantize Keras 3 objects (FACTS §4), and `TF_USE_LEGACY_KERAS` is read once, when
+tfmot cannot prune or quantize Keras 3 objects (it works only with Keras 2), and `TF_USE_LEGACY_KERAS` is read once, when
 TensorFlow is first imported, so it has to be set before any import of tensorflow in the process.
 """
 

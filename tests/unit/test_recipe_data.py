@@ -1,5 +1,5 @@
-"""DATA checks against the model's shapes (pure numpy): what is accepted, converted, refused, and where
-calibration rows come from."""
+"""DATA checks against the model's contract (pure numpy): the named and single-array .npz forms, dtypes kept,
+what is refused, and where calibration rows come from."""
 
 from __future__ import annotations
 
@@ -7,62 +7,122 @@ import numpy as np
 import pytest
 
 from builder.errors import InputError
-from builder.optimize.data import Data, shared_rows, validate_data
+from builder.optimize.data import RawData, shared_rows, split_npz, validate_data
+from builder.report import TensorSpec
 
-IN, OUT = (None, 8, 8, 1), (None, 10)
+IMAGE = (TensorSpec("image", "float32", (None, 8, 8, 1)),)
+PROBS = (TensorSpec("probs", "float32", (None, 10)),)
+TWO_IN = (TensorSpec("tokens", "int32", (None, 12)), TensorSpec("extra", "float32", (None, 3)))
+TWO_OUT = (TensorSpec("label", "float32", (None, 4)), TensorSpec("score", "float32", (None, 1)))
 
 
-def make(n_train: int = 40, n_val: int = 20, calib: bool = True, seed: int = 0) -> Data:
+def single(n_train: int = 40, n_val: int = 20, calib: bool = True, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return Data(
-        x_train=rng.random((n_train, 8, 8, 1)), y_train=rng.integers(0, 10, n_train),
-        x_val=rng.random((n_val, 8, 8, 1)), y_val=rng.integers(0, 10, n_val),
-        x_calib=rng.random((7, 8, 8, 1)) if calib else None, source="d.npz")
+    arrays = {"x_train": rng.random((n_train, 8, 8, 1)), "y_train": rng.integers(0, 10, n_train),
+              "x_val": rng.random((n_val, 8, 8, 1)), "y_val": rng.integers(0, 10, n_val)}
+    if calib:
+        arrays["x_calib"] = rng.random((7, 8, 8, 1))
+    return arrays
 
 
-def test_valid_data_is_cast_to_float32_and_labels_to_ids() -> None:
-    data = make()
-    onehot = np.eye(10)[data.y_val]
-    checked = validate_data(Data(**{**data.__dict__, "y_val": onehot}), IN, OUT, need_train=True, need_calib=True,
-                            calib_samples=5)
-    assert checked.x_val.dtype == np.float32 and checked.x_train.dtype == np.float32
-    assert np.array_equal(checked.y_val, data.y_val) and checked.y_val.dtype == np.int64
-    assert len(checked.x_calib) == 5  # capped at the recipe's calibration_samples
+def named(n: int = 30, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for split, rows in (("train", n), ("val", n // 2), ("calib", 5)):
+        arrays[f"x_{split}/tokens"] = rng.integers(0, 50, (rows, 12)).astype(np.int64)
+        arrays[f"x_{split}/extra"] = rng.random((rows, 3)).astype(np.float32)
+    arrays["y_train/label"] = rng.integers(0, 4, n)
+    arrays["y_val/label"] = rng.integers(0, 4, n // 2)
+    arrays["y_train/score"] = rng.random((n, 1)).astype(np.float32)  # y_val/score absent: labels are optional
+    return arrays
+
+
+def test_single_array_form_for_one_input_one_output_model() -> None:
+    raw = split_npz(single(), IMAGE, PROBS, "d.npz")
+    data = validate_data(raw, IMAGE, PROBS, need_train=True, need_calib=True, calib_samples=5)
+    assert set(data.x_val) == {"image"} and data.x_val["image"].dtype == np.float32
+    assert set(data.y_val) == {"probs"}
+    assert len(data.x_calib["image"]) == 5 and data.calibration_from == "x_calib"  # capped at calibration_samples
+
+
+def test_named_form_keeps_id_dtypes_everywhere_and_labels_are_optional_per_output() -> None:
+    raw = split_npz(named(), TWO_IN, TWO_OUT, "d.npz")
+    data = validate_data(raw, TWO_IN, TWO_OUT, need_train=True, need_calib=True, calib_samples=100)
+    for split in (data.x_train, data.x_val, data.x_calib):
+        assert split["tokens"].dtype == np.int32 and split["extra"].dtype == np.float32  # ids never become floats
+    assert set(data.y_val) == {"label"} and set(data.y_train) == {"label", "score"}
 
 
 def test_calibration_falls_back_to_training_rows_never_validation() -> None:
-    data = make(calib=False)
-    checked = validate_data(data, IN, OUT, need_train=False, need_calib=True, calib_samples=100)
-    assert np.array_equal(checked.x_calib, data.x_train.astype(np.float32))
-    assert shared_rows(checked.x_calib, checked.x_val) == 0
+    raw = split_npz(single(calib=False), IMAGE, PROBS, "d.npz")
+    data = validate_data(raw, IMAGE, PROBS, need_train=False, need_calib=True, calib_samples=100)
+    assert data.calibration_from == "x_train"
+    assert np.array_equal(data.x_calib["image"], data.x_train["image"])
+    assert shared_rows(data.x_calib, data.x_val) == 0
 
 
 def test_shared_rows_counts_exact_overlap() -> None:
-    data = make()
-    mixed = np.concatenate([data.x_calib, data.x_val[:3]])
-    assert shared_rows(mixed, data.x_val) == 3
-    assert shared_rows(None, data.x_val) == 0
+    arrays = single()
+    x_val = {"image": arrays["x_val"]}
+    mixed = {"image": np.concatenate([arrays["x_calib"], arrays["x_val"][:3]])}
+    assert shared_rows(mixed, x_val) == 3
+    assert shared_rows(None, x_val) == 0
+
+
+@pytest.mark.parametrize(
+    ("arrays", "fragment"),
+    [
+        ({"x_val": np.zeros((4, 12))}, "'x_val' is one array but the model has 2 inputs: name them (x_val/tokens, x_val/extra)"),
+        ({"x_val/text": np.zeros((4, 12))}, "'x_val/text' names no input of the model (it has: extra, tokens)"),
+        ({"z_val": np.zeros(3)}, "unknown array 'z_val'"),
+        ({"y_calib/label": np.zeros(3)}, "unknown array 'y_calib/label'"),
+    ],
+)
+def test_badly_named_arrays_are_one_line(arrays: dict, fragment: str) -> None:
+    with pytest.raises(InputError) as error:
+        split_npz(arrays, TWO_IN, TWO_OUT, "d.npz")
+    assert fragment in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
     ("change", "need_train", "need_calib", "fragment"),
     [
-        ({"x_val": np.zeros((20, 64))}, False, False, "x_val has shape (20, 64), the model's input is (N, 8, 8, 1)"),
-        ({"x_val": np.zeros((20, 8, 8, 3))}, False, False, "x_val has shape (20, 8, 8, 3)"),
-        ({"x_val": np.full((20, 8, 8, 1), "x")}, False, False, "x_val has dtype <U1"),
-        ({"x_val": np.full((20, 8, 8, 1), np.nan)}, False, False, "NaN or infinite"),
-        ({"x_val": np.zeros((0, 8, 8, 1))}, False, False, "x_val is empty"),
-        ({"y_val": np.zeros(19, int)}, False, False, "y_val has 19 labels for 20 inputs"),
-        ({"y_val": np.full(20, 10)}, False, False, "class ids 10..10 but the model has 10 outputs"),
-        ({"y_val": np.full(20, 1.5)}, False, False, "non-integer values"),
-        ({"y_val": np.zeros((20, 3))}, False, False, "y_val has shape (20, 3)"),
-        ({"x_calib": np.zeros((0, 8, 8, 1))}, False, True, "x_calib is empty"),
-        ({"x_calib": None, "x_train": None, "y_train": None}, False, True, "give x_calib or x_train (never x_val)"),
-        ({"y_train": None}, True, False, "needs x_train and y_train"),
+        ({"x_val/tokens": np.zeros((15, 13), np.int32)}, False, False, "x_val/tokens has shape (15, 13), input 'tokens' is (N, 12)"),
+        ({"x_val/tokens": np.full((15, 12), 1.5)}, False, False, "non-integer values; input 'tokens' takes int32 ids"),
+        ({"x_val/tokens": np.full((15, 12), 2**40)}, False, False, "outside int32's range"),
+        ({"x_val/extra": np.full((15, 3), np.nan, np.float32)}, False, False, "NaN or infinite"),
+        ({"x_val/extra": np.full((15, 3), "x")}, False, False, "has dtype <U1"),
+        ({"x_val/extra": np.zeros((14, 3), np.float32)}, False, False, "different row counts"),
+        ({"y_val/label": np.zeros(14, int)}, False, False, "y_val/label has 14 labels for 15 inputs"),
+        ({"y_train/score": None}, True, False, "needs x_train and y_train for every output (label, score)"),
+        ({"x_calib/tokens": None, "x_calib/extra": None, "x_train/tokens": None, "x_train/extra": None,
+          "y_train/label": None, "y_train/score": None}, False, True, "give x_calib or x_train (never x_val)"),
+        ({"x_val/extra": None}, False, False, "x_val/extra is missing"),
     ],
 )
 def test_bad_data_is_one_line(change: dict, need_train: bool, need_calib: bool, fragment: str) -> None:
-    data = Data(**{**make().__dict__, **change})
+    arrays = {k: v for k, v in {**named(), **change}.items() if v is not None}
     with pytest.raises(InputError) as error:
-        validate_data(data, IN, OUT, need_train=need_train, need_calib=need_calib, calib_samples=10)
+        raw = split_npz(arrays, TWO_IN, TWO_OUT, "d.npz")
+        validate_data(raw, TWO_IN, TWO_OUT, need_train=need_train, need_calib=need_calib, calib_samples=10)
     assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+def test_function_form_yields_dicts_keyed_by_name(tmp_path, monkeypatch) -> None:
+    (tmp_path / "userdata.py").write_text(
+        "import numpy as np\n"
+        "def rows(n):\n"
+        "    for i in range(n):\n"
+        "        yield ({'tokens': np.full(12, i % 50, np.int32), 'extra': np.zeros(3, np.float32)},\n"
+        "               {'label': np.int64(i % 4)})\n"
+        "def splits():\n"
+        "    return {'train': list(rows(8)), 'val': list(rows(6))}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from builder.optimize.data import load_data
+
+    raw: RawData = load_data("userdata:splits", TWO_IN, TWO_OUT)
+    data = validate_data(raw, TWO_IN, TWO_OUT, need_train=False, need_calib=True, calib_samples=4)
+    assert data.x_val["tokens"].shape == (6, 12) and data.x_val["tokens"].dtype == np.int32
+    assert data.y_val["label"].tolist() == [0, 1, 2, 3, 0, 1]
+    assert data.x_calib["tokens"].shape == (4, 12)

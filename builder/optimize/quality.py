@@ -1,0 +1,148 @@
+"""Which quality metric each output gets, the numbers, and the gate: pure numpy, no TensorFlow.
+
+Every artifact is judged against the ORIGINAL float model (before any pruning), per output:
+
+- classification with labels: accuracy drop vs the original's accuracy on the same rows must stay within
+  `max_accuracy_drop`; top-1 agreement with the original is reported beside it (accuracy can rise while the
+  answers change, so a pruned model that "improved" is still visible);
+- classification without labels: disagreement (1 - top-1 agreement with the original) within
+  `max_accuracy_drop`;
+- regression (labels or not): relative error vs the original's outputs, ||y - y_orig|| / ||y_orig||, within
+  `max_relative_error`; MAE/RMSE against labels when DATA has them, and max |y - y_orig|. Argmax agreement
+  means nothing for one column (it is always 1.0), so it is never the gate there.
+
+Task per output: one column, or several columns that are not probabilities and whose labels (if any) are not
+class ids, is regression; several columns that are probabilities (non-negative, rows sum to 1), or whose
+labels are class ids / one-hot, are classification. A recipe `[tasks]` table overrides it per output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from builder.errors import InputError
+from builder.report import OutputMetric, OutputSpec
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(len(a), -1) if a.ndim > 1 else a.reshape(len(a), 1)
+
+
+def _is_probabilities(outputs: np.ndarray) -> bool:
+    rows = _rows(outputs)
+    return bool(rows.size and np.all(rows >= -1e-6) and np.all(rows <= 1 + 1e-6)
+                and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+
+
+def _are_class_ids(labels: np.ndarray, columns: int) -> bool:
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == columns and columns > 1:
+        return bool(np.all((labels == 0) | (labels == 1)) and np.all(labels.sum(axis=1) == 1))  # one-hot
+    flat = labels.reshape(len(labels), -1)
+    if flat.shape[1] != 1 or labels.dtype.kind not in "iubf":
+        return False
+    values = flat[:, 0]
+    return bool(np.all(np.mod(values, 1) == 0) and values.min() >= 0 and values.max() < columns)
+
+
+def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
+               override: str | None = None) -> tuple[str, str]:
+    """(task, why) for one output from the original model's outputs on the held-out rows and its labels."""
+    if override:
+        return override, f"set in the recipe ([tasks] {name} = \"{override}\")"
+    columns = _rows(outputs).shape[1]
+    if columns == 1:
+        return "regression", "one column per row: a value, not a choice between classes"
+    if _is_probabilities(outputs):
+        return "classification", f"{columns} columns that are probabilities (non-negative, rows sum to 1)"
+    if labels is not None and _are_class_ids(labels, columns):
+        return "classification", f"{columns} columns (logits) and labels that are class ids 0..{columns - 1}"
+    if labels is None:
+        return "regression", (f"{columns} columns that are not probabilities and no labels to show class ids: "
+                              "judged as values (set [tasks] in a recipe if they are logits)")
+    return "regression", f"{columns} columns and labels that are values, not class ids"
+
+
+def class_ids(labels: np.ndarray, columns: int, where: str) -> np.ndarray:
+    """Labels as class ids (N,): from ids (N,)/(N,1) or one-hot (N, classes); InputError otherwise."""
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == columns and columns > 1:
+        return np.argmax(labels, axis=1)
+    if not _are_class_ids(labels, columns):
+        raise InputError(f"{where}: expected class ids 0..{columns - 1} or one-hot rows for a classification "
+                         f"output (got shape {labels.shape}, dtype {labels.dtype})")
+    return labels.reshape(len(labels)).astype(np.int64)
+
+
+def fidelity(outputs: np.ndarray, original: np.ndarray) -> tuple[float, float]:
+    """(relative L2 error, max abs error) of `outputs` vs the original model's outputs."""
+    y, ref = _rows(outputs), _rows(original)
+    norm = float(np.linalg.norm(ref))
+    diff = float(np.linalg.norm(y - ref))
+    relative = diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+    return relative, float(np.max(np.abs(y - ref))) if y.size else 0.0
+
+
+def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None, *,
+                  max_accuracy_drop: float, max_relative_error: float) -> OutputMetric:
+    """One output's metrics and gate verdict vs the original model (see the module docstring)."""
+    relative, max_abs = fidelity(outputs, original)
+    if spec.task == "classification":
+        columns = _rows(original).shape[1]
+        top = np.argmax(_rows(outputs), axis=1)
+        top_orig = np.argmax(_rows(original), axis=1)
+        agreement = float(np.mean(top == top_orig))
+        if labels is not None:
+            ids = class_ids(labels, columns, f"labels of {spec.name}")
+            accuracy, original_accuracy = float(np.mean(top == ids)), float(np.mean(top_orig == ids))
+            drop = original_accuracy - accuracy
+            passed = drop <= max_accuracy_drop + 1e-9
+            return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
+                                f"classification with labels: accuracy {accuracy:.4f} vs the original's "
+                                f"{original_accuracy:.4f} (drop {drop:+.4f} {'<=' if passed else '>'} "
+                                f"{max_accuracy_drop:.4f}); top-1 agreement with the original {agreement:.4f}",
+                                accuracy=accuracy, original_accuracy=original_accuracy, agreement=agreement,
+                                relative_error=relative, max_abs_error=max_abs)
+        disagreement = 1.0 - agreement
+        passed = disagreement <= max_accuracy_drop + 1e-9
+        return OutputMetric(spec.name, spec.task, "disagreement", round(disagreement, 6), max_accuracy_drop, passed,
+                            f"classification without labels: top-1 agreement with the original {agreement:.4f} "
+                            f"(disagreement {disagreement:.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f})",
+                            agreement=agreement, relative_error=relative, max_abs_error=max_abs)
+    mae = rmse = original_mae = None
+    if labels is not None:
+        y, ref, lab = _rows(outputs), _rows(original), _rows(labels)
+        if lab.shape != y.shape:
+            raise InputError(f"labels of {spec.name}: shape {np.asarray(labels).shape} does not match the output's "
+                             f"{tuple(np.asarray(original).shape)}")
+        mae, rmse = float(np.mean(np.abs(y - lab))), float(np.sqrt(np.mean((y - lab) ** 2)))
+        original_mae = float(np.mean(np.abs(ref - lab)))
+    passed = relative <= max_relative_error + 1e-12
+    against = (f"; MAE {mae:.4g} vs the original's {original_mae:.4g}, RMSE {rmse:.4g}" if mae is not None else "")
+    return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
+                        f"regression: relative error vs the original's outputs {relative:.4f} "
+                        f"{'<=' if passed else '>'} {max_relative_error:.4f} (max |diff| {max_abs:.4g}){against}",
+                        mae=mae, rmse=rmse, original_mae=original_mae, relative_error=relative, max_abs_error=max_abs)
+
+
+def judge(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],
+          labels: Mapping[str, np.ndarray], specs: tuple[OutputSpec, ...], *, max_accuracy_drop: float,
+          max_relative_error: float) -> tuple[tuple[OutputMetric, ...], bool, str]:
+    """Every output's metric; (metrics, all passed, one-line reason naming the failing outputs)."""
+    metrics = tuple(output_metric(spec, outputs[spec.name], original[spec.name], labels.get(spec.name),
+                                  max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error)
+                    for spec in specs)
+    failed = [m for m in metrics if not m.passed]
+    if failed:
+        return metrics, False, "; ".join(f"{m.output}: {m.metric} {m.value:.4f} > {m.limit:.4f}" for m in failed)
+    return metrics, True, "; ".join(f"{m.output}: {m.metric} {m.value:.4f} <= {m.limit:.4f}" for m in metrics)
+
+
+def agreement_summary(metrics: tuple[OutputMetric, ...]) -> float:
+    """One number for "agrees with the original": the worst top-1 agreement, or 1 - worst relative error."""
+    values = [m.agreement if m.agreement is not None else max(0.0, 1.0 - (m.relative_error or 0.0))
+              for m in metrics]
+    return min(values) if values else 1.0

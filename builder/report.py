@@ -1,0 +1,346 @@
+"""The typed `tfsmith optimize` report (report.json, schema 2): one definition every reader imports.
+
+Standard library only: the in-image server copies this module to read report.json, and the host-side
+packaging, deploy and bench code read it through `Report.load` instead of indexing dicts by string keys.
+The schema is documented in `builder.optimize`'s docstring; `Report.to_json()` writes it and `Report.load()`
+reads it back (unknown keys are ignored so a newer writer does not break an older reader; a missing required
+key is a `ReportError` naming it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA = 2
+REPORT_JSON = "report.json"
+SAMPLES_NPZ = "samples.npz"
+TASKS = ("classification", "regression")
+
+
+class ReportError(ValueError):
+    """report.json is missing, unreadable or not schema 2 (the message names the file and the key)."""
+
+
+def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(data, Mapping) or key not in data:
+        raise ReportError(f"{where}: missing key {key!r}")
+    return data[key]
+
+
+def _shape(value: Any) -> tuple[int | None, ...]:
+    return tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d) for d in value)
+
+
+# --- the model's serving contract ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named input or output of the serving signature; `None` in `shape` is a dynamic dimension."""
+
+    name: str
+    dtype: str  # numpy spelling: float32, int32, int64, bool, ...
+    shape: tuple[int | None, ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "tensor") -> "TensorSpec":
+        return cls(str(_need(data, "name", where)), str(_need(data, "dtype", where)),
+                   _shape(_need(data, "shape", where)))
+
+
+@dataclass(frozen=True)
+class OutputSpec(TensorSpec):
+    """An output plus how its quality is judged: `task` is classification or regression, `task_why` says why."""
+
+    task: str = "regression"
+    task_why: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "output") -> "OutputSpec":
+        base = TensorSpec.from_dict(data, where)
+        return cls(base.name, base.dtype, base.shape, str(data.get("task", "regression")),
+                   str(data.get("task_why", "")))
+
+    def tensor(self) -> TensorSpec:
+        return TensorSpec(self.name, self.dtype, self.shape)
+
+
+@dataclass(frozen=True)
+class ModelContract:
+    """What a client sends and gets back: the ORIGINAL model's serving signature, names as it names them."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    signature: str = "serving_default"
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    def output(self, name: str) -> OutputSpec:
+        return next(o for o in self.outputs if o.name == name)
+
+    def api(self) -> tuple[frozenset[TensorSpec], frozenset[TensorSpec]]:
+        """The client-visible part (names, dtypes, shapes; order-free: signatures list names sorted)."""
+        return frozenset(self.inputs), frozenset(o.tensor() for o in self.outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "contract") -> "ModelContract":
+        return cls(tuple(TensorSpec.from_dict(t, f"{where}.inputs") for t in _need(data, "inputs", where)),
+                   tuple(OutputSpec.from_dict(t, f"{where}.outputs") for t in _need(data, "outputs", where)),
+                   str(data.get("signature", "serving_default")))
+
+
+# --- measurements -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputMetric:
+    """The quality of one output of one artifact, judged against the ORIGINAL float model (before pruning).
+
+    `metric` names the gated number (`accuracy_drop`, `disagreement`, `relative_error`), `value` is it,
+    `limit` the most it may be; the other fields are reported whenever they mean something.
+    """
+
+    output: str
+    task: str
+    metric: str
+    value: float
+    limit: float
+    passed: bool
+    why: str
+    accuracy: float | None = None  # labels given, classification
+    original_accuracy: float | None = None
+    agreement: float | None = None  # top-1 agreement with the original (classification)
+    mae: float | None = None  # labels given, regression
+    rmse: float | None = None
+    original_mae: float | None = None
+    relative_error: float | None = None  # ||y - y_orig|| / ||y_orig|| over the held-out rows
+    max_abs_error: float | None = None  # max |y - y_orig|
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OutputMetric":
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50: float  # microseconds, batch 1
+    p99: float
+    runs: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Latency":
+        return cls(float(data["p50"]), float(data["p99"]), int(data["runs"]))
+
+
+@dataclass(frozen=True)
+class ArtifactResult:
+    """One file tfsmith wrote (or the original/baseline), measured with the runtime that serves it."""
+
+    path: str  # relative to --out ("baseline" for the unoptimized float model)
+    kind: str  # saved_model | tflite_fp32 | tflite_dynamic | tflite_float16 | tflite_int8 | tflite_qat_int8 | original
+    runtime: str
+    size_bytes: int
+    gzip_bytes: int
+    threads: int
+    latency_us: Latency
+    throughput: dict[str, float]
+    inputs: tuple[TensorSpec, ...]  # the file's own signature (must equal the contract's)
+    outputs: tuple[TensorSpec, ...]
+    metrics: tuple[OutputMetric, ...]
+    contract_kept: bool
+    accepted: bool
+    reason: str
+    variables_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, output: str) -> OutputMetric:
+        return next(m for m in self.metrics if m.output == output)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactResult":
+        where = f"artifact {data.get('path', '?')}"
+        return cls(
+            path=str(_need(data, "path", where)), kind=str(_need(data, "kind", where)),
+            runtime=str(data.get("runtime", "")), size_bytes=int(_need(data, "size_bytes", where)),
+            gzip_bytes=int(data.get("gzip_bytes", 0)), threads=int(data.get("threads", 1)),
+            latency_us=Latency.from_dict(_need(data, "latency_us", where)),
+            throughput=dict(data.get("throughput") or {}),
+            inputs=tuple(TensorSpec.from_dict(t) for t in data.get("inputs", ())),
+            outputs=tuple(TensorSpec.from_dict(t) for t in data.get("outputs", ())),
+            metrics=tuple(OutputMetric.from_dict(m) for m in data.get("metrics", ())),
+            contract_kept=bool(data.get("contract_kept", True)), accepted=bool(_need(data, "accepted", where)),
+            reason=str(data.get("reason", "")), variables_bytes=int(data.get("variables_bytes", 0)),
+            extra=dict(data.get("extra") or {}))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An accepted artifact x the runtime that would serve it, timed with bench's interleaved loop."""
+
+    artifact: str
+    runtime: str  # litert | openvino | tensorflow
+    p50_us: float | None
+    samples: int
+    size_bytes: int
+    error: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How `chosen` was decided: measured on this host (`measured`), or by rule for another target."""
+
+    measured: bool
+    how: str
+    candidates: tuple[Candidate, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Selection":
+        return cls(bool(data.get("measured", False)), str(data.get("how", "")),
+                   tuple(Candidate.from_dict(c) for c in data.get("candidates", ())))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The quality gate: every artifact vs the ORIGINAL model, per output; the chosen one must pass."""
+
+    max_accuracy_drop: float
+    max_relative_error: float
+    judged_against: str
+    passed: bool
+    chosen_reason: str
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Gate":
+        return cls(float(data["max_accuracy_drop"]), float(data["max_relative_error"]),
+                   str(data.get("judged_against", "original")), bool(data["passed"]), str(data.get("chosen_reason", "")))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    source: str
+    format: str  # keras2 | keras3 | saved_model | tflite
+    keras_version: str | None
+    params: int | None
+    contract: ModelContract
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelInfo":
+        return cls(str(_need(data, "source", "model")), str(_need(data, "format", "model")),
+                   data.get("keras_version"), data.get("params"),
+                   ModelContract.from_dict(_need(data, "contract", "model"), "model.contract"))
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    source: str
+    train_rows: int
+    calibration_rows: int
+    calibration_from: str  # x_calib | x_train | none
+    held_out_rows: int
+    labels: tuple[str, ...]  # outputs that have held-out labels
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DataInfo":
+        return cls(str(data["source"]), int(data["train_rows"]), int(data["calibration_rows"]),
+                   str(data["calibration_from"]), int(data["held_out_rows"]), tuple(data.get("labels", ())))
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything `tfsmith optimize` decided and measured; `chosen` + `chosen_runtime` are what to serve."""
+
+    tfsmith: str
+    created: str
+    model: ModelInfo
+    data: DataInfo
+    recipe: dict[str, Any]
+    reasons: tuple[str, ...]
+    notes: tuple[str, ...]
+    target: dict[str, Any]
+    host: dict[str, Any]
+    baseline: ArtifactResult | None
+    sparsity: dict[str, Any] | None
+    artifacts: tuple[ArtifactResult, ...]
+    chosen: str
+    chosen_runtime: str
+    samples: str
+    gate: Gate
+    selection: Selection
+    schema: int = SCHEMA
+
+    @property
+    def contract(self) -> ModelContract:
+        return self.model.contract
+
+    def artifact(self, path: str) -> ArtifactResult:
+        return next(a for a in self.artifacts if a.path == path)
+
+    @property
+    def chosen_artifact(self) -> ArtifactResult:
+        return self.artifact(self.chosen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def write(self, directory: Path) -> Path:
+        path = Path(directory) / REPORT_JSON
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Report":
+        schema = data.get("schema") if isinstance(data, Mapping) else None
+        if schema != SCHEMA:
+            raise ReportError(f"report schema {schema!r}: this tfsmith reads schema {SCHEMA}; run tfsmith optimize again")
+        baseline = data.get("baseline")
+        return cls(
+            tfsmith=str(data.get("tfsmith", "")), created=str(data.get("created", "")),
+            model=ModelInfo.from_dict(_need(data, "model", "report")),
+            data=DataInfo.from_dict(_need(data, "data", "report")),
+            recipe=dict(data.get("recipe") or {}), reasons=tuple(data.get("reasons", ())),
+            notes=tuple(data.get("notes", ())), target=dict(data.get("target") or {}),
+            host=dict(data.get("host") or {}),
+            baseline=ArtifactResult.from_dict(baseline) if baseline else None,
+            sparsity=data.get("sparsity"),
+            artifacts=tuple(ArtifactResult.from_dict(a) for a in _need(data, "artifacts", "report")),
+            chosen=str(_need(data, "chosen", "report")), chosen_runtime=str(data.get("chosen_runtime", "litert")),
+            samples=str(data.get("samples", SAMPLES_NPZ)), gate=Gate.from_dict(_need(data, "gate", "report")),
+            selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA)
+
+    @classmethod
+    def load(cls, path: Path) -> "Report":
+        """Read report.json (a file, or the --out folder holding it); ReportError with one line otherwise."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / REPORT_JSON
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise ReportError(f"{path}: unreadable report ({error})") from None
+        try:
+            return cls.from_dict(data)
+        except ReportError as error:
+            raise ReportError(f"{path}: {error}") from None
+        except (KeyError, TypeError, ValueError) as error:
+            raise ReportError(f"{path}: not a tfsmith optimize report ({type(error).__name__}: {error})") from None

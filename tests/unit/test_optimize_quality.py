@@ -1,0 +1,110 @@
+"""The quality metric per output and the gate (pure numpy): task inference, which number is gated and why, and
+that every metric can fail — a regression int8 file that is off is rejected, argmax of one column is never used."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builder.errors import InputError
+from builder.optimize.quality import agreement_summary, fidelity, infer_task, judge, output_metric
+from builder.report import OutputSpec
+
+RNG = np.random.default_rng(0)
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def spec(name: str, task: str, columns: int) -> OutputSpec:
+    return OutputSpec(name, "float32", (None, columns), task, "test")
+
+
+def gate(spec_: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None = None):
+    return output_metric(spec_, outputs, original, labels, max_accuracy_drop=0.01, max_relative_error=0.05)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "labels", "task", "why"),
+    [
+        (softmax(RNG.normal(size=(50, 4))), None, "classification", "probabilities"),
+        (RNG.normal(size=(50, 4)), RNG.integers(0, 4, 50), "classification", "logits"),
+        (RNG.normal(size=(50, 4)), None, "regression", "set [tasks] in a recipe if they are logits"),
+        (RNG.normal(size=(50, 3)), RNG.normal(size=(50, 3)), "regression", "labels that are values"),
+        (RNG.random((50, 1)), RNG.integers(0, 2, 50), "regression", "one column"),
+    ],
+)
+def test_task_is_inferred_per_output_and_says_why(outputs, labels, task: str, why: str) -> None:
+    got, reason = infer_task("out", outputs, labels)
+    assert got == task and why in reason
+
+
+def test_recipe_override_wins_and_is_stated() -> None:
+    task, why = infer_task("score", RNG.normal(size=(10, 4)), None, override="classification")
+    assert task == "classification" and "[tasks] score" in why
+
+
+def test_regression_int8_that_is_off_is_rejected_even_without_labels() -> None:
+    """The case that used to pass as "agreement 1.000": one column, off by up to ~49 on a 25..346 target."""
+    original = RNG.uniform(25, 346, size=(200, 1))
+    off = original + RNG.uniform(-49, 49, size=original.shape)
+    metric = gate(spec("target", "regression", 1), off, original)
+    assert not metric.passed and metric.metric == "relative_error" and metric.value > 0.05
+    assert metric.agreement is None  # argmax of one column means nothing and is not reported
+    close = original * (1 + RNG.uniform(-0.005, 0.005, size=original.shape))
+    assert gate(spec("target", "regression", 1), close, original).passed
+
+
+def test_regression_with_labels_reports_mae_rmse_and_the_original_mae() -> None:
+    labels = RNG.uniform(0, 10, size=(100, 1))
+    original = labels + 0.5
+    metric = gate(spec("y", "regression", 1), original + 0.01, original, labels)
+    assert metric.passed and metric.mae == pytest.approx(0.51) and metric.original_mae == pytest.approx(0.5)
+    assert metric.rmse == pytest.approx(0.51) and "MAE" in metric.why
+
+
+def test_classification_with_labels_gates_on_accuracy_drop_and_reports_agreement() -> None:
+    original = softmax(RNG.normal(size=(100, 5)) * 3)
+    labels = np.argmax(original, axis=1)
+    worse = original.copy()
+    worse[:5] = np.roll(worse[:5], 1, axis=1)  # 5 rows now answer differently: accuracy -0.05
+    metric = gate(spec("p", "classification", 5), worse, original, labels)
+    assert not metric.passed and metric.metric == "accuracy_drop" and metric.value == pytest.approx(0.05)
+    assert metric.agreement == pytest.approx(0.95) and metric.original_accuracy == 1.0
+
+
+def test_classification_without_labels_gates_on_agreement_with_the_original() -> None:
+    original = softmax(RNG.normal(size=(100, 5)) * 3)
+    same = original + 1e-4
+    assert gate(spec("p", "classification", 5), same, original).passed
+    changed = original.copy()
+    changed[:3] = np.roll(changed[:3], 2, axis=1)
+    metric = gate(spec("p", "classification", 5), changed, original)
+    assert not metric.passed and metric.metric == "disagreement" and metric.value == pytest.approx(0.03)
+
+
+def test_one_hot_labels_are_class_ids_and_bad_labels_are_one_line() -> None:
+    original = softmax(RNG.normal(size=(20, 3)))
+    ids = np.argmax(original, axis=1)
+    assert gate(spec("p", "classification", 3), original, original, np.eye(3)[ids]).accuracy == 1.0
+    with pytest.raises(InputError, match="class ids 0..2"):
+        gate(spec("p", "classification", 3), original, original, np.full(20, 7))
+
+
+def test_judge_names_every_failing_output() -> None:
+    orig = {"label": softmax(RNG.normal(size=(50, 4)) * 3), "score": RNG.uniform(1, 2, size=(50, 1))}
+    art = {"label": orig["label"], "score": orig["score"] * 1.5}
+    specs = (spec("label", "classification", 4), spec("score", "regression", 1))
+    metrics, passed, why = judge(art, orig, {}, specs, max_accuracy_drop=0.01, max_relative_error=0.05)
+    assert not passed and why.startswith("score: relative_error") and "label" not in why
+    assert [m.passed for m in metrics] == [True, False]
+    assert agreement_summary(metrics) == pytest.approx(0.5, abs=0.01)
+
+
+def test_fidelity_of_identical_outputs_is_zero_and_of_a_zero_original_is_defined() -> None:
+    x = RNG.normal(size=(10, 3))
+    assert fidelity(x, x) == (0.0, 0.0)
+    assert fidelity(np.zeros((4, 1)), np.zeros((4, 1)))[0] == 0.0
+    assert fidelity(np.ones((4, 1)), np.zeros((4, 1)))[0] == float("inf")
