@@ -28,6 +28,7 @@ from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSin
 from builder.engine.buildlog import StepTracker
 from builder.errors import InputError
 from builder.planning import wheel_facts
+from builder.staging import staged_file
 
 Say = Callable[[str], None]
 SPEC_LABEL = "io.tfsmith.spec-digest"
@@ -262,7 +263,8 @@ class Builder:
         if plan.from_wheel:
             target = dest / Path(plan.options.wheel).name
             if Path(plan.options.wheel).resolve() != target.resolve():
-                shutil.copy2(plan.options.wheel, target)
+                with staged_file(target) as staged:  # a half-copied wheel must never look finished
+                    shutil.copy2(plan.options.wheel, staged)
             self.say(f"wheel   {target} (the prebuilt wheel this image installs)")
             return target
         context = context or self._render(plan)
