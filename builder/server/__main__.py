@@ -45,6 +45,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
             batch_timeout_us=args.batch_timeout_us,
             max_body_bytes=args.max_body_bytes,
             dispatch=args.dispatch,
+            grpc_port=args.grpc_port,
+            host=args.host,
+            access_log=args.access_log,
+            drain_seconds=args.drain_seconds,
+            shutdown_delay_seconds=args.shutdown_delay_seconds,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         )
     except TfsmithError as error:
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")

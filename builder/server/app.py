@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +27,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from builder.server import grpc_service, v2
+from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
-from builder.server.bodies import read_limited
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
+from builder.server.bodies import read_limited
+from builder.server.contract import PREDICT_BODY_SCHEMA
+from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from builder.server.metrics import PATH as METRICS_PATH
+from builder.server.metrics import Metrics, Timer
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.server.protocol import (
     RequestError,
@@ -37,8 +46,10 @@ from builder.server.protocol import (
     parse_predict,
     parse_version,
 )
+from builder.server.served import ServedModel
 
 log = logging.getLogger("tfsmith.serve")
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -56,6 +67,17 @@ class ServerConfig:
     max_request_batch: int = 4096
     dispatch: str = "auto"  # auto (inline for models faster than a thread hop) | inline | threads
     samples_path: Path | None = None  # the model's own example inputs (optimize's samples.npz), for warm-up
+    grpc_port: int = 0  # 0 = no gRPC
+    host: str = "127.0.0.1"  # where gRPC listens (REST's address is uvicorn's)
+    access_log: bool = False
+    drain_seconds: float = 30.0
+    shutdown_delay_seconds: float = 0.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @property
+    def tls(self) -> tuple[Path, Path] | None:
+        return None if self.tls_cert is None or self.tls_key is None else (self.tls_cert, self.tls_key)
 
 
 class JSONBody(Response):
@@ -67,36 +89,8 @@ class JSONBody(Response):
         return json.dumps(content, separators=(",", ":")).encode()
 
 
-def _error(status: int, message: str) -> JSONBody:
-    return JSONBody({"error": message}, status_code=status)
-
-
-PREDICT_BODY_SCHEMA: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "TF Serving predict request: exactly one of `instances` (row) or `inputs` "
-                    "(columnar).",
-                    "properties": {
-                        "signature_name": {"type": "string", "default": "serving_default"},
-                        "instances": {"type": "array", "description": "one entry per example"},
-                        "inputs": {"description": "a batched tensor, or an object of them by input name"},
-                    },
-                },
-                "example": {"instances": [[0.0, 0.5, 1.0]]},
-            }
-        },
-    },
-    "responses": {
-        "200": {"description": "`predictions` (row form) or `outputs` (columnar form)"},
-        "400": {"description": "malformed JSON, wrong shape or dtype: `{\"error\": ...}`"},
-        "404": {"description": "unknown model or version"},
-        "413": {"description": "body larger than the server's limit"},
-    },
-}
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONBody:
+    return JSONBody({"error": message}, status_code=status, headers=headers)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -105,35 +99,65 @@ async def _read_body(request: Request, limit: int) -> bytes:
                               request.headers.get("content-encoding"))
 
 
-def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
-    """The app serving one model; the pool is created here unless given (tests share one)."""
+def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ServedModel:
+    """Interpreters created, warmed and timed (the start-up self-test), behind a batcher: ready to serve."""
+    start = time.perf_counter()
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
     batchable = all(s.inputs and s.inputs[0].batched for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path)
     inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
-    signatures = pool.signatures
+    batcher.on_batch = metrics.batch
+    metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
+    served = ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
+                         batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch)
+    served.model_p50_us = model_p50_us  # type: ignore[attr-defined]
+    served.pool = pool  # type: ignore[attr-defined]
+    return served
+
+
+def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
+    """The app serving one model over REST (and gRPC, started with the app); the pool is created here unless
+    given (tests share one)."""
+    metrics = Metrics()
+    served = load_model(config, pool, metrics)
+    model_p50_us = served.model_p50_us  # type: ignore[attr-defined]
+    batcher = served.batcher
+    signatures = served.signatures
+    servicer = grpc_service.Servicer(served, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if config.grpc_port:
+            server, port = await grpc_service.start(servicer, config.host, config.grpc_port, config.max_body_bytes,
+                                                    config.tls)
+            app.state.grpc_server, app.state.grpc_port = server, port
+        set_ready(app, True)
+        yield
+        set_ready(app, False)
+        if app.state.grpc_server is not None:
+            await app.state.grpc_server.stop(config.drain_seconds)
+
     app = FastAPI(
         title="tfsmith model server",
         version="1",
         description=(
             f"TensorFlow Serving-compatible REST API serving `{config.model_name}` "
-            f"({config.model_path.name}, runtime {pool.runtime})."
+            f"({config.model_path.name}, runtime {served.runtime})."
         ),
+        lifespan=lifespan,
     )
     app.state.batcher = batcher
-    app.state.pool = pool
+    app.state.pool = served.pool  # type: ignore[attr-defined]
+    app.state.served = served
+    app.state.metrics = metrics
+    app.state.grpc_server = None
+    app.state.grpc_port = 0
+    app.state.config = config
 
     def check_model(name: str, version: str | None) -> int:
-        if name != config.model_name:
-            raise RequestError(f"Servable not found for request: Latest({name})", status=404)
-        if version is None:
-            return config.version
-        number = parse_version(version)
-        if number != config.version:
-            raise RequestError(f"Servable not found for request: Specific({name}, {number})", status=404)
-        return number
+        return served.resolve(name, None if version is None else parse_version(version))
 
     @app.exception_handler(RequestError)
     async def request_error(_: Request, error: RequestError) -> JSONBody:
@@ -141,11 +165,11 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONBody:
-        return _error(error.status_code, str(error.detail))
+        return _error(error.status_code, str(error.detail), error.headers)
 
     @app.exception_handler(Exception)
     async def internal_error(_: Request, error: Exception) -> JSONBody:
-        log.exception("predict failed")
+        log.exception("request failed")
         return _error(500, f"internal error: {type(error).__name__}: {error}")
 
     @app.get("/healthz", summary="Liveness and what is served")
@@ -155,14 +179,20 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "status": "ok",
                 "model": config.model_name,
                 "version": str(config.version),
-                "runtime": pool.runtime,
+                "runtime": served.runtime,
                 "runtime_reason": config.runtime_reason,
-                "workers": pool.size,
+                "workers": served.pool.size,  # type: ignore[attr-defined]
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": batcher.inline,
                 "model_p50_us": None if model_p50_us is None else round(model_p50_us, 1),
+                "ready": served.ready,
+                "grpc_port": app.state.grpc_port or None,
             }
         )
+
+    @app.get(METRICS_PATH, summary="Prometheus metrics (TensorFlow Serving's names and ours)")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/v1/models/{name}", summary="Model status")
     async def status(name: str) -> JSONBody:
@@ -181,11 +211,24 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
         return JSONBody(model_metadata(name, check_model(name, version), signatures))
 
     async def predict(request: Request, name: str, version: str | None) -> JSONBody:
-        check_model(name, version)
-        body = parse_json(await _read_body(request, config.max_body_bytes))
-        call = parse_predict(body, signatures, config.max_request_batch)
-        outputs = await batcher.predict(call)
-        return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
+        timer, status_code = Timer(), 200
+        metrics.in_flight.inc()
+        try:
+            check_model(name, version)
+            body = parse_json(await _read_body(request, config.max_body_bytes))
+            call = parse_predict(body, signatures, config.max_request_batch)
+            outputs = await batcher.predict(call)
+            return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
+        except RequestError as error:
+            status_code = error.status
+            raise
+        except Exception:
+            status_code = 500
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.request(name if name == served.name else "unknown", "predict", "REST", status_code,
+                            timer.elapsed())
 
     @app.post("/v1/models/{name}:predict", summary="Predict (row or columnar)", openapi_extra=PREDICT_BODY_SCHEMA)
     async def predict_latest(name: str, request: Request) -> JSONBody:
@@ -199,25 +242,67 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     async def predict_version(name: str, version: str, request: Request) -> JSONBody:
         return await predict(request, name, version)
 
+    v2.add_routes(app, served, metrics, config.max_body_bytes)
+    if config.access_log:
+        app.add_middleware(AccessLog)
     return app
+
+
+def set_ready(app: FastAPI, ready: bool) -> None:
+    """Readiness (the v2 health endpoint, HEALTHCHECK, the metric): true once warmed, false when draining."""
+    app.state.served.ready = ready
+    app.state.metrics.ready.labels(app.state.served.name).set(1 if ready else 0)
+
+
+class DrainingServer:
+    """uvicorn's Server, told on SIGTERM/SIGINT to report not-ready first, stop gRPC from taking new calls,
+    wait `shutdown_delay_seconds` (load balancers see the readiness change) and then shut down gracefully:
+    listeners close, requests in flight finish (up to `drain_seconds`), the process exits."""
+
+    @staticmethod
+    def create(app: FastAPI, uvicorn_config: Any) -> Any:
+        import asyncio
+
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                if self.should_exit or getattr(self, "_draining", False):
+                    return super().handle_exit(sig, frame)
+                self._draining = True
+                set_ready(app, False)
+                config: ServerConfig = app.state.config
+                grpc_server = app.state.grpc_server
+                loop = asyncio.get_event_loop()
+                if grpc_server is not None:
+                    loop.call_later(config.shutdown_delay_seconds,
+                                    lambda: asyncio.ensure_future(grpc_server.stop(config.drain_seconds)))
+                loop.call_later(config.shutdown_delay_seconds, super().handle_exit, sig, frame)
+
+        return _Server(uvicorn_config)
 
 
 def run_server(
     config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info", processes: int = 1
 ) -> None:
-    """Serve until interrupted. One process by default (concurrency from the interpreter pool's threads);
-    `processes` > 1 runs that many uvicorn worker processes on the same socket, each with its own pool,
-    for throughput beyond one core (Python's GIL caps one process at about one core of HTTP handling)."""
+    """Serve until SIGTERM/SIGINT, then drain. One process by default (concurrency from the interpreter pool's
+    threads); `processes` > 1 runs that many uvicorn worker processes on the same socket (gRPC shares its
+    port the same way, SO_REUSEPORT), each with its own pool, for throughput beyond one core (Python's GIL caps
+    one process at about one core of HTTP handling)."""
     import os
 
     import uvicorn
 
-    common = {"host": host, "port": port, "log_level": log_level, "access_log": False, "timeout_graceful_shutdown": 5}
+    common: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "access_log": False,
+                              "timeout_graceful_shutdown": max(1, round(config.drain_seconds))}
+    if config.tls is not None:
+        common.update(ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key))
     if processes <= 1:
         app = create_app(config)
-        log.info("serving %s v%s from %s on http://%s:%d", config.model_name, config.version, config.model_path,
-                 host, port)
-        uvicorn.run(app, **common)
+        log.info("serving %s v%s from %s on http%s://%s:%d%s", config.model_name, config.version, config.model_path,
+                 "s" if config.tls else "", host, port,
+                 f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "")
+        DrainingServer.create(app, uvicorn.Config(app, **common)).run()
         return
     os.environ[CONFIG_ENV] = config_to_json(config)
     uvicorn.run("builder.server.app:app_from_env", factory=True, workers=processes, **common)
@@ -230,8 +315,12 @@ def config_to_json(config: ServerConfig) -> str:
     """The config for worker processes (they start fresh and read it from the environment)."""
     return json.dumps({
         **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
-                                            "threads", "max_body_bytes", "max_request_batch", "dispatch")},
+                                            "threads", "max_body_bytes", "max_request_batch", "dispatch",
+                                            "grpc_port", "host", "access_log", "drain_seconds",
+                                            "shutdown_delay_seconds")},
         "model_path": str(config.model_path),
+        "tls_cert": None if config.tls_cert is None else str(config.tls_cert),
+        "tls_key": None if config.tls_key is None else str(config.tls_key),
         "samples_path": None if config.samples_path is None else str(config.samples_path),
         "batching": [config.batching.max_batch_size, config.batching.timeout_us],
     })
@@ -240,7 +329,8 @@ def config_to_json(config: ServerConfig) -> str:
 def config_from_json(text: str) -> ServerConfig:
     data = json.loads(text)
     data["model_path"] = Path(data["model_path"])
-    data["samples_path"] = None if data["samples_path"] is None else Path(data["samples_path"])
+    for key in ("samples_path", "tls_cert", "tls_key"):
+        data[key] = None if data[key] is None else Path(data[key])
     data["batching"] = BatchingConfig(*data["batching"])
     return ServerConfig(**data)
 
@@ -265,6 +355,13 @@ def configure(
     batch_timeout_us: int = 0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     dispatch: str = "auto",
+    grpc_port: int = 0,
+    host: str = "127.0.0.1",
+    access_log: str = "off",
+    drain_seconds: float = 30.0,
+    shutdown_delay_seconds: float = 0.0,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> ServerConfig:
     """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)."""
     from builder.errors import InputError
@@ -279,6 +376,15 @@ def configure(
         raise InputError(f"unknown --dispatch {dispatch!r}; choose auto, inline or threads")
     if max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
+    if not 0 <= grpc_port <= 65535:
+        raise InputError("--grpc-port must be a port number (0 = no gRPC)")
+    if drain_seconds < 0 or shutdown_delay_seconds < 0:
+        raise InputError("--drain-seconds and --shutdown-delay-seconds must not be negative")
+    if (tls_cert is None) != (tls_key is None):
+        raise InputError("--tls-cert and --tls-key go together")
+    for tls_file in (tls_cert, tls_key):
+        if tls_file is not None and not tls_file.is_file():
+            raise InputError(f"{tls_file}: no such TLS certificate/key file")
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     try:
@@ -300,4 +406,11 @@ def configure(
         max_body_bytes=max_body_bytes,
         dispatch=dispatch,
         samples_path=resolved.samples_path,
+        grpc_port=grpc_port,
+        host=host,
+        access_log=access_log == "json",
+        drain_seconds=drain_seconds,
+        shutdown_delay_seconds=shutdown_delay_seconds,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )

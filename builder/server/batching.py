@@ -11,8 +11,9 @@ latency at low load, bigger batches exactly when workers are busy). The decision
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -96,7 +97,9 @@ class DynamicBatcher:
         self._config = config
         self._executor = executor
         self._batchable = batchable  # False when the model's batch dimension is fixed
-        self._queues: dict[BatchKey, deque[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]]]]] = {}
+        self._queues: dict[BatchKey, deque[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float]]] = {}
+        #: Called with (examples, seconds the oldest request queued) for each merged batch (metrics).
+        self.on_batch: Callable[[int, float], None] | None = None
         self._draining: set[BatchKey] = set()
         self._slots: asyncio.Semaphore | None = None
         self.batches = 0
@@ -112,7 +115,7 @@ class DynamicBatcher:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
-        self._queues.setdefault(key, deque()).append((call, future))
+        self._queues.setdefault(key, deque()).append((call, future, time.perf_counter()))
         if key not in self._draining:
             self._draining.add(key)
             loop.create_task(self._drain(key))
@@ -124,17 +127,19 @@ class DynamicBatcher:
         try:
             while queue:
                 await self._slots.acquire()
-                if self._config.timeout_us and sum(c.batch for c, _ in queue) < self._config.max_batch_size:
+                if self._config.timeout_us and sum(c.batch for c, _, _ in queue) < self._config.max_batch_size:
                     await asyncio.sleep(self._config.timeout_us / 1e6)
-                count = take_count([c.batch for c, _ in queue], self._config.max_batch_size)
+                count = take_count([c.batch for c, _, _ in queue], self._config.max_batch_size)
                 taken = [queue.popleft() for _ in range(count)]
                 asyncio.get_running_loop().create_task(self._run(taken))
         finally:
             self._draining.discard(key)
 
-    async def _run(self, taken: list[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]]]]) -> None:
+    async def _run(self, taken: list[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float]]) -> None:
         assert self._slots is not None
-        calls = [c for c, _ in taken]
+        calls = [c for c, _, _ in taken]
+        if self.on_batch is not None:
+            self.on_batch(sum(c.batch for c in calls), time.perf_counter() - taken[0][2])
         try:
             merged = merge_inputs(calls)
             outputs = await asyncio.get_running_loop().run_in_executor(
@@ -142,11 +147,11 @@ class DynamicBatcher:
             )
             self.batches += 1
             self.examples += sum(c.batch for c in calls)
-            for (_, future), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
+            for (_, future, _), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
                 if not future.done():
                     future.set_result(part)
         except Exception as error:  # noqa: BLE001 - every waiting request gets the failure, the server lives on
-            for _, future in taken:
+            for _, future, _ in taken:
                 if not future.done():
                     future.set_exception(error)
         finally:

@@ -39,6 +39,8 @@ OPTIONS: tuple[ServerOption, ...] = (
                  choices=RUNTIME_CHOICES),
     ServerOption("--host", "host", str, "127.0.0.1", "address to listen on (0.0.0.0 for all)", group="network"),
     ServerOption("--port", "port", int, 8501, "REST port (TensorFlow Serving's is 8501)", group="network"),
+    ServerOption("--grpc-port", "grpc_port", int, 8500,
+                 "gRPC port, TensorFlow Serving's PredictionService/ModelService (0 = no gRPC)", group="network"),
     ServerOption("--max-body-bytes", "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES,
                  "larger request bodies are refused with 413", group="network"),
     ServerOption("--workers", "workers", int, 2, "interpreters, one per worker thread", group="performance"),
@@ -53,6 +55,17 @@ OPTIONS: tuple[ServerOption, ...] = (
                  "run the model on the event loop (inline) or worker threads; auto decides by the model's speed",
                  group="performance", choices=("auto", "inline", "threads")),
     ServerOption("--log-level", "log_level", str, "info", "log level", group="operations"),
+    ServerOption("--access-log", "access_log", str, "off",
+                 "access log: one JSON line per request on stderr (json) or none (off)", group="operations",
+                 choices=("off", "json")),
+    ServerOption("--drain-seconds", "drain_seconds", float, 30.0,
+                 "on SIGTERM: longest wait for requests in flight to finish before exiting", group="operations"),
+    ServerOption("--shutdown-delay-seconds", "shutdown_delay_seconds", float, 0.0,
+                 "on SIGTERM: keep serving this long while /v2/health/ready says 503 (load balancers catch up)",
+                 group="operations"),
+    ServerOption("--tls-cert", "tls_cert", Path, None, "PEM certificate: serve REST and gRPC over TLS",
+                 group="security"),
+    ServerOption("--tls-key", "tls_key", Path, None, "PEM private key of --tls-cert", group="security"),
 )
 
 GROUP_TITLES = {
@@ -60,6 +73,7 @@ GROUP_TITLES = {
     "network": "network",
     "performance": "performance",
     "operations": "operations",
+    "security": "security",
 }
 
 

@@ -93,7 +93,7 @@ def parse_json(body: bytes) -> Any:
         raise RequestError("malformed JSON body: nested too deeply") from None
 
 
-def _to_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
+def to_typed_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
     """A JSON value as an array of the spec's dtype, refusing values the dtype cannot hold exactly."""
     if _contains_b64(value):
         raise RequestError(f"{where}: binary ({{\"b64\": ...}}) values are not supported for {spec.dtype} input")
@@ -131,7 +131,7 @@ def _contains_b64(value: Any) -> bool:
     return isinstance(value, dict) and "b64" in value
 
 
-def _check_shape(array: np.ndarray, spec: TensorSpec, where: str, batched: bool) -> None:
+def check_shape(array: np.ndarray, spec: TensorSpec, where: str, batched: bool) -> None:
     """Rank and fixed dimensions must match the signature (a -1 dimension takes any size)."""
     expected = spec.shape if batched else spec.shape[1:]
     if array.ndim != len(expected):
@@ -209,10 +209,10 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int) -> dic
             columns[names[0]].append(row)
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
-        rows = [_to_array(v, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""))
+        rows = [to_typed_array(v, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""))
                 for i, v in enumerate(columns[spec.name])]
         for i, row in enumerate(rows):
-            _check_shape(row, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""), batched=False)
+            check_shape(row, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""), batched=False)
         if len({row.shape for row in rows}) > 1:
             raise RequestError(f"instances of input {spec.name!r} have different shapes")
         result[spec.name] = np.stack(rows)
@@ -233,8 +233,8 @@ def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int) -> dic
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
         where = f"inputs.{spec.name}"
-        array = _to_array(values[spec.name], spec, where)
-        _check_shape(array, spec, where, batched=True)
+        array = to_typed_array(values[spec.name], spec, where)
+        check_shape(array, spec, where, batched=True)
         if array.shape[0] > max_batch:
             raise RequestError(f"{where}: batch {array.shape[0]} > {max_batch}")
         result[spec.name] = array

@@ -57,7 +57,7 @@ doubled = k.layers.Lambda(lambda t: t * 2.0, name="doubled")(b)
 save(k.Model([a, b], [total, doubled]), "pair.tflite")
 save(k.Sequential([k.layers.Input((4,), batch_size=1, name="v"), k.layers.Dense(2, name="out")]), "fixed.tflite")
 x = np.random.default_rng(1).random((24, 8, 8, 1), dtype=np.float32)
-np.savez(os.path.join(out, "samples.npz"), x=x, expected=image.predict(x, verbose=0))
+np.savez(os.path.join(out, "samples.npz"), **{"x/pixels": x, "expected/probs": image.predict(x, verbose=0)})
 tf.saved_model.save(image, os.path.join(out, "saved_model"))
 """
 
@@ -84,11 +84,13 @@ def free_port() -> int:
 class Server:
     """`tfsmith serve ...` in a subprocess on a free loopback port."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, grpc: bool = False, scheme: str = "http", client: httpx.Client = HTTP) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_port = free_port() if grpc else 0
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [str(TFSMITH), "serve", *args, "--port", str(self.port), "--log-level", "warning"],
+            [str(TFSMITH), "serve", *args, "--port", str(self.port), "--grpc-port", str(self.grpc_port),
+             "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         deadline = time.monotonic() + 60
@@ -96,7 +98,7 @@ class Server:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited: {self.process.stdout.read() if self.process.stdout else ''}")
             try:
-                if HTTP.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if client.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)

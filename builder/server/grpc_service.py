@@ -1,0 +1,170 @@
+"""TensorFlow Serving's gRPC API (port 8500): PredictionService.Predict/GetModelMetadata, ModelService.GetModelStatus.
+
+Served by `grpc.aio` on the same event loop as the REST app, so a gRPC predict goes through the same
+batcher and interpreter pool (and the same inline fast path for tiny models) as a REST one, without a
+second thread pool competing for the GIL. Handlers are generic (`method_handlers_generic_handler`) over
+our own message classes (`tfs_proto`): no generated stubs, no TensorFlow. Errors are gRPC status codes as
+TF Serving uses them: INVALID_ARGUMENT for a bad request, NOT_FOUND for an unknown model or version.
+Replies carry `tensor_content` (raw bytes) when the request did, else the typed value fields, so clients
+that read `float_val` directly keep working and `tf.make_ndarray` reads either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from builder.server import tfs_proto as pb
+from builder.server.metrics import Metrics, Timer
+from builder.server.protocol import PREDICT_METHOD, RequestError
+from builder.server.served import ServedModel, check_output_names, pick_outputs
+from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
+
+log = logging.getLogger("tfsmith.serve")
+CODE_OF_HTTP = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
+                413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
+ENTRYPOINT = "GRPC"
+
+
+class Servicer:
+    """The three RPCs over one served model; every failure becomes a status code, never a dead stream."""
+
+    def __init__(self, served: ServedModel, metrics: Metrics | None = None) -> None:
+        self.served = served
+        self.metrics = metrics
+
+    async def _answer(self, api: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
+        timer, status = Timer(), 200
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
+        try:
+            return await work()
+        except RequestError as error:
+            status = error.status
+            await context.abort(CODE_OF_HTTP.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), str(error))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one failed call, the server lives on
+            status = 500
+            log.exception("gRPC %s failed", api)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+        finally:
+            if self.metrics is not None:
+                self.metrics.in_flight.dec()
+                self.metrics.request(self.served.name, api, ENTRYPOINT, status, timer.elapsed())
+
+    def _version(self, spec: Any) -> int:
+        version = spec.version.value if spec.HasField("version") else None
+        return self.served.resolve(spec.name, version, spec.version_label or None)
+
+    async def predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            version = self._version(request.model_spec)
+            signature = self.served.signature(request.model_spec.signature_name)
+            arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in request.inputs.items()}
+            call = self.served.call(signature, arrays)
+            wanted = check_output_names(signature, list(request.output_filter))
+            outputs = pick_outputs(await self.served.predict(call), signature, wanted)
+            content = bool(request.inputs) and all(t.tensor_content for t in request.inputs.values())
+            response = pb.PredictResponse()
+            _spec(response.model_spec, self.served.name, version, signature.name)
+            for name, value in outputs.items():
+                fill_proto(response.outputs[name], value, content)
+            return response
+
+        return await self._answer("predict", context, work)
+
+    async def get_model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            version = self._version(request.model_spec)
+            fields = list(request.metadata_field)
+            if not fields:
+                raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
+            unsupported = [f for f in fields if f != "signature_def"]
+            if unsupported:
+                raise RequestError(f"Metadata field {unsupported[0]} is not supported")
+            response = pb.GetModelMetadataResponse()
+            _spec(response.model_spec, self.served.name, version, "")
+            signature_map = signature_def_map(self.served)
+            entry = response.metadata["signature_def"]
+            entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
+            entry.value = signature_map.SerializeToString()
+            return response
+
+        return await self._answer("metadata", context, work)
+
+    async def get_model_status(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            spec = request.model_spec
+            versions = ([self._version(spec)] if spec.HasField("version") or spec.version_label
+                        else (self.served.resolve(spec.name) and self.served.versions))
+            response = pb.GetModelStatusResponse()
+            for version in versions:
+                status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
+                status.status.error_code = 0
+            return response
+
+        return await self._answer("status", context, work)
+
+
+def _spec(target: Any, name: str, version: int, signature: str) -> None:
+    target.name = name
+    target.version.value = version
+    target.signature_name = signature
+
+
+def signature_def_map(served: ServedModel) -> Any:
+    """The model's signatures as TF Serving's `SignatureDefMap` (what GetModelMetadata packs into an Any)."""
+    result = pb.SignatureDefMap()
+    for signature in served.signatures.values():
+        target = result.signature_def[signature.name]
+        target.method_name = PREDICT_METHOD
+        for specs, infos in ((signature.inputs, target.inputs), (signature.outputs, target.outputs)):
+            for spec in specs:
+                info = infos[spec.name]
+                info.name = spec.name
+                info.dtype = ENUM_OF_DTYPE.get(spec.dtype, 0)
+                for size in spec.shape:
+                    info.tensor_shape.dim.add(size=size)
+    return result
+
+
+def _unary(method: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(method, request_deserializer=request.FromString,
+                                               response_serializer=response.SerializeToString)
+
+
+def handlers(servicer: Servicer) -> list[grpc.GenericRpcHandler]:
+    return [
+        grpc.method_handlers_generic_handler(pb.PREDICTION_SERVICE, {
+            "Predict": _unary(servicer.predict, pb.PredictRequest, pb.PredictResponse),
+            "GetModelMetadata": _unary(servicer.get_model_metadata, pb.GetModelMetadataRequest,
+                                       pb.GetModelMetadataResponse),
+        }),
+        grpc.method_handlers_generic_handler(pb.MODEL_SERVICE, {
+            "GetModelStatus": _unary(servicer.get_model_status, pb.GetModelStatusRequest, pb.GetModelStatusResponse),
+        }),
+    ]
+
+
+async def start(servicer: Servicer, host: str, port: int, max_message_bytes: int,
+                tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
+    """A started gRPC server on the running loop and its bound port; `tls` is (certificate, key) files."""
+    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1)]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers(handlers(servicer))
+    address = f"{host}:{port}"
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        cert, key = tls
+        credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+        bound = server.add_secure_port(address, credentials)
+    if bound == 0:
+        raise OSError(f"gRPC could not listen on {address}")
+    await server.start()
+    return server, bound

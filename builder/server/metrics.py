@@ -1,0 +1,105 @@
+"""Prometheus metrics under TensorFlow Serving's names (its dashboards and alerts keep working) plus ours.
+
+TF Serving's: `:tensorflow:serving:request_count{model_name,status}`, `:tensorflow:serving:request_latency
+{model_name,API,entrypoint}` (microseconds) and `:tensorflow:serving:batching_session:queuing_latency
+{thread_pool_name}`. prometheus-client would publish a counter as `..._total`, which TF Serving's users'
+queries do not name, so the request count is published as TF Serving writes it (an untyped sample of the
+exact name) from a collector of our own. Ours: requests in flight, batch sizes, model load time, readiness.
+
+Recording sits on every request's path, so it is a dict increment and a cached histogram child per
+request; the text is built only when scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+
+PATH = "/monitoring/prometheus/metrics"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Microsecond buckets from 10 us to 10 s: the digits CNN answers in ~100 us, MobileNetV2 JSON in ~100 ms.
+LATENCY_BUCKETS_US = (10, 25, 50, 100, 250, 500, 1e3, 2.5e3, 5e3, 1e4, 2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6, 1e7)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+REQUEST_COUNT = ":tensorflow:serving:request_count"
+REQUEST_LATENCY = ":tensorflow:serving:request_latency"
+QUEUING_LATENCY = ":tensorflow:serving:batching_session:queuing_latency"
+
+#: HTTP status -> the status label TF Serving writes (a tensorflow.error.Code name).
+STATUS_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED",
+                  415: "INVALID_ARGUMENT", 503: "UNAVAILABLE"}
+
+
+def status_label(http_status: int) -> str:
+    return STATUS_OF_HTTP.get(http_status, "INTERNAL" if http_status >= 500 else "INVALID_ARGUMENT")
+
+
+class _RequestCount:
+    """Collector publishing the request counter under TF Serving's exact sample name."""
+
+    def __init__(self, counts: Counter[tuple[str, str]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(REQUEST_COUNT, "The total number of requests (TensorFlow Serving's name).", "untyped")
+        for (model, status), value in sorted(self._counts.items()):
+            metric.add_sample(REQUEST_COUNT, {"model_name": model, "status": status}, float(value))
+        yield metric
+
+
+class Metrics:
+    """The server's metrics in a registry of its own (several servers in one test process never collide)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.registry.register(_RequestCount(self.counts))
+        self._latency = Histogram(REQUEST_LATENCY, "Distribution of request latency in microseconds "
+                                  "(TensorFlow Serving's name).", ["model_name", "API", "entrypoint"],
+                                  buckets=LATENCY_BUCKETS_US, registry=self.registry)
+        self._queuing = Histogram(QUEUING_LATENCY, "Time a request waited in the batching queue, microseconds "
+                                  "(TensorFlow Serving's name).", ["thread_pool_name"], buckets=LATENCY_BUCKETS_US,
+                                  registry=self.registry)
+        self.in_flight = Gauge("tfsmith_requests_in_flight", "Requests being answered now (all protocols).",
+                               registry=self.registry)
+        self._batch = Histogram("tfsmith_batch_size", "Examples per interpreter call.", buckets=BATCH_BUCKETS,
+                                registry=self.registry)
+        self.load_seconds = Gauge("tfsmith_model_load_seconds", "Time to load and warm the model.",
+                                  ["model_name", "version"], registry=self.registry)
+        self.ready = Gauge("tfsmith_model_ready", "1 while the model is loaded, warmed and not draining.",
+                           ["model_name"], registry=self.registry)
+        self._children: dict[tuple[str, str, str], Any] = {}
+        self._queue_child = self._queuing.labels("tfsmith_batch_threads")
+
+    def request(self, model: str, api: str, entrypoint: str, http_status: int, seconds: float) -> None:
+        """Count one answered request and its latency (api: predict, metadata, status; entrypoint: REST/GRPC)."""
+        self.counts[(model, status_label(http_status))] += 1
+        key = (model, api, entrypoint)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._latency.labels(*key)
+        child.observe(seconds * 1e6)
+
+    def batch(self, examples: int, queued_seconds: float) -> None:
+        """One interpreter call of `examples` examples whose oldest request queued `queued_seconds`."""
+        self._batch.observe(examples)
+        self._queue_child.observe(queued_seconds * 1e6)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Timer:
+    """Start time of a request; `metrics.request(..., timer.elapsed())` when it is answered."""
+
+    __slots__ = ("start",)
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

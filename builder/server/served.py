@@ -1,0 +1,105 @@
+"""The served model as every protocol sees it: name, version, signatures, the batcher, readiness.
+
+REST (TF Serving's and the Open Inference Protocol's) and gRPC all answer from one `ServedModel`, so a
+request means the same thing whichever door it comes through: the same name/version rules, the same
+validation (`protocol`), the same batcher and interpreter pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from builder.server.batching import DynamicBatcher
+from builder.server.protocol import (
+    PredictCall,
+    RequestError,
+    SignatureSpec,
+    TensorSpec,
+    check_shape,
+    choose_signature,
+)
+
+
+@dataclass
+class ServedModel:
+    """One model version behind the server; `ready` turns true once it is loaded and warmed, false on drain."""
+
+    name: str
+    version: int
+    signatures: Mapping[str, SignatureSpec]
+    batcher: DynamicBatcher
+    runtime: str
+    max_request_batch: int = 4096
+    labels: Mapping[str, int] = field(default_factory=dict)
+    ready: bool = False
+
+    @property
+    def versions(self) -> list[int]:
+        return [self.version]
+
+    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> int:
+        """The version a request addresses; RequestError 404 (TF Serving's wording) when none is served."""
+        if name != self.name:
+            raise RequestError(f"Servable not found for request: Latest({name})", status=404)
+        if label:
+            if label not in self.labels:
+                raise RequestError(f"Unrecognized servable version label: {label}", status=404)
+            version = self.labels[label]
+        if version is None:
+            return self.version
+        if version != self.version:
+            raise RequestError(f"Servable not found for request: Specific({name}, {version})", status=404)
+        return version
+
+    def signature(self, name: str) -> SignatureSpec:
+        """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
+        return choose_signature({"signature_name": name or None}, self.signatures)
+
+    def call(self, signature: SignatureSpec, arrays: Mapping[str, np.ndarray], row_format: bool = False) -> PredictCall:
+        """A predict call from named, already-typed arrays (gRPC and v2): names, dtypes and shapes checked."""
+        names = [spec.name for spec in signature.inputs]
+        missing, extra = sorted(set(names) - set(arrays)), sorted(set(arrays) - set(names))
+        if missing or extra:
+            parts = ([f"missing input(s) {', '.join(missing)}"] if missing else []) + (
+                [f"unknown input(s) {', '.join(extra)}"] if extra else [])
+            raise RequestError(f"inputs: {'; '.join(parts)} (this signature takes {', '.join(names)})")
+        inputs: dict[str, np.ndarray] = {}
+        for spec in signature.inputs:
+            array = arrays[spec.name]
+            _check_dtype(array, spec)
+            check_shape(array, spec, f"inputs.{spec.name}", batched=True)
+            if array.shape[0] > self.max_request_batch:
+                raise RequestError(f"inputs.{spec.name}: batch {array.shape[0]} > {self.max_request_batch}")
+            inputs[spec.name] = array
+        if len({a.shape[0] for a in inputs.values()}) > 1:
+            raise RequestError("inputs have different batch sizes")
+        batch = next(iter(inputs.values())).shape[0]
+        return PredictCall(signature=signature.name, inputs=inputs, row_format=row_format, batch=batch)
+
+    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+        return await self.batcher.predict(call)
+
+
+def _check_dtype(array: np.ndarray, spec: TensorSpec) -> None:
+    if array.dtype.name != spec.dtype:
+        raise RequestError(f"inputs.{spec.name}: expects {spec.dtype}, got {array.dtype.name}")
+
+
+def pick_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec,
+                 wanted: Sequence[str]) -> dict[str, np.ndarray]:
+    """The requested outputs (all when none are named); RequestError 400 for a name the signature lacks."""
+    if not wanted:
+        return {spec.name: outputs[spec.name] for spec in signature.outputs}
+    return {name: outputs[name] for name in check_output_names(signature, wanted)}
+
+
+def check_output_names(signature: SignatureSpec, wanted: Sequence[str]) -> list[str]:
+    """`wanted` when every name is an output of the signature; RequestError 400 naming the others."""
+    known = {spec.name for spec in signature.outputs}
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        raise RequestError(f"unknown output(s) {', '.join(unknown)}; this signature has {', '.join(sorted(known))}")
+    return list(wanted)

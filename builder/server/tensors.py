@@ -1,0 +1,81 @@
+"""TensorFlow's `TensorProto` to numpy and back, as TensorFlow itself reads and writes it.
+
+Clients send either `tensor_content` (the raw little-endian bytes: what `tf.make_tensor_proto` writes for
+an ndarray, and the fast path: no per-value work) or the typed repeated fields (`float_val`, `int_val`, ...,
+`half_val` holding float16 bit patterns). TensorFlow's rules are followed: a typed field with one value
+fills the whole shape, an empty one means zeros, any other count must match the shape exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from builder.server.protocol import TF_DTYPES, RequestError
+
+DTYPE_OF_ENUM: dict[int, np.dtype] = {number: np.dtype(name) for name, (_, number) in TF_DTYPES.items()}
+ENUM_OF_DTYPE: dict[str, int] = {name: number for name, (_, number) in TF_DTYPES.items()}
+ENUM_NAME: dict[int, str] = {number: enum for _, (enum, number) in TF_DTYPES.items()}
+
+#: The typed field TensorFlow uses for each dtype (tensor.proto's comments).
+VALUE_FIELD: dict[str, str] = {
+    "float32": "float_val", "float64": "double_val", "int32": "int_val", "int16": "int_val", "int8": "int_val",
+    "uint8": "int_val", "uint16": "int_val", "int64": "int64_val", "bool": "bool_val", "float16": "half_val",
+    "uint32": "uint32_val", "uint64": "uint64_val",
+}
+
+
+def dtype_name(number: int) -> str:
+    return ENUM_NAME.get(number, f"DataType {number}")
+
+
+def to_array(proto: Any, where: str) -> np.ndarray:
+    """A TensorProto as an ndarray; RequestError (400) naming `where` when it is malformed or unsupported."""
+    dtype = DTYPE_OF_ENUM.get(proto.dtype)
+    if dtype is None:
+        raise RequestError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
+    if proto.tensor_shape.unknown_rank:
+        raise RequestError(f"{where}: tensor_shape must be known")
+    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
+    if any(d < 0 for d in shape):
+        raise RequestError(f"{where}: negative dimension in tensor_shape {list(shape)}")
+    size = int(np.prod(shape, dtype=np.int64))
+    if proto.tensor_content:
+        content = proto.tensor_content
+        if len(content) != size * dtype.itemsize:
+            raise RequestError(f"{where}: tensor_content has {len(content)} bytes, shape {list(shape)} of "
+                               f"{dtype.name} needs {size * dtype.itemsize}")
+        return np.frombuffer(content, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
+    values = getattr(proto, VALUE_FIELD[dtype.name])
+    count = len(values)
+    if dtype.name == "float16":
+        flat = np.asarray(values, dtype=np.uint16).view(np.float16)
+    else:
+        try:
+            flat = np.asarray(values, dtype=dtype)
+        except OverflowError:
+            raise RequestError(f"{where}: value out of range for {dtype.name}") from None
+    if count == size:
+        return flat.reshape(shape)
+    if count == 0:
+        return np.zeros(shape, dtype=dtype)
+    if count == 1:
+        return np.full(shape, flat[0], dtype=dtype)
+    raise RequestError(f"{where}: {count} values in {VALUE_FIELD[dtype.name]} for shape {list(shape)} "
+                       f"({size} values)")
+
+
+def fill_proto(proto: Any, array: np.ndarray, content: bool = True) -> Any:
+    """Write `array` into an (empty) TensorProto: raw `tensor_content`, or the typed field when not `content`."""
+    array = np.asarray(array)
+    proto.dtype = ENUM_OF_DTYPE[array.dtype.name]
+    for size in array.shape:
+        proto.tensor_shape.dim.add(size=int(size))
+    if content:
+        proto.tensor_content = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    elif array.dtype.name == "float16":
+        proto.half_val.extend(array.reshape(-1).view(np.uint16).tolist())
+    else:
+        getattr(proto, VALUE_FIELD[array.dtype.name]).extend(array.reshape(-1).tolist())
+    return proto

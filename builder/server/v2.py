@@ -1,0 +1,230 @@
+"""The Open Inference Protocol (KServe v2) over REST, with the binary tensor data extension.
+
+What Triton, KServe, MLServer and their clients (`tritonclient`, the `kserve` SDK) speak:
+  GET  /v2/health/live, /v2/health/ready        liveness; readiness (loaded and warmed, not draining)
+  GET  /v2                                       server metadata and extensions
+  GET  /v2/models/{m}[/versions/{v}]             model metadata (typed inputs/outputs)
+  GET  /v2/models/{m}[/versions/{v}]/ready       model readiness
+  POST /v2/models/{m}[/versions/{v}]/infer       typed tensors; JSON `data` or raw bytes after the JSON
+                                                 header (`Inference-Header-Content-Length`)
+The binary extension is the fast path for real-size inputs: the tensor bytes are used as they arrive
+(`np.frombuffer`, no per-value decoding), which JSON can never match for a 224x224x3 image.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from builder.server.bodies import read_limited
+from builder.server.metrics import Metrics, Timer
+from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, parse_json, parse_version, to_typed_array
+from builder.server.served import ServedModel, check_output_names
+
+HEADER_LENGTH = "inference-header-content-length"
+ENTRYPOINT = "V2"
+#: v2 datatype <-> numpy dtype name.
+DATATYPES = {
+    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
+    "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
+}
+DATATYPE_OF = {numpy: v2 for v2, numpy in DATATYPES.items()}
+
+
+def _json(content: Any, status: int = 200) -> Response:
+    return Response(json.dumps(content, separators=(",", ":")), status_code=status, media_type="application/json")
+
+
+def model_metadata(served: ServedModel, signature: SignatureSpec) -> dict[str, Any]:
+    def tensors(specs: tuple[TensorSpec, ...]) -> list[dict[str, Any]]:
+        return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": list(s.shape)}
+                for s in specs]
+
+    return {"name": served.name, "versions": [str(v) for v in served.versions], "platform": f"{served.runtime}_tflite",
+            "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]:
+    """(the JSON request, the binary tail) of an infer body; the tail is empty without the extension."""
+    if header_length is None:
+        return parse_json(body), memoryview(b"")
+    if not header_length.strip().isdigit() or int(header_length) > len(body):
+        raise RequestError(f"Inference-Header-Content-Length {header_length!r} does not fit a {len(body)}-byte body")
+    cut = int(header_length)
+    return parse_json(body[:cut]), memoryview(body)[cut:]
+
+
+def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> dict[str, np.ndarray]:
+    """The request's `inputs` as arrays of the model's dtypes; RequestError 400 naming what is wrong."""
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list) or not request["inputs"]:
+        raise RequestError("infer request must be a JSON object with a non-empty 'inputs' list")
+    specs = {s.name: s for s in signature.inputs}
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, tensor in enumerate(request["inputs"]):
+        where = f"inputs[{i}]"
+        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+            raise RequestError(f"{where}: needs 'name', 'shape', 'datatype' and 'data' (or binary_data_size)")
+        name = tensor["name"]
+        where = f"inputs[{i}] ({name})"
+        if name not in specs:
+            raise RequestError(f"{where}: unknown input; this model takes {', '.join(specs)}")
+        shape = tensor.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise RequestError(f"{where}: 'shape' must be a list of non-negative integers")
+        dtype = DATATYPES.get(tensor.get("datatype"))  # type: ignore[arg-type]
+        if dtype is None:
+            raise RequestError(f"{where}: unsupported datatype {tensor.get('datatype')!r}; use one of "
+                               f"{', '.join(DATATYPES)}")
+        if dtype != specs[name].dtype:
+            raise RequestError(f"{where}: datatype {tensor['datatype']} does not match the model's "
+                               f"{DATATYPE_OF.get(specs[name].dtype, specs[name].dtype)}")
+        size = int(np.prod(shape, dtype=np.int64))
+        parameters = tensor.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise RequestError(f"{where}: 'parameters' must be an object")
+        if "binary_data_size" in parameters:
+            length = parameters["binary_data_size"]
+            if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+                raise RequestError(f"{where}: binary_data_size must be a non-negative integer")
+            if offset + length > len(binary):
+                raise RequestError(f"{where}: binary_data_size {length} runs past the end of the body")
+            if length != size * np.dtype(dtype).itemsize:
+                raise RequestError(f"{where}: binary_data_size {length} does not fit shape {shape} of {dtype}")
+            array = np.frombuffer(binary[offset:offset + length], dtype=np.dtype(dtype).newbyteorder("<"))
+            offset += length
+            arrays[name] = array.astype(dtype, copy=False).reshape(shape)
+            continue
+        if "data" not in tensor:
+            raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
+        flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where).reshape(-1)
+        if flat.size != size:
+            raise RequestError(f"{where}: {flat.size} values in 'data' for shape {shape} ({size} values)")
+        arrays[name] = flat.reshape(shape)
+    if offset != len(binary):
+        raise RequestError(f"{len(binary) - offset} bytes of binary data after the inputs that none declares")
+    return arrays
+
+
+def binary_outputs(request: Mapping[str, Any], names: list[str]) -> tuple[list[str], set[str]]:
+    """(outputs to answer, those to answer as raw bytes) from the request's `outputs` and `parameters`."""
+    every = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    requested = request.get("outputs")
+    if requested is None:
+        return names, set(names) if every else set()
+    if not isinstance(requested, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
+                                                  for o in requested):
+        raise RequestError("'outputs' must be a list of objects with a 'name'")
+    wanted = [o["name"] for o in requested]
+    binary = {o["name"] for o in requested if (o.get("parameters") or {}).get("binary_data", every)}
+    return wanted, binary
+
+
+def infer_response(served: ServedModel, version: int, request: Mapping[str, Any], outputs: Mapping[str, np.ndarray],
+                   order: list[str], binary: set[str]) -> Response:
+    """The v2 answer: JSON, or JSON then raw output bytes (header length in Inference-Header-Content-Length)."""
+    tensors, tail = [], []
+    for name in order:
+        value = np.asarray(outputs[name])
+        entry: dict[str, Any] = {"name": name, "datatype": DATATYPE_OF[value.dtype.name], "shape": list(value.shape)}
+        if name in binary:
+            raw = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            tail.append(raw)
+        else:
+            entry["data"] = value.reshape(-1).tolist()
+        tensors.append(entry)
+    answer: dict[str, Any] = {"model_name": served.name, "model_version": str(version), "outputs": tensors}
+    if isinstance(request.get("id"), str):
+        answer["id"] = request["id"]
+    header = json.dumps(answer, separators=(",", ":")).encode()
+    if not tail:
+        return Response(header, media_type="application/json")
+    return Response(b"".join([header, *tail]), media_type="application/octet-stream",
+                    headers={"Inference-Header-Content-Length": str(len(header))})
+
+
+def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_bytes: int) -> None:
+    """The v2 routes on the app, answering from `served`."""
+    from builder.server.contract import V2_INFER_SCHEMA, V2_READY_RESPONSES
+
+    signature = served.signature("")
+
+    def version_of(name: str, version: str | None) -> int:
+        return served.resolve(name, None if version is None else parse_version(version))
+
+    def not_ready() -> Response:
+        return _json({"error": "model is not ready (loading, or the server is draining)"}, 503)
+
+    @app.get("/v2/health/live", summary="Open Inference Protocol: server liveness")
+    async def live() -> Response:
+        return _json({"live": True})
+
+    @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
+    async def ready() -> Response:
+        return _json({"ready": True}) if served.ready else not_ready()
+
+    @app.get("/v2", summary="Open Inference Protocol: server metadata")
+    async def server_metadata() -> Response:
+        return _json({"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]})
+
+    @app.get("/v2/models/{name}", summary="Open Inference Protocol: model metadata")
+    async def metadata(name: str) -> Response:
+        version_of(name, None)
+        return _json(model_metadata(served, signature))
+
+    @app.get("/v2/models/{name}/versions/{version}", summary="Open Inference Protocol: model version metadata")
+    async def version_metadata(name: str, version: str) -> Response:
+        version_of(name, version)
+        return _json(model_metadata(served, signature))
+
+    @app.get("/v2/models/{name}/ready", summary="Open Inference Protocol: model readiness",
+             responses=V2_READY_RESPONSES)
+    async def model_ready(name: str) -> Response:
+        version_of(name, None)
+        return _json({"name": served.name, "ready": True}) if served.ready else not_ready()
+
+    @app.get("/v2/models/{name}/versions/{version}/ready", summary="Open Inference Protocol: model version readiness",
+             responses=V2_READY_RESPONSES)
+    async def model_version_ready(name: str, version: str) -> Response:
+        version_of(name, version)
+        return _json({"name": served.name, "ready": True}) if served.ready else not_ready()
+
+    async def infer(request: Request, name: str, version: str | None) -> Response:
+        timer, status = Timer(), 200
+        metrics.in_flight.inc()
+        try:
+            number = version_of(name, version)
+            body = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
+                                      request.headers.get("content-encoding"))
+            document, tail = split_body(body, request.headers.get(HEADER_LENGTH))
+            arrays = parse_inputs(document, signature, tail)
+            order, binary = binary_outputs(document, [s.name for s in signature.outputs])
+            check_output_names(signature, order)
+            outputs = await served.predict(served.call(signature, arrays))
+            return infer_response(served, number, document, outputs, order, binary)
+        except RequestError as error:
+            status = error.status
+            raise
+        except Exception:
+            status = 500
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.request(name if name == served.name else "unknown", "predict", ENTRYPOINT, status,
+                            timer.elapsed())
+
+    @app.post("/v2/models/{name}/infer", summary="Open Inference Protocol: inference", openapi_extra=V2_INFER_SCHEMA)
+    async def infer_latest(name: str, request: Request) -> Response:
+        return await infer(request, name, None)
+
+    @app.post("/v2/models/{name}/versions/{version}/infer", summary="Open Inference Protocol: inference (version)",
+              openapi_extra=V2_INFER_SCHEMA)
+    async def infer_version(name: str, version: str, request: Request) -> Response:
+        return await infer(request, name, version)
