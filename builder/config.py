@@ -215,7 +215,7 @@ _PARSERS: dict[str, tuple[str, str, Callable[[str, Any], Any]]] = {
     "state_dir": ("build", "state_dir", _directory),
     "dry_run": ("build", "dry_run", _bool),
     "labels": ("build", "labels", _labels),
-    "facts": ("build", "facts", _optional(_existing_file(".json"))),
+    "facts": ("build", "facts", _optional(_existing_file())),
     "targets": ("matrix", "targets", _list(_pattern(_NAME, "a target name"))),
     "matrix_cuda_cc": ("matrix", "cuda_cc", _list(_pattern(_CUDA_CC, "a CUDA capability list like 8.0,9.0"))),
 }

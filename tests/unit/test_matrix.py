@@ -82,3 +82,13 @@ def test_example_pipelines_parse_and_use_matrix_then_only(repo_root) -> None:  #
     gitlab = yaml.safe_load((repo_root / ".ci/examples/gitlab-ci.yml").read_text())
     assert "--format gitlab" in " ".join(gitlab["fleet-matrix"]["script"])
     assert gitlab["images"]["trigger"]["include"][0]["artifact"] == "images.yml"
+
+
+@pytest.mark.parametrize(("targets", "hint"), [(["nope"], None), (["x86-64-v3", "zen44"], "zen4"), (["icelak"], "icelake")])
+def test_unknown_targets_are_refused_with_the_closest_names(targets: list[str], hint: str | None) -> None:
+    with pytest.raises(InputError, match="unknown target") as caught:
+        fleet_matrix(targets)
+    if hint:
+        assert f"did you mean {hint}" in str(caught.value)
+    with pytest.raises(InputError, match="unknown target"):
+        parse_id(f"{targets[-1]}-cpu")  # `build --only` refuses the same names
