@@ -20,6 +20,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from builder.deploy import nfd
 from builder.errors import InputError
@@ -139,7 +140,7 @@ class DeployPlan:
         """The name in the server's URLs (/v1/models/<name>): the image's, else the fleet's."""
         return self.options.served_name or self.options.model_name
 
-    @property
+    @cached_property
     def digest(self) -> str:
         """sha256 of the plan as canonical JSON: identical inputs give identical manifests and labels."""
         blob = json.dumps(asdict(self), sort_keys=True, default=sorted)

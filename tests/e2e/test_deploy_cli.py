@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import archspec.cpu
 import pytest
 import yaml
 
@@ -81,6 +82,26 @@ def test_explain_node_says_which_image_a_machine_runs(tmp_path: Path, fixture: s
     assert result.returncode == 0, result.stderr
     node = json.loads(result.stdout)["explain_node"]
     assert node["best"] == ([runs] if runs else [])
+
+
+ARCHSPEC_SPR = Path(archspec.cpu.__file__).resolve().parents[1] / "json" / "tests" / "targets" / "linux-unknown-sapphirerapids"
+
+
+@pytest.mark.parametrize("machine", [
+    CPUINFO / "this-vm-amd-epyc-zen3", CPUINFO / "xeon-spr-guest-amx-hidden", CPUINFO / "old-xeon-e5-2670-sandybridge",
+    CPUINFO / "amd-epyc-9454-zen4-guest", ARCHSPEC_SPR,
+])
+def test_placement_agrees_with_tfsmith_check(tmp_path: Path, machine: Path) -> None:
+    """The same question asked of the two commands a user has: may this machine run the image?"""
+    targets = ["x86-64-v3", "x86-64-v4", "haswell", "icelake", "sapphirerapids"]
+    result = tfsmith("deploy", "--model-name", "m", "--targets", ",".join(targets), "--image-prefix", "reg/m",
+                     "--out", str(tmp_path / "o"), "--explain-node", str(machine), "--json")
+    assert result.returncode == 0, result.stderr
+    placed = set(json.loads(result.stdout)["explain_node"]["may_run"])
+    for target in targets:
+        check = tfsmith("check", "--target", target, "--cpuinfo", str(machine))
+        assert check.returncode in (0, 3), check.stderr
+        assert (check.returncode == 0) == (f"m-{target}" in placed), (machine.name, target, check.stderr)
 
 
 @pytest.mark.parametrize("args", [
