@@ -313,7 +313,8 @@ def gpu_problem(
     if message is not None:
         if require_gpu:
             return message + ".", None
-        return None, message + f"; TensorFlow will run on the CPU only ({ENV['require_gpu']}=1 refuses instead)."
+        opt_in = f"--require-gpu or {ENV['require_gpu']}=1 refuses instead"
+        return None, message + f"; TensorFlow will run on the CPU only ({opt_in})."
     unfit = [f"{name} ({cap[0]}.{cap[1]})" for name, cap in gpus if not gpu_can_run(cap, capabilities, ptx)]
     if unfit:
         return (
