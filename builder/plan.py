@@ -165,7 +165,7 @@ class BuildMachine:
 
     @classmethod
     def from_facts(cls, facts: _HasCpuFacts) -> BuildMachine:
-        """From `HostFacts` (issue 2): `facts.cpu.usable_cpus`, `facts.cpu.usable_memory_bytes`."""
+        """From `HostFacts` (builder.hardware): `facts.cpu.usable_cpus`, `facts.cpu.usable_memory_bytes`."""
         cpus = max(1, int(facts.cpu.usable_cpus))
         memory = facts.cpu.usable_memory_bytes
         if not memory:  # unknown: assume the bare minimum per core rather than the host's total

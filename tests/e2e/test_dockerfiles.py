@@ -74,7 +74,7 @@ def test_hadolint_passes_every_canonical_dockerfile() -> None:
 
 
 def test_render_x86_64_v3_context_passes_hadolint(tmp_path: Path) -> None:
-    """The issue's done-when: `tfsmith render --target x86-64-v3 --out ctx` writes a hadolint-clean context."""
+    """What a user runs first: `tfsmith render --target x86-64-v3 --out ctx` writes a hadolint-clean context."""
     result = tfsmith("render", "--target", "x86-64-v3", "--out", "ctx", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     ctx = tmp_path / "ctx"
