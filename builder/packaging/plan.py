@@ -31,11 +31,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
 DEFAULT_TFSERVING_BASE = "tensorflow/serving:2.19.0"
 PACKAGE_RUNTIMES = ("litert", "tfserving")
+#: What the server needs in every image: the runtime, REST (FastAPI on uvicorn), gRPC on 8500 and metrics.
+SERVER_BASE = ("ai-edge-litert", "numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf",
+               "prometheus-client")
 SERVER_DISTRIBUTIONS = {
-    "litert": ("ai-edge-litert", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
-    "openvino": ("ai-edge-litert", "openvino", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
+    "litert": SERVER_BASE,
+    "openvino": (*SERVER_BASE, "openvino"),
     # nncf (and its dependencies) only in images that quantize at start: it is big
-    "openvino-nncf": ("ai-edge-litert", "openvino", "nncf", "numpy", "fastapi", "uvicorn", "httptools", "uvloop"),
+    "openvino-nncf": (*SERVER_BASE, "openvino", "nncf"),
 }
 LABEL_PREFIX = "io.tfsmith"
 
