@@ -214,8 +214,9 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
         timer, status_code = Timer(), 200
         metrics.in_flight.inc()
         try:
+            raw = await _read_body(request, config.max_body_bytes)  # read first: an unread body resets the socket
             check_model(name, version)
-            body = parse_json(await _read_body(request, config.max_body_bytes))
+            body = parse_json(raw)
             call = parse_predict(body, signatures, config.max_request_batch)
             outputs = await batcher.predict(call)
             return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))

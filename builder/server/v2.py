@@ -200,9 +200,9 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
         timer, status = Timer(), 200
         metrics.in_flight.inc()
         try:
-            number = version_of(name, version)
             body = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
                                       request.headers.get("content-encoding"))
+            number = version_of(name, version)
             document, tail = split_body(body, request.headers.get(HEADER_LENGTH))
             arrays = parse_inputs(document, signature, tail)
             order, binary = binary_outputs(document, [s.name for s in signature.outputs])
