@@ -46,12 +46,10 @@ def file_name(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
-def kustomization(plan: DeployPlan, files: list[str]) -> dict[str, Any]:
-    custom: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
-    if plan.options.namespace:
-        custom["namespace"] = plan.options.namespace
-    custom["resources"] = files
-    return custom
+def kustomization(files: list[str]) -> dict[str, Any]:
+    """The resource list only. The namespace is already on each namespaced object: kustomize's `namespace:`
+    field would also stamp it on the NodeFeatureRule, a cluster-scoped custom resource it cannot know."""
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files}
 
 
 def layout(plan: DeployPlan, objects: list[dict[str, Any]], fmt: str) -> dict[str, str]:
@@ -64,7 +62,7 @@ def layout(plan: DeployPlan, objects: list[dict[str, Any]], fmt: str) -> dict[st
     else:
         for obj in objects:
             files[file_name(obj)] = to_yaml([obj])
-        files["kustomization.yaml"] = to_yaml([kustomization(plan, [name for name in files])])
+        files["kustomization.yaml"] = to_yaml([kustomization(list(files))])
     files[MARKER] = json.dumps({"deploy_digest": plan.digest, "model": plan.options.model_name,
                                 "notes": list(plan.notes)}, indent=2) + "\n"
     return files

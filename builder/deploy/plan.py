@@ -34,6 +34,7 @@ SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 CPU_QUANTITY = re.compile(r"^(\d+m|\d+(\.\d{1,3})?)$")
 MEMORY_QUANTITY = re.compile(r"^(\d+)(Mi|Gi)$")
 MAX_NAME = 63
+KSERVE_SUFFIX = "-predictor"  # KServe names the predictor's Deployment and Service <name>-predictor
 
 # Stated defaults (README "Deploy to a mixed fleet"): used when neither a report nor a flag says otherwise.
 DEFAULT_CPU_MILLIS = 1000
@@ -309,8 +310,9 @@ def plan_fleet(images: tuple[FleetImage, ...], options: DeployOptions, resources
     for rank, entry in enumerate(ordered, start=1):
         place = placement(entry.target)
         name = f"{options.model_name}-{slug(entry.target)}"
-        if len(name) > MAX_NAME:
-            raise InputError(f"object name {name!r} is longer than {MAX_NAME} characters; use a shorter --model-name")
+        limit = MAX_NAME - len(KSERVE_SUFFIX) if options.kserve else MAX_NAME
+        if len(name) > limit:
+            raise InputError(f"object name {name!r} is longer than {limit} characters; use a shorter --model-name")
         better = tuple(sorted({rule_label(o.target) for o in ordered if _better(o, entry)}))
         members.append(Member(image=entry, slug=slug(entry.target), name=name, placement=place, better=better, rank=rank))
         if place.invisible:

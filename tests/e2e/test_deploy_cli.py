@@ -64,12 +64,13 @@ def test_kustomize_kserve_and_measured_resources(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["resources"]["cpu"] == "2000m" and summary["resources"]["memory"] == "320Mi"
     custom = yaml.safe_load((out / "kustomization.yaml").read_text())
-    assert custom["namespace"] == "ml"
+    assert "namespace" not in custom  # each namespaced object carries it; the cluster-scoped rule must not
     assert set(custom["resources"]) == {p.name for p in out.glob("*.yaml")} - {"kustomization.yaml"}
     objects = load(out)
     assert sorted(o["kind"] for o in objects).count("InferenceService") == 3
     for obj in objects:
         validate(obj, K8S_VERSION)
+        assert obj["metadata"].get("namespace") == (None if obj["kind"] == "NodeFeatureRule" else "ml")
 
 
 @pytest.mark.parametrize(("fixture", "runs"), [

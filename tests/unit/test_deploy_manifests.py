@@ -262,7 +262,8 @@ def test_layouts_yaml_and_kustomize_round_trip() -> None:
     assert "&id" not in single["digits-cnn.yaml"]  # no YAML anchors
     folder = output.layout(fleet, objects, "kustomize")
     custom = yaml.safe_load(folder["kustomization.yaml"])
-    assert custom["namespace"] == "ml" and len(custom["resources"]) == len(objects)
+    assert "namespace" not in custom and len(custom["resources"]) == len(objects)
+    assert all(o["metadata"].get("namespace") == ("ml" if o["kind"] != "NodeFeatureRule" else None) for o in objects)
     assert [yaml.safe_load(folder[name]) for name in custom["resources"]] == objects
     # strings that look like booleans or numbers stay strings
     assert "'true'" in single["digits-cnn.yaml"] and "'8501'" in single["digits-cnn.yaml"]

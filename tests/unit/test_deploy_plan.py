@@ -77,6 +77,7 @@ def test_explicit_pairs_and_gpu_targets() -> None:
     (lambda: example(model_name="Digits_CNN"), "--model-name"),
     (lambda: example(replicas=3, max_replicas=2), "below --replicas"),
     (lambda: example(namespace="Bad NS"), "--namespace"),
+    (lambda: example(model_name="a" * 40, kserve=True), "longer than 53 characters"),  # KServe adds -predictor
     (lambda: plan.plan_fleet(inputs.from_pairs(["x86-64-v3=Reg/D:v3"]), plan.DeployOptions(model_name="d"),
                              plan.default_resources()), "not a valid image reference"),
     (lambda: plan.parse_cpu("lots"), "--cpu"),
