@@ -16,7 +16,7 @@ from builder.errors import InputError
 from builder.staging import staged_dir
 
 FORMATS = ("yaml", "kustomize")
-MARKER = ".tfsmith-deploy.json"  # says a folder is ours to replace on the next run
+MARKER = ".tfsmith-deploy"  # JSON saying a folder is ours to replace; no .json/.yaml suffix: `kubectl apply -f DIR` reads those
 
 
 class _Dumper(yaml.SafeDumper):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builder.deploy import inputs, manifests, output, plan
 from builder.engine.base import Image, ImageConfig
@@ -141,6 +142,10 @@ def test_write_is_all_or_nothing_and_replaces_only_its_own_output(tmp_path: Path
     output.write(out, files)
     assert sorted(p.name for p in out.iterdir()) == sorted(files)
     assert json.loads((out / output.MARKER).read_text())["deploy_digest"] == fleet.digest
+    # `kubectl apply -f DIR` sends every .json/.yaml/.yml file in DIR (hidden ones too): only objects may be there
+    for path in out.iterdir():
+        if path.suffix in (".json", ".yaml", ".yml"):
+            assert all({"apiVersion", "kind"} <= set(doc) for doc in yaml.safe_load_all(path.read_text())), path.name
     # a second run replaces the folder (stale files from the first run disappear)
     (out / "stale.yaml").write_text("old")
     output.write(out, output.layout(fleet, manifests.fleet(fleet), "yaml"))
