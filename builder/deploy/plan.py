@@ -200,12 +200,14 @@ def slug(target: BuildTarget) -> str:
 
 
 def _better(a: FleetImage, b: FleetImage) -> bool:
-    """Whether a's image should win a node that can run both: same architecture and GPU-ness, and a needs
-    strictly more CPU features (so every node that can run a can also run b)."""
+    """Whether a's image should win a node that can run both: same architecture and GPU-ness, a needs
+    strictly more CPU features (every node that can run a can run b), and NFD can tell the two apart (when
+    the extra features are all invisible to it, a "prefer not where a fits" would push b off every node)."""
     return (
         a.target.arch == b.target.arch
         and (a.target.cuda is None) == (b.target.cuda is None)
         and a.target.features > b.target.features
+        and set(placement(a.target).observable) > set(placement(b.target).observable)
     )
 
 

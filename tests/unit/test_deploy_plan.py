@@ -165,3 +165,13 @@ def test_write_is_all_or_nothing_and_replaces_only_its_own_output(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k8s", "mine"]
     with pytest.raises(InputError, match="--format"):
         output.layout(fleet, [], "helm")
+
+
+def test_no_preference_between_targets_nfd_cannot_tell_apart() -> None:
+    """zen2 needs only clwb more than zen, and NFD cannot see clwb: preferring "not where zen2 fits" would
+    push the zen image off every node (with --exclusive, forever Pending)."""
+    images = inputs.from_targets("zen,zen2,x86-64-v3", "reg/d")
+    fleet = plan.plan_fleet(images, plan.DeployOptions(model_name="d", exclusive=True), plan.default_resources())
+    better = {m.image.target.name: m.better for m in fleet.members}
+    assert better["zen2"] == () and better["zen"] == ()
+    assert set(better["x86-64-v3"]) == {plan.rule_label(inputs.resolve("zen")), plan.rule_label(inputs.resolve("zen2"))}
