@@ -29,6 +29,7 @@ def _configure() -> None:
 
 def log_request(**fields: Any) -> None:
     """Write one access record (also used by the gRPC service)."""
+    _configure()
     access.info(json.dumps({"time": round(time.time(), 6), **fields}, separators=(",", ":")))
 
 

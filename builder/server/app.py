@@ -125,7 +125,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     model_p50_us = served.model_p50_us  # type: ignore[attr-defined]
     batcher = served.batcher
     signatures = served.signatures
-    servicer = grpc_service.Servicer(served, metrics)
+    servicer = grpc_service.Servicer(served, metrics, config.access_log)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from builder.server import tfs_proto as pb
+from builder.server.access_log import log_request
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import PREDICT_METHOD, RequestError
 from builder.server.served import ServedModel, check_output_names, pick_outputs
@@ -33,9 +34,10 @@ ENTRYPOINT = "GRPC"
 class Servicer:
     """The three RPCs over one served model; every failure becomes a status code, never a dead stream."""
 
-    def __init__(self, served: ServedModel, metrics: Metrics | None = None) -> None:
+    def __init__(self, served: ServedModel, metrics: Metrics | None = None, access_log: bool = False) -> None:
         self.served = served
         self.metrics = metrics
+        self.access_log = access_log
 
     async def _answer(self, api: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
         timer, status = Timer(), 200
@@ -56,6 +58,9 @@ class Servicer:
             if self.metrics is not None:
                 self.metrics.in_flight.dec()
                 self.metrics.request(self.served.name, api, ENTRYPOINT, status, timer.elapsed())
+            if self.access_log:
+                log_request(protocol="grpc", method=api, path=f"/{self.served.name}", status=status,
+                            duration_ms=round(timer.elapsed() * 1e3, 3), remote=context.peer())
 
     def _version(self, spec: Any) -> int:
         version = spec.version.value if spec.HasField("version") else None

@@ -1,0 +1,139 @@
+"""Operating `tfsmith serve`: SIGTERM drains without losing a request, TLS on REST and gRPC from PEM files,
+JSON access logs, and `--help` grouping the options."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server, inputs, models  # noqa: F401 - models is a fixture
+
+
+def test_sigterm_drains_requests_in_flight_and_loses_none(models: Path) -> None:  # noqa: F811
+    """Clients send until readiness turns 503 (what a load balancer watches); requests waiting in a 300 ms
+    batch when SIGTERM arrives must still be answered; every request sent gets its 200."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "64",
+                     "--batch-timeout-us", "300000", "--shutdown-delay-seconds", "1", "--drain-seconds", "10")
+    body = json.dumps({"instances": inputs(1, seed=51).tolist()}).encode()
+    stop_sending = threading.Event()
+    results: list[str] = []
+
+    def client() -> None:
+        while not stop_sending.is_set():
+            connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=20)
+            try:
+                connection.request("POST", "/v1/models/digits:predict", body, {"content-type": "application/json"})
+                answer = connection.getresponse()
+                results.append(str(answer.status) if b"predictions" in answer.read() else f"bad {answer.status}")
+            except OSError as error:
+                results.append(f"lost: {type(error).__name__}: {error}")
+            finally:
+                connection.close()
+
+    def watch_readiness() -> None:  # the load balancer
+        while not stop_sending.is_set():
+            try:
+                if HTTP.get(f"{running.url}/v2/health/ready", timeout=2).status_code == 503:
+                    stop_sending.set()
+            except httpx.HTTPError:
+                stop_sending.set()
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=client) for _ in range(8)] + [threading.Thread(target=watch_readiness)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    running.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=30)
+    code = running.process.wait(timeout=30)
+    assert code in STOPPED
+    assert results and all(r == "200" for r in results), [r for r in results if r != "200"][:5]
+    assert len(results) >= 16  # the 300 ms batches were full of waiting requests when the signal came
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl CLI not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_tls_on_rest_and_grpc(models: Path, certificate: tuple[Path, Path]) -> None:  # noqa: F811
+    grpc = pytest.importorskip("grpc")
+    from builder.server import tfs_proto
+    from builder.server.tensors import fill_proto, to_array
+
+    cert, key = certificate
+    secure = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=30)
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--tls-cert", str(cert),
+                     "--tls-key", str(key), grpc=True, scheme="https", client=secure)
+    try:
+        x = inputs(2, seed=52)
+        rest = secure.post(f"{running.url}/v1/models/digits:predict", json={"instances": x.tolist()})
+        assert rest.status_code == 200
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on the TLS port
+            HTTP.get(f"http://127.0.0.1:{running.port}/v2/health/live", timeout=5)
+        request = tfs_proto.PredictRequest()
+        request.model_spec.name = "digits"
+        fill_proto(request.inputs["pixels"], x)
+        credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{running.grpc_port}", credentials) as channel:
+            predict = channel.unary_unary("/tensorflow.serving.PredictionService/Predict",
+                                          request_serializer=tfs_proto.PredictRequest.SerializeToString,
+                                          response_deserializer=tfs_proto.PredictResponse.FromString)
+            answer = predict(request, timeout=10)
+        assert np.allclose(to_array(answer.outputs["probs"], "probs"), rest.json()["predictions"], rtol=1e-6)
+    finally:
+        secure.close()  # an idle TLS keep-alive connection holds a graceful stop for asyncio's TLS shutdown timeout
+        assert running.stop() in STOPPED
+
+
+def test_tls_needs_both_files(models: Path, certificate: tuple[Path, Path]) -> None:  # noqa: F811
+    done = subprocess.run([str(TFSMITH), "serve", str(models / "image.tflite"), "--tls-cert", str(certificate[0])],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")] == [
+        "tfsmith: error: --tls-cert and --tls-key go together"]
+
+
+def test_json_access_log(models: Path) -> None:  # noqa: F811
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json")
+    HTTP.post(f"{running.url}/v1/models/digits:predict", json={"instances": inputs(1).tolist()})
+    HTTP.get(f"{running.url}/v1/models/nope")
+    assert running.stop() in STOPPED
+    output = running.process.stdout.read() if running.process.stdout else ""
+    records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    predict = [r for r in records if r["path"] == "/v1/models/digits:predict"]
+    assert predict and predict[0]["status"] == 200 and predict[0]["method"] == "POST"
+    assert predict[0]["duration_ms"] >= 0 and predict[0]["remote"].startswith("127.0.0.1:")
+    assert any(r["path"] == "/v1/models/nope" and r["status"] == 404 for r in records)
+
+
+def test_serve_help_groups_the_options() -> None:
+    done = subprocess.run([str(TFSMITH), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    text = done.stdout
+    for group, flags in {"network:": ["--grpc-port", "--max-body-bytes"],
+                         "operations:": ["--access-log", "--drain-seconds", "--shutdown-delay-seconds"],
+                         "security:": ["--tls-cert", "--tls-key"]}.items():
+        section = text[text.index(group):]
+        for flag in flags:
+            assert flag in section.split("\n\n")[0], (group, flag)
