@@ -141,24 +141,32 @@ def test_dropping_flags_from_a_real_machine_keeps_the_property(data: st.DataObje
         assert set(guard.missing_features(target.features, host)) <= set(plan.placement(target).invisible)
 
 
-def test_a_fleet_gives_each_machine_the_best_image_it_can_run() -> None:
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_fleet_gives_each_machine_the_best_image_it_can_run(exclusive: bool) -> None:
     """One fleet of every resolvable target of both families: on each recorded machine the images it
-    should run (all preferences met) are exactly the most demanding ones it can run."""
+    should run (all preferences met; with --exclusive, all it may run) include the most demanding ones it
+    can run, and no machine that can run some image is left without one."""
     resolved, _ = targets()
     images = tuple(plan.FleetImage(target=t, image=f"registry.example/m:{t.tag_token}") for t in resolved)
-    fleet = plan.plan_fleet(images, plan.DeployOptions(model_name="m"), plan.default_resources())
+    options = plan.DeployOptions(model_name="m", exclusive=exclusive)
+    fleet = plan.plan_fleet(images, options, plan.default_resources())
     objects = manifests.fleet(fleet)
     by_name = {m.name: m.image.target for m in fleet.members}
     for name, arch, flags in machines():
         labels = simulate.node_labels(arch, flags, objects)
         runnable = {n for n, t in by_name.items() if guard_accepts(t, arch, flags)}
+        placed = {o["metadata"]["name"] for o in simulate.workloads(objects) if simulate.can_schedule(o, labels)}
         best = set(simulate.best_for_node(objects, labels))
-        assert runnable <= {o["metadata"]["name"] for o in simulate.workloads(objects)
-                            if simulate.can_schedule(o, labels)}, name
+        in_gap = any(k[0] == name for k in KNOWN_GAPS)
         maximal = {n for n in runnable if not any(by_name[o].features > by_name[n].features for o in runnable)}
+        if exclusive:
+            assert best == placed, name  # nothing left to prefer: placement is the answer
+        else:
+            assert runnable <= placed, name  # the required affinity never excludes a capable machine
         # a machine in a gap may be offered an image its guard refuses; never one it is not placed on
-        assert maximal <= best or any(k[0] == name for k in KNOWN_GAPS), name
-        assert best, f"{name} runs nothing although {sorted(runnable)[:3]} fit"
+        assert maximal <= best or in_gap, (name, sorted(maximal - best))
+        assert placed - runnable == set() or in_gap, (name, sorted(placed - runnable))
+        assert best or not runnable, f"{name} runs nothing although {sorted(runnable)[:3]} fit"
 
 
 def test_exclusive_makes_the_preference_a_requirement() -> None:
