@@ -16,7 +16,8 @@ from builder.errors import InputError
 from builder.staging import staged_dir
 
 FORMATS = ("yaml", "kustomize")
-MARKER = ".tfsmith-deploy"  # JSON saying a folder is ours to replace; no .json/.yaml suffix: `kubectl apply -f DIR` reads those
+# JSON saying a folder is ours to replace. No .json/.yaml suffix: `kubectl apply -f DIR` sends those too.
+MARKER = ".tfsmith-deploy"
 
 
 class _Dumper(yaml.SafeDumper):

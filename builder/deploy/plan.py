@@ -6,9 +6,9 @@ One `Member` per serving image (one per build target). Placement comes from the 
   POPCNT, SSE4.2 for x86-64-v3) the label tfsmith's NodeFeatureRule publishes for that target;
 - CUDA targets also require a GPU whose compute capability the image's SASS or PTX can run (NVIDIA GPU
   feature discovery's `nvidia.com/gpu.compute.major|minor`), the same rule as the preflight guard;
-- preference: targets whose features are a strict superset of another's are "better" for it; a member
-  prefers nodes where no better member can run (or requires that, with `exclusive`), so each node runs the
-  fastest image it can and none runs one it cannot.
+- preference: a target whose features (and NFD-visible flags) are a strict superset of another's is
+  "better" for it; a member prefers nodes where no better member can run (or requires that, with
+  `exclusive`), so each node runs the fastest image it can and none runs one it cannot.
 Features NFD cannot see at all (x86: clflushopt, clwb, rdpid, fsgsbase, pku, ...) stay with the image's
 guard; the plan lists them so the CLI can say so.
 """
