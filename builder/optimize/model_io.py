@@ -337,14 +337,17 @@ def load_model(path: Path) -> LoadedModel:
         return _from_saved_model(facts, exported, keep, why)
     # SavedModel: a Keras 2 SavedModel (keras_metadata.pb) also loads as a model (for pruning/QAT).
     model = None
+    why = ("a SavedModel without a Keras 2 Sequential/Functional model inside: pruning and QAT need one, so only "
+           "post-training quantization applies")
     if (facts.path / "keras_metadata.pb").is_file():
         try:
             model = keras.models.load_model(str(facts.path), compile=True)
-            model = model if _is_graph_model(model) else None
         except Exception:  # not loadable as Keras 2: the post-training path from its signature still works
             model = None
-    why = None if model is not None else ("a SavedModel without a Keras 2 Sequential/Functional model inside: "
-                                          "pruning and QAT need one, so only post-training quantization applies")
+        if model is not None and not _is_graph_model(model):
+            model, why = None, ("a subclassed Keras model: tfmot prunes and quantization-aware-trains only "
+                                "Sequential/Functional models, so only post-training quantization applies")
+    why = None if model is not None else why
     return _from_saved_model(facts, facts.path, keep, why, keras_model=model)
 
 

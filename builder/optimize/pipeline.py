@@ -281,6 +281,24 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     return ModelContract(tuple(inputs), tuple(specs))
 
 
+def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None) -> None:
+    """Labels that cannot be judged with their output's task are one line now, before any work."""
+    from builder.errors import InputError
+    from builder.optimize.quality import class_ids
+
+    for split, labels in (("y_val", y_val), ("y_train", y_train or {})):
+        for spec in contract.outputs:
+            if spec.name not in labels:
+                continue
+            key = f"{split}/{spec.name}" if len(contract.outputs) > 1 else split
+            y = np.asarray(labels[spec.name])
+            if spec.task == "classification":
+                class_ids(y, int(spec.shape[-1] or 1), f"data: {key} ({spec.name} is {spec.task_why})")
+            elif y.reshape(len(y), -1).shape[1] != int(np.prod([d or 1 for d in spec.shape[1:]])):
+                raise InputError(f"data: {key} has shape {y.shape}; regression output {spec.name!r} is "
+                                 f"{_shape_text(spec.shape)}")
+
+
 def training_labels(contract: ModelContract, y: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Labels as the fine-tuning losses want them: class ids for classification, float values otherwise."""
     from builder.optimize.quality import class_ids
@@ -310,6 +328,8 @@ def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarra
     probabilities = {s.name: quality._is_probabilities(reference[s.name]) for s in contract.outputs}
     losses = prune.losses_for(tasks, probabilities)
     xs = [x[s.name] for s in in_specs]
+    if isinstance(getattr(model, "_nested_outputs", None), Mapping):  # a model that returns a dict: its keys
+        return (xs[0] if len(xs) == 1 else xs), {n: labels[n] for n in labels}, {n: losses[n] for n in losses}
     ys = [labels[s.name] for s in out_specs]
     ls = [losses[s.name] for s in out_specs]
     return (xs[0] if len(xs) == 1 else xs), (ys[0] if len(ys) == 1 else ys), (ls[0] if len(ls) == 1 else ls)
@@ -332,8 +352,15 @@ def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.n
     if not recipe.pruning or loaded.keras_model is None:
         return loaded.keras_model, None, []
     x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
+    from builder.errors import TfsmithError
+
     with _stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
-        model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+        try:
+            model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+        except TfsmithError as error:
+            if recipe.name != "auto":
+                raise
+            return loaded.keras_model, None, [f"pruning dropped: {error}"]
     from builder.optimize.model_io import keras_serving_fn
 
     from builder.optimize import tfenv
@@ -650,6 +677,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     with _stage(say, "the original model's outputs on the held-out rows"):
         reference = loaded.predict(data.x_val)
     contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks))
+    check_labels(contract, data.y_val, data.y_train)
     staging = exporting.staging_dir(options.out)
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
@@ -726,6 +754,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
         reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
         contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
                                  {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks))
+        check_labels(contract, plan.data.y_val, plan.data.y_train)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
     for spec in contract.outputs:
         lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")

@@ -102,18 +102,36 @@ def prune_model(model: Any, pruning: Pruning, x_train: Any, y_train: Any, loss: 
 
 
 def _wrap(sparsity: Any, clone: Any, pruning: Pruning, steps_per_epoch: int) -> Any:
-    """The model wrapped for pruning, with a schedule whose last mask update lands on its end step."""
+    """The model with every prunable layer (Dense, Conv, ...) wrapped, others (Rescaling, Normalization, ...)
+    left as they are, and a schedule whose last mask update lands on its end step.
+
+    Wrapping layer by layer (tfmot's clone_function pattern) instead of the whole model: tfmot refuses a whole
+    model as soon as one layer has no pruning rule, and ordinary user models have preprocessing layers.
+    """
     if pruning.structured:
-        return sparsity.prune_low_magnitude(clone, sparsity_m_by_n=pruning.structured)
-    schedule = pruning_schedule(steps_per_epoch, pruning.epochs)
-    if pruning.schedule == "constant" or schedule.end_step == schedule.begin_step:
-        tf_schedule = sparsity.ConstantSparsity(pruning.sparsity, begin_step=0, end_step=schedule.end_step,
-                                                frequency=schedule.frequency)
+        kwargs: dict[str, Any] = {"sparsity_m_by_n": pruning.structured}
     else:
-        tf_schedule = sparsity.PolynomialDecay(
-            initial_sparsity=pruning.initial_sparsity, final_sparsity=pruning.sparsity,
-            begin_step=schedule.begin_step, end_step=schedule.end_step, frequency=schedule.frequency)
-    return sparsity.prune_low_magnitude(clone, pruning_schedule=tf_schedule)
+        schedule = pruning_schedule(steps_per_epoch, pruning.epochs)
+        if pruning.schedule == "constant" or schedule.end_step == schedule.begin_step:
+            tf_schedule = sparsity.ConstantSparsity(pruning.sparsity, begin_step=0, end_step=schedule.end_step,
+                                                    frequency=schedule.frequency)
+        else:
+            tf_schedule = sparsity.PolynomialDecay(
+                initial_sparsity=pruning.initial_sparsity, final_sparsity=pruning.sparsity,
+                begin_step=schedule.begin_step, end_step=schedule.end_step, frequency=schedule.frequency)
+        kwargs = {"pruning_schedule": tf_schedule}
+    keras = tfenv.keras()
+    from tensorflow_model_optimization.python.core.sparsity.keras.prune_registry import PruneRegistry
+
+    def wrap(layer: Any) -> Any:
+        if PruneRegistry.supports(layer) and getattr(layer, "kernel", None) is not None:
+            return sparsity.prune_low_magnitude(layer, **kwargs)
+        return layer
+
+    wrapped = keras.models.clone_model(clone, clone_function=wrap)
+    if not any(hasattr(layer, "pruning_vars") for layer in wrapped.layers):
+        raise TfsmithError("no layer of this model can be pruned (no Dense/Conv kernels tfmot supports)")
+    return wrapped
 
 
 def _verify(stripped: Any, wrapped: Any, pruning: Pruning, schedule: Schedule | None,

@@ -11,9 +11,10 @@ Every artifact is judged against the ORIGINAL float model (before any pruning), 
   `max_relative_error`; MAE/RMSE against labels when DATA has them, and max |y - y_orig|. Argmax agreement
   means nothing for one column (it is always 1.0), so it is never the gate there.
 
-Task per output: one column, or several columns that are not probabilities and whose labels (if any) are not
-class ids, is regression; several columns that are probabilities (non-negative, rows sum to 1), or whose
-labels are class ids / one-hot, are classification. A recipe `[tasks]` table overrides it per output.
+Task per output: several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
+class ids / one-hot, or (without labels) whose name says logits, are classification; one column, or anything
+else, is regression (judged by fidelity, which any output can be judged by). A recipe `[tasks]` table overrides
+it per output, and the report states the task and why for every output.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
         return "classification", f"{columns} columns that are probabilities (non-negative, rows sum to 1)"
     if labels is not None and _are_class_ids(labels, columns):
         return "classification", f"{columns} columns (logits) and labels that are class ids 0..{columns - 1}"
+    if labels is None and "logit" in name.lower():
+        return "classification", f"{columns} columns and the output is named {name!r}: scores of classes"
     if labels is None:
         return "regression", (f"{columns} columns that are not probabilities and no labels to show class ids: "
                               "judged as values (set [tasks] in a recipe if they are logits)")

@@ -68,8 +68,25 @@ def tfsmith(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]):
     return run
 
 
-def _report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
+def _report(out: Path):
+    from builder.report import Report
+
+    return Report.load(out)
+
+
+def _kinds(report) -> dict:
+    return {a.kind: a for a in report.artifacts}
+
+
+def _signature(path: Path) -> tuple[dict, dict]:
+    """A .tflite's serving signature as LiteRT lists it: {name: (dtype, shape)} for inputs and outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path))
+    runner = it.get_signature_runner(next(iter(it.get_signature_list())))
+    def side(details: dict) -> dict:
+        return {n: (np.dtype(d["dtype"]).name, tuple(int(x) for x in d["shape_signature"])) for n, d in details.items()}
+    return side(runner.get_input_details()), side(runner.get_output_details())
 
 
 def _no_leftovers(out: Path) -> None:
@@ -98,37 +115,52 @@ def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example:
         assert (out / name).is_file(), name
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = _report(out)
-    kinds = {a["kind"]: a for a in report["artifacts"]}
+    kinds = _kinds(report)
     assert {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_int8"} <= set(kinds)
-    assert report["chosen"] in {a["path"] for a in report["artifacts"]}
-    assert report["gate"]["passed"] is True
-    assert report["model"]["format"] == "keras2" and report["model"]["input"]["name"] == "image"
-    assert report["sparsity"]["achieved"] >= report["sparsity"]["target"] - 0.01
-    for artifact in report["artifacts"]:
-        assert artifact["size_bytes"] > artifact["gzip_bytes"] > 0
-        assert artifact["latency_us"]["p99"] >= artifact["latency_us"]["p50"] > 0
-        assert artifact["throughput"]["samples_per_s"] > 0 and artifact["threads"] == 2
-        assert 0.0 <= artifact["accuracy"] <= 1.0
-        assert (out / artifact["path"]).exists()
-    assert kinds["tflite_int8"]["input"]["dtype"] == "int8" and kinds["tflite_int8"]["input"]["quantization"][0] > 0
-    assert kinds["tflite_dynamic"]["size_bytes"] < kinds["tflite_fp32"]["size_bytes"] / 3
-    assert report["held_out_rows"] == len(np.load(example["data"])["x_val"])
-    assert report["data"]["calibration_from"] == "x_calib"
-    assert report["host"]["cpu_features"] and report["reasons"]
+    assert report.chosen in {a.path for a in report.artifacts} and report.chosen.endswith(".tflite")
+    assert report.chosen_runtime in ("litert", "openvino") and report.selection.measured
+    assert report.gate.passed is True and report.chosen_artifact.accepted
+    assert report.model.format == "keras2" and report.contract.input_names == ("image",)
+    assert report.contract.output_names == ("probs",) and report.contract.outputs[0].task == "classification"
+    if report.sparsity:  # kept only when the pruned model agrees with the original
+        assert report.sparsity["achieved"] >= report.sparsity["target"] - 0.01
+        assert any(n.startswith("pruning kept") for n in report.notes)
+    else:
+        assert any(n.startswith("pruning dropped") for n in report.notes)
+    want = ({"image": ("float32", (-1, 8, 8, 1))}, {"probs": ("float32", (-1, 10))})
+    for artifact in report.artifacts:
+        assert artifact.size_bytes > artifact.gzip_bytes > 0
+        assert artifact.latency_us.p99 >= artifact.latency_us.p50 > 0
+        assert artifact.throughput["samples_per_s"] > 0 and artifact.threads == 2
+        assert artifact.contract_kept
+        metric = artifact.metric("probs")
+        assert metric.metric == "accuracy_drop" and 0.0 <= metric.accuracy <= 1.0 and metric.agreement >= 0.9
+        assert (out / artifact.path).exists()
+        if artifact.path.endswith(".tflite"):  # float in, float out, the original names: int8 included
+            assert _signature(out / artifact.path) == want, artifact.path
+    assert kinds["tflite_dynamic"].size_bytes < kinds["tflite_fp32"].size_bytes / 3
+    assert report.data.held_out_rows == len(np.load(example["data"])["x_val"])
+    assert report.data.calibration_from == "x_calib" and report.data.labels == ("probs",)
+    assert report.host["cpu_features"] and report.reasons
+    timed = {(c.artifact, c.runtime) for c in report.selection.candidates if c.p50_us}
+    assert {(a.path, "litert") for a in report.artifacts if a.path.endswith(".tflite")} <= timed
+    assert (report.chosen, report.chosen_runtime) in timed
     md = (out / "report.md").read_text()
-    assert report["chosen"] in md and "quality gate" in md.lower()
+    assert report.chosen in md and "quality gate" in md.lower()
+    assert json.loads((out / "report.json").read_text())["schema"] == 2
 
-    # The serving contract: the SavedModel's serving_default, called by keyword, reproduces the samples.
+    # samples.npz: named keys; the SavedModel's serving_default, called by keyword, reproduces `expected`.
     samples = np.load(out / "samples.npz")
-    assert samples["x"].shape[1:] == (8, 8, 1) and len(samples["x"]) == len(samples["expected"]) == len(samples["y"])
+    assert set(samples.files) == {"x/image", "expected/probs", "y/probs"}
+    assert samples["x/image"].shape == (32, 8, 8, 1) and samples["expected/probs"].shape == (32, 10)
     check = subprocess.run([sys.executable, "-c", (
         "import os, sys, numpy as np; os.environ['TF_CPP_MIN_LOG_LEVEL']='3'; import tensorflow as tf\n"
         f"s = np.load({str(out / 'samples.npz')!r}); m = tf.saved_model.load({str(out / 'saved_model')!r})\n"
-        "f = m.signatures['serving_default']; y = f(image=tf.constant(s['x']))['output_0'].numpy()\n"
-        "print(float(np.mean(y.argmax(1) == s['expected'].argmax(1))))")],
+        "f = m.signatures['serving_default']; y = f(image=tf.constant(s['x/image']))['probs'].numpy()\n"
+        "print(float(np.mean(y.argmax(1) == s['expected/probs'].argmax(1))))")],
         capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr[-2000:]
-    assert float(check.stdout.strip().splitlines()[-1]) >= 0.9  # pruned model agrees with the float one
+    assert float(check.stdout.strip().splitlines()[-1]) >= 0.9
 
 
 # --- recipes ---------------------------------------------------------------------------------------------
@@ -143,15 +175,18 @@ def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path
                                    "--out", out, "--max-accuracy-drop", "0.2")
     assert code == 0, stderr
     report = _report(out)
-    assert report["sparsity"]["target"] == 0.8
-    assert report["sparsity"]["achieved"] == pytest.approx(0.8, abs=0.01)
-    assert {a["kind"] for a in report["artifacts"]} == {"saved_model", "tflite_int8", "tflite_qat_int8"}
-    assert report["chosen"] == "model_qat_int8.tflite"
-    qat = next(a for a in report["artifacts"] if a["kind"] == "tflite_qat_int8")
-    assert qat["input"]["dtype"] == "int8" and qat["accuracy"] > 0.8
-    saved = next(a for a in report["artifacts"] if a["kind"] == "saved_model")
-    # 80% zeros compress: the pruned SavedModel's variables gzip well below the float baseline's.
-    assert saved["variables_gzip_bytes"] < report["baseline"]["variables_gzip_bytes"] * 0.6
+    assert report.sparsity["target"] == 0.8
+    assert report.sparsity["achieved"] == pytest.approx(0.8, abs=0.01)
+    assert set(_kinds(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8"}
+    assert report.chosen == "model_qat_int8.tflite" and not report.selection.measured  # a recipe names it
+    qat = _kinds(report)["tflite_qat_int8"]
+    assert qat.inputs[0].dtype == "float32" and qat.contract_kept and qat.metric("probs").accuracy > 0.8
+    assert _signature(out / qat.path)[1] == {"probs": ("float32", (-1, 10))}
+    # A recipe that asks for pruning gets it, with its agreement with the original stated either way.
+    assert any(n.startswith(("pruning kept", "pruning applied as the recipe asks")) for n in report.notes)
+    saved = _kinds(report)["saved_model"]
+    # 80% zeros compress: the pruned SavedModel gzips well below the float baseline.
+    assert saved.gzip_bytes < report.baseline.gzip_bytes * 0.6
     assert "sparsity: target 0.800" in stdout
 
 
@@ -164,16 +199,14 @@ def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_p
                               "--out", out, "--max-accuracy-drop", "0.5")
     assert code == 0, stderr
     report = _report(out)
-    assert report["sparsity"]["structured"] == "2:4"
-    assert report["sparsity"]["layers"] and all(v == pytest.approx(0.5, abs=0.01)
-                                                for v in report["sparsity"]["layers"].values())
-    kinds = {a["kind"]: a for a in report["artifacts"]}
+    assert report.sparsity["structured"] == "2:4"
+    assert report.sparsity["layers"] and all(v == pytest.approx(0.5, abs=0.01)
+                                             for v in report.sparsity["layers"].values())
+    kinds = _kinds(report)
     assert set(kinds) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
-    assert kinds["tflite_float16"]["size_bytes"] < kinds["tflite_fp32"]["size_bytes"] * 0.6
-    assert report["chosen"] == "model_dynamic.tflite"
-    saved = kinds["saved_model"]
-    assert saved["signatures"] == ["serving_default", "serving_xla"]
-    assert saved["xla_latency_us"]["p50"] > 0 and saved["xla_agreement"] == 1.0
+    assert kinds["tflite_float16"].size_bytes < kinds["tflite_fp32"].size_bytes * 0.6
+    assert report.chosen == "model_dynamic.tflite"
+    assert kinds["saved_model"].extra["signatures"] == ["serving_default", "serving_xla"]
 
 
 def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
@@ -186,16 +219,16 @@ def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp
     model.save(k3)
     recipe = _write_recipe(tmp_path / "r.toml", '[pruning]\nsparsity = 0.5\n[quantization]\nmodes = ["int8"]\nqat = true\n')
     code, stdout, _ = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--explain")
-    assert code == 0 and "tfmot works only with Keras 2" in stdout
+    assert code == 0 and "only Keras 2" in stdout and "contract: inputs image float32[?,8,8,1]" in stdout
     out = tmp_path / "out"
     code, stdout, stderr = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--out", out,
                                    "--max-accuracy-drop", "0.5")
     assert code == 0, stderr
     report = _report(out)
-    assert report["model"]["format"] == "keras3" and report["model"]["keras_version"].startswith("3.")
-    assert report["sparsity"] is None and report["recipe"]["pruning"] is None
-    assert report["chosen"] == "model_int8.tflite"
-    assert any("tfmot" in note and "Keras 2" in note for note in report["notes"])
+    assert report.model.format == "keras3" and report.model.keras_version.startswith("3.")
+    assert report.sparsity is None and report.recipe["pruning"] is None
+    assert report.chosen == "model_int8.tflite"
+    assert any("tfmot" in note and "Keras 2" in note for note in report.notes)
     assert "pruning and QAT skipped" in stdout
     assert (out / "saved_model" / "saved_model.pb").is_file() and (out / "model_int8.tflite").is_file()
 
@@ -215,14 +248,14 @@ def test_quality_gate_fails_but_keeps_artifacts_marked_rejected(example: dict[st
     assert code == GATE_FAILED
     assert stderr.strip().splitlines()[-1].startswith("tfsmith: error: quality gate failed: model_int8.tflite")
     report = _report(out)
-    assert report["gate"]["passed"] is False and report["gate"]["chosen_drop"] > 0.01
-    for artifact in report["artifacts"]:
-        assert artifact["accepted"] is (artifact["accuracy_drop"] <= 0.01)
-        assert (out / artifact["path"]).exists()  # kept for inspection
-    chosen = next(a for a in report["artifacts"] if a["path"] == report["chosen"])
-    assert chosen["accepted"] is False and "drop" in chosen["reason"]
-    fp32 = next(a for a in report["artifacts"] if a["kind"] == "tflite_fp32")
-    assert fp32["accepted"] is True  # only what lost accuracy is rejected
+    assert report.gate.passed is False and "accuracy_drop" in report.gate.chosen_reason
+    assert report.gate.judged_against == "original"
+    for artifact in report.artifacts:
+        assert artifact.accepted is (artifact.metric("probs").value <= 0.01)
+        assert (out / artifact.path).exists()  # kept for inspection
+    chosen = report.chosen_artifact
+    assert chosen.accepted is False and chosen.metric("probs").value > 0.01 and "probs: accuracy_drop" in chosen.reason
+    assert _kinds(report)["tflite_fp32"].accepted is True  # only what lost accuracy is rejected
     assert "REJECTED" in (out / "report.md").read_text()
 
 
@@ -264,11 +297,11 @@ def _bad_data(example: dict[str, Path], path: Path, **changes: np.ndarray) -> Pa
 @pytest.mark.parametrize(
     ("name", "fragment"),
     [
-        ("flat_x", "x_val has shape (359, 64), the model's input is (N, 8, 8, 1)"),
-        ("string_x", "x_val has dtype <U1, the model needs numbers"),
+        ("flat_x", "x_val has shape (359, 64), input 'image' is (N, 8, 8, 1)"),
+        ("string_x", "x_val has dtype <U1; input 'image' takes float32"),
         ("short_y", "y_val has 100 labels for 359 inputs"),
-        ("too_many_classes", "class ids 0..11 but the model has 10 outputs"),
-        ("onehot_wrong_width", "y_val has shape (359, 12)"),
+        ("too_many_classes", "expected class ids 0..9 or one-hot rows"),
+        ("onehot_wrong_width", "got shape (359, 12)"),
         ("empty_calib", "x_calib is empty"),
         ("no_val", "x_val is missing"),
     ],
@@ -358,10 +391,11 @@ def test_subclassed_model_refuses_pruning_and_keeps_post_training(example: dict[
                                    "--out", out, "--max-accuracy-drop", "0.5")
     assert code == 0, stderr
     report = _report(out)
-    assert report["sparsity"] is None and report["recipe"]["pruning"] is None
-    assert any("subclassed" in note and "Sequential/Functional" in note for note in report["notes"])
+    assert report.sparsity is None and report.recipe["pruning"] is None
+    assert any("subclassed" in note and "Sequential/Functional" in note for note in report.notes)
     assert "subclassed" in stdout
-    assert {a["kind"] for a in report["artifacts"]} == {"saved_model", "tflite_fp32", "tflite_int8"}
+    assert set(_kinds(report)) == {"saved_model", "tflite_fp32", "tflite_int8"}
+    assert all(a.contract_kept for a in report.artifacts)
 
 
 def test_data_from_a_python_function_returning_datasets(example: dict[str, Path], tmp_path: Path, tfsmith,
@@ -381,9 +415,9 @@ def test_data_from_a_python_function_returning_datasets(example: dict[str, Path]
                               "--out", out, "--max-accuracy-drop", "0.05")
     assert code == 0, stderr
     report = _report(out)
-    assert report["held_out_rows"] == 359  # unbatched val read row by row
-    assert report["data"] == {"source": "mydata:load", "train_rows": 1238, "calibration_rows": 50,
-                              "calibration_from": "x_calib", "labels": True}
+    assert report.data.held_out_rows == 359  # unbatched val read row by row
+    assert (report.data.source, report.data.train_rows, report.data.calibration_rows, report.data.calibration_from,
+            report.data.labels) == ("mydata:load", 1238, 50, "x_calib", ("probs",))
     code, _, stderr = tfsmith("optimize", example["model"], "--data", "mydata:nothing", "--recipe", recipe,
                               "--out", tmp_path / "out2")
     _assert_one_line_error(code, stderr, "cannot import 'nothing' from 'mydata'")
@@ -396,7 +430,7 @@ def test_keras2_h5_model_is_prunable_format(example: dict[str, Path], tmp_path: 
     h5 = tmp_path / "digits.h5"
     model.save(str(h5))
     code, stdout, _ = tfsmith("optimize", h5, "--data", example["data"], "--explain")
-    assert code == 0 and "pruning:" in stdout and "tfmot works only with Keras 2" not in stdout
+    assert code == 0 and "pruning:" in stdout and "only Keras 2" not in stdout
     broken = tmp_path / "broken.h5"
     broken.write_bytes(h5.read_bytes()[:2048])
     code, _, stderr = tfsmith("optimize", broken, "--data", example["data"], "--out", tmp_path / "o")

@@ -32,12 +32,13 @@ def gate(spec_: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: n
         (softmax(RNG.normal(size=(50, 4))), None, "classification", "probabilities"),
         (RNG.normal(size=(50, 4)), RNG.integers(0, 4, 50), "classification", "logits"),
         (RNG.normal(size=(50, 4)), None, "regression", "set [tasks] in a recipe if they are logits"),
+        (RNG.normal(size=(50, 4)), None, "classification", "named 'class_logits'"),
         (RNG.normal(size=(50, 3)), RNG.normal(size=(50, 3)), "regression", "labels that are values"),
         (RNG.random((50, 1)), RNG.integers(0, 2, 50), "regression", "one column"),
     ],
 )
 def test_task_is_inferred_per_output_and_says_why(outputs, labels, task: str, why: str) -> None:
-    got, reason = infer_task("out", outputs, labels)
+    got, reason = infer_task("class_logits" if "class_logits" in why else "out", outputs, labels)
     assert got == task and why in reason
 
 
