@@ -168,3 +168,21 @@ def test_the_image_sets_no_tfsmith_setting(images: dict[str, tuple[BuildPlan, st
     env = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
     assert env.get("TFSMITH_IMAGE_TARGET") == "x86-64-v3"
     assert env_values(env) == {} and not set(env) & set(SETTINGS_ENV.values())
+
+
+def test_a_cuda_image_without_a_gpu_or_its_libraries_says_so(images: dict[str, tuple[BuildPlan, str]]) -> None:
+    """The guard of a CUDA image in a container with no GPU and TensorFlow without [and-cuda] (this image's
+    stand-in wheel was installed plainly): one warning line and the command runs; refused when required."""
+    plan, tag = images["x86-64-v3"]
+    if missing_features(plan.target.features, read_cpu_flags()):
+        pytest.skip("this host cannot run x86-64-v3 code")
+    cuda = ["-e", "TFSMITH_IMAGE_CUDA_CC=8.0,9.0", "-e", "TFSMITH_IMAGE_PTX=9.0"]
+    run = docker("run", "--rm", *cuda, tag, "python", "-c", "print('ran on the CPU')")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ran on the CPU"
+    warning = run.stderr.strip()
+    assert len(warning.splitlines()) == 1 and warning.startswith("tfsmith-guard: warning:"), warning
+    assert "tensorflow[and-cuda]" in warning and "CPU only" in warning
+    required = docker("run", "--rm", *cuda, "-e", "TFSMITH_IMAGE_REQUIRE_GPU=1", tag, "python", "-c", "print(1)")
+    assert required.returncode == 3 and required.stdout == ""
+    assert "CUDA libraries are not installed" in required.stderr
