@@ -270,3 +270,19 @@ def test_our_speed_goals_are_judged_outside_the_product(recorded: BenchRun) -> N
     assert speed.met is None and "random weights" in speed.detail
     peer, speed = judge(BenchRun(**{**untrained.__dict__, "trained": True}))
     assert speed.met is False and speed.detail == "5.0x"
+
+
+def test_deploy_choice_compares_a_recorded_optimize_and_bench_run(fixtures_dir: Path) -> None:
+    from tests.benchmarks.deploy_choice import compare, table
+
+    recorded = json.loads((fixtures_dir / "bench" / "mobilenet_v2_deploy_choice.json").read_text())
+    row = compare("mobilenet_v2", recorded["report"], recorded["bench"])
+    assert row.shipped == "litert-int8" and row.fastest == "openvino-int8"
+    results = {r["name"]: r for r in recorded["bench"]["results"]}
+    assert row.ratio == pytest.approx(results["litert-int8"]["latency"]["p50"] / results["openvino-int8"]["latency"]["p50"])
+    assert row.within_noise is False and row.fastest_tflite == "openvino-tflite-nncf"
+    assert "slower beyond noise" in table([row])
+    same = compare("mobilenet_v2", {"chosen": "model_fp32.tflite", "chosen_runtime": "openvino-nncf"},
+                   recorded["bench"])
+    assert same.shipped == "openvino-tflite-nncf" and same.within_noise is True
+    assert same.ratio_vs_fastest_tflite == 1.0
