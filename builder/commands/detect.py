@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import typer
 
-# `tfsmith detect`'s options: flag -> parameter of run_detect (None: a value follows). One list, read by
-# the Typer command and by the start-up fast path alike (builder/cli.py); a test holds them equal.
+# `tfsmith detect`'s options: flag -> (parameter of run_detect, is it a switch). The start-up fast path
+# (builder/cli.py) parses with this list; a test holds it equal to the Typer command's options.
 DETECT_OPTIONS: dict[str, tuple[str, bool]] = {
     "--json": ("as_json", True),
     "--cpuinfo": ("cpuinfo", False),
@@ -64,6 +64,8 @@ def detect_fast_args(args: Sequence[str], options: dict[str, tuple[str, bool]]) 
             if not rest or rest[0].startswith("-"):
                 return None
             value = rest.pop(0)
+        if not value:
+            return None
         parsed[name] = Path(value)
     return parsed
 
