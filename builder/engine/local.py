@@ -24,7 +24,8 @@ from builder.engine.base import EngineUnavailable
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
-STATE_DIR = Path(os.environ.get("TFSMITH_STATE_DIR", Path.home() / ".cache" / "tfsmith"))
+#: Where the hand-started engine keeps its log (not the `state_dir` setting, which is per project).
+STATE_DIR = Path(os.environ.get("TFSMITH_ENGINE_DIR", Path.home() / ".cache" / "tfsmith"))
 DEBIAN_MIRROR = os.environ.get("TFSMITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 Say = Callable[[str], None]

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -23,10 +22,9 @@ from typing import Any
 
 from builder.engine.base import Engine, Image
 from builder.errors import InputError, TfsmithError
+from builder.staging import staged_dir
 from builder.server.artifacts import Artifact
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = REPO_ROOT / "templates" / "serve"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
 DEFAULT_TFSERVING_BASE = "tensorflow/serving:2.19.0"
@@ -187,14 +185,10 @@ def _docker_quote(value: object) -> str:
 
 
 def environment() -> Any:
-    import jinja2
+    """The serving templates (shipped inside the package, so an installed tfsmith finds them too)."""
+    from builder.resources import template_environment
 
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
-    )
+    env = template_environment("serve", compact=False)
     env.filters["docker_quote"] = _docker_quote
     return env
 
@@ -264,21 +258,19 @@ def fetch_wheels(requirements: tuple[str, ...], python_version: str, arch: str, 
     if (folder / ".complete").exists():
         return folder
     say(f"downloading server wheels for Python {python_version} {arch} into {folder}")
-    tmp = Path(tempfile.mkdtemp(prefix="wheels-", dir=WHEEL_CACHE.parent if WHEEL_CACHE.parent.exists() else None))
-    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(tmp),
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
             "--python-version", python_version, "--implementation", "cp",
             "--abi", f"cp{python_version.replace('.', '')}", "--abi", "abi3", "--abi", "none"]
     for platform in MANYLINUX:
         argv += ["--platform", f"{platform}_{arch}"]
-    result = subprocess.run([*argv, *requirements], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        lines = [line for line in result.stderr.splitlines() if line.startswith("ERROR")] or result.stderr.splitlines()
-        raise TfsmithError(f"could not download the server's wheels: {(lines or ['pip failed'])[-1]}")
-    (tmp / ".complete").write_text("\n".join(requirements))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    with staged_dir(folder) as tmp:  # a cache folder is complete or absent, never half-downloaded
+        result = subprocess.run([*argv, "--dest", str(tmp), *requirements], capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            lines = ([line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+                     or result.stderr.splitlines())
+            raise TfsmithError(f"could not download the server's wheels: {(lines or ['pip failed'])[-1]}")
+        (tmp / ".complete").write_text("\n".join(requirements))
     return folder
 
 
@@ -326,13 +318,7 @@ def _link_or_copy(source: str, dest: str) -> None:
         shutil.copy2(source, dest)
 
 
-def publish_folder(source: Path, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-    """Copy a finished folder into place via a sibling temp folder (never half-written)."""
-    dest = dest.resolve()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    shutil.rmtree(staging)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(*exclude), copy_function=_link_or_copy)
-    if dest.exists():
-        shutil.rmtree(dest)
-    staging.rename(dest)
+def publish_folder(source: Path, dest: Path) -> None:
+    """Copy a finished folder into place, never half-written (the one staging helper does the swap)."""
+    with staged_dir(Path(dest).resolve()) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)

@@ -1,6 +1,6 @@
 """`tfsmith package --runtime tfserving`: TensorFlow Serving's own layout, batching file and warmup records.
 
-The image follows the stock tensorflow/serving conventions (FACTS §5) so it drops into existing deployments:
+The image follows the stock tensorflow/serving conventions so it drops into existing deployments:
 `/models/<name>/<version>/` holding the SavedModel (or `model.tflite` with `--prefer_tflite_model` when the
 artifact has no SavedModel), `assets.extra/tf_serving_warmup_requests` made from held-out samples,
 `/models/batching_parameters.txt`, `MODEL_NAME`/`MODEL_BASE_PATH`. The base image is configurable (the stock

@@ -1,4 +1,4 @@
-"""The serve room's floors, measured (a benchmark, never a timed test):
+"""The serving floors, measured (a benchmark, never a timed test):
 
 1. the server's added latency over a bare interpreter call at batch 1, p50, under 1 ms;
 2. throughput under concurrency at least 3x the single-client rate, for the digits CNN.
