@@ -1,8 +1,9 @@
 """The Docker engine for real: BuildKit mounts, stage cache, exports, failures, and `tfsmith build` end to end.
 
 Runtime images are built from a tiny stand-in TensorFlow wheel (a real wheel, installed by pip, no
-dependencies, no network) so the whole file stays around a minute; the real PyPI TensorFlow wheel is built
-by the runtime-stage test (test_runtime_stage.py). Images and containers are named `tfsmith-test-build-*`.
+dependencies, no network) so the whole file stays around a minute; test_runtime_stage.py builds the rendered
+runtime stage from the real PyPI TensorFlow wheel (labels, baked spec, CPU guard). Images and containers are
+named `tfsmith-test-build-*`.
 """
 
 from __future__ import annotations
