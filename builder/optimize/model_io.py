@@ -170,17 +170,19 @@ def keras_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, .
 
 
 def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Callable:
-    """serve(dict by input name) -> dict by output name, calling the model with its inputs in its own order."""
-    in_names, out_names = [s.name for s in inputs], [s.name for s in outputs]
+    """serve(dict by input name) -> dict by output name (the contract's), calling the model with its inputs in
+    the model's own order (a signature lists names sorted, the model may not)."""
+    own_in, own_out = keras_specs(model)
+    in_names = [s.name for s in own_in]
+    own_out_names = [s.name for s in own_out]
+    out_names = [s.name for s in outputs]
 
     def serve(feed: dict[str, Any]) -> dict[str, Any]:
         args = [feed[n] for n in in_names]
         result = model(args[0] if len(args) == 1 else args, training=False)
-        if isinstance(result, Mapping):
-            return {n: result[n] for n in out_names}
-        if not isinstance(result, (list, tuple)):
-            result = [result]
-        return dict(zip(out_names, result))
+        if not isinstance(result, Mapping):
+            result = dict(zip(own_out_names, result if isinstance(result, (list, tuple)) else [result]))
+        return {n: result[n] for n in out_names}
 
     return serve
 

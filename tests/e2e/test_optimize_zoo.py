@@ -1,0 +1,204 @@
+"""`tfsmith optimize --recipe auto` on every zoo model (tests/zoo.py): ordinary user models no part of tfsmith was
+written around — a CNN, two inputs, two heads, regression, token ids, Keras 3, a tf.Module SavedModel and a
+ready .tflite.
+
+For each: the contract is preserved (every .tflite's signature — names, dtypes, shapes — equals the original's),
+every output has its metric (classification: accuracy/agreement; regression: relative error, MAE with labels),
+the gate judged every artifact against the original model, the choice was measured on this host among accepted
+candidates, and samples.npz holds the original's answers under named keys. The CLI runs in-process (TensorFlow
+imported once) with little timing effort: correctness here, timings are the benchmark's job.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "tensorflow_model_optimization",
+                                                     "ai_edge_litert", "sklearn")):
+    pytest.skip("needs the optimize extra (tensorflow, tf_keras, tfmot, ai-edge-litert) and scikit-learn",
+                allow_module_level=True)
+
+from tests import zoo  # noqa: E402  (imports builder.optimize.tfenv only; TensorFlow loads lazily)
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.fixture(scope="module")
+def built(zoo_dir: Path) -> dict[str, zoo.ZooModel]:
+    return {}
+
+
+def _model(name: str, zoo_dir: Path, built: dict[str, zoo.ZooModel]) -> zoo.ZooModel:
+    if name not in built:
+        built[name] = zoo.build(name, zoo_dir)
+    return built[name]
+
+
+def _optimize(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    from builder.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["tfsmith", *map(str, args)])
+    capfd.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def _litert_signature(path: Path) -> tuple[dict, dict]:
+    """{name: (dtype, shape with None for dynamic)} of a .tflite's serving signature, as LiteRT lists it."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path))
+    runner = it.get_signature_runner(next(iter(it.get_signature_list())))
+
+    def side(details: dict) -> dict:
+        return {n: (np.dtype(d["dtype"]).name, tuple(None if int(x) < 0 else int(x) for x in d["shape_signature"]))
+                for n, d in details.items()}
+
+    return side(runner.get_input_details()), side(runner.get_output_details())
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Path, built: dict, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    from builder.report import Report
+
+    model = _model(name, zoo_dir, built)
+    out = tmp_path / "out"
+    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+                                     "--recipe", "auto", "--out", out, "--latency-runs", "10")
+    assert code == 0, stderr[-3000:]
+    assert "Traceback" not in stderr
+    report = Report.load(out)
+
+    # The contract is the original's: names, dtypes, shapes, and the task of every output.
+    want_in = {n: (dtype, shape) for n, (dtype, shape) in model.inputs.items()}
+    want_out = {n: (dtype, shape) for n, (dtype, shape, _) in model.outputs.items()}
+    contract = report.contract
+    assert {t.name: (t.dtype, t.shape) for t in contract.inputs} == want_in
+    assert {t.name: (t.dtype, t.shape) for t in contract.outputs} == want_out
+    assert {t.name: t.task for t in contract.outputs} == {n: task for n, (_, _, task) in model.outputs.items()}
+    assert all(t.task_why for t in contract.outputs)
+    for output in contract.outputs:
+        assert f"output {output.name}: {output.task}" in stdout
+
+    tflites = [a for a in report.artifacts if a.path.endswith(".tflite")]
+    assert tflites
+    if model.kind == "tflite":
+        assert [a.path for a in report.artifacts] == ["model.tflite"] and report.baseline is None
+    else:
+        assert {"saved_model", "tflite_fp32", "tflite_int8"} <= {a.kind for a in report.artifacts}
+    for artifact in tflites:
+        assert _litert_signature(out / artifact.path) == (want_in, want_out), artifact.path
+        assert artifact.contract_kept
+
+    # One metric per output, the right one for its task and labels, and sane.
+    labelled = set(report.data.labels)
+    assert labelled == set(model.labels)
+    for artifact in report.artifacts:
+        assert {m.output for m in artifact.metrics} == set(want_out)
+        for metric in artifact.metrics:
+            task = contract.output(metric.output).task
+            if task == "classification":
+                assert metric.metric == ("accuracy_drop" if metric.output in labelled else "disagreement")
+                assert 0.0 <= metric.agreement <= 1.0
+            else:
+                assert metric.metric == "relative_error" and metric.agreement is None
+                assert (metric.mae is not None) == (metric.output in labelled)
+            assert metric.relative_error is not None and metric.relative_error >= 0
+            assert metric.passed == (metric.value <= metric.limit + 1e-9)
+        assert artifact.accepted == (all(m.passed for m in artifact.metrics) and artifact.contract_kept)
+        if artifact.kind in ("tflite_fp32", "tflite_original", "saved_model") and report.sparsity is None:
+            # float32 files of the unpruned model answer like the original, almost bit for bit
+            assert all((m.relative_error or 0) < 1e-3 for m in artifact.metrics), artifact.path
+
+    # The gate judged against the original; the choice was measured here among accepted candidates.
+    assert report.gate.judged_against == "original" and report.gate.passed
+    chosen = report.chosen_artifact
+    assert chosen.accepted and chosen.path.endswith(".tflite")
+    assert report.selection.measured and report.chosen_runtime in ("litert", "openvino")
+    measured = [c for c in report.selection.candidates if c.p50_us is not None and report.artifact(c.artifact).accepted
+                and c.artifact.endswith(".tflite")]
+    assert (chosen.path, report.chosen_runtime) in {(c.artifact, c.runtime) for c in measured}
+    fastest = min(c.p50_us for c in measured)
+    picked = next(c for c in measured if (c.artifact, c.runtime) == (chosen.path, report.chosen_runtime))
+    assert picked.p50_us <= fastest * 1.15 + 1e-9  # the fastest, or a smaller file within noise of it
+
+    # samples.npz: named keys, original dtypes, the ORIGINAL model's answers.
+    with np.load(out / "samples.npz") as samples:
+        keys = set(samples.files)
+        assert keys == ({f"x/{n}" for n in want_in} | {f"expected/{n}" for n in want_out}
+                        | {f"y/{n}" for n in model.labels})
+        x = {n: samples[f"x/{n}"] for n in want_in}
+        expected = {n: samples[f"expected/{n}"] for n in want_out}
+    for n, (dtype, shape) in want_in.items():
+        assert x[n].dtype == np.dtype(dtype) and x[n].shape == (min(32, report.data.held_out_rows), *shape[1:])
+    original = zoo.predict(model, x)
+    for n in want_out:
+        np.testing.assert_allclose(expected[n], original[n], rtol=1e-4, atol=1e-5)
+
+
+def test_another_target_is_decided_by_rule_and_says_it_could_not_measure(
+        zoo_dir: Path, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    from builder.report import Report
+
+    model = _model("regression", zoo_dir, built)
+    out = tmp_path / "out"
+    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+                                     "--recipe", "auto", "--target", "x86-64-v3", "--out", out,
+                                     "--latency-runs", "10")
+    assert code == 0, stderr[-3000:]
+    report = Report.load(out)
+    assert not report.selection.measured and "could not be measured" in report.selection.how
+    assert report.chosen == "model_dynamic.tflite" and report.chosen_runtime == "litert"  # no VNNI: the rule
+    assert report.chosen_artifact.metric("target").metric == "relative_error"
+
+
+def test_explain_loads_the_model_and_plans_for_it(zoo_dir: Path, built: dict, monkeypatch: pytest.MonkeyPatch,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    model = _model("token_ids", zoo_dir, built)
+    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+                                     "--explain")
+    assert code == 0, stderr
+    assert "contract: inputs tokens int32[?,16]; outputs sentiment float32[?,2]" in stdout
+    assert "quality of sentiment: classification" in stdout
+
+
+def test_a_string_input_is_refused_in_one_line_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capfd: pytest.CaptureFixture[str]) -> None:
+    from builder.optimize import tfenv
+
+    tf = tfenv.tensorflow()
+
+    class Echo(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def serve(self, text):  # type: ignore[no-untyped-def]
+            return {"length": tf.strings.length(text)}
+
+    module = Echo()
+    saved = tmp_path / "strings"
+    tf.saved_model.save(module, str(saved), signatures={"serving_default": module.serve})
+    np.savez(tmp_path / "d.npz", x_val=np.array([b"hi", b"there"]))
+    out = tmp_path / "out"
+    for extra in (["--explain"], ["--out", out]):
+        code, _, stderr = _optimize(monkeypatch, capfd, "optimize", saved, "--data", tmp_path / "d.npz", *extra)
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        assert code == 2 and "Traceback" not in stderr
+        assert lines[-1].startswith("tfsmith: error: ") and "input 'text' is a string tensor" in lines[-1]
+        assert "int32 token ids" in lines[-1]
+    assert not out.exists()
