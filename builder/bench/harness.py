@@ -126,8 +126,14 @@ def _load(adapter: Adapter, x1: np.ndarray, xb: np.ndarray, batch: int, settings
     return _Live(adapter, run1, run_batch, [], [], result), result
 
 
-def _quality(live: list[_Live], bench: BenchModel, batch: int) -> dict[str, tuple[float | None, float | None]]:
-    """(accuracy, agreement with the float reference) per runtime on the eval inputs."""
+def _quality(live: list[_Live], bench: BenchModel, batch: int
+             ) -> dict[str, tuple[float | None, float | None, float | None]]:
+    """(accuracy, agreement, relative error) per runtime against the float reference on the eval inputs.
+
+    Several columns are class scores (accuracy against labels, top-1 agreement with the float model); one
+    column is a value (a regression target, a logit), judged by its relative L2 error against the float model,
+    since argmax over one column agrees always and would hide any error.
+    """
     scores: dict[str, np.ndarray] = {}
     for item in live:
         try:
@@ -136,14 +142,18 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int) -> dict[str, tupl
             continue
     reference = next((scores[n] for n in ("savedmodel", "keras", "litert-fp32", "openvino-fp32") if n in scores),
                      None)
-    quality: dict[str, tuple[float | None, float | None]] = {}
+    quality: dict[str, tuple[float | None, float | None, float | None]] = {}
     for name, y in scores.items():
         classes = y.shape[-1] > 1
         accuracy = (float(np.mean(np.argmax(y, -1) == bench.y_eval))
                     if classes and bench.y_eval is not None else None)
         agreement = (float(np.mean(np.argmax(y, -1) == np.argmax(reference, -1)))
                      if classes and reference is not None else None)
-        quality[name] = (accuracy, agreement)
+        relative = None
+        if not classes and reference is not None and reference.shape == y.shape:
+            norm = float(np.linalg.norm(reference))
+            relative = float(np.linalg.norm(y - reference)) / norm if norm > 0 else float(np.abs(y).max())
+        quality[name] = (accuracy, agreement, relative)
     return quality
 
 
@@ -198,7 +208,7 @@ def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdi
         if item is not None:
             live.append(item)
 
-    say("measuring accuracy / agreement on the eval inputs")
+    say("measuring quality against the float model on the eval inputs")
     # Random-weight models make no quality claim: one batch is enough to check every runtime computes the
     # same function, and saves minutes for slow runtimes (XLA on MobileNetV2 takes seconds per batch here).
     evaluated = bench if bench.trained else replace(bench, x_eval=bench.x_eval[: settings.batch])
@@ -212,11 +222,11 @@ def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdi
                 settings.budget_s * (1 - BATCH1_SHARE), 1, BATCH_MIN_SAMPLES)
 
     for item in live:
-        accuracy, agreement = quality.get(item.adapter.name, (None, None))
+        accuracy, agreement, relative = quality.get(item.adapter.name, (None, None, None))
         results[item.adapter.name] = item.result.with_(
             latency=stats.summarize(item.samples1),
             batch_latency=stats.summarize(item.samples_batch, min_samples=BATCH_MIN_SAMPLES),
-            accuracy=accuracy, agreement=agreement)
+            accuracy=accuracy, agreement=agreement, relative_error=relative)
 
     notes = list(bench.notes)
     if profile_dir is not None:

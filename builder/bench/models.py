@@ -95,10 +95,16 @@ def load_data(path: Path) -> dict[str, np.ndarray]:
     return data
 
 
-def _eval_and_calib(data: dict[str, np.ndarray] | None, input_shape: tuple[int, ...], seed: int = 0
+def _eval_and_calib(data: dict[str, np.ndarray] | None, input_shape: tuple[int, ...], seed: int = 0,
+                    dtype: np.dtype = np.dtype(np.float32)
                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[str]]:
     notes: list[str] = []
     if data is None:
+        if np.issubdtype(dtype, np.integer):
+            # ids: random values could fall outside the model's vocabulary; 0 is a valid id for any lookup
+            x = np.zeros((64, *input_shape), dtype=np.int32)
+            notes.append("no DATA: all-zero ids for latency and calibration; no accuracy claim")
+            return x, None, x[:32], notes
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((64, *input_shape)).astype(np.float32)
         notes.append("no DATA: random inputs for latency and calibration; no accuracy claim")
@@ -142,9 +148,14 @@ def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarr
 def from_keras(keras_model: Any, name: str, keras_path: Path | None, data: dict[str, np.ndarray] | None,
                workdir: Path, trained: bool, say: Callable[[str], None] = lambda _: None) -> BenchModel:
     """Export the SavedModel and convert every .tflite variant from an in-memory tf_keras model."""
+    if len(keras_model.inputs) != 1 or len(keras_model.outputs) != 1:
+        names = ", ".join(str(getattr(t, "name", t)).split(":")[0] for t in keras_model.inputs)
+        raise InputError(f"{name}: tfsmith bench measures models with one input and one output; this one has "
+                         f"{len(keras_model.inputs)} input(s) ({names}) and {len(keras_model.outputs)} output(s)")
     workdir.mkdir(parents=True, exist_ok=True)
     input_shape = tuple(int(d) for d in keras_model.input_shape[1:])
-    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape)
+    dtype = np.dtype(keras_model.inputs[0].dtype.as_numpy_dtype)
+    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape, dtype=dtype)
     failures: dict[str, str] = {}
     saved_model: Path | None = workdir / "saved_model"
     say("exporting the SavedModel (model.export: serving signature only)")
@@ -211,13 +222,14 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     input_shape: tuple[int, ...]
     if saved_model is not None:
         signature = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
-        spec = next(iter(signature.structured_input_signature[1].values()))
+        inputs = signature.structured_input_signature[1]
+        _one_in_one_out(directory.name, list(inputs), list(signature.structured_outputs))
+        spec = next(iter(inputs.values()))
         input_shape = tuple(int(d) for d in spec.shape[1:])
+        dtype = np.dtype(spec.dtype.as_numpy_dtype)
     else:
-        from builder.bench.runtimes import tflite_input_shape
-
-        input_shape = tflite_input_shape(next(iter(tflite.values())))[1:]
-    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape)
+        input_shape, dtype = _tflite_contract(next(iter(tflite.values())))
+    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape, dtype=dtype)
     failures = {"keras": "no Keras model file in the folder (eager call needs one)",
                 "onnx": "no Keras model file in the folder (tf2onnx from_keras needs one)"}
     if saved_model is not None:
@@ -270,12 +282,52 @@ def _optimize_source(directory: Path) -> Path | None:
     return source if fmt == "keras2" and source.is_file() else None
 
 
+def _keras_major(path: Path) -> int | None:
+    """The Keras major version a `.keras` zip was saved with (its metadata.json), None for other files."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            version = json.loads(archive.read("metadata.json")).get("keras_version", "")
+        return int(str(version).split(".")[0])
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+
+
+def _from_keras3(path: Path, data: dict[str, np.ndarray] | None, workdir: Path,
+                 say: Callable[[str], None]) -> BenchModel:
+    """Keras 3 files do not load in tf_keras: export Keras 3's serving SavedModel and time from that."""
+    import keras  # Keras 3, independent of the legacy tf.keras
+
+    say("exporting the Keras 3 model's SavedModel")
+    try:
+        model = keras.saving.load_model(str(path), compile=False)
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            raise InputError(f"{path.name}: tfsmith bench measures models with one input and one output; this one "
+                             f"has {len(model.inputs)} input(s) and {len(model.outputs)} output(s)")
+        exported = workdir / "keras3"
+        with contextlib.redirect_stdout(io.StringIO()):  # export prints the endpoint's signature
+            model.export(str(exported / "saved_model"))
+    except InputError:
+        raise
+    except Exception as error:  # noqa: BLE001 - bad input: one line
+        raise InputError(f"cannot load or export {path} as a Keras 3 model: {one_line(error)}") from None
+    bench = from_directory(exported, data, workdir, say)
+    reason = "a Keras 3 model: eager Keras and tf2onnx here run Keras 2 (tf_keras) models"
+    bench.failures.update({"keras": reason, "onnx": reason})
+    bench.name, bench.source = path.stem, str(path)
+    return bench
+
+
 def from_keras_file(path: Path, data: dict[str, np.ndarray] | None, workdir: Path,
                     say: Callable[[str], None] = lambda _: None) -> BenchModel:
-    """A Keras 2 (tf_keras) model file; Keras 3 files do not load here and say so."""
+    """A Keras 2 (tf_keras) model file, or a Keras 3 `.keras` (timed through its exported SavedModel)."""
     _tf()
     import tf_keras
 
+    if _keras_major(path) == 3:
+        return _from_keras3(path, data, workdir, say)
     try:
         model = tf_keras.models.load_model(str(path), compile=False)
     except Exception as error:  # noqa: BLE001 - bad input: one line
@@ -338,13 +390,48 @@ def resolve(model: str, data_path: Path | None, workdir: Path, say: Callable[[st
     raise InputError(f"MODEL {model!r} is neither a file, a folder, nor a built-in ({', '.join(BUILTINS)})")
 
 
+def _one_in_one_out(name: str, inputs: list[str], outputs: list[str]) -> None:
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise InputError(f"{name}: tfsmith bench measures models with one input and one output; this one has "
+                         f"inputs ({', '.join(inputs)}) and outputs ({', '.join(outputs)})")
+
+
+def _tflite_contract(path: Path) -> tuple[tuple[int, ...], np.dtype]:
+    """The one input's shape (without batch) and dtype of a .tflite; several inputs/outputs are refused."""
+    from builder.bench.runtimes import _tflite_interpreter
+
+    interpreter = _tflite_interpreter(path, 1)
+    ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
+    _one_in_one_out(path.name, [d["name"] for d in ins], [d["name"] for d in outs])
+    return tuple(int(d) for d in ins[0]["shape"][1:]), np.dtype(ins[0]["dtype"])
+
+
+def _tflite_variant(path: Path) -> str:
+    """The variant a .tflite is: from optimize's file names, else from its tensors' types.
+
+    Float16 weights mean fp16; int8 tensors are dynamic-range when only weights are int8 (a minority of the
+    tensors) and full int8 when activations are too.
+    """
+    named = _variant_of(path)
+    if named in TFLITE_VARIANTS:
+        return named
+    from builder.bench.runtimes import _tflite_interpreter
+
+    types = [np.dtype(t["dtype"]) for t in _tflite_interpreter(path, 1).get_tensor_details()]
+    if any(t == np.float16 for t in types):
+        return "fp16"
+    int8 = sum(t in (np.dtype(np.int8), np.dtype(np.uint8)) for t in types)
+    if int8 == 0:
+        return "fp32"
+    return "int8" if int8 * 2 > len(types) else "dynamic"
+
+
 def from_directory_tflite(path: Path, data: dict[str, np.ndarray] | None, workdir: Path) -> BenchModel:
     """A lone .tflite: only the .tflite runtimes can run it (the others say why)."""
-    from builder.bench.runtimes import tflite_input_shape
-
-    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, tflite_input_shape(path)[1:])
+    input_shape, dtype = _tflite_contract(path)
+    x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape, dtype=dtype)
     reason = "only a .tflite was given"
     return BenchModel(name=path.stem, trained=data is not None, saved_model=None, keras_path=None,
-                      tflite={_variant_of(path): path}, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib,
+                      tflite={_tflite_variant(path): path}, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib,
                       failures={"savedmodel": reason, "keras": reason, "onnx": reason}, notes=notes,
                       source=str(path))

@@ -26,6 +26,8 @@ from builder.bench.stats import overlaps, ratio
 MAX_ACCURACY_DROP = 0.01
 #: Smallest top-1 agreement with the float model for a trained model when no labels are known.
 MIN_AGREEMENT = 0.97
+#: Largest relative L2 error against the float model for one-column (regression) outputs.
+MAX_RELATIVE_ERROR = 0.05
 #: OpenVINO must beat LiteRT by this factor before `--runtime auto` pays for the bigger runtime.
 OPENVINO_MARGIN = 0.90
 
@@ -65,6 +67,9 @@ def _quality_ok(
         return drop <= max_drop, f"accuracy {result.accuracy:.4f} ({-drop * 100:+.2f} pt vs float)"
     if result.agreement is not None:
         return result.agreement >= min_agreement, f"agreement with float {result.agreement:.1%}"
+    if result.relative_error is not None:
+        return (result.relative_error <= MAX_RELATIVE_ERROR,
+                f"relative error vs float {result.relative_error:.2%}")
     return False, "no quality measurement"
 
 

@@ -54,6 +54,8 @@ def _quality(r: RuntimeResult, trained: bool) -> str:
         return f"acc {r.accuracy:.3f}"
     if r.agreement is not None:
         return f"agree {r.agreement:.0%}" + ("" if trained else " (random w)")
+    if r.relative_error is not None:
+        return f"rel err {r.relative_error:.2%}" + ("" if trained else " (random w)")
     return "-"
 
 

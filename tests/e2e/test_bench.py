@@ -170,3 +170,40 @@ def test_an_optimize_folder_is_timed_as_shipped_and_its_choice_compared(bench_mo
     assert run.shipped == "litert-dynamic"
     assert run.notes[0].startswith("optimize's choice (litert-dynamic, p50 ")
     assert "fastest runtime measured here" in run.notes[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["keras3", "regression", "token_ids", "ready_tflite"])
+def test_user_models_of_other_shapes_are_timed_and_judged(name: str, tmp_path: Path) -> None:
+    """Zoo models bench was not written around: Keras 3, a regression output, int32 ids, a ready .tflite."""
+    from builder.bench.harness import Settings, run_bench
+    from builder.bench.models import resolve
+    from tests import zoo
+
+    model = zoo.build(name, tmp_path / "zoo")
+    bench = resolve(str(model.model_path), model.data_path, tmp_path / "work")
+    assert bench.tflite.get("fp32") is not None, bench.failures
+    runtimes = ["litert-fp32"] + ([] if name == "ready_tflite" else ["savedmodel", "litert-int8"])
+    run = run_bench(bench, runtimes, Settings(threads=2, batch=4, budget_s=0.2, min_rounds=1), tmp_path / "w")
+    by_name = {r.name: r for r in run.results}
+    assert all(r.ok for r in run.results), {r.name: r.reason for r in run.results}
+    fp32 = by_name["litert-fp32"]
+    if name == "regression":  # one column: judged by relative error, not by an argmax that always agrees
+        assert fp32.accuracy is None and fp32.agreement is None and fp32.relative_error < 1e-4
+        assert by_name["litert-int8"].relative_error is not None
+    else:
+        assert fp32.accuracy is not None and fp32.accuracy >= model.val_metric[next(iter(model.outputs))] - 0.02
+    assert run.recommendation.runtime is not None, run.recommendation.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["two_inputs", "tf_module"])
+def test_several_inputs_or_outputs_are_refused_in_one_line(name: str, tmp_path: Path) -> None:
+    from builder.bench.models import resolve
+    from builder.errors import InputError
+    from tests import zoo
+
+    model = zoo.build(name, tmp_path / "zoo")
+    with pytest.raises(InputError, match="measures models with one input and one output") as raised:
+        resolve(str(model.model_path), None, tmp_path / "work")
+    assert "\n" not in str(raised.value)
