@@ -1,63 +1,81 @@
-"""Make a trained model smaller and faster for the machine it will run on, and prove what was gained and lost.
+"""Make a trained model smaller and faster for the machine it will run on, without changing its API, and prove
+what was gained and lost.
 
 `tfsmith optimize MODEL --data DATA --out DIR` prunes (tfmot), quantizes (TFLite converter, QAT), exports and
 evaluates every artifact with the runtime that will serve it. Heavy libraries (TensorFlow, tf_keras, tfmot,
-LiteRT) are imported only inside the modules that need them; `builder.optimize.recipe` is pure.
+LiteRT) are imported only inside the modules that need them; `recipe`, `quality` and `data` are pure.
 
-tfmot works only with Keras 2, so every module here imports TensorFlow through `builder.optimize.tfenv`,
-which sets `TF_USE_LEGACY_KERAS=1` first (FACTS §4).
+tfmot works only with Keras 2, so every module here imports TensorFlow through `builder.optimize.tfenv`, which
+sets `TF_USE_LEGACY_KERAS=1` first (the variable is read once, at TensorFlow's first import).
 
-The layout of `--out` (a contract for the serve and bench rooms; written atomically: temp dir, then rename)::
+MODEL is a Keras 2 (tf_keras) or Keras 3 `.keras`/`.h5` file, a SavedModel (from Keras or a plain `tf.Module`),
+or a `.tflite`. Its serving signature is the contract (`builder.report.ModelContract`): input and output names,
+dtypes (float32/16, int32/int64 ids, bool) and shapes (dynamic batch), plus a task per output. Every artifact
+keeps that signature — int8 files included (float inputs and outputs, int8 inside; id inputs stay integer).
+
+The layout of `--out` (read by `tfsmith serve`/`package` and `tfsmith bench`; written atomically: a staging
+folder, then one rename)::
 
     OUT/
-      saved_model/            serving-only SavedModel (`model.export`), float32 weights of the optimized
-                              (e.g. pruned) model; signature `serving_default`, called with ONE keyword
-                              argument whose name is report.json's `model.input.name`
-      model_fp32.tflite       TFLite float32                      (kind `tflite_fp32`)
-      model_dynamic.tflite    dynamic-range int8 weights          (kind `tflite_dynamic`)
-      model_float16.tflite    float16 weights                     (kind `tflite_float16`)
-      model_int8.tflite       full int8, int8 input and output    (kind `tflite_int8`; quantize inputs with
-                              the artifact's `input.quantization` [scale, zero_point], dequantize outputs
-                              with `output.quantization`)
-      model_qat_int8.tflite   quantization-aware-trained int8     (kind `tflite_qat_int8`)
-      samples.npz             held-out inputs `x` (float32, model input shape), labels `y` when DATA has
-                              them, and `expected` = the float model's outputs for `x` (smoke tests)
-      report.json             everything below, machine-readable
-      report.md               the same as a table for humans
-      report.png              size vs latency vs accuracy plot
+      saved_model/            serving-only SavedModel of the optimized (e.g. pruned) float model; its
+                              `serving_default` is the contract: keyword inputs, outputs named as the original
+      model_fp32.tflite       TFLite float32                        (kind `tflite_fp32`)
+      model_dynamic.tflite    dynamic-range int8 weights            (kind `tflite_dynamic`)
+      model_float16.tflite    float16 weights                       (kind `tflite_float16`)
+      model_int8.tflite       full int8 inside, float I/O           (kind `tflite_int8`)
+      model_qat_int8.tflite   quantization-aware-trained int8       (kind `tflite_qat_int8`)
+      model.tflite            the original, when MODEL is a .tflite (kind `tflite_original`; nothing else)
+      samples.npz             `x/<input>`: the first 32 held-out inputs in the original dtypes;
+                              `expected/<output>`: the ORIGINAL model's outputs on them;
+                              `y/<output>`: their labels, for outputs DATA labels. Named keys always.
+      report.json             `builder.report.Report`, below
+      report.md               the same for humans
+      report.png              size vs latency plot
 
-Only the .tflite files the recipe asks for are written. report.json (schema 1)::
+Only the .tflite files the recipe asks for are written. report.json (schema 2; `builder.report` reads and
+writes it, standard library only)::
 
-    {"schema": 1, "tfsmith": "0.1.0", "created": ISO-8601,
-     "model": {"source": str, "format": "keras2"|"keras3"|"saved_model", "keras_version": str|null,
-               "params": int, "input": {"name", "shape", "dtype"}, "output": {"name", "shape", "dtype"}},
-     "data": {"source", "train_rows", "calibration_rows", "calibration_from": "x_calib"|"x_train", "labels"},
-     "held_out_rows": int,
-     "recipe": {...Recipe as a dict...}, "reasons": [str, ...], "notes": [str, ...],
-     "target": {"name", "arch", "gpu_capabilities": [...], "features": [int8/half-relevant flags]},
-     "host": {"cpu_features": [all /proc/cpuinfo flags], "threads": int, "tensorflow": str, "litert": str},
-     "baseline": {<the unoptimized float model served as a SavedModel, same fields as an artifact>},
-     "sparsity": {"target", "achieved", "layers": {name: fraction}, "schedule": {...}|null,
-                  "structured": "2:4"|null} | null,
-     "artifacts": [{"path": "model_int8.tflite" (relative to OUT), "kind": "tflite_int8",
-                    "size_bytes": int, "gzip_bytes": int, "accuracy": float|null, "agreement": float,
-                    "accuracy_drop": float, "latency_us": {"p50", "p99", "runs"},
-                    "throughput": {"batch": int, "samples_per_s": float}, "threads": int, "runtime": str,
-                    "input": {"name", "shape", "dtype", "quantization": [scale, zero_point]},  # .tflite
-                    "output": {...same...}, "accepted": bool, "reason": str,
-                    # saved_model only: "variables_bytes", "variables_gzip_bytes", "signatures",
-                    # and with serving_xla: "xla_latency_us", "xla_agreement"
-                    }, ...],
-     "chosen": "model_int8.tflite" (or "saved_model" on GPU targets), "samples": "samples.npz",
-     "gate": {"metric": "accuracy"|"agreement", "max_accuracy_drop": float, "chosen_drop": float,
-              "passed": bool}}
+    {"schema": 2, "tfsmith": str, "created": ISO-8601,
+     "model": {"source", "format": "keras2"|"keras3"|"saved_model"|"tflite", "keras_version", "params",
+               "contract": {"signature": "serving_default",
+                            "inputs":  [{"name", "dtype", "shape": [null|int, ...]}, ...],
+                            "outputs": [{"name", "dtype", "shape", "task": "classification"|"regression",
+                                         "task_why": str}, ...]}},
+     "data": {"source", "train_rows", "calibration_rows", "calibration_from": "x_calib"|"x_train"|"none",
+              "held_out_rows", "labels": [output names with held-out labels]},
+     "recipe": {...Recipe...}, "reasons": [str], "notes": [str],
+     "target": {"name", "arch", "is_host", "gpu_capabilities", "features"},
+     "host": {"cpu_features", "threads", "tensorflow", "litert", "openvino"},
+     "baseline": ArtifactResult of the original float model as a SavedModel (null for a .tflite original),
+     "sparsity": {"target", "achieved", "layers", "schedule", "structured"} | null,
+     "artifacts": [ArtifactResult, ...],
+     "chosen": "model_int8.tflite" (relative to OUT; "saved_model" on GPU targets),
+     "chosen_runtime": "litert"|"openvino"|"tensorflow",
+     "samples": "samples.npz",
+     "gate": {"max_accuracy_drop", "max_relative_error", "judged_against": "original", "passed",
+              "chosen_reason"},
+     "selection": {"measured": bool, "how": str,
+                   "candidates": [{"artifact", "runtime", "p50_us"|null, "samples", "size_bytes", "error"}]}}
 
-`accuracy` is on DATA's held-out split (`x_val`/`y_val`), never on calibration rows (x_calib, else x_train);
-`agreement` is the fraction of held-out inputs whose argmax matches the unoptimized float model's (the gate's
-metric when DATA has no labels). An artifact whose drop vs the baseline exceeds `--max-accuracy-drop` is kept
-but marked `"accepted": false`; when the chosen one is rejected the command exits 3 (bad input exits 2 with
-one line and leaves --out untouched).
+    ArtifactResult = {"path", "kind", "runtime", "size_bytes", "gzip_bytes", "threads",
+                      "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "samples_per_s"},
+                      "inputs": [...], "outputs": [...]   (the file's own signature),
+                      "metrics": [OutputMetric, ...], "contract_kept": bool, "accepted": bool, "reason": str,
+                      "variables_bytes": int, "extra": {"signatures": [...]}}
+    OutputMetric = {"output", "task", "metric": "accuracy_drop"|"disagreement"|"relative_error",
+                    "value", "limit", "passed", "why", "accuracy", "original_accuracy", "agreement",
+                    "mae", "rmse", "original_mae", "relative_error", "max_abs_error"}
 
-Latency: batch-1 calls, p50/p99, after warm-up, with `--threads` interpreter/op threads; int8 I/O
-(de)quantization happens outside the timed call. Throughput: rows/s at batch 32.
+Quality (`builder.optimize.quality`): every artifact, per output, against the ORIGINAL model (before any
+pruning), on DATA's held-out rows (never calibration rows). Classification with labels: accuracy drop within
+`--max-accuracy-drop` (top-1 agreement reported beside it); classification without labels: disagreement with the
+original within the same limit; regression: relative error ||y - y_orig|| / ||y_orig|| within
+`--max-relative-error` (MAE/RMSE against labels reported when given). An artifact is accepted when every output
+passes and its signature equals the contract; rejected ones are kept and marked; when the chosen one is
+rejected the command exits 3 (bad input exits 2 with one line and leaves --out untouched).
+
+Choice: on this host with `--recipe auto`, every accepted .tflite x runtime (LiteRT; OpenVINO reading the same
+file when `openvino` is importable, checked against the gate too) is timed with bench's interleaved loop on the
+model's own held-out rows; the fastest p50 wins, a smaller file within 15% of it wins the tie. For another
+target, a GPU target or a recipe file, the choice is by rule and `selection.how` says so.
 """

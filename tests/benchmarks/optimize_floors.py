@@ -1,8 +1,8 @@
-"""The optimize room's floors, measured (never asserted in tests): `python -m builder.optimize.floors`.
+"""tfsmith optimize's floors, measured (never asserted in tests): `python -m tests.benchmarks.optimize_floors`.
 
 On the example digits CNN (`tfsmith example`):
   1. the int8 artifact's accuracy is within 1 point of the float model's;
-  2. the 80%-pruned + int8 artifact is at least 8x smaller gzipped than the float SavedModel's variables;
+  2. the 80%-pruned + int8 artifact is at least 8x smaller gzipped than the float SavedModel;
   3. the int8 TFLite p50 latency at batch 1 is at least 10x lower than the float SavedModel signature's.
 
 Two real `optimize` runs: post-training int8 alone (floor 1 without pruning in the way) and 80% pruning + int8
@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from builder.optimize import tfenv
+
+
+def _asdict(value: Any) -> Any:
+    from dataclasses import asdict
+
+    return asdict(value)
 
 
 def _recipe(path: Path, text: str) -> Path:
@@ -48,31 +54,31 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
                       say=say)
         runs[name] = {"report": outcome.report, "seconds": round(time.perf_counter() - t0, 1)}
 
-    def artifact(run_name: str, kind: str) -> dict[str, Any]:
-        return next(a for a in runs[run_name]["report"]["artifacts"] if a["kind"] == kind)
+    def artifact(run_name: str, kind: str) -> Any:
+        return next(a for a in runs[run_name]["report"].artifacts if a.kind == kind)
 
-    base = runs["int8"]["report"]["baseline"]
+    base = runs["int8"]["report"].baseline
+    base_acc = base.metric("probs").accuracy
     ptq_int8, pr_int8 = artifact("int8", "tflite_int8"), artifact("prune80_int8", "tflite_int8")
-    # The int8 run's exported SavedModel is the same float model as the baseline, measured later (warmer):
+    ptq_acc, pr_acc = ptq_int8.metric("probs").accuracy, pr_int8.metric("probs").accuracy
+    # The int8 run's exported SavedModel is the same float model as the baseline, timed in the same loop:
     # compare against the faster of the two so a slow first measurement cannot flatter the ratio.
-    signature_p50 = min(base["latency_us"]["p50"], artifact("int8", "saved_model")["latency_us"]["p50"])
+    signature_p50 = min(base.latency_us.p50, artifact("int8", "saved_model").latency_us.p50)
     floors = [
         {"floor": "int8 accuracy within 1 point of float (post-training int8)",
-         "measured": f"{ptq_int8['accuracy']:.4f} vs float {base['accuracy']:.4f} "
-                     f"(drop {base['accuracy'] - ptq_int8['accuracy']:+.4f})",
-         "passed": base["accuracy"] - ptq_int8["accuracy"] <= 0.01 + 1e-9},
+         "measured": f"{ptq_acc:.4f} vs float {base_acc:.4f} (drop {base_acc - ptq_acc:+.4f})",
+         "passed": base_acc - ptq_acc <= 0.01 + 1e-9},
         {"floor": "int8 accuracy within 1 point of float (80% pruned + int8)",
-         "measured": f"{pr_int8['accuracy']:.4f} vs float {base['accuracy']:.4f} "
-                     f"(drop {base['accuracy'] - pr_int8['accuracy']:+.4f})",
-         "passed": base["accuracy"] - pr_int8["accuracy"] <= 0.01 + 1e-9},
-        {"floor": "80% pruned + int8 >= 8x smaller gzipped than float SavedModel variables",
-         "measured": f"{pr_int8['gzip_bytes']} B vs {base['variables_gzip_bytes']} B "
-                     f"({base['variables_gzip_bytes'] / pr_int8['gzip_bytes']:.1f}x)",
-         "passed": pr_int8["gzip_bytes"] * 8 <= base["variables_gzip_bytes"]},
+         "measured": f"{pr_acc:.4f} vs float {base_acc:.4f} (drop {base_acc - pr_acc:+.4f}); top-1 agreement with "
+                     f"the original {pr_int8.metric('probs').agreement:.4f}",
+         "passed": base_acc - pr_acc <= 0.01 + 1e-9},
+        {"floor": "80% pruned + int8 >= 8x smaller gzipped than the float SavedModel",
+         "measured": f"{pr_int8.gzip_bytes} B vs {base.gzip_bytes} B ({base.gzip_bytes / pr_int8.gzip_bytes:.1f}x)",
+         "passed": pr_int8.gzip_bytes * 8 <= base.gzip_bytes},
         {"floor": "int8 TFLite p50 >= 10x lower than the SavedModel signature's (batch 1)",
-         "measured": f"{ptq_int8['latency_us']['p50']:.1f} us vs {signature_p50:.1f} us "
-                     f"({signature_p50 / ptq_int8['latency_us']['p50']:.1f}x)",
-         "passed": ptq_int8["latency_us"]["p50"] * 10 <= signature_p50},
+         "measured": f"{ptq_int8.latency_us.p50:.1f} us vs {signature_p50:.1f} us "
+                     f"({signature_p50 / ptq_int8.latency_us.p50:.1f}x)",
+         "passed": ptq_int8.latency_us.p50 * 10 <= signature_p50},
     ]
     result = {
         "floors": floors,
@@ -81,10 +87,11 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
         "threads": threads,
         "latency_runs": latency_runs,
         "seconds": round(time.perf_counter() - start, 1),
-        "runs": {name: {"seconds": r["seconds"], "chosen": r["report"]["chosen"],
-                        "sparsity": r["report"]["sparsity"], "baseline": r["report"]["baseline"],
-                        "artifacts": r["report"]["artifacts"]} for name, r in runs.items()},
-        "cpu_features": runs["int8"]["report"]["target"]["features"],
+        "runs": {name: {"seconds": r["seconds"], "chosen": r["report"].chosen,
+                        "chosen_runtime": r["report"].chosen_runtime, "sparsity": r["report"].sparsity,
+                        "baseline": _asdict(r["report"].baseline),
+                        "artifacts": [_asdict(a) for a in r["report"].artifacts]} for name, r in runs.items()},
+        "cpu_features": runs["int8"]["report"].target["features"],
     }
     try:
         import resource
@@ -97,7 +104,7 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m builder.optimize.floors", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.optimize_floors", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-results/optimize"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--latency-runs", type=int, default=1000)
@@ -125,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     Console(width=160).print(table)
     for name, r in result["runs"].items():
         rows = ", ".join(f"{a['kind']} {a['gzip_bytes'] / 1024:.0f}KiB/{a['latency_us']['p50']:.0f}us/"
-                         f"{a['accuracy']:.4f}" for a in r["artifacts"])
-        print(f"{name}: baseline {r['baseline']['accuracy']:.4f} {r['baseline']['latency_us']['p50']:.0f}us; {rows}")
+                         f"{a['metrics'][0]['accuracy']:.4f}" for a in r["artifacts"])
+        base = r["baseline"]
+        print(f"{name}: baseline {base['metrics'][0]['accuracy']:.4f} {base['latency_us']['p50']:.0f}us; {rows}")
     print(f"json: {args.out / 'floors.json'}")
     return 0 if result["passed"] else 1
 

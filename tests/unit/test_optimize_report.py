@@ -1,0 +1,139 @@
+"""The typed report (builder/report.py) and the choice of artifact x runtime (pipeline.select_step): pure, no
+TensorFlow. report.json round-trips through `Report.load`; the server can import the module (standard library
+only); the choice never takes a rejected artifact, measures only on this host, and breaks ties by size."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import builder.report as report_module
+from builder.optimize.pipeline import TargetFacts, contract_kept, pick_fastest, select_step
+from builder.optimize.recipe import auto_recipe, recipe_from_mapping
+from builder.report import (ArtifactResult, Candidate, DataInfo, Gate, Latency, ModelContract, ModelInfo,
+                            OutputMetric, OutputSpec, Report, ReportError, Selection, TensorSpec)
+
+CONTRACT = ModelContract(
+    inputs=(TensorSpec("tokens", "int32", (None, 16)), TensorSpec("extra", "float32", (None, 3))),
+    outputs=(OutputSpec("label", "float32", (None, 4), "classification", "probabilities"),
+             OutputSpec("score", "float32", (None, 1), "regression", "one column")))
+HOST = TargetFacts("host (sapphirerapids)", "x86_64", frozenset({"avx512_vnni", "amx_int8"}), ())
+OTHER = replace(HOST, name="x86-64-v3", features=frozenset({"avx2"}), is_host=False)
+
+
+def artifact(path: str, kind: str, size: int, accepted: bool = True) -> ArtifactResult:
+    metrics = (OutputMetric("label", "classification", "accuracy_drop", 0.0 if accepted else 0.2, 0.01, accepted, "w",
+                            accuracy=0.9, original_accuracy=0.9, agreement=1.0, relative_error=0.0, max_abs_error=0.0),
+               OutputMetric("score", "regression", "relative_error", 0.01, 0.05, True, "w", relative_error=0.01,
+                            max_abs_error=0.3, mae=1.0, rmse=1.2, original_mae=1.0))
+    return ArtifactResult(path=path, kind=kind, runtime="litert", size_bytes=size, gzip_bytes=size // 2, threads=2,
+                          latency_us=Latency(10.0, 20.0, 100), throughput={"batch": 32, "samples_per_s": 1000.0},
+                          inputs=CONTRACT.inputs, outputs=tuple(o.tensor() for o in CONTRACT.outputs),
+                          metrics=metrics, contract_kept=True, accepted=accepted, reason="r")
+
+
+def candidate(path: str, runtime: str, p50: float | None, size: int, error: str = "") -> Candidate:
+    return Candidate(path, runtime, p50, 100, size, error)
+
+
+def make_report() -> Report:
+    arts = (artifact("saved_model", "saved_model", 9000), artifact("model_int8.tflite", "tflite_int8", 1000))
+    return Report(
+        tfsmith="0.1.0", created="2026-11-22T18:00:00+00:00",
+        model=ModelInfo("m.keras", "keras2", "2.21.0", 1234, CONTRACT),
+        data=DataInfo("d.npz", 100, 20, "x_calib", 40, ("label",)),
+        recipe={"name": "auto"}, reasons=("why",), notes=("note",), target={"name": "host"},
+        host={"threads": 2}, baseline=artifact("baseline", "saved_model", 9000), sparsity=None, artifacts=arts,
+        chosen="model_int8.tflite", chosen_runtime="litert", samples="samples.npz",
+        gate=Gate(0.01, 0.05, "original", True, "ok"),
+        selection=Selection(True, "measured", (candidate("model_int8.tflite", "litert", 10.0, 1000),)))
+
+
+def test_report_round_trips_through_json(tmp_path: Path) -> None:
+    report = make_report()
+    report.write(tmp_path)
+    loaded = Report.load(tmp_path)
+    assert loaded == report
+    assert loaded.chosen_artifact.metric("score").mae == 1.0
+    assert loaded.contract.output("label").task == "classification"
+    raw = json.loads((tmp_path / "report.json").read_text())
+    assert raw["schema"] == 2 and raw["chosen"] == "model_int8.tflite" and raw["chosen_runtime"] == "litert"
+    assert raw["model"]["contract"]["outputs"][0]["name"] == "label"  # readers without builder.report still can
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ('{"schema": 1, "chosen": "model_int8.tflite"}', "schema 1"),
+    ("not json", "unreadable report"),
+    ('{"schema": 2}', "missing key 'model'"),
+])
+def test_old_or_broken_reports_are_one_line(tmp_path: Path, text: str, fragment: str) -> None:
+    (tmp_path / "report.json").write_text(text)
+    with pytest.raises(ReportError) as error:
+        Report.load(tmp_path / "report.json")
+    assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+def test_report_module_imports_only_the_standard_library() -> None:
+    """The in-image server copies builder/report.py alone: it must not import numpy, TensorFlow or tfsmith."""
+    tree = ast.parse(Path(report_module.__file__).read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_contract_kept_compares_names_dtypes_and_shapes_in_any_order() -> None:
+    outs = tuple(o.tensor() for o in CONTRACT.outputs)
+    assert contract_kept(CONTRACT, tuple(reversed(CONTRACT.inputs)), outs) == (True, "")
+    int8_io = (TensorSpec("tokens", "int32", (None, 16)), TensorSpec("extra", "int8", (None, 3)))
+    kept, why = contract_kept(CONTRACT, int8_io, outs)
+    assert not kept and "extra int8" in why
+    renamed = (TensorSpec("output_0", "float32", (None, 4)), outs[1])
+    assert not contract_kept(CONTRACT, CONTRACT.inputs, renamed)[0]
+
+
+def test_fastest_wins_and_a_smaller_file_wins_within_noise() -> None:
+    fp32, int8 = candidate("model_fp32.tflite", "litert", 10.0, 4000), candidate("model_int8.tflite", "litert", 11.0, 1000)
+    assert pick_fastest([fp32, int8]) == int8  # 10% slower is noise: the 4x smaller file wins
+    slow_int8 = replace(int8, p50_us=14.0)
+    assert pick_fastest([fp32, slow_int8]) == fp32  # 40% slower is not noise
+    ov = candidate("model_int8.tflite", "openvino", 10.5, 1000)
+    assert pick_fastest([int8, ov]).runtime == "litert"  # same file within noise: the smaller runtime
+    assert pick_fastest([int8, replace(ov, p50_us=5.0)]).runtime == "openvino"
+
+
+def test_auto_on_this_host_picks_the_fastest_accepted_candidate_never_a_rejected_one() -> None:
+    recipe, _ = auto_recipe(HOST.features, (), "x86_64", HOST.name)
+    results = [artifact("saved_model", "saved_model", 9000), artifact("model_fp32.tflite", "tflite_fp32", 4000),
+               artifact("model_int8.tflite", "tflite_int8", 1000, accepted=False)]
+    cands = [candidate("saved_model", "tensorflow", 400.0, 9000), candidate("model_fp32.tflite", "litert", 30.0, 4000),
+             candidate("model_int8.tflite", "litert", 5.0, 1000),
+             candidate("model_fp32.tflite", "openvino", None, 4000, "RuntimeError: no")]
+    chosen, runtime, selection, _ = select_step(recipe, HOST, results, cands)
+    assert (chosen, runtime) == ("model_fp32.tflite", "litert") and selection.measured
+    assert "model_fp32.tflite on litert" in selection.how and len(selection.candidates) == 4
+
+
+def test_another_target_is_chosen_by_rule_and_says_it_was_not_measured() -> None:
+    recipe, _ = auto_recipe(OTHER.features, (), "x86_64", OTHER.name)
+    results = [artifact("model_fp32.tflite", "tflite_fp32", 4000), artifact("model_dynamic.tflite", "tflite_dynamic", 1100),
+               artifact("model_int8.tflite", "tflite_int8", 1000)]
+    chosen, runtime, selection, _ = select_step(recipe, OTHER, results, [])
+    assert (chosen, runtime) == ("model_dynamic.tflite", "litert")
+    assert not selection.measured and "could not be measured" in selection.how
+
+
+def test_rejected_rule_choice_falls_back_for_auto_but_not_for_a_recipe_file() -> None:
+    results = [artifact("model_fp32.tflite", "tflite_fp32", 4000),
+               artifact("model_dynamic.tflite", "tflite_dynamic", 1100, accepted=False),
+               artifact("model_int8.tflite", "tflite_int8", 1000, accepted=False)]
+    recipe, _ = auto_recipe(OTHER.features, (), "x86_64", OTHER.name)
+    chosen, _, _, notes = select_step(recipe, OTHER, results, [])
+    assert chosen == "model_fp32.tflite" and "rejected by the gate" in notes[0]
+    explicit = recipe_from_mapping({"choose": "tflite_int8", "quantization": {"modes": ["int8"]}}, "r.toml")
+    chosen, _, _, _ = select_step(explicit, HOST, results, [])
+    assert chosen == "model_int8.tflite"  # what the user asked for; the gate then fails (exit 3)
