@@ -32,7 +32,7 @@ from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
 from builder.server.bodies import read_limited
-from builder.server.contract import PREDICT_BODY_SCHEMA
+from builder.server.contract import allowed_methods, finish_document
 from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from builder.server.metrics import PATH as METRICS_PATH
 from builder.server.metrics import Metrics, Timer
@@ -40,6 +40,7 @@ from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.server.protocol import (
     RequestError,
     format_outputs,
+    may_hold_booleans,
     model_metadata,
     model_status,
     parse_json,
@@ -164,8 +165,11 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
         return _error(error.status, str(error))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONBody:
-        return _error(error.status_code, str(error.detail), error.headers)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONBody:
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # every method served at this path, not just the first route's
+            headers["Allow"] = ", ".join(allowed_methods(app.router.routes, request.url.path))
+        return _error(error.status_code, str(error.detail), headers)
 
     @app.exception_handler(Exception)
     async def internal_error(_: Request, error: Exception) -> JSONBody:
@@ -194,19 +198,19 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/v1/models/{name}", summary="Model status")
+    @app.get("/v1/models/{name:segment}", summary="Model status")
     async def status(name: str) -> JSONBody:
         return JSONBody(model_status([check_model(name, None)]))
 
-    @app.get("/v1/models/{name}/versions/{version}", summary="Model version status")
+    @app.get("/v1/models/{name:segment}/versions/{version:segment}", summary="Model version status")
     async def version_status(name: str, version: str) -> JSONBody:
         return JSONBody(model_status([check_model(name, version)]))
 
-    @app.get("/v1/models/{name}/metadata", summary="Signatures: inputs, outputs, dtypes, shapes")
+    @app.get("/v1/models/{name:segment}/metadata", summary="Signatures: inputs, outputs, dtypes, shapes")
     async def metadata(name: str) -> JSONBody:
         return JSONBody(model_metadata(name, check_model(name, None), signatures))
 
-    @app.get("/v1/models/{name}/versions/{version}/metadata", summary="Signatures of a version")
+    @app.get("/v1/models/{name:segment}/versions/{version:segment}/metadata", summary="Signatures of a version")
     async def version_metadata(name: str, version: str) -> JSONBody:
         return JSONBody(model_metadata(name, check_model(name, version), signatures))
 
@@ -217,7 +221,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             raw = await _read_body(request, config.max_body_bytes)  # read first: an unread body resets the socket
             check_model(name, version)
             body = parse_json(raw)
-            call = parse_predict(body, signatures, config.max_request_batch)
+            call = parse_predict(body, signatures, config.max_request_batch, may_hold_booleans(raw))
             outputs = await batcher.predict(call)
             return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
         except RequestError as error:
@@ -231,14 +235,13 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             metrics.request(name if name == served.name else "unknown", "predict", "REST", status_code,
                             timer.elapsed())
 
-    @app.post("/v1/models/{name}:predict", summary="Predict (row or columnar)", openapi_extra=PREDICT_BODY_SCHEMA)
+    @app.post("/v1/models/{name:segment}:predict", summary="Predict (row or columnar)")
     async def predict_latest(name: str, request: Request) -> JSONBody:
         return await predict(request, name, None)
 
     @app.post(
-        "/v1/models/{name}/versions/{version}:predict",
+        "/v1/models/{name:segment}/versions/{version:segment}:predict",
         summary="Predict with a version",
-        openapi_extra=PREDICT_BODY_SCHEMA,
     )
     async def predict_version(name: str, version: str, request: Request) -> JSONBody:
         return await predict(request, name, version)
@@ -246,6 +249,19 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     v2.add_routes(app, served, metrics, config.max_body_bytes)
     if config.access_log:
         app.add_middleware(AccessLog)
+    default = served.signature("")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            document = get_openapi(title=app.title, version=app.version, description=app.description,
+                                   routes=app.routes)
+            app.openapi_schema = finish_document(document, served.name, served.version, default,
+                                                 sorted(signatures), config.max_request_batch, v2.DATATYPE_OF)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

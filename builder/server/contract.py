@@ -9,63 +9,169 @@ from __future__ import annotations
 
 from typing import Any
 
-PREDICT_BODY_SCHEMA: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "TF Serving predict request: exactly one of `instances` (row) or `inputs` "
-                    "(columnar).",
-                    "properties": {
-                        "signature_name": {"type": "string", "default": "serving_default"},
-                        "instances": {"type": "array", "description": "one entry per example"},
-                        "inputs": {"description": "a batched tensor, or an object of them by input name"},
-                    },
-                },
-                "example": {"instances": [[0.0, 0.5, 1.0]]},
-            }
-        },
-    },
-    "responses": {
-        "200": {"description": "`predictions` (row form) or `outputs` (columnar form)"},
-        "400": {"description": "malformed JSON, wrong shape or dtype: `{\"error\": ...}`"},
-        "404": {"description": "unknown model or version"},
-        "413": {"description": "body larger than the server's limit"},
-    },
-}
+from starlette.convertors import Convertor, register_url_convertor
+
 
 V2_READY_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "not ready: loading, or draining after SIGTERM (`{\"error\": ...}`)"},
 }
 
-V2_INFER_SCHEMA: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["inputs"],
-                    "properties": {
-                        "id": {"type": "string"},
-                        "inputs": {"type": "array", "items": {"type": "object"}},
-                        "outputs": {"type": "array", "items": {"type": "object"}},
-                        "parameters": {"type": "object"},
-                    },
-                },
-            },
-            "application/octet-stream": {
-                "schema": {"type": "string", "format": "binary",
-                           "description": "JSON header (Inference-Header-Content-Length bytes), then tensor bytes"},
-            },
-        },
-    },
-    "responses": {
-        "200": {"description": "outputs as JSON, or JSON then raw bytes (binary tensor data extension)"},
-        "400": {"description": "malformed request, wrong datatype/shape: `{\"error\": ...}`"},
-        "404": {"description": "unknown model or version"},
-        "413": {"description": "body larger than the server's limit"},
-    },
+
+
+class SegmentConvertor(Convertor):  # type: ignore[type-arg]
+    """A path segment without ':' — so `/v1/models/{name}` never swallows `/v1/models/m:predict` (TF Serving's
+    verb suffix) and a wrong method on `:predict` is a 405 listing POST, not a GET route's 404."""
+
+    regex = "[^/:]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("segment", SegmentConvertor())
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}},
 }
+ERROR_STATUSES = {
+    "400": "malformed request: bad JSON, wrong names, dtypes or shapes",
+    "404": "unknown model, version or route",
+    "405": "method not allowed here; `Allow` lists the ones that are",
+    "413": "body larger than the server's limit (--max-body-bytes), as sent or decoded",
+    "415": "unsupported Content-Encoding (identity and gzip are)",
+    "503": "not ready: loading, or draining after SIGTERM",
+}
+BODY_STATUSES = ("400", "404", "413", "415")
+
+
+def allowed_methods(routes: list[Any], path: str) -> list[str]:
+    """Every method some route serves at `path` (for the `Allow` header of a 405)."""
+    methods: set[str] = set()
+    for route in routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path) and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return sorted(methods)
+
+
+def _number_schema(dtype: str) -> dict[str, Any]:
+    """JSON Schema for one value of a numpy dtype, bounded to what the dtype holds (out of range is a 400)."""
+    import numpy as np
+
+    kind = np.dtype(dtype)
+    if kind.kind == "b":
+        return {"type": "boolean"}
+    if kind.kind in "iu":
+        info = np.iinfo(kind)
+        return {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)}
+    limit = float(np.finfo(kind).max)
+    return {"type": "number", "minimum": -limit, "maximum": limit}
+
+
+def _tensor_schema(shape: tuple[int, ...], dtype: str, max_batch: int | None) -> dict[str, Any]:
+    """Nested arrays of exactly `shape` (-1: any size >= 1; the first, when `max_batch`, at most that)."""
+    schema = _number_schema(dtype)
+    for position in range(len(shape) - 1, -1, -1):
+        size = shape[position]
+        bounds: dict[str, Any] = {"minItems": size, "maxItems": size} if size >= 0 else {"minItems": 1}
+        if position == 0 and max_batch is not None and size < 0:
+            bounds["maxItems"] = max_batch
+        schema = {"type": "array", "items": schema, **bounds}
+    return schema
+
+
+def predict_body(signature: Any, signature_names: list[str], max_batch: int) -> dict[str, Any]:
+    """TF Serving's predict body for a signature: row (`instances`) or columnar (`inputs`), exactly."""
+    names = {"signature_name": {"enum": [None, "", *signature_names]}}  # null and "" mean the default
+    if len(signature.inputs) == 1:
+        spec = signature.inputs[0]
+        row = _tensor_schema(spec.shape[1:], spec.dtype, None)
+        rows = {"type": "array", "items": row, "minItems": 1, "maxItems": max_batch}
+        batched = _tensor_schema(spec.shape, spec.dtype, max_batch)
+        columns: dict[str, Any] = {"anyOf": [batched, {"type": "object", "properties": {spec.name: batched},
+                                                        "required": [spec.name], "additionalProperties": False}]}
+    else:
+        rows = {"type": "array", "minItems": 1, "maxItems": max_batch, "items": {
+            "type": "object", "additionalProperties": False, "required": [s.name for s in signature.inputs],
+            "properties": {s.name: _tensor_schema(s.shape[1:], s.dtype, None) for s in signature.inputs}}}
+        columns = {"type": "object", "additionalProperties": False, "required": [s.name for s in signature.inputs],
+                   "properties": {s.name: _tensor_schema(s.shape, s.dtype, max_batch) for s in signature.inputs}}
+    return {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["instances"],
+         "properties": {**names, "instances": rows}},
+        {"type": "object", "additionalProperties": False, "required": ["inputs"],
+         "properties": {**names, "inputs": columns}},
+    ]}
+
+
+def v2_infer_body(signature: Any, datatype_of: dict[str, str]) -> dict[str, Any]:
+    """An Open Inference Protocol request with every input as JSON `data` for a batch of one."""
+    items = []
+    for spec in signature.inputs:
+        shape = [1 if i == 0 and d < 0 else max(d, 1) for i, d in enumerate(spec.shape)]
+        count = 1
+        for d in shape:
+            count *= d
+        items.append({"type": "object", "required": ["name", "shape", "datatype", "data"], "properties": {
+            "name": {"type": "string", "enum": [spec.name]},
+            "shape": {"type": "array", "items": {"type": "integer"}, "enum": [shape]},
+            "datatype": {"type": "string", "enum": [datatype_of.get(spec.dtype, spec.dtype)]},
+            "data": {"type": "array", "items": _number_schema(spec.dtype), "minItems": count, "maxItems": count},
+        }, "additionalProperties": False})
+    outputs = [spec.name for spec in signature.outputs]
+    return {"type": "object", "required": ["inputs"], "additionalProperties": False, "properties": {
+        "id": {"type": "string"},
+        "parameters": {"type": "object", "additionalProperties": False,
+                       "properties": {"binary_data_output": {"type": "boolean"}}},
+        "outputs": {"type": "array", "items": {
+            "type": "object", "required": ["name"], "additionalProperties": False, "properties": {
+                "name": {"type": "string", "enum": outputs},
+                "parameters": {"type": "object", "additionalProperties": False,
+                               "properties": {"binary_data": {"type": "boolean"}}}}}},
+        "inputs": {"type": "array", "items": items, "minItems": len(items), "maxItems": len(items)}
+        if len(items) > 1 else {"type": "array", "items": items[0], "minItems": 1, "maxItems": 1},
+    }}
+
+
+def finish_document(document: dict[str, Any], model_name: str, version: int, signature: Any,
+                    signature_names: list[str], max_batch: int, datatype_of: dict[str, str]) -> dict[str, Any]:
+    """FastAPI's document made exact: path parameters as the values served, the bodies of this model's
+    signature, and every status the server answers (no 422: it never validates with pydantic)."""
+    predict = predict_body(signature, signature_names, max_batch)
+    infer = v2_infer_body(signature, datatype_of)
+    error = {"application/json": {"schema": ERROR_SCHEMA}}
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path" and parameter["name"] == "name":
+                    parameter["schema"] = {"type": "string", "enum": [model_name]}
+                elif parameter.get("in") == "path" and parameter["name"] == "version":
+                    parameter["schema"] = {"type": "string", "enum": [str(version)]}
+            statuses = ["405"]
+            if "{name}" in path:
+                statuses.append("404")
+            if method == "post":
+                statuses += BODY_STATUSES
+                body = predict if path.startswith("/v1/") else infer
+                operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+            if path.endswith("/ready"):
+                statuses.append("503")
+            for status in statuses:
+                responses[status] = {"description": ERROR_STATUSES[status], "content": error,
+                                     **({"headers": {"Allow": {"schema": {"type": "string"},
+                                                               "description": "the methods served here"}}}
+                                        if status == "405" else {})}
+            ok = responses.setdefault("200", {"description": "OK"})
+            if path == "/monitoring/prometheus/metrics":
+                ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
+            elif path.endswith("/infer"):
+                ok["content"] = {"application/json": {"schema": {"type": "object"}},
+                                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+            else:
+                ok["content"] = {"application/json": {"schema": {"type": "object"}}}
+    return document

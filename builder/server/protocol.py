@@ -93,8 +93,12 @@ def parse_json(body: bytes) -> Any:
         raise RequestError("malformed JSON body: nested too deeply") from None
 
 
-def to_typed_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
-    """A JSON value as an array of the spec's dtype, refusing values the dtype cannot hold exactly."""
+def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = True) -> np.ndarray:
+    """A JSON value as an array of the spec's dtype, refusing values the dtype cannot hold exactly.
+
+    numpy turns `[0.5, true]` into floats silently; a `true` among the numbers of a numeric input is refused
+    like an all-boolean one. Looking for one costs a walk over the values, so callers that know the body
+    has no `true`/`false` at all (a byte search) pass `booleans=False` to skip it."""
     if _contains_b64(value):
         raise RequestError(f"{where}: binary ({{\"b64\": ...}}) values are not supported for {spec.dtype} input")
     try:
@@ -104,7 +108,7 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
     if raw.dtype == object or raw.dtype.kind in "USV":
         raise RequestError(f"{where}: expected numbers of type {spec.dtype}, got a ragged or non-numeric value")
     want = np.dtype(spec.dtype)
-    if raw.dtype.kind == "b" and want.kind != "b":
+    if want.kind != "b" and (raw.dtype.kind == "b" or (booleans and _has_bool(value))):
         raise RequestError(f"{where}: expected {spec.dtype}, got booleans")
     if want.kind in "iu":
         if raw.dtype.kind == "f":
@@ -115,14 +119,28 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str) -> np.ndarray:
             raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
-    elif want.kind == "f" and raw.dtype.kind == "f" and raw.size:
-        finite = np.isfinite(raw)
-        with np.errstate(over="ignore"):
-            converted = raw.astype(want)
-        if np.any(finite & ~np.isfinite(converted)):
+    elif want.kind == "f" and raw.dtype.kind == "f" and raw.size and want.itemsize < raw.dtype.itemsize:
+        # Finite values beyond the dtype's largest are refused, also those a cast would round down to it.
+        if np.any(np.abs(raw[np.isfinite(raw)]) > np.finfo(want).max):
             raise RequestError(f"{where}: value out of range for {spec.dtype}")
-        return converted
+        return raw.astype(want)
     return raw.astype(want, copy=False)
+
+
+def _has_bool(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif item is True or item is False:
+            return True
+    return False
+
+
+def may_hold_booleans(body: bytes) -> bool:
+    """False when a JSON body certainly holds no boolean (neither word appears anywhere in it)."""
+    return b"true" in body or b"false" in body
 
 
 def _contains_b64(value: Any) -> bool:
@@ -167,7 +185,8 @@ def choose_signature(
     return signatures[name]
 
 
-def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch: int = 4096) -> PredictCall:
+def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch: int = 4096,
+                  booleans: bool = True) -> PredictCall:
     """Validate a decoded predict body against the model's signatures (TF Serving's row and columnar forms)."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object with 'instances' or 'inputs'")
@@ -179,14 +198,14 @@ def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch:
         raise RequestError(f"unknown request fields: {', '.join(sorted(unknown))}")
     signature = choose_signature(body, signatures)
     if has_rows:
-        inputs = _parse_rows(body["instances"], signature, max_batch)
+        inputs = _parse_rows(body["instances"], signature, max_batch, booleans)
     else:
-        inputs = _parse_columns(body["inputs"], signature, max_batch)
+        inputs = _parse_columns(body["inputs"], signature, max_batch, booleans)
     batch = next(iter(inputs.values())).shape[0]
     return PredictCall(signature=signature.name, inputs=inputs, row_format=has_rows, batch=batch)
 
 
-def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int) -> dict[str, np.ndarray]:
+def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int, booleans: bool) -> dict[str, np.ndarray]:
     if not isinstance(instances, list) or not instances:
         raise RequestError("'instances' must be a non-empty list")
     if len(instances) > max_batch:
@@ -209,7 +228,7 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int) -> dic
             columns[names[0]].append(row)
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
-        rows = [to_typed_array(v, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""))
+        rows = [to_typed_array(v, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""), booleans)
                 for i, v in enumerate(columns[spec.name])]
         for i, row in enumerate(rows):
             check_shape(row, spec, f"instances[{i}]" + (f".{spec.name}" if named else ""), batched=False)
@@ -219,7 +238,7 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int) -> dic
     return result
 
 
-def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int) -> dict[str, np.ndarray]:
+def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int, booleans: bool) -> dict[str, np.ndarray]:
     names = [spec.name for spec in signature.inputs]
     if isinstance(inputs, dict):
         missing, extra = set(names) - set(inputs), set(inputs) - set(names)
@@ -233,7 +252,7 @@ def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int) -> dic
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
         where = f"inputs.{spec.name}"
-        array = to_typed_array(values[spec.name], spec, where)
+        array = to_typed_array(values[spec.name], spec, where, booleans)
         check_shape(array, spec, where, batched=True)
         if array.shape[0] > max_batch:
             raise RequestError(f"{where}: batch {array.shape[0]} > {max_batch}")

@@ -23,7 +23,15 @@ from fastapi.responses import Response
 
 from builder.server.bodies import read_limited
 from builder.server.metrics import Metrics, Timer
-from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, parse_json, parse_version, to_typed_array
+from builder.server.protocol import (
+    RequestError,
+    SignatureSpec,
+    TensorSpec,
+    may_hold_booleans,
+    parse_json,
+    parse_version,
+    to_typed_array,
+)
 from builder.server.served import ServedModel, check_output_names
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -34,6 +42,21 @@ DATATYPES = {
     "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
 }
 DATATYPE_OF = {numpy: v2 for v2, numpy in DATATYPES.items()}
+TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
+REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
+
+
+def _check_parameters(value: Any, known: dict[str, type], where: str) -> dict[str, Any]:
+    """A `parameters` object holding only the parameters this server acts on, of their types (400 otherwise:
+    a parameter silently ignored would be a request answered differently from what was asked)."""
+    if not isinstance(value, dict):
+        raise RequestError(f"{where} must be an object")
+    for key, item in value.items():
+        if key not in known:
+            raise RequestError(f"{where}: unsupported parameter {key!r} (supported: {', '.join(known)})")
+        if not isinstance(item, known[key]) or (known[key] is int and isinstance(item, bool)):
+            raise RequestError(f"{where}.{key} must be {known[key].__name__}")
+    return value
 
 
 def _json(content: Any, status: int = 200) -> Response:
@@ -59,10 +82,17 @@ def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]
     return parse_json(body[:cut]), memoryview(body)[cut:]
 
 
-def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> dict[str, np.ndarray]:
+def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, booleans: bool = True
+                 ) -> dict[str, np.ndarray]:
     """The request's `inputs` as arrays of the model's dtypes; RequestError 400 naming what is wrong."""
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list) or not request["inputs"]:
         raise RequestError("infer request must be a JSON object with a non-empty 'inputs' list")
+    if not isinstance(request.get("id", ""), str):
+        raise RequestError("'id' must be a string")
+    unknown = sorted(set(request) - REQUEST_KEYS)
+    if unknown:
+        raise RequestError(f"unknown request field(s) {', '.join(unknown)}")
+    _check_parameters(request.get("parameters", {}), {"binary_data_output": bool}, "parameters")
     specs = {s.name: s for s in signature.inputs}
     arrays: dict[str, np.ndarray] = {}
     offset = 0
@@ -72,13 +102,19 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> 
             raise RequestError(f"{where}: needs 'name', 'shape', 'datatype' and 'data' (or binary_data_size)")
         name = tensor["name"]
         where = f"inputs[{i}] ({name})"
+        unknown = sorted(set(tensor) - TENSOR_KEYS)
+        if unknown:
+            raise RequestError(f"{where}: unknown field(s) {', '.join(unknown)}")
         if name not in specs:
             raise RequestError(f"{where}: unknown input; this model takes {', '.join(specs)}")
+        if name in arrays:
+            raise RequestError(f"{where}: input given twice")
         shape = tensor.get("shape")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                   for d in shape):
             raise RequestError(f"{where}: 'shape' must be a list of non-negative integers")
-        dtype = DATATYPES.get(tensor.get("datatype"))  # type: ignore[arg-type]
+        datatype = tensor.get("datatype")
+        dtype = DATATYPES.get(datatype) if isinstance(datatype, str) else None
         if dtype is None:
             raise RequestError(f"{where}: unsupported datatype {tensor.get('datatype')!r}; use one of "
                                f"{', '.join(DATATYPES)}")
@@ -86,9 +122,7 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> 
             raise RequestError(f"{where}: datatype {tensor['datatype']} does not match the model's "
                                f"{DATATYPE_OF.get(specs[name].dtype, specs[name].dtype)}")
         size = int(np.prod(shape, dtype=np.int64))
-        parameters = tensor.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise RequestError(f"{where}: 'parameters' must be an object")
+        parameters = _check_parameters(tensor.get("parameters", {}), {"binary_data_size": int}, f"{where}.parameters")
         if "binary_data_size" in parameters:
             length = parameters["binary_data_size"]
             if not isinstance(length, int) or isinstance(length, bool) or length < 0:
@@ -103,7 +137,7 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> 
             continue
         if "data" not in tensor:
             raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
-        flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where).reshape(-1)
+        flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where, booleans).reshape(-1)
         if flat.size != size:
             raise RequestError(f"{where}: {flat.size} values in 'data' for shape {shape} ({size} values)")
         arrays[name] = flat.reshape(shape)
@@ -115,12 +149,16 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview) -> 
 def binary_outputs(request: Mapping[str, Any], names: list[str]) -> tuple[list[str], set[str]]:
     """(outputs to answer, those to answer as raw bytes) from the request's `outputs` and `parameters`."""
     every = bool((request.get("parameters") or {}).get("binary_data_output", False))
-    requested = request.get("outputs")
-    if requested is None:
+    if "outputs" not in request:
         return names, set(names) if every else set()
+    requested = request["outputs"]
     if not isinstance(requested, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
                                                   for o in requested):
         raise RequestError("'outputs' must be a list of objects with a 'name'")
+    for i, output in enumerate(requested):
+        if set(output) - {"name", "parameters"}:
+            raise RequestError(f"outputs[{i}]: unknown field(s) {', '.join(sorted(set(output) - {'name', 'parameters'}))}")
+        _check_parameters(output.get("parameters", {}), {"binary_data": bool}, f"outputs[{i}].parameters")
     wanted = [o["name"] for o in requested]
     binary = {o["name"] for o in requested if (o.get("parameters") or {}).get("binary_data", every)}
     return wanted, binary
@@ -152,7 +190,7 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
 
 def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_bytes: int) -> None:
     """The v2 routes on the app, answering from `served`."""
-    from builder.server.contract import V2_INFER_SCHEMA, V2_READY_RESPONSES
+    from builder.server.contract import V2_READY_RESPONSES
 
     signature = served.signature("")
 
@@ -174,23 +212,25 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
     async def server_metadata() -> Response:
         return _json({"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]})
 
-    @app.get("/v2/models/{name}", summary="Open Inference Protocol: model metadata")
+    @app.get("/v2/models/{name:segment}", summary="Open Inference Protocol: model metadata")
     async def metadata(name: str) -> Response:
         version_of(name, None)
         return _json(model_metadata(served, signature))
 
-    @app.get("/v2/models/{name}/versions/{version}", summary="Open Inference Protocol: model version metadata")
+    @app.get("/v2/models/{name:segment}/versions/{version:segment}",
+             summary="Open Inference Protocol: model version metadata")
     async def version_metadata(name: str, version: str) -> Response:
         version_of(name, version)
         return _json(model_metadata(served, signature))
 
-    @app.get("/v2/models/{name}/ready", summary="Open Inference Protocol: model readiness",
+    @app.get("/v2/models/{name:segment}/ready", summary="Open Inference Protocol: model readiness",
              responses=V2_READY_RESPONSES)
     async def model_ready(name: str) -> Response:
         version_of(name, None)
         return _json({"name": served.name, "ready": True}) if served.ready else not_ready()
 
-    @app.get("/v2/models/{name}/versions/{version}/ready", summary="Open Inference Protocol: model version readiness",
+    @app.get("/v2/models/{name:segment}/versions/{version:segment}/ready",
+             summary="Open Inference Protocol: model version readiness",
              responses=V2_READY_RESPONSES)
     async def model_version_ready(name: str, version: str) -> Response:
         version_of(name, version)
@@ -204,7 +244,7 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
                                       request.headers.get("content-encoding"))
             number = version_of(name, version)
             document, tail = split_body(body, request.headers.get(HEADER_LENGTH))
-            arrays = parse_inputs(document, signature, tail)
+            arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
             order, binary = binary_outputs(document, [s.name for s in signature.outputs])
             check_output_names(signature, order)
             outputs = await served.predict(served.call(signature, arrays))
@@ -220,11 +260,11 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
             metrics.request(name if name == served.name else "unknown", "predict", ENTRYPOINT, status,
                             timer.elapsed())
 
-    @app.post("/v2/models/{name}/infer", summary="Open Inference Protocol: inference", openapi_extra=V2_INFER_SCHEMA)
+    @app.post("/v2/models/{name:segment}/infer", summary="Open Inference Protocol: inference")
     async def infer_latest(name: str, request: Request) -> Response:
         return await infer(request, name, None)
 
-    @app.post("/v2/models/{name}/versions/{version}/infer", summary="Open Inference Protocol: inference (version)",
-              openapi_extra=V2_INFER_SCHEMA)
+    @app.post("/v2/models/{name:segment}/versions/{version:segment}/infer",
+              summary="Open Inference Protocol: inference (version)")
     async def infer_version(name: str, version: str, request: Request) -> Response:
         return await infer(request, name, version)

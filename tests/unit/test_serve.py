@@ -209,3 +209,15 @@ def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> Non
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.tflite"
 
 
+
+
+def test_booleans_among_numbers_are_refused_unless_the_body_has_none() -> None:
+    from builder.server.protocol import may_hold_booleans, to_typed_array
+
+    spec = TensorSpec("x", "float32", (-1, 2))
+    with pytest.raises(RequestError, match="booleans"):
+        to_typed_array([[0.5, True]], spec, "x")
+    assert to_typed_array([[0.5, 1]], spec, "x").tolist() == [[0.5, 1.0]]
+    assert may_hold_booleans(b'{"instances": [[true, 1]]}') and not may_hold_booleans(b'{"instances": [[0, 1]]}')
+    with pytest.raises(RequestError, match="out of range"):  # rounds to float32's max, still refused
+        to_typed_array([[3.4028235e38 * (1 + 2**-30), 0.0]], spec, "x")
