@@ -24,7 +24,7 @@ import numpy as np
 
 from builder.bench import stats
 from builder.bench.models import BenchModel, one_line
-from builder.bench.recommend import recommend, versus_fastest_line
+from builder.bench.recommend import interleave, recommend, versus_fastest_line
 from builder.bench.results import BenchRun, RuntimeResult
 from builder.bench.runtimes import Adapter, Runner, artifact_sizes, build_adapters, role_of
 
@@ -157,37 +157,6 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
     return quality
 
 
-def _timed_slice(run: Runner, samples: list[float], slice_s: float) -> None:
-    clock = time.perf_counter
-    end = clock() + slice_s
-    while True:
-        start = clock()
-        run()
-        now = clock()
-        samples.append(now - start)
-        if now >= end:
-            break
-
-
-def _interleave(live: list[_Live], pick: Callable[[_Live], tuple[Runner, list[float]]], slice_s: float,
-                budget_s: float, min_rounds: int, min_samples: int) -> int:
-    """Rounds over every runtime (order rotated each round) until all medians are stable or the budget is
-    spent; returns the number of rounds. Each visit runs for `slice_s` (at least one call)."""
-    rounds = 0
-    start = time.perf_counter()
-    while live:
-        shift = rounds % len(live)
-        for item in live[shift:] + live[:shift]:
-            run, samples = pick(item)
-            _timed_slice(run, samples, slice_s)
-        rounds += 1
-        stable = [stats.is_stable(pick(item)[1], min_samples=min_samples) for item in live]
-        if not stats.keep_going(stable, elapsed_s=time.perf_counter() - start, budget_s=budget_s,
-                                rounds_done=rounds, min_rounds=min_rounds):
-            break
-    return rounds
-
-
 def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdir: Path,
               say: Callable[[str], None] = lambda _: None, profile_dir: Path | None = None) -> BenchRun:
     """Load every runtime, time them interleaved, and return the annotated run with its recommendation."""
@@ -215,11 +184,14 @@ def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdi
     quality = _quality(live, evaluated, settings.batch)
 
     say(f"timing {len(live)} runtimes at batch 1 in interleaved rounds")
-    rounds = _interleave(live, lambda item: (item.run1, item.samples1), settings.slice_s,
-                         settings.budget_s * BATCH1_SHARE, settings.min_rounds, stats.MIN_SAMPLES)
+    # Warm-up already ran in _load; the loop is the one optimize and `--runtime auto` use (recommend.interleave).
+    _, rounds = interleave({i.adapter.name: i.run1 for i in live}, settings.budget_s * BATCH1_SHARE, warmup=0,
+                           slice_s=settings.slice_s, min_rounds=settings.min_rounds, min_samples=stats.MIN_SAMPLES,
+                           samples={i.adapter.name: i.samples1 for i in live})
     say(f"timing {len(live)} runtimes at batch {settings.batch} in interleaved rounds")
-    _interleave(live, lambda item: (item.run_batch, item.samples_batch), 0.0,
-                settings.budget_s * (1 - BATCH1_SHARE), 1, BATCH_MIN_SAMPLES)
+    interleave({i.adapter.name: i.run_batch for i in live}, settings.budget_s * (1 - BATCH1_SHARE), warmup=0,
+               slice_s=0.0, min_rounds=1, min_samples=BATCH_MIN_SAMPLES,
+               samples={i.adapter.name: i.samples_batch for i in live})
 
     for item in live:
         accuracy, agreement, relative = quality.get(item.adapter.name, (None, None, None))

@@ -216,29 +216,56 @@ def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float]
     return choose_fastest_runtime(samples, {} if openvino_s else {"openvino": openvino_error})
 
 
+def interleave(runners: Mapping[str, Callable[[], Any]], budget_s: float, *, warmup: int = 5, slice_s: float = 0.02,
+               min_rounds: int = 1, min_samples: int | None = None,
+               samples: Mapping[str, list[float]] | None = None) -> tuple[dict[str, list[float]], int]:
+    """THE timing loop: latencies (seconds) of zero-argument runners in interleaved time slices; (samples, rounds).
+
+    Warm-up calls are excluded. Every round visits every runner for `slice_s` (at least one call), in an order
+    rotated each round, so a drifting host load hits all runners alike instead of whichever runs last. Rounds go
+    on until `budget_s` is spent; with `min_samples`, they stop earlier once at least `min_rounds` ran and every
+    runner's median is stable (narrow confidence interval, see `stats.is_stable`). `samples` continues lists
+    from an earlier call.
+    """
+    from builder.bench import stats
+
+    for run in runners.values():
+        for _ in range(warmup):
+            run()
+    names = list(runners)
+    out: dict[str, list[float]] = {name: (samples[name] if samples and name in samples else []) for name in names}
+    clock = time.perf_counter
+    start = clock()
+    rounds = 0
+    while names:
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            run, bucket = runners[name], out[name]
+            slice_end = clock() + slice_s
+            while True:
+                began = clock()
+                run()
+                now = clock()
+                bucket.append(now - began)
+                if now >= slice_end:
+                    break
+        rounds += 1
+        stable = ([stats.is_stable(out[n], min_samples=min_samples) for n in names] if min_samples is not None
+                  else [False] * len(names))
+        if not stats.keep_going(stable, elapsed_s=clock() - start, budget_s=budget_s, rounds_done=rounds,
+                                min_rounds=min_rounds):
+            break
+    return out, rounds
+
+
 def time_interleaved(runners: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 5,
                      slice_s: float = 0.02) -> dict[str, list[float]]:
     """Batch-1 latencies (seconds) of each zero-argument runner, in interleaved time slices for `budget_s`.
 
-    The one timing loop behind `--runtime auto` (bench's `recommend_tflite_runtime` and the server's chooser):
-    warm-up excluded, every runner gets the same slices so drifting host load hits all of them alike.
+    `interleave` for the whole budget: what `--runtime auto` (bench's `recommend_tflite_runtime`, the server's
+    chooser) and optimize's candidate timing call; `tfsmith bench` runs the same loop with early stopping.
     """
-    for run in runners.values():
-        for _ in range(warmup):
-            run()
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    deadline = time.perf_counter() + budget_s
-    while True:
-        for name, run in runners.items():
-            slice_end = time.perf_counter() + slice_s
-            while True:
-                start = time.perf_counter()
-                run()
-                samples[name].append(time.perf_counter() - start)
-                if time.perf_counter() >= slice_end:
-                    break
-        if time.perf_counter() >= deadline:
-            return samples
+    return interleave(runners, budget_s, warmup=warmup, slice_s=slice_s)[0]
 
 
 def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: float = 4.0

@@ -286,3 +286,29 @@ def test_deploy_choice_compares_a_recorded_optimize_and_bench_run(fixtures_dir: 
                    recorded["bench"])
     assert same.shipped == "openvino-tflite-nncf" and same.within_noise is True
     assert same.ratio_vs_fastest_tflite == 1.0
+
+
+def test_the_one_timing_loop_interleaves_rotates_and_stops_when_stable() -> None:
+    from builder.bench.recommend import interleave, time_interleaved
+
+    import time
+
+    order: list[str] = []
+
+    def busy(name: str) -> None:  # a steady 0.2 ms call: its median settles within a few dozen samples
+        order.append(name)
+        end = time.perf_counter() + 2e-4
+        while time.perf_counter() < end:
+            pass
+
+    runners = {name: (lambda name=name: busy(name)) for name in ("a", "b", "c")}
+    samples, rounds = interleave(runners, budget_s=5.0, warmup=0, slice_s=0.0, min_rounds=3, min_samples=20)
+    assert 20 <= rounds < 2000  # stopped once every median was stable, before the budget (~8000 rounds)
+    assert all(len(s) == rounds for s in samples.values())  # slice 0: one call per runner per round
+    assert order[:9] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # rotated each round
+    warm: list[int] = []
+    more = time_interleaved({"x": lambda: warm.append(1)}, budget_s=0.05, warmup=4, slice_s=0.01)
+    assert len(warm) == 4 + len(more["x"]) and len(more["x"]) >= 1  # warm-up calls are not samples
+    kept = {"a": [1.0, 2.0]}
+    again, _ = interleave({"a": lambda: None}, budget_s=0.0, warmup=0, slice_s=0.0, samples=kept)
+    assert again["a"] is kept["a"] and len(kept["a"]) == 3  # continues an earlier list
