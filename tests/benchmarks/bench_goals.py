@@ -67,7 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     missed = False
     for path in paths:
-        run = _load(path)
+        try:
+            run = _load(path)
+        except (OSError, ValueError, KeyError) as error:
+            print(f"{path}: no readable bench.json ({type(error).__name__}: {error})", file=sys.stderr)
+            missed = True
+            continue
         for verdict in judge(run):
             state = "n/a" if verdict.met is None else ("MET" if verdict.met else "MISSED")
             missed |= verdict.met is False
