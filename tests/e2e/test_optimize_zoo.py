@@ -202,3 +202,29 @@ def test_a_string_input_is_refused_in_one_line_before_any_work(tmp_path: Path, m
         assert lines[-1].startswith("tfsmith: error: ") and "input 'text' is a string tensor" in lines[-1]
         assert "int32 token ids" in lines[-1]
     assert not out.exists()
+
+
+def test_a_regression_int8_file_that_is_off_is_rejected_and_auto_serves_an_accepted_one(
+        zoo_dir: Path, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Calibration rows that are all zeros collapse int8's input ranges: the regression answers drift far more
+    than argmax of one column could ever show. The gate must see it through the relative error."""
+    from builder.report import Report
+
+    model = _model("regression", zoo_dir, built)
+    arrays = dict(np.load(model.data_path))
+    arrays["x_calib/features"] = np.zeros_like(arrays["x_calib/features"])
+    data = tmp_path / "zeros_calib.npz"
+    np.savez(data, **arrays)
+    out = tmp_path / "out"
+    code, _, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", data, "--recipe", "auto",
+                                "--out", out, "--latency-runs", "10")
+    assert code == 0, stderr[-3000:]
+    report = Report.load(out)
+    int8 = next(a for a in report.artifacts if a.kind == "tflite_int8")
+    metric = int8.metric("target")
+    assert not int8.accepted and metric.metric == "relative_error" and metric.value > metric.limit
+    assert metric.mae > metric.original_mae and "target: relative_error" in int8.reason
+    assert report.chosen != int8.path and report.chosen_artifact.accepted
+    assert all(c.artifact != int8.path for c in report.selection.candidates
+               if (c.artifact, c.runtime) == (report.chosen, report.chosen_runtime))
