@@ -175,7 +175,6 @@ class Options:
     out: Path
     max_accuracy_drop: float
     threads: int
-    measure: Any = None  # unused; kept so older callers keep working
     cuda_cc: str | None = None
     latency_runs: int = 300
     max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR
@@ -243,6 +242,12 @@ def make_plan(options: Options, say: Say) -> Plan:
 
         raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
                          f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
+    if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
+        modes = tuple(m for m in recipe.quantization.modes if m != "int8")
+        recipe = replace(recipe, quantization=replace(recipe.quantization, modes=modes),
+                         choose="tflite_dynamic" if recipe.choose == "tflite_int8" else recipe.choose)
+        notes.append("int8 skipped: DATA has no x_calib or x_train rows to calibrate on (x_val is never used for "
+                     "that); dynamic-range needs none")
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
     need_train = recipe.pruning is not None or recipe.quantization.qat
     data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
@@ -535,7 +540,7 @@ def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, n
 
 def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
-                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, ArtifactResult]]:
+                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
     """Time every artifact x runtime in ONE interleaved loop (bench's), on the model's own held-out rows.
 
     Non-LiteRT runtimes of a .tflite are checked against the gate too (OpenVINO computes int8 its own way);
@@ -582,7 +587,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
             candidates.append(Candidate(result.path, runtime, None if got is None or error else got.p50,
                                         0 if got is None else got.runs, result.size_bytes, error))
     extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
-    return updated, candidates, extra  # type: ignore[return-value]
+    return updated, candidates, extra
 
 
 # --- step 9: select -----------------------------------------------------------------------------------------

@@ -460,3 +460,18 @@ def test_unknown_target_is_one_line(example: dict[str, Path], tmp_path: Path, tf
                               "--out", out)
     _assert_one_line_error(code, stderr, "unknown target 'pentium9'")
     _no_leftovers(out)
+
+
+def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(example: dict[str, Path],
+                                                                            tmp_path: Path, tfsmith) -> None:
+    base = dict(np.load(example["data"]))
+    data = tmp_path / "val_only.npz"
+    np.savez(data, x_val=base["x_val"])  # no labels, no training or calibration rows
+    out = tmp_path / "out"
+    code, stdout, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", "auto", "--out", out)
+    assert code == 0, stderr
+    report = _report(out)
+    assert "tflite_int8" not in _kinds(report) and report.sparsity is None
+    assert any(n.startswith("int8 skipped") for n in report.notes) and any(n.startswith("pruning skipped")
+                                                                          for n in report.notes)
+    assert report.data.labels == () and report.chosen_artifact.metric("probs").metric == "disagreement"
