@@ -10,7 +10,7 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,12 +64,13 @@ class _Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, extra: str = "") -> tuple[int, bytes]:
+        """POST `body`; `extra` is more header lines, each ending in CRLF."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode()
         self.writer.write(head + body)
         status_line = await self.reader.readline()
         if not status_line:
@@ -98,7 +99,8 @@ class _Connection:
 
 async def _client(
     url: str, bodies: Sequence[bytes], check: Callable[[int, Any], bool], count: int, offset: int,
-    latencies: list[float], failures: list[str], wrong: list[int],
+    latencies: list[float], failures: list[str], wrong: list[int], headers: Sequence[str] | None = None,
+    raw: bool = False,
 ) -> None:
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
@@ -108,11 +110,11 @@ async def _client(
             index = (offset + n) % len(bodies)
             start = time.perf_counter()
             try:
-                status, payload = await connection.post(path, bodies[index])
+                status, payload = await connection.post(path, bodies[index], headers[index] if headers else "")
                 latencies.append(time.perf_counter() - start)
                 if status != 200:
                     failures.append(f"HTTP {status}: {payload[:200]!r}")
-                elif not check(index, json.loads(payload)):
+                elif not check(index, payload if raw else json.loads(payload)):
                     wrong.append(index)
             except Exception as error:  # noqa: BLE001 - counted and reported, never hidden
                 failures.append(f"{type(error).__name__}: {error}")
@@ -122,16 +124,18 @@ async def _client(
 
 
 async def run_load_async(
-    url: str, bodies: Sequence[bytes], check: Callable[[int, Any], bool], total: int, concurrency: int
+    url: str, bodies: Sequence[bytes], check: Callable[[int, Any], bool], total: int, concurrency: int,
+    headers: Sequence[Mapping[str, str]] | None = None, raw: bool = False,
 ) -> LoadResult:
     latencies: list[float] = []
     failures: list[str] = []
     wrong: list[int] = []
+    lines = [("".join(f"{k}: {v}\r\n" for k, v in h.items())) for h in headers] if headers else None
     per, extra = divmod(total, concurrency)
     start = time.perf_counter()
     await asyncio.gather(
         *[
-            _client(url, bodies, check, per + (1 if i < extra else 0), i * 7, latencies, failures, wrong)
+            _client(url, bodies, check, per + (1 if i < extra else 0), i * 7, latencies, failures, wrong, lines, raw)
             for i in range(concurrency)
         ]
     )
@@ -140,7 +144,9 @@ async def run_load_async(
 
 
 def run_load(
-    url: str, bodies: Sequence[bytes], check: Callable[[int, Any], bool], total: int, concurrency: int
+    url: str, bodies: Sequence[bytes], check: Callable[[int, Any], bool], total: int, concurrency: int,
+    headers: Sequence[Mapping[str, str]] | None = None, raw: bool = False,
 ) -> LoadResult:
-    """`total` POSTs of `bodies` (cycled) from `concurrency` keep-alive clients; `check` judges each answer."""
-    return asyncio.run(run_load_async(url, bodies, check, total, concurrency))
+    """`total` POSTs of `bodies` (cycled) from `concurrency` keep-alive clients; `check` judges each answer
+    (decoded JSON, or the raw bytes with `raw`); `headers[i]` are extra request headers for `bodies[i]`."""
+    return asyncio.run(run_load_async(url, bodies, check, total, concurrency, headers, raw))
