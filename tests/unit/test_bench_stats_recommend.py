@@ -272,20 +272,28 @@ def test_our_speed_goals_are_judged_outside_the_product(recorded: BenchRun) -> N
     assert speed.met is False and speed.detail == "5.0x"
 
 
-def test_deploy_choice_compares_a_recorded_optimize_and_bench_run(fixtures_dir: Path) -> None:
-    from tests.benchmarks.deploy_choice import compare, table
+def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: Path) -> None:
+    from tests.benchmarks.deploy_choice import accepted_candidates, compare, table
 
-    recorded = json.loads((fixtures_dir / "bench" / "mobilenet_v2_deploy_choice.json").read_text())
-    row = compare("mobilenet_v2", recorded["report"], recorded["bench"])
+    recorded = json.loads((fixtures_dir / "bench" / "deploy_choice_recorded.json").read_text())
+    mobilenet = recorded["mobilenet_v2"]
+    row = compare("mobilenet_v2", mobilenet["report"], mobilenet["bench"])
     assert row.shipped == "litert-int8" and row.fastest == "openvino-int8"
-    results = {r["name"]: r for r in recorded["bench"]["results"]}
+    results = {r["name"]: r for r in mobilenet["bench"]["results"]}
     assert row.ratio == pytest.approx(results["litert-int8"]["latency"]["p50"] / results["openvino-int8"]["latency"]["p50"])
     assert row.within_noise is False and row.fastest_tflite == "openvino-tflite-nncf"
+    assert row.fastest_candidate == "litert-int8" and row.within_noise_of_fastest_candidate is True
     assert "slower beyond noise" in table([row])
     same = compare("mobilenet_v2", {"chosen": "model_fp32.tflite", "chosen_runtime": "openvino-nncf"},
-                   recorded["bench"])
+                   mobilenet["bench"])
     assert same.shipped == "openvino-tflite-nncf" and same.within_noise is True
     assert same.ratio_vs_fastest_tflite == 1.0
+    resnet = recorded["resnet50"]
+    # the gate rejected int8 (random weights change the top-1 answer): it is timed by optimize but no candidate
+    assert "litert-int8" not in accepted_candidates(resnet["report"])
+    assert "litert-dynamic" in accepted_candidates(resnet["report"])
+    row = compare("resnet50", resnet["report"], resnet["bench"])
+    assert row.shipped == "litert-dynamic" and row.fastest_candidate == "litert-dynamic"
 
 
 def test_the_one_timing_loop_interleaves_rotates_and_stops_when_stable() -> None:
