@@ -39,6 +39,7 @@ SERVER_DISTRIBUTIONS = {
     "openvino-nncf": (*SERVER_BASE, "openvino", "nncf"),
 }
 LABEL_PREFIX = "io.tfsmith"
+GRPC_PORT = 8500
 
 Say = Callable[[str], None]
 
@@ -90,6 +91,11 @@ class ServePlan:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def grpc_port(self) -> int:
+        """TensorFlow Serving's gRPC port, which its clients expect."""
+        return GRPC_PORT
+
+    @property
     def model_dir(self) -> str:
         return f"/models/{self.model_name}/{self.version}"
 
@@ -99,7 +105,8 @@ class ServePlan:
         from builder.server.options import to_argv
 
         return [f"{self.model_dir}/{self.model_file}", *to_argv({
-            "host": "0.0.0.0", "port": self.port, "model_name": self.model_name, "model_version": self.version,
+            "host": "0.0.0.0", "port": self.port, "grpc_port": self.grpc_port, "model_name": self.model_name,
+            "model_version": self.version,
             "runtime": self.server_runtime, "workers": self.workers, "threads": self.threads,
             "max_batch": self.max_batch, "batch_timeout_us": self.batch_timeout_us,
         })]

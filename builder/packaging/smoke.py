@@ -24,6 +24,8 @@ import numpy as np
 from builder.engine.base import Engine
 from builder.errors import TfsmithError
 from builder.server.artifacts import Artifact, Samples, load_samples
+from builder.packaging.plan import GRPC_PORT
+from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
 Say = Callable[[str], None]
@@ -57,6 +59,7 @@ class SmokeResult:
     #: int8-at-load runtimes (openvino-nncf): top-1 agreement with the local fp32 interpreter, else None
     local_agreement: float | None = None
     note: str = ""  # a caveat the numbers need (e.g. a constant reference makes agreement meaningless)
+    protocols: tuple[str, ...] = ("REST row", "REST columnar")
 
     def line(self) -> str:
         if self.local_agreement is None:
@@ -65,7 +68,7 @@ class SmokeResult:
             match = (f"int8 (NNCF) answers agree with the local fp32 interpreter on {self.local_agreement:.1%} of "
                      f"top-1 classes")
         text = (
-            f"smoke: {self.requests} requests (row and columnar), {self.examples} examples, {match} "
+            f"smoke: {self.requests} requests ({', '.join(self.protocols)}), {self.examples} examples, {match} "
             f"(max |diff| {self.max_abs_diff:.3g}); ready in {self.startup_s:.1f} s"
         )
         if self.fidelity:
@@ -113,8 +116,12 @@ def _http(url: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[i
         raise SmokeFailed(f"{url}: no answer ({error.reason})") from None
 
 
+#: Where a serving image says it is ready: 200 once the model is loaded and warmed (Open Inference Protocol).
+READY_PATH = "/v2/health/ready"
+
+
 def wait_healthy(
-    base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0, path: str = "/healthz"
+    base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0, path: str = READY_PATH
 ) -> float:
     """Seconds until `path` answers 200; SmokeFailed when the container exits or time runs out."""
     start = time.monotonic()
@@ -217,11 +224,14 @@ def _columnar_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
     return {names[0]: np.asarray(outputs)}
 
 
-def check_server(base_url: str, artifact: Artifact, model_name: str, version: int, count: int = 16) -> SmokeResult:
+def check_server(base_url: str, artifact: Artifact, model_name: str, version: int, count: int = 16,
+                 grpc_address: tuple[str, int] | None = None) -> SmokeResult:
     """Query a running server as a client of the original model would, and judge every answer twice.
 
     Requests carry the original model's held-out rows in its own input dtypes (float pixels, int token ids,
-    several named inputs), in TF Serving's row form (one instance a request) and columnar form. Each answer
+    several named inputs), in TF Serving's row form (one instance a request) and columnar form, then once over
+    TF Serving's gRPC API (`tensor_content`, when `grpc_address` is given) and the Open Inference Protocol
+    (`/v2/models/<m>/infer`, binary tensors). Each answer
     must match the local LiteRT interpreter on the same artifact (within float rounding; int8-at-load
     runtimes by the output's metric), and each output is judged against the ORIGINAL model's answers with
     its metric: top-1 agreement for class scores, relative error for regression.
@@ -273,6 +283,17 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     if status != 200:
         raise SmokeFailed(f"columnar predict answered HTTP {status}: {body}")
     check(_columnar_answer(body, names))
+    protocols = ["REST row", "REST columnar"]
+    try:
+        if grpc_address is not None:
+            check(check_grpc(*grpc_address, model_name, version, inputs))
+            requests += 1
+            protocols.append("gRPC")
+        check(check_v2(base_url, model_name, inputs))
+        requests += 1
+        protocols.append("v2")
+    except ProtocolCheckError as error:
+        raise SmokeFailed(str(error)) from None
     judged: list[Fidelity] = []
     if samples is not None:
         for name in names:
@@ -287,18 +308,20 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     if constant:
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
                 "agreement says little about quality there")
-    return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note)
+    return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note,
+                       tuple(protocols))
 
 
 def smoke_test(engine: Engine, image: str, artifact: Artifact, model_name: str, version: int, port: int,
                say: Say) -> SmokeResult:
     """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
     say(f"smoke: starting {image}")
-    with engine.start(image, ports=(port,)) as running:
+    with engine.start(image, ports=(port, GRPC_PORT)) as running:
         url = running.url(port)
         startup = wait_healthy(url, running.exited)
-        say(f"smoke: healthy on {url} after {startup:.1f} s")
-        result = check_server(url, artifact, model_name, version)
+        say(f"smoke: ready on {url} after {startup:.1f} s")
+        result = check_server(url, artifact, model_name, version,
+                              grpc_address=(running.host, running.host_port(GRPC_PORT)))
         code = running.stop()
     if code not in (0, 143):
         raise SmokeFailed(f"the server did not stop cleanly (exit {code})")

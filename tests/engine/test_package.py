@@ -63,6 +63,7 @@ def litert_image(engine: DockerEngine, base_image: str, artifact_dir: Path) -> s
     print(done.stdout)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "every answer matches the local interpreter" in done.stdout and "probs top-1 agreement" in done.stdout
+    assert "gRPC, v2)" in done.stdout
     return LITERT_TAG
 
 
@@ -75,7 +76,7 @@ def test_litert_image_labels_user_and_healthcheck(engine: DockerEngine, litert_i
     assert image.labels["io.tfsmith.runtime"] == "litert"
     config = image.config
     assert config.user == "10001:10001"
-    assert "/healthz" in " ".join(config.healthcheck)
+    assert "/v2/health/ready" in " ".join(config.healthcheck) and config.exposed_ports == (8500, 8501)
 
 
 def test_litert_image_serves_on_loopback_and_stops_cleanly(

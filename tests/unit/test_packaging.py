@@ -95,7 +95,8 @@ def test_rendered_litert_dockerfile(tmp_path: Path) -> None:
     plan = plan_package(_artifact(tmp_path), PackageOptions(), target=_Target(), requirements=("numpy==2", "fastapi==1"))
     text = render_dockerfile(plan)
     assert text.startswith("# Rendered") and "FROM tfsmith/python:bookworm\n" in text
-    assert "USER 10001:10001" in text and "HEALTHCHECK" in text and "/healthz" in text
+    assert "USER 10001:10001" in text and "HEALTHCHECK" in text and "/v2/health/ready" in text
+    assert "EXPOSE 8500 8501" in text and plan.command[plan.command.index("--grpc-port") + 1] == "8500"
     assert '"numpy==2" \\\n       "fastapi==1" \\\n    && ' in text
     assert "TFSMITH_IMAGE_FEATURES=avx,avx2,fma" in text
     assert 'ENTRYPOINT ["/opt/venv/bin/python", "/opt/tfsmith/guard.py", "--"' in text

@@ -1,0 +1,167 @@
+"""Every zoo model (tests/zoo.py) through optimize -> serve -> package with its contract intact.
+
+What a client of the ORIGINAL model sends (its input names and dtypes: float pixels, int token ids, several
+named inputs; TF Serving's row and columnar forms, named and unnamed) must still work against what
+`tfsmith optimize --recipe auto` chose, and every answer must stay within its output's metric of the
+original model's own answer. Twice: as chosen by measurement on this host, and as chosen by rule for an
+int8 target (`--target sapphirerapids`: full int8 on VNNI/AMX), where int8 internals must stay invisible to a
+float client. The host's choice is then packaged into a serving image and smoke-tested.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from builder.engine.base import Engine
+from builder.packaging.smoke import fidelity
+from builder.report import Report
+from builder.server.protocol import TF_DTYPES
+from tests import zoo
+from tests.e2e.test_serve import STOPPED, TFSMITH, Server
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+
+ROWS = 12
+TARGETS = ("host", "sapphirerapids")
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+@pytest.fixture(scope="session")
+def zoo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, zoo.ZooModel]:
+    folder = tmp_path_factory.mktemp("zoo")
+    return {model.name: model for model in zoo.build_all(folder)}
+
+
+@pytest.fixture(scope="session")
+def optimized(zoo_models: dict[str, zoo.ZooModel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """`tfsmith optimize --recipe auto` per (model, target), run once and shared."""
+    done: dict[tuple[str, str], Path] = {}
+    root = tmp_path_factory.mktemp("zoo-optimized")
+
+    def run(name: str, target: str) -> Path:
+        if (name, target) not in done:
+            model = zoo_models[name]
+            out = root / f"{name}-{target}"
+            argv = [str(TFSMITH), "optimize", str(model.model_path), "--data", str(model.data_path),
+                    "--recipe", "auto", "--out", str(out), "--latency-runs", "30"]
+            if target != "host":
+                argv += ["--target", target]
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=ENV)
+            assert result.returncode == 0, (name, target, result.stdout[-2000:], result.stderr[-2000:])
+            assert "Traceback" not in result.stderr
+            done[(name, target)] = out
+        return done[(name, target)]
+
+    yield run
+
+
+def _original(model: zoo.ZooModel) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    x = {name: values[:ROWS] for name, values in zoo.load_data(model)["x_val"].items()}
+    return x, zoo.predict(model, x)
+
+
+def _judge(model: zoo.ZooModel, got: dict[str, np.ndarray], want: dict[str, np.ndarray], how: str) -> list[str]:
+    lines = []
+    for name, (dtype, _, _) in model.outputs.items():
+        answer = np.asarray(got[name]).astype(dtype)
+        judged = fidelity(name, answer, np.asarray(want[name]).astype(dtype))
+        assert judged.passed, (model.name, how, judged.text())
+        lines.append(judged.text())
+    return lines
+
+
+def _row_requests(x: dict[str, np.ndarray], named: bool) -> list[dict]:
+    rows = len(next(iter(x.values())))
+    if named:
+        return [{"instances": [{k: v[i].tolist() for k, v in x.items()}]} for i in range(rows)]
+    (values,) = x.values()
+    return [{"instances": [values[i].tolist()]} for i in range(rows)]
+
+
+def _row_answers(bodies: list[dict], outputs: list[str]) -> dict[str, np.ndarray]:
+    if len(outputs) == 1:
+        return {outputs[0]: np.concatenate([np.asarray(b["predictions"]) for b in bodies])}
+    return {name: np.asarray([p[name] for b in bodies for p in b["predictions"]]) for name in outputs}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_a_client_of_the_original_model_is_served_unchanged(
+    name: str, target: str, zoo_models: dict[str, zoo.ZooModel], optimized: dict
+) -> None:
+    model = zoo_models[name]
+    out = optimized(name, target)
+    report = Report.load(out)
+    assert report.gate.passed, report.gate
+    x, want = _original(model)
+    client = httpx.Client(timeout=30)
+    running = Server(str(out), "--model-name", "m", client=client)
+    try:
+        meta = client.get(f"{running.url}/v1/models/m/metadata").json()
+        signature = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        assert {k: v["dtype"] for k, v in signature["inputs"].items()} == {
+            k: TF_DTYPES[d][0] for k, (d, _) in model.inputs.items()}, "input names or dtypes changed"
+        assert {k: v["dtype"] for k, v in signature["outputs"].items()} == {
+            k: TF_DTYPES[d][0] for k, (d, _, _) in model.outputs.items()}, "output names or dtypes changed"
+        outputs = list(model.outputs)
+        forms = [True] if len(x) > 1 else [False, True]  # one-input models: plain rows and named objects
+        for named in forms:
+            bodies = []
+            for request in _row_requests(x, named):
+                answer = client.post(f"{running.url}/v1/models/m:predict", json=request)
+                assert answer.status_code == 200, answer.text
+                bodies.append(answer.json())
+            judged = _judge(model, _row_answers(bodies, outputs), want, f"row form, named={named}")
+        columnar = [{"inputs": {k: v.tolist() for k, v in x.items()}}]
+        if len(x) == 1:
+            columnar.append({"inputs": next(iter(x.values())).tolist()})
+        for request in columnar:
+            answer = client.post(f"{running.url}/v1/models/m:predict", json=request)
+            assert answer.status_code == 200, answer.text
+            got = answer.json()["outputs"]
+            got = got if isinstance(got, dict) else {outputs[0]: got}
+            _judge(model, got, want, "columnar form")
+    finally:
+        assert running.stop() in STOPPED
+    print(f"\nzoo | {name} | {target} | {report.chosen} | {report.chosen_runtime} | "
+          f"{'; '.join(judged)} | drop-in (names, dtypes, row+columnar)")
+
+
+@pytest.fixture(scope="session")
+def engine_and_base() -> tuple[Engine, str]:
+    from builder.engine.docker import DockerEngine
+    from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+
+    ensure_engine(say=print)
+    return DockerEngine(), ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_the_chosen_artifact_packages_and_passes_its_smoke_test(
+    name: str, optimized: dict, engine_and_base: tuple[Engine, str]
+) -> None:
+    engine, base_image = engine_and_base
+    out = optimized(name, "host")
+    tag = f"tfsmith-test-zoo/{name.replace('_', '-')}:smoke"
+    done = subprocess.run(
+        [str(TFSMITH), "package", str(out), "--runtime", "litert", "--base-image", base_image, "--tag", tag,
+         "--model-name", "m", "--smoke"],
+        capture_output=True, text=True, timeout=900, env=ENV,
+    )
+    try:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "against the original model:" in done.stdout, done.stdout
+        report = Report.load(out)
+        assert f"server runtime: {report.chosen_runtime}" in done.stdout
+    finally:
+        engine.remove_image(tag)
+    print(f"\nzoo package | {name} | " + next(line for line in done.stdout.splitlines() if line.startswith("smoke:")))
+
