@@ -27,6 +27,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     try:
         runtime, reason = args.runtime, "requested"
         if runtime == "auto":
+            if args.model is None:
+                raise InputError("--runtime auto measures one MODEL file; name a runtime for a base path or config file")
             if choose_runtime is None:
                 raise InputError("--runtime auto is measured by tfsmith on the host (tfsmith serve/package); "
                                  "name the runtime here: litert, openvino or openvino-nncf")
@@ -52,6 +54,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
             shutdown_delay_seconds=args.shutdown_delay_seconds,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            model_base_path=args.model_base_path,
+            model_config_file=args.model_config_file,
+            poll_seconds=args.poll_seconds,
         )
     except TfsmithError as error:
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")

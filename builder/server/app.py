@@ -13,13 +13,14 @@ own failures; no request, however malformed, stops the server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from builder.server import grpc_service, v2
+from builder.errors import InputError
+from builder.server import grpc_service, reload, v2
 from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
@@ -47,7 +49,8 @@ from builder.server.protocol import (
     parse_predict,
     parse_version,
 )
-from builder.server.served import ServedModel
+from builder.server.model_config import ModelSource, version_folders
+from builder.server.served import ModelSet, ServedModel
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -68,6 +71,8 @@ class ServerConfig:
     max_request_batch: int = 4096
     dispatch: str = "auto"  # auto (inline for models faster than a thread hop) | inline | threads
     samples_path: Path | None = None  # the model's own example inputs (optimize's samples.npz), for warm-up
+    sources: tuple[ModelSource, ...] = ()  # models from a config file or a base path (instead of model_path)
+    poll_seconds: float = 0.0  # look for new versions this often (0 = never)
     grpc_port: int = 0  # 0 = no gRPC
     host: str = "127.0.0.1"  # where gRPC listens (REST's address is uvicorn's)
     access_log: bool = False
@@ -118,15 +123,42 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     return served
 
 
+def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ModelSet:
+    """Every model version to serve at start, loaded and warmed: the one model file, or each source's versions."""
+    models = ModelSet()
+    if not config.sources:
+        served = load_model(config, pool, metrics)
+        served.ready = True
+        models.set(config.model_name, {config.version: served})
+        return models
+    for source in config.sources:
+        folders = version_folders(source.base_path)
+        wanted = source.wanted(list(folders))
+        if not wanted:
+            raise InputError(f"{source.name}: no version folder with a .tflite under {source.base_path}")
+        versions = {v: load_version(config, source, v, folders[v], metrics) for v in wanted}
+        models.set(source.name, versions, source.labels)
+    return models
+
+
+def load_version(config: ServerConfig, source: ModelSource, version: int, folder: Path, metrics: Metrics) -> ServedModel:
+    """One version folder (`<base>/<version>/`: a .tflite or an optimize output) loaded and warmed."""
+    from builder.server.artifacts import resolve_artifact
+
+    artifact = resolve_artifact(folder, source.name)
+    served = load_model(replace(config, model_path=artifact.model_path, model_name=source.name, version=version,
+                                samples_path=artifact.samples_path), None, metrics)
+    served.ready = True
+    return served
+
+
 def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
-    """The app serving one model over REST (and gRPC, started with the app); the pool is created here unless
-    given (tests share one)."""
+    """The app serving the configured models over REST (and gRPC, started with the app); the pool is created
+    here unless given (tests share one)."""
     metrics = Metrics()
-    served = load_model(config, pool, metrics)
-    model_p50_us = served.model_p50_us  # type: ignore[attr-defined]
-    batcher = served.batcher
-    signatures = served.signatures
-    servicer = grpc_service.Servicer(served, metrics, config.access_log)
+    models = load_models(config, pool, metrics)
+    first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
+    servicer = grpc_service.Servicer(models, metrics, config.access_log)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -134,31 +166,46 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             server, port = await grpc_service.start(servicer, config.host, config.grpc_port, config.max_body_bytes,
                                                     config.tls)
             app.state.grpc_server, app.state.grpc_port = server, port
+        poller = None
+        if config.sources and config.poll_seconds > 0:
+            def changed() -> None:
+                app.openapi_schema = None  # versions are path parameter values in the document
+
+            poller = asyncio.get_running_loop().create_task(reload.poll(
+                models, config.sources, lambda s, v, f: load_version(config, s, v, f, metrics),
+                config.poll_seconds, config.drain_seconds, changed))
         set_ready(app, True)
         yield
         set_ready(app, False)
+        if poller is not None:
+            poller.cancel()
         if app.state.grpc_server is not None:
             await app.state.grpc_server.stop(config.drain_seconds)
 
     app = FastAPI(
         title="tfsmith model server",
         version="1",
-        description=(
-            f"TensorFlow Serving-compatible REST API serving `{config.model_name}` "
-            f"({config.model_path.name}, runtime {served.runtime})."
-        ),
+        description="TensorFlow Serving-compatible REST API (and the Open Inference Protocol) serving "
+        + ", ".join(f"`{name}`" for name in models.models) + ".",
         lifespan=lifespan,
     )
-    app.state.batcher = batcher
-    app.state.pool = served.pool  # type: ignore[attr-defined]
-    app.state.served = served
+    app.state.models = models
     app.state.metrics = metrics
     app.state.grpc_server = None
     app.state.grpc_port = 0
     app.state.config = config
 
-    def check_model(name: str, version: str | None) -> int:
-        return served.resolve(name, None if version is None else parse_version(version))
+    def served_of(name: str, version: str | None = None, label: str | None = None) -> ServedModel:
+        return models.get(name, None if version is None else parse_version(version), label)
+
+    def status_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
+        if version is None and label is None:
+            return JSONBody(model_status(models.versions(name)))
+        return JSONBody(model_status([served_of(name, version, label).version]))
+
+    def metadata_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
+        served = served_of(name, version, label)
+        return JSONBody(model_metadata(name, served.version, served.signatures))
 
     @app.exception_handler(RequestError)
     async def request_error(_: Request, error: RequestError) -> JSONBody:
@@ -178,19 +225,22 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     @app.get("/healthz", summary="Liveness and what is served")
     async def healthz() -> JSONBody:
+        primary = models.get(first_name)
+        p50 = primary.model_p50_us  # type: ignore[attr-defined]
         return JSONBody(
             {
                 "status": "ok",
-                "model": config.model_name,
-                "version": str(config.version),
-                "runtime": served.runtime,
+                "model": primary.name,
+                "version": str(primary.version),
+                "runtime": primary.runtime,
                 "runtime_reason": config.runtime_reason,
-                "workers": served.pool.size,  # type: ignore[attr-defined]
+                "workers": primary.pool.size,  # type: ignore[attr-defined]
                 "max_batch_size": config.batching.max_batch_size,
-                "inline": batcher.inline,
-                "model_p50_us": None if model_p50_us is None else round(model_p50_us, 1),
-                "ready": served.ready,
+                "inline": primary.batcher.inline,
+                "model_p50_us": None if p50 is None else round(p50, 1),
+                "ready": models.ready,
                 "grpc_port": app.state.grpc_port or None,
+                "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},
             }
         )
 
@@ -198,31 +248,40 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/v1/models/{name:segment}", summary="Model status")
+    @app.get("/v1/models/{name:segment}", summary="Model status: every served version")
     async def status(name: str) -> JSONBody:
-        return JSONBody(model_status([check_model(name, None)]))
+        return status_of(name)
 
     @app.get("/v1/models/{name:segment}/versions/{version:segment}", summary="Model version status")
     async def version_status(name: str, version: str) -> JSONBody:
-        return JSONBody(model_status([check_model(name, version)]))
+        return status_of(name, version)
+
+    @app.get("/v1/models/{name:segment}/labels/{label:segment}", summary="Status of a labelled version")
+    async def label_status(name: str, label: str) -> JSONBody:
+        return status_of(name, label=label)
 
     @app.get("/v1/models/{name:segment}/metadata", summary="Signatures: inputs, outputs, dtypes, shapes")
     async def metadata(name: str) -> JSONBody:
-        return JSONBody(model_metadata(name, check_model(name, None), signatures))
+        return metadata_of(name)
 
     @app.get("/v1/models/{name:segment}/versions/{version:segment}/metadata", summary="Signatures of a version")
     async def version_metadata(name: str, version: str) -> JSONBody:
-        return JSONBody(model_metadata(name, check_model(name, version), signatures))
+        return metadata_of(name, version)
 
-    async def predict(request: Request, name: str, version: str | None) -> JSONBody:
+    @app.get("/v1/models/{name:segment}/labels/{label:segment}/metadata", summary="Signatures of a labelled version")
+    async def label_metadata(name: str, label: str) -> JSONBody:
+        return metadata_of(name, label=label)
+
+    async def predict(request: Request, name: str, version: str | None, label: str | None = None) -> JSONBody:
         timer, status_code = Timer(), 200
         metrics.in_flight.inc()
         try:
             raw = await _read_body(request, config.max_body_bytes)  # read first: an unread body resets the socket
-            check_model(name, version)
+            served = served_of(name, version, label)
             body = parse_json(raw)
+            signatures = served.signatures
             call = parse_predict(body, signatures, config.max_request_batch, may_hold_booleans(raw))
-            outputs = await batcher.predict(call)
+            outputs = await served.predict(call)
             return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
         except RequestError as error:
             status_code = error.status
@@ -232,24 +291,24 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             raise
         finally:
             metrics.in_flight.dec()
-            metrics.request(name if name == served.name else "unknown", "predict", "REST", status_code,
+            metrics.request(name if name in models.models else "unknown", "predict", "REST", status_code,
                             timer.elapsed())
 
     @app.post("/v1/models/{name:segment}:predict", summary="Predict (row or columnar)")
     async def predict_latest(name: str, request: Request) -> JSONBody:
         return await predict(request, name, None)
 
-    @app.post(
-        "/v1/models/{name:segment}/versions/{version:segment}:predict",
-        summary="Predict with a version",
-    )
+    @app.post("/v1/models/{name:segment}/versions/{version:segment}:predict", summary="Predict with a version")
     async def predict_version(name: str, version: str, request: Request) -> JSONBody:
         return await predict(request, name, version)
 
-    v2.add_routes(app, served, metrics, config.max_body_bytes)
+    @app.post("/v1/models/{name:segment}/labels/{label:segment}:predict", summary="Predict with a version label")
+    async def predict_label(name: str, label: str, request: Request) -> JSONBody:
+        return await predict(request, name, None, label)
+
+    v2.add_routes(app, models, metrics, config.max_body_bytes)
     if config.access_log:
         app.add_middleware(AccessLog)
-    default = served.signature("")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -257,8 +316,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
             document = get_openapi(title=app.title, version=app.version, description=app.description,
                                    routes=app.routes)
-            app.openapi_schema = finish_document(document, served.name, served.version, default,
-                                                 sorted(signatures), config.max_request_batch, v2.DATATYPE_OF)
+            app.openapi_schema = finish_document(document, models, config.max_request_batch, v2.DATATYPE_OF)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -267,8 +325,10 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
 def set_ready(app: FastAPI, ready: bool) -> None:
     """Readiness (the v2 health endpoint, HEALTHCHECK, the metric): true once warmed, false when draining."""
-    app.state.served.ready = ready
-    app.state.metrics.ready.labels(app.state.served.name).set(1 if ready else 0)
+    models: ModelSet = app.state.models
+    models.draining = not ready
+    for name in models.models:
+        app.state.metrics.ready.labels(name).set(1 if ready else 0)
 
 
 class DrainingServer:
@@ -334,7 +394,8 @@ def config_to_json(config: ServerConfig) -> str:
         **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
                                             "threads", "max_body_bytes", "max_request_batch", "dispatch",
                                             "grpc_port", "host", "access_log", "drain_seconds",
-                                            "shutdown_delay_seconds")},
+                                            "shutdown_delay_seconds", "poll_seconds")},
+        "sources": [{**asdict(s), "base_path": str(s.base_path)} for s in config.sources],
         "model_path": str(config.model_path),
         "tls_cert": None if config.tls_cert is None else str(config.tls_cert),
         "tls_key": None if config.tls_key is None else str(config.tls_key),
@@ -349,6 +410,8 @@ def config_from_json(text: str) -> ServerConfig:
     for key in ("samples_path", "tls_cert", "tls_key"):
         data[key] = None if data[key] is None else Path(data[key])
     data["batching"] = BatchingConfig(*data["batching"])
+    data["sources"] = tuple(ModelSource(**{**s, "base_path": Path(s["base_path"]), "specific": tuple(s["specific"])})
+                            for s in data["sources"])
     return ServerConfig(**data)
 
 
@@ -360,7 +423,7 @@ def app_from_env() -> FastAPI:
 
 
 def configure(
-    artifact: Path,
+    artifact: Path | None,
     *,
     model_name: str | None = None,
     version: int = 1,
@@ -379,6 +442,9 @@ def configure(
     shutdown_delay_seconds: float = 0.0,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    model_base_path: Path | None = None,
+    model_config_file: Path | None = None,
+    poll_seconds: float = 1.0,
 ) -> ServerConfig:
     """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)."""
     from builder.errors import InputError
@@ -408,6 +474,32 @@ def configure(
         batching = BatchingConfig(max_batch, batch_timeout_us)
     except ValueError as error:
         raise InputError(str(error)) from None
+    given = [a for a in (artifact, model_base_path, model_config_file) if a is not None]
+    if len(given) != 1:
+        raise InputError("serve one of: a MODEL (.tflite or optimize folder), --model-base-path DIR (integer version "
+                         "folders) or --model-config-file FILE (TF Serving's model_config_list)")
+    if poll_seconds < 0:
+        raise InputError("--file-system-poll-wait-seconds must not be negative")
+    if artifact is None:
+        from builder.server.artifacts import model_name_for
+        from builder.server.model_config import ModelSource, check_sources, read_config_file
+
+        if model_config_file is not None:
+            sources = read_config_file(model_config_file)
+        else:
+            assert model_base_path is not None
+            sources = check_sources([ModelSource(model_name or model_name_for(model_base_path), model_base_path)],
+                                    str(model_base_path))
+        if runtime == "openvino-nncf":
+            raise InputError("runtime openvino-nncf serves one model file; name it instead of a base path")
+        return ServerConfig(
+            model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
+            runtime_reason=runtime_reason, workers=workers, threads=threads, batching=batching,
+            max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, host=host,
+            access_log=access_log == "json", drain_seconds=drain_seconds,
+            shutdown_delay_seconds=shutdown_delay_seconds, tls_cert=tls_cert, tls_key=tls_key,
+            sources=tuple(sources), poll_seconds=poll_seconds,
+        )
     resolved = resolve_artifact(artifact, model_name)
     if runtime == "openvino-nncf":
         nncf_inputs(resolved.model_path)  # refused up front without calibration samples

@@ -136,22 +136,32 @@ def v2_infer_body(signature: Any, datatype_of: dict[str, str]) -> dict[str, Any]
     }}
 
 
-def finish_document(document: dict[str, Any], model_name: str, version: int, signature: Any,
-                    signature_names: list[str], max_batch: int, datatype_of: dict[str, str]) -> dict[str, Any]:
-    """FastAPI's document made exact: path parameters as the values served, the bodies of this model's
-    signature, and every status the server answers (no 422: it never validates with pydantic)."""
-    predict = predict_body(signature, signature_names, max_batch)
-    infer = v2_infer_body(signature, datatype_of)
+def finish_document(document: dict[str, Any], models: Any, max_batch: int, datatype_of: dict[str, str]) -> dict[str, Any]:
+    """FastAPI's document made exact: path parameters as the values served (names, versions, labels), the
+    bodies of the served models' signatures, and every status the server answers (no 422: it never
+    validates with pydantic). `models` is the server's ModelSet; a reload rebuilds the document."""
+    latest = [models.get(name) for name in sorted(models.models)]
+    predicts = [predict_body(s.signature(""), sorted(s.signatures), max_batch) for s in latest]
+    infers = [v2_infer_body(s.signature(""), datatype_of) for s in latest]
+    predict = predicts[0] if len(predicts) == 1 else {"anyOf": predicts}
+    infer = infers[0] if len(infers) == 1 else {"anyOf": infers}
+    names = sorted(models.models)
+    versions = sorted({str(v) for name in names for v in models.models[name]})
+    labels = sorted({label for name in names for label in models.labels.get(name, {})})
     error = {"application/json": {"schema": ERROR_SCHEMA}}
+    if not labels:  # without version labels these routes can only answer 404: not part of this server's API
+        document["paths"] = {p: ops for p, ops in document.get("paths", {}).items() if "{label}" not in p}
     for path, operations in document.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") == "path" and parameter["name"] == "name":
-                    parameter["schema"] = {"type": "string", "enum": [model_name]}
+                    parameter["schema"] = {"type": "string", "enum": names}
                 elif parameter.get("in") == "path" and parameter["name"] == "version":
-                    parameter["schema"] = {"type": "string", "enum": [str(version)]}
+                    parameter["schema"] = {"type": "string", "enum": versions}
+                elif parameter.get("in") == "path" and parameter["name"] == "label":
+                    parameter["schema"] = {"type": "string", "enum": labels}
             statuses = ["405"]
             if "{name}" in path:
                 statuses.append("404")

@@ -22,7 +22,7 @@ from builder.server import tfs_proto as pb
 from builder.server.access_log import log_request
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import PREDICT_METHOD, RequestError
-from builder.server.served import ServedModel, check_output_names, pick_outputs
+from builder.server.served import ModelSet, ServedModel, check_output_names, pick_outputs
 from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
 
 log = logging.getLogger("tfsmith.serve")
@@ -32,14 +32,14 @@ ENTRYPOINT = "GRPC"
 
 
 class Servicer:
-    """The three RPCs over one served model; every failure becomes a status code, never a dead stream."""
+    """The three RPCs over the served models; every failure becomes a status code, never a dead stream."""
 
-    def __init__(self, served: ServedModel, metrics: Metrics | None = None, access_log: bool = False) -> None:
-        self.served = served
+    def __init__(self, models: ModelSet, metrics: Metrics | None = None, access_log: bool = False) -> None:
+        self.models = models
         self.metrics = metrics
         self.access_log = access_log
 
-    async def _answer(self, api: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
+    async def _answer(self, api: str, name: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
         timer, status = Timer(), 200
         if self.metrics is not None:
             self.metrics.in_flight.inc()
@@ -57,35 +57,36 @@ class Servicer:
         finally:
             if self.metrics is not None:
                 self.metrics.in_flight.dec()
-                self.metrics.request(self.served.name, api, ENTRYPOINT, status, timer.elapsed())
+                self.metrics.request(name if name in self.models.models else "unknown", api, ENTRYPOINT, status,
+                                     timer.elapsed())
             if self.access_log:
-                log_request(protocol="grpc", method=api, path=f"/{self.served.name}", status=status,
+                log_request(protocol="grpc", method=api, path=f"/{name}", status=status,
                             duration_ms=round(timer.elapsed() * 1e3, 3), remote=context.peer())
 
-    def _version(self, spec: Any) -> int:
+    def _served(self, spec: Any) -> ServedModel:
         version = spec.version.value if spec.HasField("version") else None
-        return self.served.resolve(spec.name, version, spec.version_label or None)
+        return self.models.get(spec.name, version, spec.version_label or None)
 
     async def predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            version = self._version(request.model_spec)
-            signature = self.served.signature(request.model_spec.signature_name)
+            served = self._served(request.model_spec)
+            signature = served.signature(request.model_spec.signature_name)
             arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in request.inputs.items()}
-            call = self.served.call(signature, arrays)
+            call = served.call(signature, arrays)
             wanted = check_output_names(signature, list(request.output_filter))
-            outputs = pick_outputs(await self.served.predict(call), signature, wanted)
+            outputs = pick_outputs(await served.predict(call), signature, wanted)
             content = bool(request.inputs) and all(t.tensor_content for t in request.inputs.values())
             response = pb.PredictResponse()
-            _spec(response.model_spec, self.served.name, version, signature.name)
+            _spec(response.model_spec, served.name, served.version, signature.name)
             for name, value in outputs.items():
                 fill_proto(response.outputs[name], value, content)
             return response
 
-        return await self._answer("predict", context, work)
+        return await self._answer("predict", request.model_spec.name, context, work)
 
     async def get_model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            version = self._version(request.model_spec)
+            served = self._served(request.model_spec)
             fields = list(request.metadata_field)
             if not fields:
                 raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
@@ -93,27 +94,27 @@ class Servicer:
             if unsupported:
                 raise RequestError(f"Metadata field {unsupported[0]} is not supported")
             response = pb.GetModelMetadataResponse()
-            _spec(response.model_spec, self.served.name, version, "")
-            signature_map = signature_def_map(self.served)
+            _spec(response.model_spec, served.name, served.version, "")
+            signature_map = signature_def_map(served)
             entry = response.metadata["signature_def"]
             entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
             entry.value = signature_map.SerializeToString()
             return response
 
-        return await self._answer("metadata", context, work)
+        return await self._answer("metadata", request.model_spec.name, context, work)
 
     async def get_model_status(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
             spec = request.model_spec
-            versions = ([self._version(spec)] if spec.HasField("version") or spec.version_label
-                        else (self.served.resolve(spec.name) and self.served.versions))
+            versions = ([self._served(spec).version] if spec.HasField("version") or spec.version_label
+                        else self.models.versions(spec.name))
             response = pb.GetModelStatusResponse()
             for version in versions:
                 status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
                 status.status.error_code = 0
             return response
 
-        return await self._answer("status", context, work)
+        return await self._answer("status", request.model_spec.name, context, work)
 
 
 def _spec(target: Any, name: str, version: int, signature: str) -> None:

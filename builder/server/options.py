@@ -33,6 +33,12 @@ class ServerOption:
 
 OPTIONS: tuple[ServerOption, ...] = (
     ServerOption("--model-name", "model_name", str, None, "name in /v1/models/<name> (default: from the path)"),
+    ServerOption("--model-base-path", "model_base_path", Path, None,
+                 "serve the integer version folders under this path (TF Serving's layout) instead of MODEL"),
+    ServerOption("--model-config-file", "model_config_file", Path, None,
+                 "serve the models of a TF Serving model_config_list text file instead of MODEL"),
+    ServerOption("--file-system-poll-wait-seconds", "poll_seconds", float, 1.0,
+                 "with a base path or config file: look for new versions this often (0 = never)"),
     ServerOption("--model-version", "model_version", int, 1, "version number served"),
     ServerOption("--runtime", "runtime", str, "litert",
                  "runtime executing the .tflite; auto measures them on this host (tfsmith only, not in images)",
@@ -79,7 +85,8 @@ GROUP_TITLES = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The model argument and every option, grouped as `--help` shows them."""
-    parser.add_argument("model", type=Path, help=".tflite file or `tfsmith optimize --out` folder")
+    parser.add_argument("model", type=Path, nargs="?", default=None,
+                        help=".tflite file or `tfsmith optimize --out` folder (or --model-base-path/--model-config-file)")
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     for option in OPTIONS:
         kwargs: dict[str, Any] = {"dest": option.dest, "type": option.type, "default": option.default,

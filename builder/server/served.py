@@ -1,4 +1,4 @@
-"""The served model as every protocol sees it: name, version, signatures, the batcher, readiness.
+"""The served models as every protocol sees them: one version (`ServedModel`) and all of them (`ModelSet`).
 
 REST (TF Serving's and the Open Inference Protocol's) and gRPC all answer from one `ServedModel`, so a
 request means the same thing whichever door it comes through: the same name/version rules, the same
@@ -8,7 +8,7 @@ validation (`protocol`), the same batcher and interpreter pool.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,26 +33,8 @@ class ServedModel:
     batcher: DynamicBatcher
     runtime: str
     max_request_batch: int = 4096
-    labels: Mapping[str, int] = field(default_factory=dict)
     ready: bool = False
-
-    @property
-    def versions(self) -> list[int]:
-        return [self.version]
-
-    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> int:
-        """The version a request addresses; RequestError 404 (TF Serving's wording) when none is served."""
-        if name != self.name:
-            raise RequestError(f"Servable not found for request: Latest({name})", status=404)
-        if label:
-            if label not in self.labels:
-                raise RequestError(f"Unrecognized servable version label: {label}", status=404)
-            version = self.labels[label]
-        if version is None:
-            return self.version
-        if version != self.version:
-            raise RequestError(f"Servable not found for request: Specific({name}, {version})", status=404)
-        return version
+    active: int = 0  # predict calls in progress (a retired version is closed when this reaches 0)
 
     def signature(self, name: str) -> SignatureSpec:
         """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
@@ -80,7 +62,67 @@ class ServedModel:
         return PredictCall(signature=signature.name, inputs=inputs, row_format=row_format, batch=batch)
 
     async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
-        return await self.batcher.predict(call)
+        self.active += 1
+        try:
+            return await self.batcher.predict(call)
+        finally:
+            self.active -= 1
+
+    def close(self) -> None:
+        """Let go of the interpreters (called once no request uses this version any more)."""
+        self.ready = False
+        executor = getattr(self.batcher, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+        self.batcher = None  # type: ignore[assignment]
+        if hasattr(self, "pool"):
+            del self.pool
+
+
+class ModelSet:
+    """Every served model version by name, plus version labels; what each request resolves against.
+
+    A reload builds the new versions aside and swaps a name's whole entry in one assignment, so a request
+    sees either the old set or the new one, never half of each; a request that resolved an old version keeps
+    its `ServedModel` (and so its interpreters) until it is answered.
+    """
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[int, ServedModel]] = {}
+        self.labels: dict[str, dict[str, int]] = {}
+        self.draining = False
+
+    def set(self, name: str, versions: dict[int, ServedModel], labels: Mapping[str, int] | None = None) -> None:
+        self.models[name] = dict(versions)
+        self.labels[name] = {k: v for k, v in (labels or {}).items() if v in versions}
+
+    def get(self, name: str, version: int | None = None, label: str | None = None) -> ServedModel:
+        """The version a request addresses (latest when none); RequestError 404 in TF Serving's wording."""
+        versions = self.models.get(name)
+        if not versions:
+            raise RequestError(f"Servable not found for request: Latest({name})", status=404)
+        if label:
+            if label not in self.labels.get(name, {}):
+                raise RequestError(f"Unrecognized servable version label: {label}", status=404)
+            version = self.labels[name][label]
+        if version is None:
+            return versions[max(versions)]
+        if version not in versions:
+            raise RequestError(f"Servable not found for request: Specific({name}, {version})", status=404)
+        return versions[version]
+
+    def versions(self, name: str) -> list[int]:
+        self.get(name)
+        return sorted(self.models[name])
+
+    def all(self) -> list[ServedModel]:
+        return [served for versions in self.models.values() for served in versions.values()]
+
+    @property
+    def ready(self) -> bool:
+        """Every configured model has a loaded, warmed version, and the server is not draining."""
+        return not self.draining and bool(self.models) and all(
+            any(s.ready for s in versions.values()) for versions in self.models.values())
 
 
 def _check_dtype(array: np.ndarray, spec: TensorSpec) -> None:

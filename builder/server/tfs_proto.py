@@ -121,9 +121,9 @@ def _file(name: str, package: str, messages: dict[str, list[Field]], deps: list[
     """A proto3 file of the given messages; `Outer.Inner` names nest, MAP fields get their entry type."""
     proto = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3", dependency=deps)
     built: dict[str, descriptor_pb2.DescriptorProto] = {}
-    for full in messages:
-        outer, _, inner = full.partition(".")
-        if inner:
+    for full in messages:  # parents before their nested messages
+        outer, _, inner = full.rpartition(".")
+        if outer:
             built[full] = built[outer].nested_type.add(name=inner)
         else:
             built[full] = proto.message_type.add(name=full)
@@ -142,7 +142,10 @@ def _file(name: str, package: str, messages: dict[str, list[Field]], deps: list[
                 entry = message.nested_type.add(name=entry_name)
                 entry.options.map_entry = True
                 entry.field.add(name="key", number=1, type=STRING, label=_F.LABEL_OPTIONAL)
-                entry.field.add(name="value", number=2, type=kind, label=_F.LABEL_OPTIONAL, type_name=type_name)
+                value = entry.field.add(name="value", number=2, type=kind, label=_F.LABEL_OPTIONAL)
+                if type_name:
+                    value.type_name = type_name
+                field.type = MESSAGE
                 field.label = _F.LABEL_REPEATED
                 field.type_name = f".{package}.{full}.{entry_name}"
                 continue

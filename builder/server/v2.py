@@ -32,7 +32,7 @@ from builder.server.protocol import (
     parse_version,
     to_typed_array,
 )
-from builder.server.served import ServedModel, check_output_names
+from builder.server.served import ModelSet, ServedModel, check_output_names
 
 HEADER_LENGTH = "inference-header-content-length"
 ENTRYPOINT = "V2"
@@ -63,12 +63,12 @@ def _json(content: Any, status: int = 200) -> Response:
     return Response(json.dumps(content, separators=(",", ":")), status_code=status, media_type="application/json")
 
 
-def model_metadata(served: ServedModel, signature: SignatureSpec) -> dict[str, Any]:
+def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list[int]) -> dict[str, Any]:
     def tensors(specs: tuple[TensorSpec, ...]) -> list[dict[str, Any]]:
         return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": list(s.shape)}
                 for s in specs]
 
-    return {"name": served.name, "versions": [str(v) for v in served.versions], "platform": f"{served.runtime}_tflite",
+    return {"name": served.name, "versions": [str(v) for v in versions], "platform": f"{served.runtime}_tflite",
             "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
 
@@ -188,14 +188,20 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
                     headers={"Inference-Header-Content-Length": str(len(header))})
 
 
-def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_bytes: int) -> None:
-    """The v2 routes on the app, answering from `served`."""
+def add_routes(app: FastAPI, models: ModelSet, metrics: Metrics, max_body_bytes: int) -> None:
+    """The v2 routes on the app, answering from `models`."""
     from builder.server.contract import V2_READY_RESPONSES
 
-    signature = served.signature("")
+    def served_of(name: str, version: str | None) -> ServedModel:
+        return models.get(name, None if version is None else parse_version(version))
 
-    def version_of(name: str, version: str | None) -> int:
-        return served.resolve(name, None if version is None else parse_version(version))
+    def metadata_of(served: ServedModel) -> Response:
+        return _json(model_metadata(served, served.signature(""), models.versions(served.name)))
+
+    def readiness(served: ServedModel) -> Response:
+        if served.ready and not models.draining:
+            return _json({"name": served.name, "ready": True})
+        return not_ready()
 
     def not_ready() -> Response:
         return _json({"error": "model is not ready (loading, or the server is draining)"}, 503)
@@ -206,7 +212,7 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
 
     @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
     async def ready() -> Response:
-        return _json({"ready": True}) if served.ready else not_ready()
+        return _json({"ready": True}) if models.ready else not_ready()
 
     @app.get("/v2", summary="Open Inference Protocol: server metadata")
     async def server_metadata() -> Response:
@@ -214,27 +220,23 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
 
     @app.get("/v2/models/{name:segment}", summary="Open Inference Protocol: model metadata")
     async def metadata(name: str) -> Response:
-        version_of(name, None)
-        return _json(model_metadata(served, signature))
+        return metadata_of(served_of(name, None))
 
     @app.get("/v2/models/{name:segment}/versions/{version:segment}",
              summary="Open Inference Protocol: model version metadata")
     async def version_metadata(name: str, version: str) -> Response:
-        version_of(name, version)
-        return _json(model_metadata(served, signature))
+        return metadata_of(served_of(name, version))
 
     @app.get("/v2/models/{name:segment}/ready", summary="Open Inference Protocol: model readiness",
              responses=V2_READY_RESPONSES)
     async def model_ready(name: str) -> Response:
-        version_of(name, None)
-        return _json({"name": served.name, "ready": True}) if served.ready else not_ready()
+        return readiness(served_of(name, None))
 
     @app.get("/v2/models/{name:segment}/versions/{version:segment}/ready",
              summary="Open Inference Protocol: model version readiness",
              responses=V2_READY_RESPONSES)
     async def model_version_ready(name: str, version: str) -> Response:
-        version_of(name, version)
-        return _json({"name": served.name, "ready": True}) if served.ready else not_ready()
+        return readiness(served_of(name, version))
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
         timer, status = Timer(), 200
@@ -242,13 +244,14 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
         try:
             body = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
                                       request.headers.get("content-encoding"))
-            number = version_of(name, version)
+            served = served_of(name, version)
+            signature = served.signature("")
             document, tail = split_body(body, request.headers.get(HEADER_LENGTH))
             arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
             order, binary = binary_outputs(document, [s.name for s in signature.outputs])
             check_output_names(signature, order)
             outputs = await served.predict(served.call(signature, arrays))
-            return infer_response(served, number, document, outputs, order, binary)
+            return infer_response(served, served.version, document, outputs, order, binary)
         except RequestError as error:
             status = error.status
             raise
@@ -257,7 +260,7 @@ def add_routes(app: FastAPI, served: ServedModel, metrics: Metrics, max_body_byt
             raise
         finally:
             metrics.in_flight.dec()
-            metrics.request(name if name == served.name else "unknown", "predict", ENTRYPOINT, status,
+            metrics.request(name if name in models.models else "unknown", "predict", ENTRYPOINT, status,
                             timer.elapsed())
 
     @app.post("/v2/models/{name:segment}/infer", summary="Open Inference Protocol: inference")
