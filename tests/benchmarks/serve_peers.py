@@ -29,7 +29,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -158,10 +157,11 @@ def _wait(url: str, process: subprocess.Popen[bytes], path: str, timeout_s: floa
     raise RuntimeError(f"{url}{path} not ready in {timeout_s} s")
 
 
-def start_tfsmith(model: Path, src: Path, grpc: bool) -> Running:
+def start_tfsmith(model: Path, src: Path, grpc: bool, before: bool = False) -> Running:
+    """`python -m builder.server` from `src` (this checkout, a snapshot of it, or the pre-protocol server)."""
     port, grpc_port = free_port(), free_port() if grpc else 0
     argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
-            "--workers", "2", "--log-level", "warning"] + (["--grpc-port", str(grpc_port)] if src == REPO else [])
+            "--workers", "2", "--log-level", "warning"] + ([] if before else ["--grpc-port", str(grpc_port)])
     process = subprocess.Popen(argv, cwd=src, env={**os.environ, "PYTHONPATH": str(src)},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     running = Running("tfsmith", process, f"http://127.0.0.1:{port}", grpc_port)
@@ -312,8 +312,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=1500, help="16-client requests per run (digits)")
     parser.add_argument("--before-src", type=Path, help="root of the pre-protocol server's source (builder/)")
+    parser.add_argument("--src", type=Path, default=REPO,
+                        help="root of the server measured as tfsmith (default: this checkout; a `git archive` "
+                        "snapshot keeps edits made during the run out of it)")
     parser.add_argument("--mlserver-python", type=Path, help="python of a venv with mlserver + ai-edge-litert")
     parser.add_argument("--only", choices=("digits", "mobilenet_v2"), help="one model only")
+    parser.add_argument("--rest-ab", action="store_true",
+                        help="REST only: before (--before-src) vs now with gRPC on vs now with gRPC off")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     models = make_models(args.models)
@@ -330,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_number in range(args.rounds):
             print(f"{model_name}: round {round_number + 1}/{args.rounds}", file=sys.stderr)
             plan: list[tuple[str, Callable[[], Running], list[tuple[str, Callable[[Running], Load]]]]] = [
-                ("tfsmith", lambda: start_tfsmith(model, REPO, grpc=True), [
+                ("tfsmith", lambda: start_tfsmith(model, args.src, grpc=True), [
                     ("tfsmith REST", lambda r: lambda n, c: run_load(f"{r.url}/v1/models/m:predict", rest, ok, n, c)),
                     ("tfsmith gRPC tensor_content",
                      lambda r: lambda n, c: grpc_load(r.grpc_port, x, r.extra["input"], n, c)),
@@ -340,12 +345,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ("bare Starlette", lambda r: lambda n, c: run_load(f"{r.url}/v1/models/m:predict", rest, ok, n, c)),
                 ]),
             ]
+            if args.rest_ab:
+                rest_load: Callable[[Running], Load] = (
+                    lambda r: lambda n, c: run_load(f"{r.url}/v1/models/m:predict", rest, ok, n, c))
+                plan = [("tfsmith", lambda: start_tfsmith(model, args.src, grpc=True), [("tfsmith REST (gRPC on)", rest_load)]),
+                        ("tfsmith", lambda: start_tfsmith(model, args.src, grpc=False), [("tfsmith REST (gRPC off)", rest_load)])]
             if args.before_src:
-                plan.append(("before", lambda: start_tfsmith(model, args.before_src, grpc=False), [
+                plan.append(("before", lambda: start_tfsmith(model, args.before_src, grpc=False, before=True), [
                     ("tfsmith REST before", lambda r: lambda n, c: run_load(
                         f"{r.url}/v1/models/m:predict", rest, ok, n, c)),
                 ]))
-            if args.mlserver_python:
+            if args.mlserver_python and not args.rest_ab:
                 plan.append(("mlserver", lambda: start_mlserver(model, args.mlserver_python, args.out), [
                     ("MLServer v2 JSON", lambda r: lambda n, c: run_load(
                         f"{r.url}/v2/models/m/infer", v2json, ok, n, c)),
