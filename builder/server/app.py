@@ -1,14 +1,18 @@
-"""The ASGI app: TensorFlow Serving's REST API over a pool of .tflite backends (FastAPI + uvicorn).
+"""The ASGI app and the process: TensorFlow Serving's REST API (plus the Open Inference Protocol, gRPC and
+metrics started with it) over pools of .tflite backends (FastAPI + uvicorn).
 
 Routes (TF Serving's, so existing clients and probes work unchanged):
-  GET  /v1/models/<name>[/versions/<v>]            model status (AVAILABLE)
-  GET  /v1/models/<name>[/versions/<v>]/metadata   signatures: inputs/outputs, dtypes, shapes
-  POST /v1/models/<name>[/versions/<v>]:predict    row (`instances`) or columnar (`inputs`) predict
-  GET  /healthz                                    liveness + what is served (for HEALTHCHECK and probes)
-  GET  /openapi.json, /docs                        the API described
-Every error is `{"error": "..."}` with a 4xx status for what the client got wrong (400 malformed body or
-wrong shape/dtype, 404 unknown model/version/route, 405 wrong method, 413 body too large) and 500 for our
-own failures; no request, however malformed, stops the server.
+  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
+  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
+  POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
+  /v2/...                                        the Open Inference Protocol (`v2`)
+  GET  /monitoring/prometheus/metrics            Prometheus metrics (`metrics`)
+  GET  /healthz                                  liveness + what is served
+  GET  /openapi.json, /docs                      the API described, exactly (`contract`)
+gRPC (`grpc_service`) shares the event loop and the models. Every error is `{"error": "..."}` with a 4xx
+status for what the client got wrong (400 malformed body or wrong shape/dtype, 404 unknown model/version/
+label/route, 405 wrong method with `Allow`, 413 body too large, 415 unknown Content-Encoding, 503 not ready)
+and 500 for our own failures; no request, however malformed, stops the server.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from builder.errors import InputError
-from builder.server.tfs_proto import BOOL, ENUM, INT64, MAP, MESSAGE, REPEATED, STRING, UINT32, Field, _file
+from builder.server.tfs_proto import BOOL, ENUM, INT64, MAP, MESSAGE, REPEATED, STRING, UINT32, Field, file_proto
 
 POLICY = ".tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy"
 CONFIG_MESSAGES: dict[str, list[Field]] = {
@@ -50,7 +50,7 @@ def _pool() -> descriptor_pool.DescriptorPool:
     copied = descriptor_pb2.FileDescriptorProto()
     any_pb2.DESCRIPTOR.CopyToProto(copied)
     pool.Add(copied)
-    pool.Add(_file("tfsmith/tf_serving_config.proto", "tensorflow.serving", CONFIG_MESSAGES,
+    pool.Add(file_proto("tfsmith/tf_serving_config.proto", "tensorflow.serving", CONFIG_MESSAGES,
                    ["google/protobuf/any.proto"],
                    {"ModelType": {"MODEL_TYPE_UNSPECIFIED": 0, "TENSORFLOW": 1, "OTHER": 2}}))
     return pool

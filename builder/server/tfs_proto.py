@@ -116,7 +116,7 @@ SERVING_MESSAGES: dict[str, list[Field]] = {
 }
 
 
-def _file(name: str, package: str, messages: dict[str, list[Field]], deps: list[str],
+def file_proto(name: str, package: str, messages: dict[str, list[Field]], deps: list[str],
           enums: dict[str, dict[str, int]]) -> descriptor_pb2.FileDescriptorProto:
     """A proto3 file of the given messages; `Outer.Inner` names nest, MAP fields get their entry type."""
     proto = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3", dependency=deps)
@@ -173,9 +173,9 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
     for number, value_name in enumerate(ERROR_CODES):
         code.value.add(name=value_name, number=number)
     pool.Add(errors)
-    pool.Add(_file("tfsmith/tf_framework.proto", "tensorflow", TF_MESSAGES, [],
+    pool.Add(file_proto("tfsmith/tf_framework.proto", "tensorflow", TF_MESSAGES, [],
                    {"DataType": dict(zip(DATA_TYPES, range(len(DATA_TYPES))))}))
-    pool.Add(_file("tfsmith/tf_serving_apis.proto", "tensorflow.serving", SERVING_MESSAGES,
+    pool.Add(file_proto("tfsmith/tf_serving_apis.proto", "tensorflow.serving", SERVING_MESSAGES,
                    ["google/protobuf/any.proto", "google/protobuf/wrappers.proto", "tfsmith/tf_error_codes.proto",
                     "tfsmith/tf_framework.proto"],
                    {"ModelVersionStatus.State": MODEL_STATES}))

@@ -58,7 +58,7 @@ def test_schemathesis_finds_nothing(server: Server, tmp_path: Path) -> None:
     config.write_text(CONFIG)
     done = subprocess.run([binary, "--config-file", str(config), "run", f"{server.url}/openapi.json", "--checks", "all",
                            "--max-examples", "10", "--generation-deterministic", "--request-timeout", "10"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     summary = [line for line in done.stdout.splitlines() if "generated" in line]
     assert done.returncode == 0, done.stdout[-6000:]
     assert summary and "passed" in summary[-1] and "fail" not in summary[-1], summary
