@@ -169,10 +169,15 @@ def keras_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, .
     return inputs, outputs
 
 
-def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Callable:
+def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+                     like: Any = None) -> Callable:
     """serve(dict by input name) -> dict by output name (the contract's), calling the model with its inputs in
-    the model's own order (a signature lists names sorted, the model may not)."""
-    own_in, own_out = keras_specs(model)
+    the model's own order (a signature lists names sorted, the model may not).
+
+    `like`: the model whose input/output names and order to use when `model` renamed its layers (tfmot's QAT
+    wrappers call the output `quant_<name>`); positions are the same.
+    """
+    own_in, own_out = keras_specs(like if like is not None else model)
     in_names = [s.name for s in own_in]
     own_out_names = [s.name for s in own_out]
     out_names = [s.name for s in outputs]
@@ -188,7 +193,7 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
 
 
 def export_keras(model: Any, directory: Path, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
-                 *, keras3: bool = False, xla: bool = False) -> None:
+                 *, keras3: bool = False, xla: bool = False, like: Any = None) -> None:
     """A serving-only SavedModel whose `serving_default` IS the contract: keyword inputs, named outputs.
 
     `ExportArchive` (what `model.export` uses) stores only what serving needs, no optimizer slots (0.94 MB vs
@@ -200,7 +205,7 @@ def export_keras(model: Any, directory: Path, inputs: tuple[TensorSpec, ...], ou
     else:
         from tf_keras.export import ExportArchive
     signature = [{s.name: tf.TensorSpec(_tf_shape(s.shape), s.dtype, name=s.name) for s in inputs}]
-    serve = keras_serving_fn(model, inputs, outputs)
+    serve = keras_serving_fn(model, inputs, outputs, like)
     archive = ExportArchive()
     archive.track(model)
     archive.add_endpoint("serving_default", tf.function(serve, input_signature=signature, autograph=False))

@@ -452,7 +452,7 @@ def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, refe
             recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=pruned)
         path = staging / FILE_NAMES["tflite_qat_int8"]
         path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
-                                              plan.data.x_calib, scratch))
+                                              plan.data.x_calib, scratch, like=model))
     return [("tflite_qat_int8", path)]
 
 

@@ -126,10 +126,11 @@ def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarra
     return qat
 
 
-def convert_qat(model: Any, inputs: Any, outputs: Any, x_calib: Calibration, scratch: Path) -> bytes:
-    """int8 (float I/O) .tflite from a QAT tf_keras model, exported first so the contract's names survive."""
+def convert_qat(model: Any, inputs: Any, outputs: Any, x_calib: Calibration, scratch: Path, like: Any = None) -> bytes:
+    """int8 (float I/O) .tflite from a QAT tf_keras model, exported first so the contract's names survive
+    (`like`: the model before QAT, whose layer names and order the QAT wrappers changed)."""
     from builder.optimize.model_io import export_keras
 
     directory = Path(scratch) / "qat_saved_model"
-    export_keras(model, directory, inputs, outputs)
+    export_keras(model, directory, inputs, outputs, like=like)
     return convert_saved_model(directory, "qat_int8", x_calib)
