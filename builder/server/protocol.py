@@ -120,8 +120,10 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
     elif want.kind == "f" and raw.dtype.kind == "f" and raw.size and want.itemsize < raw.dtype.itemsize:
-        # Finite values beyond the dtype's largest are refused, also those a cast would round down to it.
-        if np.any(np.abs(raw[np.isfinite(raw)]) > np.finfo(want).max):
+        # Finite values beyond the dtype's largest are refused, also those a cast would round down to it
+        # (two reductions first: the exact test with its temporaries runs only when one is out of range).
+        limit = np.finfo(want).max
+        if (raw.max() > limit or raw.min() < -limit) and np.any(np.abs(raw[np.isfinite(raw)]) > limit):
             raise RequestError(f"{where}: value out of range for {spec.dtype}")
         return raw.astype(want)
     return raw.astype(want, copy=False)
@@ -139,8 +141,11 @@ def _has_bool(value: Any) -> bool:
 
 
 def may_hold_booleans(body: bytes) -> bool:
-    """False when a JSON body certainly holds no boolean (neither word appears anywhere in it)."""
-    return b"true" in body or b"false" in body
+    """False when a JSON body certainly holds no boolean: `true` has an r, `false` an f, and JSON numbers
+    have neither, so a body with no r and no f has none. Two single-byte searches (memchr) cost ~0.2 ms on
+    a 3.6 MB MobileNetV2 body where searching for the words costs ~3.4 ms; a body whose keys hold those
+    letters (`signature_name`, some input names) only takes the slower exact walk."""
+    return b"r" in body or b"f" in body
 
 
 def _contains_b64(value: Any) -> bool:
