@@ -50,7 +50,7 @@ writes it, standard library only)::
      "sparsity": {"target", "achieved", "layers", "schedule", "structured"} | null,
      "artifacts": [ArtifactResult, ...],
      "chosen": "model_int8.tflite" (relative to OUT; "saved_model" on GPU targets),
-     "chosen_runtime": "litert"|"openvino"|"tensorflow",
+     "chosen_runtime": "litert"|"openvino"|"openvino-nncf"|"tensorflow",
      "samples": "samples.npz",
      "gate": {"max_accuracy_drop", "max_relative_error", "judged_against": "original", "passed",
               "chosen_reason"},
@@ -75,7 +75,8 @@ passes and its signature equals the contract; rejected ones are kept and marked;
 rejected the command exits 3 (bad input exits 2 with one line and leaves --out untouched).
 
 Choice: on this host with `--recipe auto`, every accepted .tflite x runtime (LiteRT; OpenVINO reading the same
-file when `openvino` is importable, checked against the gate too) is timed with bench's interleaved loop on the
+file when `openvino` is importable, and OpenVINO quantizing the fp32 file with NNCF at load when `nncf` is;
+checked against the gate too) is timed with bench's interleaved loop on the
 model's own held-out rows; the fastest p50 wins, a smaller file within 15% of it wins the tie. For another
 target, a GPU target or a recipe file, the choice is by rule and `selection.how` says so.
 """
