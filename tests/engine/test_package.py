@@ -178,3 +178,30 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("ok 10")
+
+
+def test_the_real_clients_users_have_get_correct_answers_from_the_image(
+    engine: DockerEngine, litert_image: str, artifact_dir: Path
+) -> None:
+    """TF Serving's own gRPC stubs (tensorflow-serving-api) and Triton's v2 client, against the packaged image."""
+    tf = pytest.importorskip("tensorflow")
+    grpc = pytest.importorskip("grpc")
+    httpclient = pytest.importorskip("tritonclient.http")
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    x = load_samples(artifact_dir / "samples.npz").inputs["pixels"][:4]
+    want = LiteRTBackend(artifact_dir / "model_fp32.tflite").predict("serving_default", {"pixels": x})["probs"]
+    with engine.start(litert_image, ports=(8501, 8500)) as running:
+        wait_healthy(running.url(8501), running.exited)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "digits"
+        request.inputs["pixels"].CopyFrom(tf.make_tensor_proto(x))
+        with grpc.insecure_channel(f"127.0.0.1:{running.host_port(8500)}") as channel:
+            answer = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=30)
+        assert np.allclose(tf.make_ndarray(answer.outputs["probs"]), want, rtol=1e-5, atol=1e-6)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.host_port(8501)}")
+        tensor = httpclient.InferInput("pixels", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=True)
+        result = client.infer("digits", [tensor])
+        assert np.allclose(result.as_numpy("probs"), want, rtol=1e-5, atol=1e-6)
+        assert running.stop() in (0, 143)
