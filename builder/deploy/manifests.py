@@ -2,7 +2,8 @@
 
 Production defaults, each for a reason:
 - probes on the server's real endpoints: startup and liveness on `/healthz` (the process answers), readiness
-  on `/v1/models/<name>` (the model is loaded: TF Serving's own status URL, which clients already poll);
+  on `/v2/health/ready` (the model is loaded and warmed; 503 while a stop drains, so the Service stops
+  sending before the pod goes);
 - named ports `http` (8501) and `grpc` (8500), the names KServe and Prometheus tooling look for, and the
   prometheus.io scrape annotations pointing at `/monitoring/prometheus/metrics`;
 - the image's own non-root user (uid 10001), no privilege escalation, all capabilities dropped, the
@@ -17,7 +18,6 @@ Production defaults, each for a reason:
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from builder.deploy import nfd
 from builder.deploy.plan import DeployPlan, Member
@@ -32,6 +32,8 @@ GPU_MINOR = "nvidia.com/gpu.compute.minor"
 RUN_AS = 10001  # the user the serving images are built with (USER 10001:10001)
 METRICS_PATH = "/monitoring/prometheus/metrics"
 HEALTH_PATH = "/healthz"
+#: 200 once the model is loaded and warmed, 503 while loading or draining (Open Inference Protocol).
+READY_PATH = "/v2/health/ready"
 SHORT = 16  # hex digits of a digest that fit a label value comfortably
 
 
@@ -191,14 +193,13 @@ def container(plan: DeployPlan, member: Member, *, kserve: bool = False) -> Obj:
         else [{"name": "http", "containerPort": opts.http_port, "protocol": "TCP"},
               {"name": "grpc", "containerPort": opts.grpc_port, "protocol": "TCP"}]
     )
-    served = quote(plan.served_name, safe="")
     return {
         "name": "kserve-container" if kserve else "server",
         "image": member.image.image,
         "imagePullPolicy": "IfNotPresent",
         "ports": ports,
         "startupProbe": _probe(HEALTH_PATH, port, period=2, failures=90),
-        "readinessProbe": _probe(f"/v1/models/{served}", port, period=5, failures=3),
+        "readinessProbe": _probe(READY_PATH, port, period=5, failures=3),
         "livenessProbe": _probe(HEALTH_PATH, port, period=10, failures=3),
         "resources": _resources(plan, member),
         "securityContext": {

@@ -191,7 +191,7 @@ def test_probes_ports_security_and_metrics() -> None:
         pod = deploy["spec"]["template"]
         (server,) = pod["spec"]["containers"]
         assert [(p["name"], p["containerPort"]) for p in server["ports"]] == [("http", 8501), ("grpc", 8500)]
-        assert server["readinessProbe"]["httpGet"] == {"path": "/v1/models/digits_cnn", "port": "http"}
+        assert server["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
         assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert server["startupProbe"]["httpGet"]["path"] == "/healthz"
         security = server["securityContext"]
