@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.e2e.inprocess import run_cli
+
 pytestmark = pytest.mark.tf
 if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "tensorflow_model_optimization",
                                                      "ai_edge_litert")):
@@ -49,21 +51,12 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture()
 def tfsmith(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]):
     """Run the console-script entry point in-process; returns (exit status, stdout, stderr)."""
-    from builder.cli import main
 
     def run(*args: object) -> tuple[int, str, str]:
         argv = [*map(str, args)]
         if argv[0] == "optimize" and "--explain" not in argv:
             argv += ["--latency-runs", "30"]  # correctness here; timings are the benchmark's job
-        monkeypatch.setattr(sys, "argv", ["tfsmith", *argv])
-        capfd.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        out, err = capfd.readouterr()
-        return code, out, err
+        return run_cli(monkeypatch, capfd, *argv)
 
     return run
 

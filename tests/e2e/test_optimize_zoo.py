@@ -12,7 +12,6 @@ imported once) with little timing effort: correctness here, timings are the benc
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,8 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "
     pytest.skip("needs the optimize extra (tensorflow, tf_keras, tfmot, ai-edge-litert) and scikit-learn",
                 allow_module_level=True)
 
-from tests import zoo  # noqa: E402  (imports builder.optimize.tfenv only; TensorFlow loads lazily)
+from tests import zoo  # noqa: E402
+from tests.e2e.inprocess import run_cli  # noqa: E402  (imports builder.optimize.tfenv only; TensorFlow loads lazily)
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +41,6 @@ def _model(name: str, zoo_dir: Path, built: dict[str, zoo.ZooModel]) -> zoo.ZooM
     if name not in built:
         built[name] = zoo.build(name, zoo_dir)
     return built[name]
-
-
-def _optimize(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    from builder.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["tfsmith", *map(str, args)])
-    capfd.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def _litert_signature(path: Path) -> tuple[dict, dict]:
@@ -79,7 +65,7 @@ def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Pat
 
     model = _model(name, zoo_dir, built)
     out = tmp_path / "out"
-    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+    code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
                                      "--recipe", "auto", "--out", out, "--latency-runs", "10")
     assert code == 0, stderr[-3000:]
     assert "Traceback" not in stderr
@@ -159,7 +145,7 @@ def test_another_target_is_decided_by_rule_and_says_it_could_not_measure(
 
     model = _model("regression", zoo_dir, built)
     out = tmp_path / "out"
-    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+    code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
                                      "--recipe", "auto", "--target", "x86-64-v3", "--out", out,
                                      "--latency-runs", "10")
     assert code == 0, stderr[-3000:]
@@ -172,7 +158,7 @@ def test_another_target_is_decided_by_rule_and_says_it_could_not_measure(
 def test_explain_loads_the_model_and_plans_for_it(zoo_dir: Path, built: dict, monkeypatch: pytest.MonkeyPatch,
                                                   capfd: pytest.CaptureFixture[str]) -> None:
     model = _model("token_ids", zoo_dir, built)
-    code, stdout, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
+    code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
                                      "--explain")
     assert code == 0, stderr
     assert "contract: inputs tokens int32[?,16]; outputs sentiment float32[?,2]" in stdout
@@ -196,7 +182,7 @@ def test_a_string_input_is_refused_in_one_line_before_any_work(tmp_path: Path, m
     np.savez(tmp_path / "d.npz", x_val=np.array([b"hi", b"there"]))
     out = tmp_path / "out"
     for extra in (["--explain"], ["--out", out]):
-        code, _, stderr = _optimize(monkeypatch, capfd, "optimize", saved, "--data", tmp_path / "d.npz", *extra)
+        code, _, stderr = run_cli(monkeypatch, capfd, "optimize", saved, "--data", tmp_path / "d.npz", *extra)
         lines = [line for line in stderr.strip().splitlines() if line.strip()]
         assert code == 2 and "Traceback" not in stderr
         assert lines[-1].startswith("tfsmith: error: ") and "input 'text' is a string tensor" in lines[-1]
@@ -217,7 +203,7 @@ def test_a_regression_int8_file_that_is_off_is_rejected_and_auto_serves_an_accep
     data = tmp_path / "zeros_calib.npz"
     np.savez(data, **arrays)
     out = tmp_path / "out"
-    code, _, stderr = _optimize(monkeypatch, capfd, "optimize", model.model_path, "--data", data, "--recipe", "auto",
+    code, _, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", data, "--recipe", "auto",
                                 "--out", out, "--latency-runs", "10")
     assert code == 0, stderr[-3000:]
     report = Report.load(out)
