@@ -191,7 +191,7 @@ class Candidate:
     """An accepted artifact x the runtime that would serve it, timed with bench's interleaved loop."""
 
     artifact: str
-    runtime: str  # litert | openvino | tensorflow
+    runtime: str  # litert | openvino | openvino-nncf | tensorflow
     p50_us: float | None
     samples: int
     size_bytes: int
@@ -285,6 +285,9 @@ class Report:
     gate: Gate
     selection: Selection
     schema: int = SCHEMA
+    #: the signature the chosen artifact x runtime serves when a request names none (a SavedModel may be
+    #: chosen for its XLA-compiled `serving_xla`, or have only a signature of another name, e.g. `predict`)
+    chosen_signature: str = "serving_default"
 
     @property
     def contract(self) -> ModelContract:
@@ -326,7 +329,8 @@ class Report:
             artifacts=tuple(ArtifactResult.from_dict(a) for a in _need(data, "artifacts", "report")),
             chosen=str(_need(data, "chosen", "report")), chosen_runtime=str(data.get("chosen_runtime", "litert")),
             samples=str(data.get("samples", SAMPLES_NPZ)), gate=Gate.from_dict(_need(data, "gate", "report")),
-            selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA)
+            selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA,
+            chosen_signature=str(data.get("chosen_signature") or "serving_default"))
 
     @classmethod
     def load(cls, path: Path) -> "Report":
