@@ -35,16 +35,18 @@ def register(app: typer.Typer) -> None:
 
     @app.command("package")
     def package(
-        artifact: Annotated[Path, typer.Argument(help=".tflite model or `tfsmith optimize --out` folder")],
-        runtime: Annotated[str, typer.Option(help="litert (our server) | tfserving (TF Serving layout)")] = "litert",
-        target: Annotated[str | None, typer.Option(help="Build target for the preflight guard and copts")] = None,
-        base_image: Annotated[str | None, typer.Option(help="Local base image (never pulled)")] = None,
-        tag: Annotated[str | None, typer.Option(help="Image tag (default: tfsmith/serve-<name>:<runtime>-<digest>)")] = None,
+        artifact: Annotated[Path, typer.Argument(help=".tflite model, SavedModel folder or `tfsmith optimize --out` folder")],
+        kind: Annotated[str, typer.Option(help="Image kind: auto (what the chosen artifact runs on) | litert (slim Python base) | tensorflow (FROM the TensorFlow image tfsmith build made for --target) | tfserving (TF Serving's layout)")] = "auto",
+        runtime: Annotated[str | None, typer.Option(help="Inference runtime in the image: litert | openvino | openvino-nncf | tensorflow | auto (default: what tfsmith optimize measured fastest, else the kind's own)")] = None,
+        target: Annotated[str | None, typer.Option(help="Build target: the preflight guard, and which TensorFlow image a tensorflow image is built FROM")] = None,
+        cuda_cc: Annotated[str | None, typer.Option(help="CUDA compute capabilities of the target (its and-cuda TensorFlow image), e.g. 8.0,9.0")] = None,
+        base_image: Annotated[str | None, typer.Option(help="Local base image (never pulled); overrides the kind's default")] = None,
+        tag: Annotated[str | None, typer.Option(help="Image tag (default: tfsmith/serve-<name>:<kind>-<digest>)")] = None,
         model_name: Annotated[str | None, typer.Option(help="Served model name (default: from the path)")] = None,
         model_version: Annotated[int, typer.Option(help="Version number served")] = 1,
-        server_runtime: Annotated[str | None, typer.Option(help="In a litert image: litert | openvino | openvino-nncf | auto (default: what tfsmith optimize measured fastest, else litert)")] = None,
-        workers: Annotated[int, typer.Option(help="Interpreters in the server")] = 2,
-        threads: Annotated[int, typer.Option(help="Threads per interpreter")] = 1,
+        signature: Annotated[str | None, typer.Option(help="Signature a request without signature_name gets (default: the one tfsmith optimize chose)")] = None,
+        workers: Annotated[int, typer.Option(help="Model instances in the server")] = 2,
+        threads: Annotated[int, typer.Option(help="Threads per model instance")] = 1,
         max_batch: Annotated[int, typer.Option(help="Dynamic batching: max batch (1 = off)")] = 1,
         batch_timeout_us: Annotated[int, typer.Option(help="Dynamic batching timeout")] = 0,
         context: Annotated[Path | None, typer.Option(help="Also keep the rendered build context here")] = None,
@@ -54,8 +56,8 @@ def register(app: typer.Typer) -> None:
         from builder.packaging.workflow import PackageOptions, package_model
 
         options = PackageOptions(
+            kind=kind,
             runtime=runtime,
-            server_runtime=server_runtime,
             target=target,
             base_image=base_image,
             tag=tag,
@@ -64,5 +66,7 @@ def register(app: typer.Typer) -> None:
             threads=threads,
             max_batch=max_batch,
             batch_timeout_us=batch_timeout_us,
+            signature=signature,
         )
-        package_model(artifact, options, model_name=model_name, smoke=smoke, keep_context=context, say=typer.echo)
+        package_model(artifact, options, model_name=model_name, smoke=smoke, keep_context=context, say=typer.echo,
+                      cuda_cc=cuda_cc)

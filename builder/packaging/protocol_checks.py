@@ -67,6 +67,26 @@ V2_DATATYPES = {
 NUMPY_OF_V2 = {v2: numpy for numpy, v2 in V2_DATATYPES.items()}
 
 
+def tensor_bytes(array: np.ndarray) -> tuple[str, bytes]:
+    """(v2 datatype, binary data) of one tensor: raw little-endian values, or for strings (BYTES) each
+    element as a 4-byte little-endian length and its bytes, as the binary tensor extension frames them."""
+    if array.dtype.kind in "OSU":
+        items = [v.encode() if isinstance(v, str) else bytes(v) for v in array.reshape(-1)]
+        return "BYTES", b"".join(len(item).to_bytes(4, "little") + item for item in items)
+    array = np.ascontiguousarray(array)
+    return V2_DATATYPES[array.dtype.name], array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def unframe_bytes(data: bytes) -> list[bytes]:
+    """The elements of a BYTES tensor's binary data (4-byte little-endian length, then the bytes, repeated)."""
+    items, offset = [], 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset:offset + 4], "little")
+        items.append(bytes(data[offset + 4:offset + 4 + length]))
+        offset += 4 + length
+    return items
+
+
 def check_v2(base_url: str, model_name: str, inputs: Mapping[str, np.ndarray],
              timeout_s: float = 30.0) -> dict[str, np.ndarray]:
     """Open Inference Protocol: `/v2/health/ready`, then `/v2/models/<m>/infer` with the binary tensor data
@@ -78,13 +98,13 @@ def check_v2(base_url: str, model_name: str, inputs: Mapping[str, np.ndarray],
                 raise ProtocolCheckError(f"{base}/v2/health/ready answered {ready.status}")
     except (urllib.error.URLError, OSError) as error:
         raise ProtocolCheckError(f"{base}/v2/health/ready: {error}") from None
-    arrays = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
+    payloads = {name: tensor_bytes(np.asarray(value)) for name, value in inputs.items()}
     header = json.dumps({
-        "inputs": [{"name": name, "shape": list(a.shape), "datatype": V2_DATATYPES[a.dtype.name],
-                    "parameters": {"binary_data_size": a.nbytes}} for name, a in arrays.items()],
+        "inputs": [{"name": name, "shape": list(np.shape(inputs[name])), "datatype": datatype,
+                    "parameters": {"binary_data_size": len(data)}} for name, (datatype, data) in payloads.items()],
         "parameters": {"binary_data_output": True},
     }).encode()
-    body = header + b"".join(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes() for a in arrays.values())
+    body = header + b"".join(data for _, data in payloads.values())
     request = urllib.request.Request(f"{base}/v2/models/{model_name}/infer", data=body, method="POST", headers={
         "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
     try:
@@ -92,8 +112,9 @@ def check_v2(base_url: str, model_name: str, inputs: Mapping[str, np.ndarray],
             raw = answer.read()
             length = answer.headers.get("Inference-Header-Content-Length")
     except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace").strip()
         raise ProtocolCheckError(f"v2 infer {model_name}: HTTP {error.code}: "
-                                 f"{error.read()[:300].decode(errors='replace')}") from None
+                                 f"{text.splitlines()[0] if text else 'no body'}") from None
     except (urllib.error.URLError, OSError) as error:
         raise ProtocolCheckError(f"v2 infer {model_name}: {error}") from None
     cut = int(length) if length is not None else len(raw)
@@ -101,8 +122,18 @@ def check_v2(base_url: str, model_name: str, inputs: Mapping[str, np.ndarray],
     outputs: dict[str, np.ndarray] = {}
     offset = cut
     for tensor in document["outputs"]:
-        dtype = np.dtype(NUMPY_OF_V2[tensor["datatype"]])
         size = (tensor.get("parameters") or {}).get("binary_data_size")
+        if tensor["datatype"] == "BYTES":
+            if size is None:
+                values = [v.encode() if isinstance(v, str) else v for v in np.asarray(tensor["data"]).reshape(-1)]
+            else:
+                values = unframe_bytes(raw[offset:offset + size])
+                offset += size
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+            outputs[tensor["name"]] = array.reshape(tensor["shape"])
+            continue
+        dtype = np.dtype(NUMPY_OF_V2[tensor["datatype"]])
         if size is None:
             outputs[tensor["name"]] = np.asarray(tensor["data"], dtype=dtype).reshape(tensor["shape"])
             continue

@@ -88,6 +88,10 @@ def choose_runtime(
     runtime must beat it by more than run-to-run noise (p50 within `margin` and non-overlapping median CIs)
     to be picked. The decision is bench's `choose_fastest_runtime`, the one `tfsmith bench`'s A/B uses.
     """
+    if model_path.is_dir():  # a SavedModel: only TensorFlow runs it, whatever was asked
+        if requested not in ("auto", "tensorflow"):
+            raise InputError(f"{model_path} is a SavedModel: it runs on --runtime tensorflow, not {requested}")
+        return RuntimeChoice("tensorflow", "a SavedModel runs on TensorFlow", {})
     if requested in RUNTIMES:
         if requested == "openvino-nncf":
             nncf_inputs(model_path)

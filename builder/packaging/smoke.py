@@ -9,6 +9,7 @@ and stop the container. Any failure fails the smoke test.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
@@ -23,8 +24,8 @@ import numpy as np
 
 from builder.engine.base import Engine
 from builder.errors import TfsmithError
+from builder.packaging.plan import GRPC_PORT, ServePlan
 from builder.server.artifacts import Artifact, Samples, load_samples
-from builder.packaging.plan import GRPC_PORT
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
@@ -88,8 +89,65 @@ def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[d
         if missing:
             raise SmokeFailed(f"{artifact.samples_path}: no samples for input(s) {', '.join(missing)} of the served "
                               f"signature (it takes {', '.join(s.name for s in signature.inputs)})")
-        return {spec.name: samples.inputs[spec.name].astype(spec.dtype) for spec in signature.inputs}, samples
+        return {spec.name: as_dtype(samples.inputs[spec.name], spec.dtype) for spec in signature.inputs}, samples
     return sample_inputs(signature, batch=count, seed=7), None
+
+
+def is_text(dtype: Any) -> bool:
+    """Whether a tensor holds strings (TensorFlow's DT_STRING: bytes in numpy, or text from JSON)."""
+    if isinstance(dtype, str) and dtype in ("string", "bytes", "str", "object"):
+        return True
+    try:
+        return np.dtype(dtype).kind in "OSU"
+    except TypeError:
+        return False
+
+
+def as_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """`array` in a signature's dtype; strings become an object array of bytes (what TensorFlow answers)."""
+    if is_text(dtype) or is_text(array.dtype):
+        return as_bytes(array)
+    return array.astype(dtype)
+
+
+def as_bytes(array: np.ndarray) -> np.ndarray:
+    """Strings of any numpy spelling (`S`, `U`, object of str/bytes) as an object array of bytes."""
+    flat = [v.encode() if isinstance(v, str) else bytes(v) for v in np.asarray(array, dtype=object).reshape(-1)]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(np.shape(array))
+
+
+def json_value(array: np.ndarray) -> Any:
+    """A tensor as TF Serving's JSON carries it: numbers as numbers, UTF-8 strings as strings, other bytes
+    as `{"b64": ...}`."""
+    if not is_text(array.dtype):
+        return array.tolist()
+
+    def one(value: Any) -> Any:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(data).decode("ascii")}
+
+    return np.vectorize(one, otypes=[object])(np.asarray(array, dtype=object)).tolist() if array.size else []
+
+
+def from_json(value: Any) -> np.ndarray:
+    """An answer from TF Serving's JSON back to numpy (`{"b64": ...}` strings as bytes)."""
+    def decode(item: Any) -> Any:
+        if isinstance(item, dict) and set(item) == {"b64"}:
+            return base64.b64decode(item["b64"])
+        if isinstance(item, list):
+            return [decode(v) for v in item]
+        return item.encode() if isinstance(item, str) else item
+
+    decoded = decode(value)
+    array = np.asarray(decoded, dtype=object)
+    if array.size and any(isinstance(v, (bytes, bytearray)) for v in array.reshape(-1)):
+        return array
+    return np.asarray(decoded)
 
 
 #: The server's default body limit (images run with it): the columnar request, which carries every example
@@ -100,7 +158,7 @@ SERVER_MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES
 def fit_body(inputs: dict[str, np.ndarray], limit: int = SERVER_MAX_BODY_BYTES) -> int:
     """How many examples fit one columnar JSON request under `limit` (224x224x3 images take ~3 MB of JSON
     each), at least one."""
-    per_example = sum(len(json.dumps(v[:1].tolist())) for v in inputs.values()) + 2
+    per_example = sum(len(json.dumps(json_value(v[:1]))) for v in inputs.values()) + 2
     rows = min(len(v) for v in inputs.values())
     return max(1, min(rows, int(0.8 * limit) // per_example))
 
@@ -146,6 +204,11 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> 
     where = f"output {output!r}: " if output else ""
     if got.shape != want.shape:
         raise SmokeFailed(f"{where}answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
+    if is_text(dtype) or is_text(want.dtype):
+        same = bool(np.all(as_bytes(got) == as_bytes(want)))
+        if not same:
+            raise SmokeFailed(f"{where}string answers differ from the local runtime's")
+        return 0.0
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
     kind = np.dtype(dtype).kind
     ok = diff <= 1 if kind in "iu" else bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
@@ -175,6 +238,10 @@ def fidelity(output: str, got: np.ndarray, original: np.ndarray) -> Fidelity:
     if got.shape != original.shape:
         raise SmokeFailed(f"output {output!r}: answer has shape {list(got.shape)}, the original model's "
                           f"{list(original.shape)}: the served signature changed")
+    if is_text(original.dtype) or is_text(got.dtype):
+        got, original = as_bytes(got), as_bytes(original)
+        value = float(np.mean(np.all((got == original).reshape(len(got), -1), axis=1))) if len(got) else 1.0
+        return Fidelity(output, "exact agreement", value, value >= MIN_AGREEMENT)
     if _is_scores(original):
         value = float(np.mean(np.argmax(got, axis=1) == np.argmax(original, axis=1)))
         return Fidelity(output, "top-1 agreement", value, value >= MIN_AGREEMENT)
@@ -205,43 +272,60 @@ def _rows_request(inputs: dict[str, np.ndarray], i: int, named: bool) -> bytes:
     """Row form with one instance, as most clients send: a plain value for one-input models, an object by
     input name otherwise."""
     if named:
-        return json.dumps({"instances": [{k: v[i].tolist() for k, v in inputs.items()}]}).encode()
+        return json.dumps({"instances": [{k: json_value(v[i]) for k, v in inputs.items()}]}).encode()
     (value,) = inputs.values()
-    return json.dumps({"instances": [value[i].tolist()]}).encode()
+    return json.dumps({"instances": [json_value(value[i])]}).encode()
 
 
 def _row_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
     predictions = body["predictions"]
     if len(names) == 1:
-        return {names[0]: np.asarray(predictions)}
-    return {name: np.asarray([row[name] for row in predictions]) for name in names}
+        return {names[0]: from_json(predictions)}
+    return {name: from_json([row[name] for row in predictions]) for name in names}
 
 
 def _columnar_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
     outputs = body["outputs"]
     if isinstance(outputs, dict):
-        return {name: np.asarray(outputs[name]) for name in names}
-    return {names[0]: np.asarray(outputs)}
+        return {name: from_json(outputs[name]) for name in names}
+    return {names[0]: from_json(outputs)}
+
+
+def reference_backend(artifact: Artifact, runtime: str) -> Any:
+    """What the served answers are checked against, run here on the same artifact: TensorFlow for what runs on
+    TensorFlow (a SavedModel, a Select-TF-ops .tflite), else the LiteRT interpreter on the .tflite."""
+    from builder.server.backends import LiteRTBackend, create_backend
+
+    if runtime == "tensorflow" or artifact.model_path.is_dir():
+        return create_backend("tensorflow", artifact.model_path, 1)
+    return LiteRTBackend(artifact.model_path)
+
+
+def served_signature(backend: Any, name: str | None) -> Any:
+    """The signature requests without `signature_name` get: the one named, else serving_default, else the first."""
+    signatures = backend.signatures
+    if name and name in signatures:
+        return signatures[name]
+    return signatures.get("serving_default") or next(iter(signatures.values()))
 
 
 def check_server(base_url: str, artifact: Artifact, model_name: str, version: int, count: int = 16,
-                 grpc_address: tuple[str, int] | None = None) -> SmokeResult:
+                 grpc_address: tuple[str, int] | None = None, runtime: str = "litert",
+                 signature_name: str | None = None) -> SmokeResult:
     """Query a running server as a client of the original model would, and judge every answer twice.
 
     Requests carry the original model's held-out rows in its own input dtypes (float pixels, int token ids,
-    several named inputs), in TF Serving's row form (one instance a request) and columnar form, then once over
-    TF Serving's gRPC API (`tensor_content`, when `grpc_address` is given) and the Open Inference Protocol
-    (`/v2/models/<m>/infer`, binary tensors). Each answer
-    must match the local LiteRT interpreter on the same artifact (within float rounding; int8-at-load
-    runtimes by the output's metric), and each output is judged against the ORIGINAL model's answers with
-    its metric: top-1 agreement for class scores, relative error for regression.
+    strings, several named inputs), in TF Serving's row form (one instance a request) and columnar form, then
+    once over TF Serving's gRPC API (`tensor_content`, when `grpc_address` is given) and the Open Inference
+    Protocol (`/v2/models/<m>/infer`, binary tensors). Each answer must match the same artifact run here
+    (`reference_backend`: within float rounding; int8-at-load runtimes by the output's metric), and each
+    output is judged against the ORIGINAL model's answers with its metric: top-1 agreement for class scores,
+    exact agreement for integers and strings, relative error for regression.
     """
-    from builder.server.backends import LiteRTBackend
-
     status, health = _http(f"{base_url}/healthz")
     approximate = status == 200 and health.get("runtime") in APPROXIMATE_RUNTIMES
-    local = LiteRTBackend(artifact.model_path)
-    signature = next(iter(local.signatures.values()))
+    local = reference_backend(artifact, runtime)
+    signature = served_signature(local, signature_name)
     inputs, samples = smoke_inputs(artifact, signature, count)
     keep = fit_body(inputs)
     inputs = {k: v[:keep] for k, v in inputs.items()}
@@ -255,7 +339,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     def check(got: dict[str, np.ndarray]) -> None:
         nonlocal worst
         for name in names:
-            answer = got[name].astype(dtypes[name])
+            answer = as_dtype(np.asarray(got[name]), dtypes[name])
             if approximate:
                 diff, agree = compare_approximate(answer, want[name], name)
                 agreements.append(agree)
@@ -277,7 +361,8 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
         answers.append(_row_answer(body, names))
     row_answers = {name: np.concatenate([a[name] for a in answers]) for name in names}
     check(row_answers)
-    payload = json.dumps({"signature_name": signature.name, "inputs": {k: v.tolist() for k, v in inputs.items()}})
+    payload = json.dumps({"signature_name": signature.name,
+                          "inputs": {k: json_value(v) for k, v in inputs.items()}})
     status, body = _http(f"{base_url}/v1/models/{model_name}:predict", payload.encode())  # columnar, every row
     requests += 1
     if status != 200:
@@ -298,13 +383,15 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     if samples is not None:
         for name in names:
             if name in samples.expected:
-                judged.append(fidelity(name, row_answers[name].astype(dtypes[name]), samples.expected[name][:rows]))
+                judged.append(fidelity(name, as_dtype(row_answers[name], dtypes[name]),
+                                       samples.expected[name][:rows]))
     failed = [f for f in judged if not f.passed]
     if failed:
         raise SmokeFailed("the served answers drifted from the original model's: "
                           + ", ".join(f.text() for f in failed))
     note = ""
-    constant = [n for n in names if want[n].size and float(np.max(np.ptp(want[n].reshape(rows, -1), axis=0))) == 0.0]
+    constant = [n for n in names if want[n].size and not is_text(want[n].dtype)
+                and float(np.max(np.ptp(want[n].reshape(rows, -1), axis=0))) == 0.0]
     if constant:
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
                 "agreement says little about quality there")
@@ -312,16 +399,16 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
                        tuple(protocols))
 
 
-def smoke_test(engine: Engine, image: str, artifact: Artifact, model_name: str, version: int, port: int,
-               say: Say) -> SmokeResult:
+def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) -> SmokeResult:
     """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
-    say(f"smoke: starting {image}")
-    with engine.start(image, ports=(port, GRPC_PORT)) as running:
-        url = running.url(port)
-        startup = wait_healthy(url, running.exited)
+    say(f"smoke: starting {plan.tag}")
+    with engine.start(plan.tag, ports=(plan.port, GRPC_PORT)) as running:
+        url = running.url(plan.port)
+        startup = wait_healthy(url, running.exited, timeout_s=180.0 if plan.kind == "tensorflow" else 90.0)
         say(f"smoke: ready on {url} after {startup:.1f} s")
-        result = check_server(url, artifact, model_name, version,
-                              grpc_address=(running.host, running.host_port(GRPC_PORT)))
+        result = check_server(url, artifact, plan.model_name, plan.version,
+                              grpc_address=(running.host, running.host_port(GRPC_PORT)), runtime=plan.runtime,
+                              signature_name=plan.signature)
         code = running.stop()
     if code not in (0, 143):
         raise SmokeFailed(f"the server did not stop cleanly (exit {code})")

@@ -21,15 +21,9 @@ from typing import Any
 import numpy as np
 
 from builder.engine.base import Engine
-from builder.errors import InputError
+from builder.packaging.context import environment
+from builder.packaging.plan import PackageOptions, ServePlan
 from builder.server.artifacts import Artifact
-from builder.packaging.plan import (
-    PackageOptions,
-    ServePlan,
-    build_image,
-    environment,
-    plan_package,
-)
 from builder.server.protocol import DEFAULT_SIGNATURE, TF_DTYPES
 from builder.packaging.warmup import Tensor, encode_prediction_log, write_warmup
 
@@ -37,6 +31,7 @@ Say = Callable[[str], None]
 BATCHING_FILE = "/models/batching_parameters.txt"
 WARMUP_PATH = "assets.extra/tf_serving_warmup_requests"
 DEFAULT_DEVEL_IMAGE = "tensorflow/serving:2.19.0-devel"
+DEFAULT_TFSERVING_BASE = "tensorflow/serving:2.19.0"
 
 
 @dataclass(frozen=True)
@@ -84,9 +79,11 @@ def warmup_inputs(artifact: Artifact, count: int = 10) -> dict[str, np.ndarray]:
     The SavedModel and every .tflite keep the original model's signature, so the names and dtypes read from
     the served .tflite are the ones TF Serving's SavedModel signature takes too.
     """
-    from builder.server.backends import example_inputs, read_signatures
+    from builder.packaging.smoke import reference_backend
+    from builder.server.backends import example_inputs
 
-    signature = next(iter(read_signatures(artifact.model_path).values()))
+    backend = reference_backend(artifact, "tensorflow" if artifact.model_path.is_dir() else "litert")
+    signature = next(iter(backend.signatures.values()))
     return example_inputs(signature, artifact.samples_path, batch=count)
 
 
@@ -108,7 +105,7 @@ def render_tfserving_context(plan: ServePlan, artifact: Artifact, dest: Path, ba
                              devel_image: str = DEFAULT_DEVEL_IMAGE) -> Path:
     """Write the build context: Dockerfile, models/ tree, entrypoint + guard, and the from-source build."""
     env = environment()
-    saved_model = artifact.model_path.parent / "saved_model"
+    saved_model = artifact.model_path if artifact.model_path.is_dir() else artifact.model_path.parent / "saved_model"
     has_saved_model = saved_model.is_dir()
     version_dir = dest / "models" / plan.model_name / str(plan.version)
     version_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -149,40 +146,6 @@ def render_tfserving_context(plan: ServePlan, artifact: Artifact, dest: Path, ba
 def has_model_server(engine: Engine, image: str) -> bool:
     code, _ = engine.run(image, ["-c", "command -v tensorflow_model_server"], entrypoint=["/bin/sh"], timeout=60)
     return code == 0
-
-
-def package_tfserving(artifact: Artifact, options: PackageOptions, target: Any, engine: Engine, *, smoke: bool,
-                      keep_context: Path | None, say: Say) -> tuple[ServePlan, Any]:
-    """Plan, render and build the TF Serving-layout image; smoke-test it when the base has the server."""
-    from builder.engine.base import ImageNotFound
-    from builder.packaging.plan import publish_folder
-
-    plan = plan_package(artifact, options, target=target, server_runtime="tfserving",
-                        runtime_reason="TensorFlow Serving's model server")
-    try:
-        engine.inspect(plan.base_image)
-    except ImageNotFound:
-        raise InputError(
-            f"base image {plan.base_image} is not on this engine (tfsmith never pulls); load a TF Serving image "
-            "or pass --base-image"
-        ) from None
-    if smoke and not has_model_server(engine, plan.base_image):
-        raise InputError(
-            f"base image {plan.base_image} has no tensorflow_model_server, so the image cannot be smoke-tested; "
-            "use a TF Serving base image, or --no-smoke to build the layout only"
-        )
-    with tempfile.TemporaryDirectory(prefix="tfsmith-tfserving-") as tmp:
-        context = render_tfserving_context(plan, artifact, Path(tmp) / "context", batching_for(options))
-        if keep_context is not None:
-            publish_folder(context, keep_context)
-            say(f"build context written to {keep_context} (from-source server build: tfsmith/tfserving-build/)")
-        say(f"building {plan.tag} from {plan.base_image}")
-        image = build_image(engine, plan, context, log=lambda _line: None)
-    say(f"built {plan.tag} ({image.id[:19]})")
-    if smoke:
-        result = smoke_tfserving(engine, plan, artifact, say)
-        say(result)
-    return plan, image
 
 
 def smoke_tfserving(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) -> str:

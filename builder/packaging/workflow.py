@@ -1,8 +1,9 @@
-"""The `tfsmith package` workflow: artifact -> plan -> context -> image -> smoke test, said step by step.
+"""The `tfsmith package` workflow: artifact -> kind and runtime -> plan -> context -> image -> smoke test.
 
-I/O lives here (engine, wheel downloads, temp folders); the decisions live in `package.plan_package` and
-`tfserving.plan_layout`. The context is rendered into a temp folder and only copied to `--context` once
-complete, so nothing half-written is left behind.
+One workflow for every image kind (`builder.packaging.kinds`): the decisions are pure (`choose_kind`,
+`plan_package`), the kind looks up its base image on the engine, `builder.packaging.context` renders, downloads
+and publishes. The context is rendered into a temporary folder and only copied to `--context` once complete, so
+nothing half-written is left behind. Each step says what it does, long ones as they start.
 """
 
 from __future__ import annotations
@@ -15,48 +16,50 @@ from typing import Any
 
 from builder.engine.base import Engine, Image
 from builder.errors import InputError
+from builder.packaging.kinds import ImageKind, choose_kind, kind_named
+from builder.packaging.plan import PackageOptions, ServePlan, plan_package
 from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
 from builder.server.artifacts import Artifact, resolve_artifact
-from builder.packaging.plan import (
-    PACKAGE_RUNTIMES,
-    PackageOptions,
-    ServePlan,
-    base_python_version,
-    build_image,
-    default_engine,
-    fetch_wheels,
-    pinned_requirements,
-    plan_package,
-    publish_folder,
-    render_context,
-)
 
 __all__ = ["PackageOptions", "package_model", "resolve_target"]
 
 Say = Callable[[str], None]
 
 
-def resolve_target(name: str | None) -> Any | None:
-    """The named BuildTarget (issue 2's resolver), or None when no target was asked for."""
+def resolve_target(name: str | None, cuda_cc: str | None = None) -> Any | None:
+    """The named BuildTarget (with its CUDA capabilities when given), or None when no target was asked for."""
     if name is None:
+        if cuda_cc:
+            raise InputError("--cuda-cc needs --target (the CPU target the image is for)")
         return None
-    try:
-        from builder.targets import resolve_target as resolve
-    except ImportError:
-        raise InputError("--target needs builder.targets, which this tfsmith lacks") from None
-    return resolve(name)
+    from builder.targets import resolve_target as resolve
+
+    return resolve(name, cuda_cc=cuda_cc)
 
 
-def server_runtime(requested: str | None, artifact: Artifact, threads: int) -> RuntimeChoice:
+def serving_runtime(requested: str | None, artifact: Artifact, kind: ImageKind, threads: int) -> RuntimeChoice:
     """The runtime the image's server runs: as asked, else the one `tfsmith optimize` measured fastest for
-    this very file on this host (its report's `chosen_runtime`), else LiteRT."""
+    this very artifact on this host (its report's `chosen_runtime`), else the kind's own."""
     if requested is None:
         measured = artifact.chosen_runtime
-        if measured is not None:
+        if measured is not None and measured in kind.runtimes:
             how = artifact.report.selection.how if artifact.report else ""
             return RuntimeChoice(measured, f"chosen by tfsmith optimize{': ' + how if how else ''}", {})
-        requested = "litert"
+        requested = kind.default_runtime
+    if requested == "tensorflow" or kind.name == "tfserving":
+        kind.check_runtime(requested)
+        return RuntimeChoice(requested, "requested" if requested != kind.default_runtime else
+                             f"what a {kind.name} image runs", {})
     return choose_runtime(requested, artifact.model_path, threads)
+
+
+def default_signature(requested: str | None, artifact: Artifact) -> str | None:
+    """The signature a request without `signature_name` gets: as asked, else the one optimize chose when it is
+    not TF Serving's default (an XLA `serving_xla`, or a `predict`-only module)."""
+    if requested:
+        return requested
+    chosen = artifact.report.chosen_signature if artifact.report is not None else None
+    return chosen if chosen and chosen != "serving_default" else None
 
 
 def package_model(
@@ -68,51 +71,51 @@ def package_model(
     keep_context: Path | None = None,
     say: Say = print,
     engine: Engine | None = None,
-) -> tuple[ServePlan, Image | None]:
+    cuda_cc: str | None = None,
+) -> tuple[ServePlan, Image]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
     from builder.server.backends import RUNTIMES, model_for_runtime
 
-    if options.runtime not in PACKAGE_RUNTIMES:
-        raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(PACKAGE_RUNTIMES)}")
-    if options.server_runtime is not None and options.server_runtime not in (*RUNTIMES, "auto"):
-        raise InputError(f"unknown --server-runtime {options.server_runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
-    if min(options.workers, options.threads, options.max_batch) < 1 or options.batch_timeout_us < 0:
-        raise InputError("--workers, --threads and --max-batch must be at least 1, --batch-timeout-us not negative")
+    options.check()
+    if options.runtime is not None and options.runtime not in (*RUNTIMES, "auto"):
+        raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
     artifact = resolve_artifact(artifact_path, model_name)
-    target = resolve_target(options.target)
-    engine = engine or default_engine()
-    if options.runtime == "tfserving":
-        from builder.packaging.tfserving import package_tfserving
+    target = resolve_target(options.target, cuda_cc)
+    kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
+    kind = kind_named(kind_name)
+    if engine is None:
+        from builder.engine import default_engine
 
-        return package_tfserving(artifact, options, target, engine, smoke=smoke, keep_context=keep_context, say=say)
-    choice = server_runtime(options.server_runtime, artifact, options.threads)
-    say(f"server runtime: {choice.runtime} ({choice.reason})")
+        engine = default_engine()
+    choice = serving_runtime(options.runtime, artifact, kind, options.threads)
+    kind.check_runtime(choice.runtime)
+    say(f"image kind: {kind.name} ({kind_reason}); runtime: {choice.runtime} ({choice.reason})")
     # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
-    artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
-    base = options.base_image or "tfsmith/python:bookworm"
-    python = base_python_version(engine, base)
-    requirements = pinned_requirements(choice.runtime)
-    plan = plan_package(
-        artifact,
-        options,
-        target=target,
-        server_runtime=choice.runtime,
-        runtime_reason=choice.reason,
-        requirements=requirements,
-        python_version=python,
-    )
-    wheels = fetch_wheels(requirements, python, plan.arch, say)
+    if choice.runtime in RUNTIMES and not artifact.model_path.is_dir():
+        artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
+    base = kind.base(options, target, engine)
+    say(f"base image: {base.ref} ({base.why})")
+    if smoke:
+        kind.check_smoke(engine, base)
+    requirements = kind.requirements(choice.runtime)
+    plan = plan_package(artifact, options, kind=kind.name, base=base, target=target, runtime=choice.runtime,
+                        runtime_reason=choice.reason, requirements=requirements,
+                        signature=default_signature(options.signature, artifact))
+    wheels = None
+    if requirements:
+        from builder.packaging.context import fetch_wheels
+
+        wheels = fetch_wheels(requirements, base.python, plan.arch, say)
+    from builder.packaging.context import build_image, publish_folder
+
     with tempfile.TemporaryDirectory(prefix="tfsmith-serve-") as tmp:
-        context = render_context(plan, artifact, Path(tmp) / "context", wheels)
+        context = kind.write_context(plan, artifact, Path(tmp) / "context", wheels, options)
         if keep_context is not None:
             publish_folder(context, keep_context)
             say(f"build context written to {keep_context}")
-        say(f"building {plan.tag} from {plan.base_image} (Python {python}, target {plan.target_name})")
+        say(f"building {plan.tag} ({plan.platform}) FROM {plan.base_image}, target {plan.target_name}")
         image = build_image(engine, plan, context, log=lambda _line: None)
     say(f"built {plan.tag} ({image.id[:19]})")
     if smoke:
-        from builder.packaging.smoke import smoke_test
-
-        result = smoke_test(engine, plan.tag, artifact, plan.model_name, plan.version, plan.port, say)
-        say(result.line())
+        say(kind.smoke(engine, plan, artifact, say))
     return plan, image

@@ -118,7 +118,7 @@ def test_guard_refuses_a_cpu_without_the_target_features(engine: DockerEngine, l
 def test_tfserving_layout_image(engine: DockerEngine, base_image: str, artifact_dir: Path, tmp_path: Path) -> None:
     plan, image = package_model(
         artifact_dir,
-        PackageOptions(runtime="tfserving", base_image=base_image, tag=TFSERVING_TAG, max_batch=8,
+        PackageOptions(kind="tfserving", base_image=base_image, tag=TFSERVING_TAG, max_batch=8,
                        batch_timeout_us=2000),
         model_name="digits", smoke=False, keep_context=tmp_path / "context", say=print, engine=engine,
     )
@@ -156,10 +156,11 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
     pytest.importorskip("tensorflow")
     from builder.packaging.tfserving import render_tfserving_context, batching_for
     from builder.server.artifacts import resolve_artifact
-    from builder.packaging.plan import plan_package
+    from builder.packaging.plan import BaseImage, plan_package
 
     artifact = resolve_artifact(artifact_dir, "digits")
-    plan = plan_package(artifact, PackageOptions(runtime="tfserving", base_image=base_image))
+    plan = plan_package(artifact, PackageOptions(kind="tfserving", base_image=base_image), kind="tfserving",
+                        base=BaseImage(base_image), runtime="tfserving")
     context = render_tfserving_context(plan, artifact, tmp_path / "ctx", batching_for(PackageOptions()))
     warm = context / "models" / "digits" / "1" / "assets.extra" / "tf_serving_warmup_requests"
     check = (

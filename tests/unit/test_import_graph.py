@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from builder.packaging.plan import SERVER_PACKAGE, SERVER_SUPPORT
+from builder.packaging.context import SERVER_PACKAGE, SERVER_SUPPORT
 
 PACKAGE = Path(__file__).resolve().parents[2] / "builder"
 

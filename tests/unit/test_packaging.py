@@ -13,7 +13,8 @@ import pytest
 
 from builder.errors import InputError
 from builder.packaging import warmup
-from builder.packaging.plan import PackageOptions, _docker_quote, plan_package, render_dockerfile
+from builder.packaging.context import environment, render_dockerfile
+from builder.packaging.plan import BaseImage, PackageOptions, plan_package
 from builder.packaging.tfserving import BatchingParameters, build_options, server_flags, warmup_records
 from builder.report import Latency, Report
 from builder.server.artifacts import Artifact, model_name_for, resolve_artifact
@@ -69,6 +70,9 @@ class _Target:
     copts = ("-march=haswell",)
 
 
+SLIM = BaseImage("tfsmith/python:bookworm", "3.11", "the slim Python base image")
+
+
 def _artifact(tmp_path: Path, report: Report | None = None) -> Artifact:
     model = tmp_path / "model_int8.tflite"
     model.write_bytes(b"TFL3-not-a-real-model")
@@ -78,8 +82,8 @@ def _artifact(tmp_path: Path, report: Report | None = None) -> Artifact:
 def test_plan_labels_and_command(tmp_path: Path) -> None:
     _artifact(tmp_path)
     report = make_report(chosen="model_int8.tflite", artifacts=[("model_int8.tflite", "tflite_int8")], folder=tmp_path)
-    plan = plan_package(_artifact(tmp_path, report), PackageOptions(workers=3), target=_Target(),
-                        requirements=("numpy==2",))
+    plan = plan_package(_artifact(tmp_path, report), PackageOptions(workers=3), kind="litert", base=SLIM,
+                        target=_Target(), requirements=("numpy==2",))
     import hashlib
 
     assert plan.labels["io.tfsmith.model.sha256"] == hashlib.sha256(b"TFL3-not-a-real-model").hexdigest()
@@ -87,12 +91,17 @@ def test_plan_labels_and_command(tmp_path: Path) -> None:
     assert plan.target_features == ("avx", "avx2", "fma")
     assert plan.tag.startswith("tfsmith/serve-digits:litert-")
     assert plan.command[:1] == ["/models/digits/1/model.tflite"] and "--workers" in plan.command
-    with pytest.raises(InputError):
-        plan_package(_artifact(tmp_path), PackageOptions(runtime="torchserve"))
+    assert plan.labels["io.tfsmith.kind"] == "serve-litert" and plan.labels["io.tfsmith.runtime"] == "litert"
+    assert plan.platform == "linux/amd64"
+    for bad in (PackageOptions(kind="torchserve"), PackageOptions(port=0), PackageOptions(workers=0),
+                PackageOptions(port=8500), PackageOptions(version=0)):
+        with pytest.raises(InputError):
+            plan_package(_artifact(tmp_path), bad, kind="litert", base=SLIM)
 
 
 def test_rendered_litert_dockerfile(tmp_path: Path) -> None:
-    plan = plan_package(_artifact(tmp_path), PackageOptions(), target=_Target(), requirements=("numpy==2", "fastapi==1"))
+    plan = plan_package(_artifact(tmp_path), PackageOptions(), kind="litert", base=SLIM, target=_Target(),
+                        requirements=("numpy==2", "fastapi==1"))
     text = render_dockerfile(plan)
     assert text.startswith("# Rendered") and "FROM tfsmith/python:bookworm\n" in text
     assert "USER 10001:10001" in text and "HEALTHCHECK" in text and "/v2/health/ready" in text
@@ -105,8 +114,11 @@ def test_rendered_litert_dockerfile(tmp_path: Path) -> None:
     assert "--pull" not in text and "# syntax" not in text
 
 
-def test_docker_quote_escapes() -> None:
-    assert _docker_quote('a "b" $HOME \\ x\ny') == '"a \\"b\\" \\$HOME \\\\ x y"'
+def test_dockerfile_values_are_escaped_and_a_newline_is_refused() -> None:
+    quote = environment().filters["docker_quote"]
+    assert quote('a "b" $HOME \\ x') == '"a \\"b\\" \\$HOME \\\\ x"'
+    with pytest.raises(InputError, match="multi-line"):
+        quote("x\ny")
 
 
 def test_resolve_artifact(tmp_path: Path) -> None:
@@ -139,7 +151,7 @@ def test_tfserving_package_refuses_before_building(tmp_path: Path) -> None:
     from builder.packaging.workflow import package_model
 
     engine = FakeEngine()
-    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1")
+    options = PackageOptions(kind="tfserving", base_image="stand-in:1", tag="t:1")
     with pytest.raises(InputError, match="not on this engine"):
         package_model(TINY, options, smoke=False, engine=engine, say=lambda _: None)
     engine.images["sha256:base"] = Image("sha256:base", ("stand-in:1",))
@@ -155,7 +167,7 @@ def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
     from builder.packaging.workflow import package_model
 
     engine = FakeEngine(images={"sha256:base": Image("sha256:base", ("stand-in:1",))})
-    options = PackageOptions(runtime="tfserving", base_image="stand-in:1", tag="t:1", max_batch=4)
+    options = PackageOptions(kind="tfserving", base_image="stand-in:1", tag="t:1", max_batch=4)
     plan, image = package_model(TINY, options, model_name="tiny", smoke=False, keep_context=tmp_path / "ctx",
                                 engine=engine, say=lambda _: None)
     assert [b.tags for b in engine.builds] == [("t:1",)] and "t:1" in image.tags
@@ -207,7 +219,7 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
     """
     import ast
 
-    from builder.packaging.plan import copy_server_code
+    from builder.packaging.context import copy_server_code
 
     copy_server_code(tmp_path)
     copied = {

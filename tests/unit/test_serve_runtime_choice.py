@@ -14,7 +14,9 @@ from builder.server.artifacts import Artifact, resolve_artifact
 from builder.packaging.runtime_choice import auto_candidates, choose_runtime
 from builder.server.backends import model_for_runtime
 from tests.report_fixture import write_report
-from builder.packaging.plan import PackageOptions, pinned_requirements, plan_package, render_context
+from builder.packaging.context import render_server_context as render_context
+from builder.packaging.context import server_requirements as pinned_requirements
+from builder.packaging.plan import BaseImage, PackageOptions, plan_package
 from builder.packaging.smoke import SmokeFailed, compare_approximate
 
 
@@ -112,8 +114,8 @@ def test_nncf_images_carry_nncf_and_the_samples_others_do_not(tmp_path: Path) ->
     fp32 = Artifact(model_for_runtime("openvino-nncf", artifact.model_path), artifact.name, artifact.report,
                     artifact.samples_path)
     reason = "auto (1 thread): openvino-nncf p50 4.900 ms vs litert 7.030 ms on this host"
-    plan = plan_package(fp32, PackageOptions(), server_runtime="openvino-nncf", runtime_reason=reason,
-                        requirements=pinned_requirements("openvino-nncf"))
+    plan = plan_package(fp32, PackageOptions(), kind="litert", base=BaseImage("base:1"), runtime="openvino-nncf",
+                        runtime_reason=reason, requirements=pinned_requirements("openvino-nncf"))
     assert plan.labels["io.tfsmith.runtime"] == "openvino-nncf"
     assert plan.labels["io.tfsmith.runtime.reason"] == reason
     assert plan.command[plan.command.index("--runtime") + 1] == "openvino-nncf"
@@ -122,7 +124,8 @@ def test_nncf_images_carry_nncf_and_the_samples_others_do_not(tmp_path: Path) ->
     context = render_context(plan, fp32, tmp_path / "ctx", None)
     assert (context / "model" / "samples.npz").is_file()
     assert (context / "model" / "model.tflite").read_bytes() == (model.parent / "model_fp32.tflite").read_bytes()
-    litert = render_context(plan_package(artifact, PackageOptions()), artifact, tmp_path / "ctx2", None)
+    litert = render_context(plan_package(artifact, PackageOptions(), kind="litert", base=BaseImage("base:1")),
+                            artifact, tmp_path / "ctx2", None)
     assert not (litert / "model" / "samples.npz").exists()
 
 

@@ -1,0 +1,191 @@
+"""Everything `tfsmith package` writes or fetches, in one place: templates, the server's code, the model,
+the server's wheels, kept contexts, and the build itself.
+
+A context is rendered into a temporary folder and only published (`--context`) once complete, so nothing
+half-written is ever left behind. The server's wheels are downloaded once per (requirements, Python, CPU) into
+a cache folder that is complete or absent, and bind-mounted into the build, so images build offline and fast
+(`pip install --no-index`). Dockerfile values go through one escaper, `builder.render.dockerfile_string`,
+which refuses what it cannot write safely (a newline) rather than changing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from builder.engine.base import BuildRequest, Engine, Image
+from builder.errors import InputError, TfsmithError
+from builder.packaging.plan import ServePlan
+from builder.server.artifacts import Artifact
+from builder.staging import staged_dir
+
+Say = Callable[[str], None]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
+
+#: What the server needs in every image: REST (FastAPI on uvicorn), gRPC on 8500 and metrics, plus the runtime.
+SERVER_BASE = ("numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client")
+RUNTIME_DISTRIBUTIONS = {
+    "litert": ("ai-edge-litert",),
+    "openvino": ("ai-edge-litert", "openvino"),
+    # nncf (and its dependencies) only in images that quantize at start: it is big
+    "openvino-nncf": ("ai-edge-litert", "openvino", "nncf"),
+    # TensorFlow itself comes with the base image (the one `tfsmith build` made); numpy and protobuf are pinned
+    # to the versions that run beside TensorFlow here. LiteRT too: the same image can serve a plain .tflite.
+    "tensorflow": ("ai-edge-litert",),
+}
+
+
+def server_requirements(runtime: str) -> tuple[str, ...]:
+    """The server's distributions for `runtime`, pinned to the versions installed here (what the tests ran)."""
+    pins = []
+    for name in (*SERVER_BASE, *RUNTIME_DISTRIBUTIONS.get(runtime, RUNTIME_DISTRIBUTIONS["litert"])):
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{name} is not installed here; install the serve extra: pip install 'tfsmith[serve]'") from None
+    return tuple(pins)
+
+
+# --- templates ------------------------------------------------------------------------------------------
+
+
+def environment() -> Any:
+    """The serving templates (shipped inside the package, so an installed tfsmith finds them too)."""
+    from builder.render import dockerfile_string
+    from builder.resources import template_environment
+
+    env = template_environment("serve", compact=False)
+    env.filters["docker_quote"] = lambda value: f'"{dockerfile_string(str(value))}"'
+    return env
+
+
+def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any) -> str:
+    name = template or f"{plan.kind}.Dockerfile.j2"
+    return environment().get_template(name).render(plan=plan, **extra)
+
+
+# --- the server's code, the model and the wheels ------------------------------------------------------
+
+#: What a serving image runs: the server package and the small standard-library modules it imports (with the
+#: package's __init__), nothing else of tfsmith.
+SERVER_PACKAGE = "server"
+SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py", "report.py")
+
+
+def copy_server_code(dest: Path) -> None:
+    """`builder/server` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
+    package = dest / "builder"
+    (package / SERVER_PACKAGE).mkdir(parents=True, exist_ok=True)
+    for name in SERVER_SUPPORT:
+        shutil.copy2(PACKAGE_ROOT / name, package / name)
+    for source in sorted((PACKAGE_ROOT / SERVER_PACKAGE).glob("*.py")):
+        shutil.copy2(source, package / SERVER_PACKAGE / source.name)
+    guard = PACKAGE_ROOT / "guard.py"
+    if not guard.is_file():
+        raise TfsmithError(f"{guard} is missing: the preflight guard ships with tfsmith (reinstall it)")
+    shutil.copy2(guard, dest / "guard.py")
+
+
+def copy_model(plan: ServePlan, artifact: Artifact, model_dir: Path) -> None:
+    """The served model (a .tflite file or a SavedModel folder) under its in-image name, with its report; the
+    samples only where the runtime needs them (openvino-nncf calibrates on them at start): they can be large."""
+    from builder.server.backends import nncf_inputs
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if artifact.model_path.is_dir():
+        shutil.copytree(artifact.model_path, model_dir / plan.model_file)
+    else:
+        shutil.copy2(artifact.model_path, model_dir / plan.model_file)
+    if artifact.report is not None:
+        (model_dir / "report.json").write_text(artifact.report.to_json())
+    if plan.runtime == "openvino-nncf":
+        _, samples = nncf_inputs(artifact.model_path)  # refuses in one line when there are no calibration samples
+        shutil.copy2(samples, model_dir / samples.name)
+
+
+def link_wheels(wheels: Path | None, dest: Path) -> None:
+    """The downloaded wheels into the context (hard links: they are tens of MB)."""
+    dest.mkdir(exist_ok=True)
+    if wheels is None:
+        return
+    for wheel in sorted(wheels.glob("*.whl")):
+        _link_or_copy(str(wheel), str(dest / wheel.name))
+
+
+def render_server_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None) -> Path:
+    """The build context of an image that runs tfsmith's server (kinds litert and tensorflow):
+    Dockerfile, app/ (the server), model/ (the model, report, samples), wheels/."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "Dockerfile").write_text(render_dockerfile(plan))
+    copy_server_code(dest / "app")
+    copy_model(plan, artifact, dest / "model")
+    link_wheels(wheels, dest / "wheels")
+    (dest / ".dockerignore").write_text("**/__pycache__\n")
+    return dest
+
+
+WHEEL_CACHE = Path.home() / ".cache" / "tfsmith" / "serve-wheels"
+MANYLINUX = [f"manylinux_2_{minor}" for minor in range(36, 16, -1)] + ["manylinux2014"]
+
+
+def fetch_wheels(requirements: tuple[str, ...], python_version: str, arch: str, say: Say) -> Path:
+    """The requirements' wheels for the image's Python and CPU, downloaded once into a cache folder."""
+    arch = "aarch64" if arch == "arm64" else arch
+    key = hashlib.sha256(json.dumps([requirements, python_version, arch]).encode()).hexdigest()[:16]
+    folder = WHEEL_CACHE / key
+    if (folder / ".complete").exists():
+        return folder
+    say(f"downloading server wheels for Python {python_version} {arch} into {folder}")
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+            "--python-version", python_version, "--implementation", "cp",
+            "--abi", f"cp{python_version.replace('.', '')}", "--abi", "abi3", "--abi", "none"]
+    for platform in MANYLINUX:
+        argv += ["--platform", f"{platform}_{arch}"]
+    with staged_dir(folder) as tmp:  # a cache folder is complete or absent, never half-downloaded
+        result = subprocess.run([*argv, "--dest", str(tmp), *requirements], capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            log = WHEEL_CACHE / f"{key}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(result.stdout + result.stderr)
+            lines = ([line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+                     or result.stderr.splitlines() or ["pip failed"])
+            raise TfsmithError(f"could not download the server's wheels: {lines[0]} (pip's whole output: {log})")
+        (tmp / ".complete").write_text("\n".join(requirements))
+    return folder
+
+
+# --- building and publishing --------------------------------------------------------------------------
+
+
+def build_image(engine: Engine, plan: ServePlan, context: Path, log: Say) -> Image:
+    """Build the rendered context for the plan's platform; the engine streams the log and keeps it whole."""
+    request = BuildRequest(context=context, tags=(plan.tag,))
+    if "platform" in BuildRequest.__dataclass_fields__ and plan.platform != "linux/amd64":
+        request = BuildRequest(context=context, tags=(plan.tag,), platform=plan.platform)  # type: ignore[call-arg]
+    image = engine.build(request, log=log)
+    if image is None:
+        raise TfsmithError(f"the engine built {plan.tag} but returned no image")
+    return image
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    """Hard-link where possible (the wheels are tens of MB), copy across file systems."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
+def publish_folder(source: Path, dest: Path) -> None:
+    """Copy a finished folder into place, never half-written (the one staging helper does the swap)."""
+    with staged_dir(Path(dest).resolve()) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
