@@ -1,7 +1,7 @@
 """`python -m builder.server MODEL ...`: the server without the tfsmith CLI (what serving images run).
 
-Images carry only `builder/server` (plus the errors, digest and guard modules), the model and the server's
-wheels: no typer, no TensorFlow. The options are `builder.server.options`, which `tfsmith serve` forwards to.
+Images carry only `builder/server` (plus the errors, digest, report and guard modules), the model and the
+server's wheels: no typer; TensorFlow only in the TensorFlow serving image. The options are `builder.server.options`, which `tfsmith serve` forwards to.
 """
 
 from __future__ import annotations
@@ -25,13 +25,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     from builder.server.app import configure, run_server
 
     try:
-        runtime, reason = args.runtime, "requested"
-        if runtime == "auto":
+        runtime, reason = args.runtime, "requested" if args.runtime else "what the model needs"
+        needed = needed_runtime(args.model) if runtime == "auto" else None
+        if needed is not None:
+            runtime, reason = needed
+        elif runtime == "auto":
             if args.model is None:
                 raise InputError("--runtime auto measures one MODEL file; name a runtime for a base path or config file")
             if choose_runtime is None:
                 raise InputError("--runtime auto is measured by tfsmith on the host (tfsmith serve/package); "
-                                 "name the runtime here: litert, openvino or openvino-nncf")
+                                 "name the runtime here: litert, openvino, openvino-nncf or tensorflow")
             runtime, reason = choose_runtime(args.runtime, args.model, args.threads)
         if args.processes < 1:
             raise InputError("--processes must be at least 1")
@@ -57,6 +60,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
             model_base_path=args.model_base_path,
             model_config_file=args.model_config_file,
             poll_seconds=args.poll_seconds,
+            signature_name=args.signature_name,
         )
     except TfsmithError as error:
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
@@ -67,6 +71,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
                                             config.model_name)
     run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
     return 0
+
+
+def needed_runtime(model: Path | None) -> tuple[str, str] | None:
+    """(runtime, reason) for `--runtime auto` when the model leaves no choice: a SavedModel, or a .tflite that
+    optimize measured on TensorFlow (Select TF ops), runs only on TensorFlow; None when there is a choice."""
+    if model is None:
+        return None
+    from builder.server.artifacts import resolve_artifact
+
+    artifact = resolve_artifact(model)
+    if artifact.runtime != "tensorflow":
+        return None
+    if artifact.saved_model:
+        return "tensorflow", "auto: a SavedModel runs only on TensorFlow"
+    return "tensorflow", "auto: optimize measured this .tflite on TensorFlow (it needs Select TF ops)"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -45,6 +45,8 @@ from builder.server.metrics import Metrics, Timer
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.server.protocol import (
     RequestError,
+    SignatureSpec,
+    default_signature,
     format_outputs,
     may_hold_booleans,
     model_metadata,
@@ -84,6 +86,10 @@ class ServerConfig:
     shutdown_delay_seconds: float = 0.0
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: the signature a request naming none gets: --signature-name (required to exist) or the report's choice
+    #: (used when the model has it); None: serving_default, else the model's only signature
+    signature_name: str | None = None
+    signature_required: bool = False
 
     @property
     def tls(self) -> tuple[Path, Path] | None:
@@ -113,18 +119,30 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     """Interpreters created, warmed and timed (the start-up self-test), behind a batcher: ready to serve."""
     start = time.perf_counter()
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
+    default = served_signature(config, pool.signatures)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
     batchable = all(s.inputs and s.inputs[0].batched for s in pool.signatures.values())
-    model_p50_us = measure_pool(pool, config.samples_path)
+    model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
     inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
     batcher.on_batch = metrics.batch
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
     served = ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
-                         batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch)
+                         batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
+                         default_signature=default)
     served.model_p50_us = model_p50_us  # type: ignore[attr-defined]
     served.pool = pool  # type: ignore[attr-defined]
     return served
+
+
+def served_signature(config: ServerConfig, signatures: Mapping[str, SignatureSpec]) -> str | None:
+    """The default signature of a loaded model: --signature-name must exist (InputError naming those that
+    do); the report's choice is taken where the model has it; else serving_default or the only one."""
+    chosen = default_signature(signatures, config.signature_name)
+    if chosen is None and config.signature_name and config.signature_required:
+        raise InputError(f"--signature-name {config.signature_name!r}: {config.model_path.name} has no such "
+                         f"signature; it has: {', '.join(sorted(signatures))}")
+    return chosen or default_signature(signatures)
 
 
 def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ModelSet:
@@ -139,7 +157,8 @@ def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics
         folders = version_folders(source.base_path)
         wanted = source.wanted(list(folders))
         if not wanted:
-            raise InputError(f"{source.name}: no version folder with a .tflite under {source.base_path}")
+            raise InputError(f"{source.name}: no version folder with a .tflite or a SavedModel under "
+                             f"{source.base_path}")
         versions = {v: load_version(config, source, v, folders[v], metrics) for v in wanted}
         models.set(source.name, versions, source.labels)
     return models
@@ -149,9 +168,11 @@ def load_version(config: ServerConfig, source: ModelSource, version: int, folder
     """One version folder (`<base>/<version>/`: a .tflite or an optimize output) loaded and warmed."""
     from builder.server.artifacts import resolve_artifact
 
-    artifact = resolve_artifact(folder, source.name)
+    artifact = resolve_artifact(folder, source.name, config.runtime)
     served = load_model(replace(config, model_path=artifact.model_path, model_name=source.name, version=version,
-                                samples_path=artifact.samples_path), None, metrics)
+                                samples_path=artifact.samples_path,
+                                signature_name=config.signature_name or artifact.signature,
+                                signature_required=config.signature_required), None, metrics)
     served.ready = True
     return served
 
@@ -284,7 +305,8 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             served = served_of(name, version, label)
             body = parse_json(raw)
             signatures = served.signatures
-            call = parse_predict(body, signatures, config.max_request_batch, may_hold_booleans(raw))
+            call = parse_predict(body, signatures, config.max_request_batch, may_hold_booleans(raw),
+                                 served.default_signature)
             outputs = await served.predict(call)
             return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
         except RequestError as error:
@@ -398,7 +420,8 @@ def config_to_json(config: ServerConfig) -> str:
         **{k: getattr(config, k) for k in ("model_name", "version", "runtime", "runtime_reason", "workers",
                                             "threads", "max_body_bytes", "max_request_batch", "dispatch",
                                             "grpc_port", "host", "access_log", "drain_seconds",
-                                            "shutdown_delay_seconds", "poll_seconds")},
+                                            "shutdown_delay_seconds", "poll_seconds", "signature_name",
+                                            "signature_required")},
         "sources": [{**asdict(s), "base_path": str(s.base_path)} for s in config.sources],
         "model_path": str(config.model_path),
         "tls_cert": None if config.tls_cert is None else str(config.tls_cert),
@@ -431,7 +454,7 @@ def configure(
     *,
     model_name: str | None = None,
     version: int = 1,
-    runtime: str = "litert",
+    runtime: str | None = None,
     runtime_reason: str = "requested",
     workers: int = 2,
     threads: int = 1,
@@ -449,8 +472,12 @@ def configure(
     model_base_path: Path | None = None,
     model_config_file: Path | None = None,
     poll_seconds: float = 1.0,
+    signature_name: str | None = None,
 ) -> ServerConfig:
-    """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)."""
+    """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)
+    or None: what the model needs (tensorflow for a SavedModel, or where optimize measured it there), else
+    litert. With runtime tensorflow, TensorFlow is prepared here (threads, the one-line device report, the
+    GPU requirement) so a server that cannot serve as asked refuses before it listens."""
     from builder.errors import InputError
     from builder.server.artifacts import resolve_artifact
     from builder.server.backends import RUNTIMES, model_for_runtime, nncf_inputs
@@ -472,8 +499,10 @@ def configure(
     for tls_file in (tls_cert, tls_key):
         if tls_file is not None and not tls_file.is_file():
             raise InputError(f"{tls_file}: no such TLS certificate/key file")
-    if runtime not in RUNTIMES:
+    if runtime is not None and runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+    if signature_name is not None and not signature_name:
+        raise InputError("--signature-name must not be empty")
     try:
         batching = BatchingConfig(max_batch, batch_timeout_us)
     except ValueError as error:
@@ -496,6 +525,9 @@ def configure(
                                     str(model_base_path))
         if runtime == "openvino-nncf":
             raise InputError("runtime openvino-nncf serves one model file; name it instead of a base path")
+        runtime = runtime or sources_runtime(sources)
+        if runtime == "tensorflow":
+            prepare(threads, workers)
         return ServerConfig(
             model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
             runtime_reason=runtime_reason, workers=workers, threads=threads, batching=batching,
@@ -503,10 +535,18 @@ def configure(
             access_log=access_log == "json", drain_seconds=drain_seconds,
             shutdown_delay_seconds=shutdown_delay_seconds, tls_cert=tls_cert, tls_key=tls_key,
             sources=tuple(sources), poll_seconds=poll_seconds,
+            signature_name=signature_name, signature_required=signature_name is not None,
         )
-    resolved = resolve_artifact(artifact, model_name)
+    resolved = resolve_artifact(artifact, model_name, runtime)
+    if runtime is None:
+        runtime = resolved.runtime or "litert"
+    elif resolved.saved_model and runtime != "tensorflow":
+        raise InputError(f"{resolved.model_path}: a SavedModel runs only on TensorFlow; use --runtime tensorflow "
+                         f"(not {runtime})")
     if runtime == "openvino-nncf":
         nncf_inputs(resolved.model_path)  # refused up front without calibration samples
+    if runtime == "tensorflow":
+        prepare(threads, workers)
     return ServerConfig(
         model_path=model_for_runtime(runtime, resolved.model_path),
         model_name=resolved.name,
@@ -526,4 +566,23 @@ def configure(
         shutdown_delay_seconds=shutdown_delay_seconds,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        signature_name=signature_name or resolved.signature,
+        signature_required=signature_name is not None,
     )
+
+
+def prepare(threads: int, workers: int) -> None:
+    """TensorFlow set up before the server listens (tensorflow_backend.prepare_tensorflow)."""
+    from builder.server.tensorflow_backend import prepare_tensorflow
+
+    prepare_tensorflow(threads, workers)
+
+
+def sources_runtime(sources: Sequence[ModelSource]) -> str:
+    """tensorflow when a served version folder holds a SavedModel (TF Serving's usual layout), else litert."""
+    from builder.server.artifacts import is_saved_model
+
+    for source in sources:
+        if any(is_saved_model(folder) for folder in version_folders(source.base_path).values()):
+            return "tensorflow"
+    return "litert"

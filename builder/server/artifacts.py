@@ -1,10 +1,13 @@
-"""What to serve: a .tflite file, or an `tfsmith optimize --out` folder (its chosen model, report, samples).
+"""What to serve: a .tflite file, a SavedModel folder, or a `tfsmith optimize --out` folder (its chosen model,
+report, samples).
 
 `tfsmith optimize --out`'s layout is the contract: `report.json` names the `chosen` artifact and the
 `samples` file, whose arrays are `x/<input name>` (held-out inputs in the model's own dtypes),
 `expected/<output name>` (the ORIGINAL model's answers to them) and, where the data had labels,
 `y/<output name>`. A bare .tflite works too; then there is no report, and smoke tests fall back to generated
-inputs checked against the local interpreter.
+inputs checked against the local interpreter. A SavedModel (a folder with saved_model.pb) runs only on
+TensorFlow, and so does a .tflite that optimize measured on TensorFlow (one that needs Select TF ops): the
+`Artifact` says so (`runtime`), and which signature the report chose (`signature`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ import numpy as np
 
 from builder.digest import sha256_file
 from builder.errors import InputError
-from builder.report import REPORT_JSON, SAMPLES_NPZ, Report, ReportError
+from builder.report import REPORT_JSON, SAMPLES_NPZ, ArtifactResult, Report, ReportError
+
+
+SAVED_MODEL_PB = "saved_model.pb"
+TENSORFLOW = "tensorflow"
+#: Runtimes that execute a .tflite (a chosen SavedModel falls back to the report's best .tflite for them).
+TFLITE_RUNTIMES = ("litert", "openvino", "openvino-nncf")
+
+
+def is_saved_model(path: Path) -> bool:
+    """A folder TensorFlow loads as a SavedModel: it holds saved_model.pb."""
+    return path.is_dir() and (path / SAVED_MODEL_PB).is_file()
 
 
 @dataclass(frozen=True)
@@ -30,8 +44,35 @@ class Artifact:
     samples_path: Path | None = None
 
     @property
+    def saved_model(self) -> bool:
+        """A SavedModel folder (packaging copies a folder, not a file, and needs a TensorFlow image)."""
+        return is_saved_model(self.model_path)
+
+    @property
+    def runtime(self) -> str | None:
+        """The runtime this model needs: tensorflow for a SavedModel or for a .tflite optimize measured on
+        TensorFlow (it needs Select TF ops); None when any .tflite runtime can serve it."""
+        if self.saved_model:
+            return TENSORFLOW
+        entry = self._entry()
+        return TENSORFLOW if entry is not None and entry.runtime == TENSORFLOW else None
+
+    @property
+    def signature(self) -> str | None:
+        """The signature the report chose for this model (`chosen_signature`), None when it did not choose it."""
+        if self.report is None or self.report.chosen != self.model_path.name:
+            return None
+        return self.report.chosen_signature or None
+
+    def _entry(self) -> ArtifactResult | None:
+        if self.report is None:
+            return None
+        return next((a for a in self.report.artifacts if a.path == self.model_path.name), None)
+
+    @property
     def sha256(self) -> str:
-        return sha256_file(self.model_path)
+        """The model file's digest; for a SavedModel, of its saved_model.pb (the graph and signatures)."""
+        return sha256_file(self.model_path / SAVED_MODEL_PB if self.saved_model else self.model_path)
 
     @property
     def chosen_runtime(self) -> str | None:
@@ -42,19 +83,30 @@ class Artifact:
 
     def summary(self) -> str:
         """One line for image labels: kind, size, quality and latency as the report measured them."""
+        size = _size(self.model_path)
         if self.report is None:
-            return f"{self.model_path.name} {self.model_path.stat().st_size} bytes (no report)"
-        entry = next((a for a in self.report.artifacts if a.path == self.model_path.name), None)
+            return f"{self.model_path.name} {size} bytes (no report)"
+        entry = self._entry()
         if entry is None:
-            return f"{self.model_path.name} {self.model_path.stat().st_size} bytes"
+            return f"{self.model_path.name} {size} bytes"
         parts = [self.model_path.name, entry.kind, f"{entry.size_bytes} B"]
         parts += [f"{m.output} {m.metric} {m.value:.4g}" for m in entry.metrics]
         parts.append(f"p50 {entry.latency_us.p50:.0f}us")
         return " ".join(parts)
 
 
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (a SavedModel)."""
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
 def model_name_for(path: Path) -> str:
-    """A TF Serving-friendly model name from a path: letters, digits, `-` and `_`."""
+    """A TF Serving-friendly model name from a path: letters, digits, `-` and `_` (for a version folder of
+    TF Serving's layout, `<name>/<version>/`, the name above it)."""
+    if path.is_dir() and path.name.isdigit() and path.parent.name:
+        path = path.parent
     stem = path.name if path.is_dir() else path.stem
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")
     return name or "model"
@@ -66,17 +118,30 @@ def check_model_name(name: str) -> str:
     return name
 
 
-def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
-    """The model to serve from a .tflite file or an optimize output folder; one clear error otherwise."""
+def resolve_artifact(path: Path, name: str | None = None, runtime: str | None = None) -> Artifact:
+    """The model to serve from a .tflite file, a SavedModel folder or an optimize output folder; one clear
+    error otherwise. An optimize folder whose report chose its SavedModel serves that SavedModel, unless
+    `runtime` names a .tflite runtime: then the report's fastest accepted .tflite, as before."""
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
     if path.is_file():
         if path.suffix != ".tflite":
-            raise InputError(f"{path}: expected a .tflite model or a `tfsmith optimize --out` folder")
+            raise InputError(f"{path}: expected a .tflite model, a SavedModel folder or a `tfsmith optimize --out` "
+                             "folder")
         report = _read_report(path.parent / REPORT_JSON)
         return Artifact(path, check_model_name(name or model_name_for(path)), report, _samples(path.parent, report))
+    if is_saved_model(path):  # a SavedModel itself (inside an optimize folder: that folder's report and samples)
+        report = _read_report(path.parent / REPORT_JSON)
+        if report is not None and report.chosen != path.name and not any(a.path == path.name for a in report.artifacts):
+            report = None
+        return Artifact(path, check_model_name(name or (_name_from_report(report) if report else None)
+                                               or model_name_for(path)), report,
+                        _samples(path.parent, report) if report else None)
     report = _read_report(path / REPORT_JSON)
     chosen = report.chosen if report else None
+    if chosen and not chosen.endswith(".tflite") and runtime not in TFLITE_RUNTIMES and is_saved_model(path / chosen):
+        return Artifact(path / chosen, check_model_name(name or _name_from_report(report) or model_name_for(path)),
+                        report, _samples(path, report))
     if chosen and not chosen.endswith(".tflite"):
         # optimize chose a SavedModel (e.g. for a GPU target); a LiteRT server takes the best .tflite instead.
         chosen = best_tflite(report) if report else None
@@ -93,7 +158,8 @@ def resolve_artifact(path: Path, name: str | None = None) -> Artifact:
         candidates = sorted(path.glob("*.tflite"))
         if len(candidates) != 1:
             listed = ", ".join(c.name for c in candidates) or "none"
-            raise InputError(f"{path}: cannot tell which .tflite to serve (found: {listed}); pass the file itself")
+            raise InputError(f"{path}: cannot tell which .tflite to serve (found: {listed}); pass the file itself, "
+                             "or a SavedModel folder (one with saved_model.pb)")
         model = candidates[0]
     return Artifact(model, check_model_name(name or _name_from_report(report) or model_name_for(path)), report,
                     _samples(path, report))

@@ -1,4 +1,4 @@
-"""Runtimes that execute a .tflite model, behind one small interface, and a pool that keeps them thread-safe.
+"""Runtimes that execute a model, behind one small interface, and a pool that keeps them thread-safe.
 
 The .tflite file is the contract: LiteRT runs it natively (XNNPACK on), OpenVINO reads the same file
 (measured 9.2 ms vs LiteRT's 14.0 ms for an int8 ResNet50 at 2 threads on a Xeon, and 29.6 vs 51.8 ms on an
@@ -6,16 +6,20 @@ AMD EPYC: often faster for larger CNNs), and OpenVINO can quantize the fp32 .tfl
 at start (openvino-nncf, calibrated on the folder's samples). Interpreters are not thread-safe, so each worker
 thread owns exactly one backend instance, checked out of a `BackendPool` for the length of one call.
 Which runtime serves is decided before the server starts (named, or measured on the host by
-`builder.packaging.runtime_choice` for `auto`): this module only runs what it is told to.
+`builder.packaging.runtime_choice` for `auto`): this module only runs what it is told to. TensorFlow
+(SavedModels, and .tflite files on TensorFlow's own interpreter) lives in `tensorflow_backend`, imported
+only when that runtime is asked for.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 import queue
 import statistics
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,9 +30,30 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
-from builder.server.protocol import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+from builder.server.protocol import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
 
-RUNTIMES = ("litert", "openvino", "openvino-nncf")
+RUNTIMES = ("litert", "openvino", "openvino-nncf", "tensorflow")
+#: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
+SELECT_OPS_MARKER = "Select TensorFlow op(s)"
+
+
+def cause(error: BaseException, what: str) -> str:
+    """The error's own first line, whole; when it has more, the whole text goes to a log file this names."""
+    text = str(error).strip() or type(error).__name__
+    first = text.splitlines()[0].strip()
+    if "\n" not in text:
+        return first
+    handle, name = tempfile.mkstemp(prefix=f"tfsmith-serve-{what}-", suffix=".log")
+    with os.fdopen(handle, "w") as log_file:
+        log_file.write(text + "\n")
+    return f"{first} (whole message in {name})"
+
+
+def litert_refusal(model_path: Path, error: BaseException) -> str:
+    """One line for a .tflite LiteRT cannot prepare: LiteRT's own first line, then what to do about it."""
+    text = cause(error, "litert")
+    hint = "; use --runtime tensorflow" if SELECT_OPS_MARKER in text else ""
+    return f"{model_path}: LiteRT cannot run this model: {text}{hint}"
 
 
 class Backend(ABC):
@@ -121,15 +146,24 @@ class LiteRTBackend(Backend):
     runtime = "litert"
 
     def __init__(self, model_path: Path, threads: int = 1) -> None:
-        from ai_edge_litert.interpreter import Interpreter
-
-        self._interpreter = _open_litert(model_path, threads, Interpreter)
+        self._interpreter = _open_litert(model_path, threads, self._interpreter_class())
         self.signatures, self._indices = _litert_signatures(self._interpreter)
-        self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+        try:
+            self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+        except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
+            raise InputError(self._refusal(model_path, error)) from None
         self._shapes: dict[int, tuple[int, ...]] = {
             int(d["index"]): tuple(int(x) for x in d["shape"])
             for d in self._interpreter.get_input_details()  # type: ignore[attr-defined]
         }
+
+    def _interpreter_class(self) -> type:
+        from ai_edge_litert.interpreter import Interpreter
+
+        return Interpreter
+
+    def _refusal(self, model_path: Path, error: BaseException) -> str:
+        return litert_refusal(model_path, error)
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         it = self._interpreter
@@ -301,6 +335,10 @@ def model_for_runtime(runtime: str, model_path: Path) -> Path:
 
 def create_backend(runtime: str, model_path: Path, threads: int = 1) -> Backend:
     """A backend of the named runtime for this model (openvino-nncf: `model_path` is the fp32 .tflite)."""
+    if runtime == "tensorflow":
+        from builder.server.tensorflow_backend import create_tensorflow_backends
+
+        return create_tensorflow_backends(model_path, 1, threads)[0]
     if runtime == "litert":
         return LiteRTBackend(model_path, threads)
     if runtime == "openvino":
@@ -325,6 +363,10 @@ class BackendPool:
 
     @classmethod
     def create(cls, runtime: str, model_path: Path, workers: int = 1, threads: int = 1) -> BackendPool:
+        if runtime == "tensorflow":  # one thread-safe SavedModel shared by every worker (tensorflow_backend)
+            from builder.server.tensorflow_backend import create_tensorflow_backends
+
+            return cls(create_tensorflow_backends(model_path, workers, threads))
         return cls([create_backend(runtime, model_path, threads) for _ in range(max(1, workers))])
 
     @contextmanager
@@ -350,11 +392,23 @@ def sample_inputs(signature: SignatureSpec, batch: int = 1, seed: int = 0) -> di
     for spec in signature.inputs:
         shape = [batch if i == 0 and d == -1 else max(d, 1) for i, d in enumerate(spec.shape)]
         dtype = np.dtype(spec.dtype)
+        if spec.dtype == STRING:
+            raise ValueError(f"input {spec.name!r} takes strings; no text is made up for it")
         if dtype.kind == "f":
             result[spec.name] = rng.random(shape).astype(dtype)
         else:
             result[spec.name] = np.zeros(shape, dtype=dtype)
     return result
+
+
+def as_input(rows: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """Sample rows in the input's dtype; text (numpy str or bytes arrays) as the object arrays of bytes the
+    server passes for strings."""
+    if spec.dtype != STRING:
+        return rows.astype(spec.dtype)
+    flat = np.empty(rows.size, dtype=object)
+    flat[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in rows.reshape(-1).tolist()]
+    return flat.reshape(rows.shape)
 
 
 def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: int = 1) -> dict[str, np.ndarray]:
@@ -373,23 +427,29 @@ def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: i
                 rows = samples.inputs.get(spec.name)
                 if rows is None or rows.ndim != len(spec.shape):
                     break
-                found[spec.name] = rows[:batch].astype(spec.dtype)
+                found[spec.name] = as_input(rows[:batch], spec)
             else:
                 return found
     return sample_inputs(signature, batch)
 
 
-def measure_pool(pool: BackendPool, samples_path: Path | None, runs: int = 30) -> float | None:
+def measure_pool(pool: BackendPool, samples_path: Path | None, runs: int = 30,
+                 signature_name: str | None = None) -> float | None:
     """Warm every backend and time batch-1 calls of the default signature on the model's example inputs.
 
     Returns the median in microseconds, or None when the model could not be run on them (then it is still
-    served, and requests say what is wrong): start-up never fails on its own self-test.
+    served, and requests say what is wrong): start-up never fails on its own self-test. A model with string
+    inputs and no samples is not run at all (said in the log): made-up text proves nothing about it.
     """
-    import logging
     import time
 
-    signature = pool.signatures.get(DEFAULT_SIGNATURE) or next(iter(pool.signatures.values()))
-    inputs = example_inputs(signature, samples_path)
+    signature = pool.signatures.get(signature_name or DEFAULT_SIGNATURE) or next(iter(pool.signatures.values()))
+    try:
+        inputs = example_inputs(signature, samples_path)
+    except ValueError as note:
+        logging.getLogger("tfsmith.serve").info("start-up self-test skipped: %s and the model came without "
+                                                "samples", note)
+        return None
     try:
         for _ in range(pool.size):
             with pool.checkout() as backend:

@@ -57,10 +57,23 @@ def allowed_methods(routes: list[Any], path: str) -> list[str]:
     return sorted(methods)
 
 
-def _number_schema(dtype: str) -> dict[str, Any]:
-    """JSON Schema for one value of a numpy dtype, bounded to what the dtype holds (out of range is a 400)."""
+#: Base64 as `base64.b64decode(validate=True)` takes it: whole 4-character groups, padding only at the end.
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: One value of a string input in TF Serving's JSON: text, or binary as `{"b64": "<Base64>"}`.
+STRING_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string"},
+    {"type": "object", "required": ["b64"], "additionalProperties": False,
+     "properties": {"b64": {"type": "string", "pattern": BASE64_PATTERN}}},
+]}
+
+
+def _number_schema(dtype: str, binary: bool = True) -> dict[str, Any]:
+    """JSON Schema for one value of a numpy dtype, bounded to what the dtype holds (out of range is a 400);
+    a string (object) value is text or, where `binary`, a `{"b64": ...}` object."""
     import numpy as np
 
+    if dtype == "object":
+        return STRING_SCHEMA if binary else {"type": "string"}
     kind = np.dtype(dtype)
     if kind.kind == "b":
         return {"type": "boolean"}
@@ -119,7 +132,8 @@ def v2_infer_body(signature: Any, datatype_of: dict[str, str]) -> dict[str, Any]
             "name": {"type": "string", "enum": [spec.name]},
             "shape": {"type": "array", "items": {"type": "integer"}, "enum": [shape]},
             "datatype": {"type": "string", "enum": [datatype_of.get(spec.dtype, spec.dtype)]},
-            "data": {"type": "array", "items": _number_schema(spec.dtype), "minItems": count, "maxItems": count},
+            "data": {"type": "array", "items": _number_schema(spec.dtype, binary=False), "minItems": count,
+                     "maxItems": count},
         }, "additionalProperties": False})
     outputs = [spec.name for spec in signature.outputs]
     return {"type": "object", "required": ["inputs"], "additionalProperties": False, "properties": {

@@ -131,13 +131,15 @@ def check_sources(sources: list[ModelSource], where: str) -> list[ModelSource]:
 
 
 def version_folders(base: Path) -> dict[int, Path]:
-    """Integer-named folders under `base` that hold a model (TF Serving's `<base>/<version>/` layout)."""
+    """Integer-named folders under `base` that hold a model, a .tflite or a SavedModel (TF Serving's
+    `<base>/<version>/` layout)."""
     found: dict[int, Path] = {}
     try:
         entries = list(base.iterdir())
     except OSError:
         return found
     for entry in entries:
-        if entry.is_dir() and entry.name.isdigit() and any(entry.glob("*.tflite")):
+        if entry.is_dir() and entry.name.isdigit() and (any(entry.glob("*.tflite"))
+                                                         or (entry / "saved_model.pb").is_file()):
             found[int(entry.name)] = entry
     return found

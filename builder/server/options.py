@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-RUNTIME_CHOICES = ("auto", "litert", "openvino", "openvino-nncf")
+RUNTIME_CHOICES = ("auto", "litert", "openvino", "openvino-nncf", "tensorflow")
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,13 @@ OPTIONS: tuple[ServerOption, ...] = (
     ServerOption("--file-system-poll-wait-seconds", "poll_seconds", float, 1.0,
                  "with a base path or config file: look for new versions this often (0 = never)"),
     ServerOption("--model-version", "model_version", int, 1, "version number served"),
-    ServerOption("--runtime", "runtime", str, "litert",
-                 "runtime executing the .tflite; auto measures them on this host (tfsmith only, not in images)",
-                 choices=RUNTIME_CHOICES),
+    ServerOption("--runtime", "runtime", str, None,
+                 "runtime executing the model (default: tensorflow for a SavedModel or where the optimize report "
+                 "chose it, else litert); auto measures the .tflite runtimes on this host (tfsmith only, not in "
+                 "images)", choices=RUNTIME_CHOICES),
+    ServerOption("--signature-name", "signature_name", str, None,
+                 "signature a request without signature_name gets (default: the report's choice, else "
+                 "serving_default, else the model's only one)"),
     ServerOption("--host", "host", str, "127.0.0.1", "address to listen on (0.0.0.0 for all)", group="network"),
     ServerOption("--port", "port", int, 8501, "REST port (TensorFlow Serving's is 8501)", group="network"),
     ServerOption("--grpc-port", "grpc_port", int, 8500,

@@ -9,6 +9,8 @@ I/O, so the whole request surface is unit-tested without a server.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +35,13 @@ TF_DTYPES: dict[str, tuple[str, int]] = {
     "float16": ("DT_HALF", 19),
     "uint32": ("DT_UINT32", 22),
     "uint64": ("DT_UINT64", 23),
+    "object": ("DT_STRING", 7),  # see STRING
 }
+
+#: The numpy dtype name of a string tensor (TensorFlow's `.numpy()` answers object arrays of bytes).
+STRING = "object"
+#: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
+BYTES_SUFFIX = "_bytes"
 
 
 class RequestError(Exception):
@@ -98,7 +106,10 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
 
     numpy turns `[0.5, true]` into floats silently; a `true` among the numbers of a numeric input is refused
     like an all-boolean one. Looking for one costs a walk over the values, so callers that know the body
-    has no `true`/`false` at all (a byte search) pass `booleans=False` to skip it."""
+    has no `true`/`false` at all (a byte search) pass `booleans=False` to skip it. A string input takes
+    JSON strings and `{"b64": ...}` objects (`to_string_array`)."""
+    if spec.dtype == STRING:
+        return to_string_array(value, where)
     if _contains_b64(value):
         raise RequestError(f"{where}: binary ({{\"b64\": ...}}) values are not supported for {spec.dtype} input")
     try:
@@ -127,6 +138,69 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
             raise RequestError(f"{where}: value out of range for {spec.dtype}")
         return raw.astype(want)
     return raw.astype(want, copy=False)
+
+
+def to_string_array(value: Any, where: str) -> np.ndarray:
+    """A (nested) list of JSON strings and `{"b64": "..."}` objects as an object array of bytes.
+
+    TF Serving's JSON mapping: a string is its UTF-8 bytes, binary data is Base64 in an object whose only
+    key is `b64`. The shape is read off the first element at each depth and every list must match it: numpy
+    would silently turn ragged lists into an array of lists when asked for dtype=object."""
+    shape: list[int] = []
+    probe = value
+    while isinstance(probe, list):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    flat: list[bytes] = []
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:  # depth-first, children pushed in reverse so `flat` is in row-major order
+        item, depth = stack.pop()
+        if depth == len(shape):
+            flat.append(string_value(item, where))
+            continue
+        if not isinstance(item, list) or len(item) != shape[depth]:
+            raise RequestError(f"{where}: not a rectangular tensor of strings")
+        stack.extend((child, depth + 1) for child in reversed(item))
+    array = np.empty(len(flat), dtype=object)
+    array[:] = flat
+    return array.reshape(shape)
+
+
+def string_value(item: Any, where: str) -> bytes:
+    """One JSON value of a string tensor as bytes: a string (UTF-8) or `{"b64": "<Base64>"}`."""
+    if isinstance(item, str):
+        return item.encode("utf-8", "surrogatepass")  # JSON can carry lone surrogates; they are bytes too
+    if isinstance(item, dict):
+        if set(item) != {"b64"} or not isinstance(item["b64"], str):
+            raise RequestError(f'{where}: a binary value is an object with one key, {{"b64": "<Base64>"}}')
+        try:
+            return base64.b64decode(item["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError(f"{where}: malformed Base64 in a b64 value") from None
+    raise RequestError(f"{where}: expected strings (or {{\"b64\": ...}} objects), got {type(item).__name__}")
+
+
+def string_json(value: bytes, binary: bool) -> str | dict[str, str]:
+    """One string output value in TF Serving's JSON: `{"b64": ...}` for a binary output (named `*_bytes`)
+    or bytes that are not UTF-8 (a JSON string cannot hold them), else the text itself."""
+    if not binary:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def json_values(array: np.ndarray, name: str) -> Any:
+    """An output array as nested JSON lists; string outputs by `string_json`."""
+    if array.dtype != object:
+        return array.tolist()
+    binary = name.endswith(BYTES_SUFFIX)
+    flat = np.empty(array.size, dtype=object)
+    flat[:] = [string_json(bytes(v), binary) for v in array.reshape(-1)]
+    return flat.reshape(array.shape).tolist()
 
 
 def _has_bool(value: Any) -> bool:
@@ -172,12 +246,24 @@ def _shape_text(shape: Sequence[int]) -> str:
     return "[" + ", ".join("?" if d == -1 else str(d) for d in shape) + "]"
 
 
+def default_signature(signatures: Mapping[str, SignatureSpec], preferred: str | None = None) -> str | None:
+    """The signature a request without `signature_name` gets: `preferred` (the server's --signature-name or
+    the report's choice), else `serving_default`, else the only one; None when that leaves a choice open."""
+    if preferred:
+        return preferred if preferred in signatures else None
+    if DEFAULT_SIGNATURE in signatures:
+        return DEFAULT_SIGNATURE
+    return next(iter(signatures)) if len(signatures) == 1 else None
+
+
 def choose_signature(
-    body: Mapping[str, Any], signatures: Mapping[str, SignatureSpec]
+    body: Mapping[str, Any], signatures: Mapping[str, SignatureSpec], default: str | None = None
 ) -> SignatureSpec:
-    """The signature the request names, or the model's default one."""
+    """The signature the request names, or the model's default one (`default` when the server sets one)."""
     name = body.get("signature_name")
     if name is None or name == "":
+        if default:
+            return signatures[default]
         if DEFAULT_SIGNATURE in signatures:
             return signatures[DEFAULT_SIGNATURE]
         if len(signatures) == 1:
@@ -191,7 +277,7 @@ def choose_signature(
 
 
 def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch: int = 4096,
-                  booleans: bool = True) -> PredictCall:
+                  booleans: bool = True, default: str | None = None) -> PredictCall:
     """Validate a decoded predict body against the model's signatures (TF Serving's row and columnar forms)."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object with 'instances' or 'inputs'")
@@ -201,7 +287,7 @@ def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch:
     unknown = set(body) - {"signature_name", "instances", "inputs"}
     if unknown:
         raise RequestError(f"unknown request fields: {', '.join(sorted(unknown))}")
-    signature = choose_signature(body, signatures)
+    signature = choose_signature(body, signatures, default)
     if has_rows:
         inputs = _parse_rows(body["instances"], signature, max_batch, booleans)
     else:
@@ -216,8 +302,8 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int, boolea
     if len(instances) > max_batch:
         raise RequestError(f"too many instances: {len(instances)} > {max_batch}")
     names = [spec.name for spec in signature.inputs]
-    named = all(isinstance(row, dict) for row in instances)
-    if not named and any(isinstance(row, dict) for row in instances):
+    named = all(_is_named(row) for row in instances)
+    if not named and any(_is_named(row) for row in instances):
         raise RequestError("'instances' mixes named (object) and plain rows")
     if not named and len(names) != 1:
         raise RequestError(f"this signature has several inputs ({', '.join(names)}): send each instance as an object")
@@ -241,6 +327,11 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int, boolea
             raise RequestError(f"instances of input {spec.name!r} have different shapes")
         result[spec.name] = np.stack(rows)
     return result
+
+
+def _is_named(row: Any) -> bool:
+    """A row object names inputs, unless it is a binary value (`{"b64": ...}`) of a one-input signature."""
+    return isinstance(row, dict) and set(row) != {"b64"}
 
 
 def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int, booleans: bool) -> dict[str, np.ndarray]:
@@ -281,13 +372,13 @@ def format_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec, 
     names = [spec.name for spec in signature.outputs]
     if row_format:
         if len(names) == 1:
-            return {"predictions": outputs[names[0]].tolist()}
-        lists = {name: outputs[name].tolist() for name in names}
+            return {"predictions": json_values(outputs[names[0]], names[0])}
+        lists = {name: json_values(outputs[name], name) for name in names}
         batch = len(lists[names[0]])
         return {"predictions": [{name: lists[name][i] for name in names} for i in range(batch)]}
     if len(names) == 1:
-        return {"outputs": outputs[names[0]].tolist()}
-    return {"outputs": {name: outputs[name].tolist() for name in names}}
+        return {"outputs": json_values(outputs[names[0]], names[0])}
+    return {"outputs": {name: json_values(outputs[name], name) for name in names}}
 
 
 def model_status(versions: Sequence[int]) -> dict[str, Any]:

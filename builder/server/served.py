@@ -33,12 +33,13 @@ class ServedModel:
     batcher: DynamicBatcher
     runtime: str
     max_request_batch: int = 4096
+    default_signature: str | None = None  # what a request naming no signature gets (protocol.default_signature)
     ready: bool = False
     active: int = 0  # predict calls in progress (a retired version is closed when this reaches 0)
 
     def signature(self, name: str) -> SignatureSpec:
         """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
-        return choose_signature({"signature_name": name or None}, self.signatures)
+        return choose_signature({"signature_name": name or None}, self.signatures, self.default_signature)
 
     def call(self, signature: SignatureSpec, arrays: Mapping[str, np.ndarray], row_format: bool = False) -> PredictCall:
         """A predict call from named, already-typed arrays (gRPC and v2): names, dtypes and shapes checked."""

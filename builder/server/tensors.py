@@ -3,7 +3,9 @@
 Clients send either `tensor_content` (the raw little-endian bytes: what `tf.make_tensor_proto` writes for
 an ndarray, and the fast path: no per-value work) or the typed repeated fields (`float_val`, `int_val`, ...,
 `half_val` holding float16 bit patterns). TensorFlow's rules are followed: a typed field with one value
-fills the whole shape, an empty one means zeros, any other count must match the shape exactly.
+fills the whole shape, an empty one means zeros, any other count must match the shape exactly. Strings
+(DT_STRING) are always `string_val`, one bytes value per element (TensorFlow never packs them into
+`tensor_content`), and become numpy object arrays of bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ ENUM_NAME: dict[int, str] = {number: enum for _, (enum, number) in TF_DTYPES.ite
 VALUE_FIELD: dict[str, str] = {
     "float32": "float_val", "float64": "double_val", "int32": "int_val", "int16": "int_val", "int8": "int_val",
     "uint8": "int_val", "uint16": "int_val", "int64": "int64_val", "bool": "bool_val", "float16": "half_val",
-    "uint32": "uint32_val", "uint64": "uint64_val",
+    "uint32": "uint32_val", "uint64": "uint64_val", "object": "string_val",
 }
 
 
@@ -41,6 +43,8 @@ def to_array(proto: Any, where: str) -> np.ndarray:
     if any(d < 0 for d in shape):
         raise RequestError(f"{where}: negative dimension in tensor_shape {list(shape)}")
     size = int(np.prod(shape, dtype=np.int64))
+    if dtype == object:
+        return _strings(proto, shape, size, where)
     if proto.tensor_content:
         content = proto.tensor_content
         if len(content) != size * dtype.itemsize:
@@ -66,13 +70,28 @@ def to_array(proto: Any, where: str) -> np.ndarray:
                        f"({size} values)")
 
 
+def _strings(proto: Any, shape: tuple[int, ...], size: int, where: str) -> np.ndarray:
+    """A DT_STRING tensor's `string_val` as an object array of bytes (one value fills the shape, none is b"")."""
+    if proto.tensor_content:
+        raise RequestError(f"{where}: DT_STRING values go in string_val, not tensor_content")
+    values = list(proto.string_val)
+    if len(values) not in (size, 0, 1):
+        raise RequestError(f"{where}: {len(values)} values in string_val for shape {list(shape)} ({size} values)")
+    flat = np.empty(size, dtype=object)
+    flat[:] = values if len(values) == size else [values[0] if values else b""] * size
+    return flat.reshape(shape)
+
+
 def fill_proto(proto: Any, array: np.ndarray, content: bool = True) -> Any:
-    """Write `array` into an (empty) TensorProto: raw `tensor_content`, or the typed field when not `content`."""
+    """Write `array` into an (empty) TensorProto: raw `tensor_content`, or the typed field when not `content`
+    (strings: always `string_val`)."""
     array = np.asarray(array)
     proto.dtype = ENUM_OF_DTYPE[array.dtype.name]
     for size in array.shape:
         proto.tensor_shape.dim.add(size=int(size))
-    if content:
+    if array.dtype == object:
+        proto.string_val.extend(bytes(v) for v in array.reshape(-1))
+    elif content:
         proto.tensor_content = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
     elif array.dtype.name == "float16":
         proto.half_val.extend(array.reshape(-1).view(np.uint16).tolist())

@@ -8,12 +8,15 @@ What Triton, KServe, MLServer and their clients (`tritonclient`, the `kserve` SD
   POST /v2/models/{m}[/versions/{v}]/infer       typed tensors; JSON `data` or raw bytes after the JSON
                                                  header (`Inference-Header-Content-Length`)
 The binary extension is the fast path for real-size inputs: the tensor bytes are used as they arrive
-(`np.frombuffer`, no per-value decoding), which JSON can never match for a 224x224x3 image.
+(`np.frombuffer`, no per-value decoding), which JSON can never match for a 224x224x3 image. String tensors
+are the BYTES datatype: JSON strings in `data`, or in binary each element as a 4-byte little-endian length
+followed by its bytes (the extension's framing, what tritonclient writes).
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +27,7 @@ from fastapi.responses import Response
 from builder.server.bodies import read_limited
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import (
+    STRING,
     RequestError,
     SignatureSpec,
     TensorSpec,
@@ -40,6 +44,7 @@ ENTRYPOINT = "V2"
 DATATYPES = {
     "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
     "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
+    "BYTES": STRING,
 }
 DATATYPE_OF = {numpy: v2 for v2, numpy in DATATYPES.items()}
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
@@ -70,6 +75,32 @@ def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list
 
     return {"name": served.name, "versions": [str(v) for v in versions], "platform": f"{served.runtime}_tflite",
             "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+
+
+def decode_bytes(data: memoryview | bytes, count: int, where: str) -> np.ndarray:
+    """A BYTES tensor's binary data (each element: uint32 little-endian length, then the bytes) as an object
+    array of `count` bytes values; RequestError when the framing does not hold exactly that many."""
+    values: list[bytes] = []
+    view, offset = memoryview(data), 0
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise RequestError(f"{where}: BYTES data ends inside a 4-byte length prefix")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise RequestError(f"{where}: BYTES element of {length} bytes runs past its binary_data_size")
+        values.append(bytes(view[offset:offset + length]))
+        offset += length
+    if len(values) != count:
+        raise RequestError(f"{where}: {len(values)} BYTES elements in the binary data for {count} values")
+    array = np.empty(count, dtype=object)
+    array[:] = values
+    return array
+
+
+def encode_bytes(array: np.ndarray) -> bytes:
+    """An object array of bytes in the binary extension's BYTES framing (row-major)."""
+    return b"".join(struct.pack("<I", len(v)) + v for v in (bytes(x) for x in array.reshape(-1)))
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]:
@@ -129,6 +160,10 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
                 raise RequestError(f"{where}: binary_data_size must be a non-negative integer")
             if offset + length > len(binary):
                 raise RequestError(f"{where}: binary_data_size {length} runs past the end of the body")
+            if dtype == STRING:
+                arrays[name] = decode_bytes(binary[offset:offset + length], size, where).reshape(shape)
+                offset += length
+                continue
             if length != size * np.dtype(dtype).itemsize:
                 raise RequestError(f"{where}: binary_data_size {length} does not fit shape {shape} of {dtype}")
             array = np.frombuffer(binary[offset:offset + length], dtype=np.dtype(dtype).newbyteorder("<"))
@@ -164,6 +199,17 @@ def binary_outputs(request: Mapping[str, Any], names: list[str]) -> tuple[list[s
     return wanted, binary
 
 
+def json_data(value: np.ndarray, name: str) -> list[Any]:
+    """An output's flat JSON `data`; BYTES as strings, refused (400) when not UTF-8: JSON cannot hold them."""
+    if value.dtype != object:
+        return value.reshape(-1).tolist()
+    try:
+        return [bytes(v).decode("utf-8") for v in value.reshape(-1)]
+    except UnicodeDecodeError:
+        raise RequestError(f"output {name} holds bytes that are not UTF-8: ask for it as binary data "
+                           "(outputs[].parameters.binary_data)") from None
+
+
 def infer_response(served: ServedModel, version: int, request: Mapping[str, Any], outputs: Mapping[str, np.ndarray],
                    order: list[str], binary: set[str]) -> Response:
     """The v2 answer: JSON, or JSON then raw output bytes (header length in Inference-Header-Content-Length)."""
@@ -172,11 +218,12 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
         value = np.asarray(outputs[name])
         entry: dict[str, Any] = {"name": name, "datatype": DATATYPE_OF[value.dtype.name], "shape": list(value.shape)}
         if name in binary:
-            raw = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes()
+            raw = (encode_bytes(value) if value.dtype == object
+                   else np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes())
             entry["parameters"] = {"binary_data_size": len(raw)}
             tail.append(raw)
         else:
-            entry["data"] = value.reshape(-1).tolist()
+            entry["data"] = json_data(value, name)
         tensors.append(entry)
     answer: dict[str, Any] = {"model_name": served.name, "model_version": str(version), "outputs": tensors}
     if isinstance(request.get("id"), str):
