@@ -37,7 +37,9 @@ engine: venv
 #            [MODEL=model.keras DATA=data.npz] [BUILD_FLAGS="--push REG ..."]
 # 1. detect this host; 2. the TensorFlow image for TARGET, compiled from source (~14k actions, many hours on
 # few cores: tfsmith prints its estimate first; needs GitHub); 3. optimize MODEL for TARGET (default: the
-# example digits CNN); 4. package it into a LiteRT serving image and smoke-test it.
+# example digits CNN); 4. package it into a serving image and smoke-test it with the original model's requests:
+# a slim LiteRT image for a .tflite, or FROM the step-2 TensorFlow image when the chosen artifact runs on
+# TensorFlow (a SavedModel: GPU targets, string inputs, recurrent layers; a Select-TF-ops .tflite).
 # Where the TensorFlow source cannot be fetched, `tfsmith build` stops at once (exit 4) naming --tf-source and
 # --wheel; make build then says so and, unless SOURCE_FALLBACK=none, builds the runtime image from PyPI's
 # stock wheel instead (labelled as a prebuilt wheel, NOT compiled for this host) so the rest still runs.
@@ -48,6 +50,7 @@ BASE_IMAGE ?= tfsmith/python:bookworm
 BASE_PYTHON ?= 3.11
 BUILD_FLAGS ?=
 BUILD_OUT ?= build/host
+SERVE_BASE_IMAGE ?=
 MODEL ?=
 DATA ?=
 WHEEL_DIR := .tfsmith/wheels
@@ -87,8 +90,8 @@ build: engine
 	else echo; echo "==> 3/4 optimizing $$model"; fi; \
 	rm -rf $(BUILD_OUT)/optimized; \
 	$(TFSMITH) optimize "$$model" --data "$$data" --recipe auto --target $(TARGET) --out $(BUILD_OUT)/optimized
-	@echo; echo "==> 4/4 packaging the chosen artifact into a LiteRT serving image, smoke-tested with real requests"
-	@$(TFSMITH) package $(BUILD_OUT)/optimized --runtime litert --target $(TARGET) --base-image $(BASE_IMAGE) --smoke
+	@echo; echo "==> 4/4 packaging the chosen artifact into a serving image (LiteRT, or FROM the step-2 TensorFlow image when it runs on TensorFlow), smoke-tested with real requests"
+	@$(TFSMITH) package $(BUILD_OUT)/optimized --target $(TARGET) $(if $(SERVE_BASE_IMAGE),--base-image $(SERVE_BASE_IMAGE)) --smoke
 	@echo; echo "make build done:"; \
 	echo "  TensorFlow image  $$(cat .tfsmith/tf-image.source)  (docker images tfsmith/tensorflow)"; \
 	echo "  optimized model   $(BUILD_OUT)/optimized (report.md, report.json, plot)"; \
@@ -131,7 +134,7 @@ demo: engine
 	@$(TFSMITH) optimize $(DEMO_OUT)/example/digits_cnn.keras --data $(DEMO_OUT)/example/digits.npz \
 		--recipe auto --out $(DEMO_OUT)/optimized
 	@echo; echo "==> 4/5 package the chosen .tflite into a LiteRT serving image and smoke-test it with real requests"
-	@$(TFSMITH) package $(DEMO_OUT)/optimized --runtime litert --smoke
+	@$(TFSMITH) package $(DEMO_OUT)/optimized --kind litert --smoke
 	@echo; echo "==> 5/5 the optimized artifacts against the runtimes you would otherwise use (2 threads)"
 	@$(TFSMITH) bench $(DEMO_OUT)/optimized --data $(DEMO_OUT)/example/digits.npz --threads 2 --budget-s 20 \
 		--out $(DEMO_OUT)/bench
