@@ -214,10 +214,10 @@ def kind_named(name: str) -> ImageKind:
 
 def needs_tensorflow(artifact: Artifact, runtime: str | None) -> bool:
     """Whether serving this artifact takes TensorFlow: a SavedModel, a runtime asked or measured as
-    tensorflow (a Select-TF-ops .tflite), or a .tflite LiteRT cannot load."""
+    tensorflow (a Select-TF-ops .tflite optimize measured on TensorFlow)."""
     if runtime is not None and runtime != "auto":
         return runtime == "tensorflow"
-    return artifact.model_path.is_dir() or artifact.chosen_runtime == "tensorflow"
+    return artifact.runtime == "tensorflow"
 
 
 def choose_kind(requested: str, artifact: Artifact, runtime: str | None) -> tuple[str, str]:

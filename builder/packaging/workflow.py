@@ -58,7 +58,7 @@ def default_signature(requested: str | None, artifact: Artifact) -> str | None:
     not TF Serving's default (an XLA `serving_xla`, or a `predict`-only module)."""
     if requested:
         return requested
-    chosen = artifact.report.chosen_signature if artifact.report is not None else None
+    chosen = artifact.signature
     return chosen if chosen and chosen != "serving_default" else None
 
 

@@ -107,8 +107,9 @@ def test_choose_kind_serves_what_only_tensorflow_runs_on_tensorflow(tmp_path: Pa
     assert choose_kind("auto", saved, None)[0] == "tensorflow"
     flex = tmp_path / "model_select_tf.tflite"
     flex.write_bytes(b"x")
-    report = replace(make_report(chosen="model_select_tf.tflite", artifacts=[("model_select_tf.tflite", "tflite_fp32")]),
-                     chosen_runtime="tensorflow")
+    report = make_report(chosen="model_select_tf.tflite", artifacts=[("model_select_tf.tflite", "tflite_select_tf")])
+    report = replace(report, chosen_runtime="tensorflow",
+                     artifacts=tuple(replace(a, runtime="tensorflow") for a in report.artifacts))
     assert choose_kind("auto", Artifact(flex, "gru", report), None)[0] == "tensorflow"
     plain = tmp_path / "model.tflite"
     plain.write_bytes(b"x")

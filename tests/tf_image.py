@@ -1,0 +1,54 @@
+"""The TensorFlow image the `tensorflow` serving kind is built FROM, made for tests as `make build` makes it here.
+
+TensorFlow cannot be compiled on these machines (its build fetches from GitHub), so — exactly as `make build`
+falls back — the image is `tfsmith build --target x86-64-v3 --wheel <PyPI's TensorFlow 2.21 wheel>`: the real
+runtime stage, guard and labels, from the stock wheel (labelled as such). The wheel is the one the runtime-stage
+test downloads (cached), and a second call is "up to date" in seconds (the image is cached by its spec digest).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from builder.engine.local import STATE_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
+TEST_REPOSITORY = "tfsmith-test/tensorflow"
+TARGET = "x86-64-v3"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def stand_in_wheel(python: str = "3.11") -> Path:
+    """PyPI's tensorflow 2.21.0 manylinux x86_64 wheel for `python` (downloaded once into the engine's cache)."""
+    tag = "cp" + python.replace(".", "")
+    cache = STATE_DIR / "wheels"
+    pattern = f"tensorflow-2.21.0-{tag}-{tag}-manylinux*_x86_64.whl"
+    found = sorted(cache.glob(pattern))
+    if not found:
+        cache.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "tensorflow==2.21.0", "--no-deps", "--only-binary=:all:",
+             "--python-version", python, "--platform", "manylinux_2_27_x86_64", "-d", str(cache), "-q"],
+            capture_output=True, text=True, timeout=900, check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"could not download the TensorFlow wheel: {done.stderr.strip()}")
+        found = sorted(cache.glob(pattern))
+    return found[-1]
+
+
+def ensure_tf_image(base_image: str, python: str = "3.11", target: str = TARGET) -> str:
+    """The tag of the TensorFlow image for `target` in the test repository, built with `tfsmith build`."""
+    argv = [str(TFSMITH), "build", "--target", target, "--wheel", str(stand_in_wheel(python)), "--python", python,
+            "--base-image", base_image, "--repository", TEST_REPOSITORY]
+    if CA_BUNDLE.is_file():
+        argv += ["--ca-bundle", str(CA_BUNDLE)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=REPO,
+                          env={**os.environ, "COLUMNS": "200"})
+    if done.returncode != 0:
+        raise RuntimeError(f"tfsmith build failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return f"{TEST_REPOSITORY}:tf2.21.0-py{python}-{target}-cpu"
