@@ -61,10 +61,11 @@ class SmokeResult:
     local_agreement: float | None = None
     note: str = ""  # a caveat the numbers need (e.g. a constant reference makes agreement meaningless)
     protocols: tuple[str, ...] = ("REST row", "REST columnar")
+    reference: str = "the local interpreter"  # what the answers were compared with, run here
 
     def line(self) -> str:
         if self.local_agreement is None:
-            match = "every answer matches the local interpreter"
+            match = f"every answer matches {self.reference}"
         else:
             match = (f"int8 (NNCF) answers agree with the local fp32 interpreter on {self.local_agreement:.1%} of "
                      f"top-1 classes")
@@ -90,7 +91,14 @@ def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[d
             raise SmokeFailed(f"{artifact.samples_path}: no samples for input(s) {', '.join(missing)} of the served "
                               f"signature (it takes {', '.join(s.name for s in signature.inputs)})")
         return {spec.name: as_dtype(samples.inputs[spec.name], spec.dtype) for spec in signature.inputs}, samples
-    return sample_inputs(signature, batch=count, seed=7), None
+    text = [spec for spec in signature.inputs if is_text(spec.dtype)]
+    generated = sample_inputs(dataclasses.replace(signature, inputs=tuple(s for s in signature.inputs
+                                                                          if s not in text)), batch=count, seed=7)
+    for spec in text:  # no samples to take text from: distinct made-up strings, one per example (and element)
+        shape = [count if i == 0 and d in (-1, None) else max(d or 1, 1) for i, d in enumerate(spec.shape)]
+        words = [f"tfsmith smoke text {i} ünïcode" for i in range(int(np.prod(shape)))]
+        generated[spec.name] = as_bytes(np.array(words, dtype=object).reshape(shape))
+    return {spec.name: generated[spec.name] for spec in signature.inputs}, None
 
 
 def is_text(dtype: Any) -> bool:
@@ -121,6 +129,7 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
 def json_value(array: np.ndarray) -> Any:
     """A tensor as TF Serving's JSON carries it: numbers as numbers, UTF-8 strings as strings, other bytes
     as `{"b64": ...}`."""
+    array = np.asarray(array, dtype=object) if isinstance(array, (bytes, str)) else np.asarray(array)
     if not is_text(array.dtype):
         return array.tolist()
 
@@ -395,8 +404,10 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     if constant:
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
                 "agreement says little about quality there")
+    reference = ("the same model on TensorFlow here" if runtime == "tensorflow" or artifact.model_path.is_dir()
+                 else "the local interpreter")
     return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note,
-                       tuple(protocols))
+                       tuple(protocols), reference)
 
 
 def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) -> SmokeResult:
