@@ -29,7 +29,7 @@ import numpy as np
 
 from builder.errors import IncompatibleError, InputError
 from builder.server.artifacts import SAVED_MODEL_PB, is_saved_model
-from builder.server.backends import SELECT_OPS_MARKER, Backend, LiteRTBackend, cause
+from builder.server.interpreters import SELECT_OPS_MARKER, Backend, LiteRTBackend, cause
 from builder.server.protocol import SignatureSpec, TensorSpec
 
 RUNTIME = "tensorflow"

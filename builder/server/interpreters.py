@@ -1,0 +1,169 @@
+"""The backend interface and a TensorFlow Lite interpreter behind it: LiteRT's (TensorFlow's own interpreter,
+in `tensorflow_backend`, is the same class on another interpreter).
+
+Kept apart from `backends` (the pool, the factory, the other runtimes) so the TensorFlow backend can build
+on it while `backends` still chooses among all of them, without the two importing each other.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from builder.errors import InputError
+from builder.server.protocol import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+
+#: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
+SELECT_OPS_MARKER = "Select TensorFlow op(s)"
+
+
+def cause(error: BaseException, what: str) -> str:
+    """The error's own first line, whole; when it has more, the whole text goes to a log file this names."""
+    text = str(error).strip() or type(error).__name__
+    first = text.splitlines()[0].strip()
+    if "\n" not in text:
+        return first
+    handle, name = tempfile.mkstemp(prefix=f"tfsmith-serve-{what}-", suffix=".log")
+    with os.fdopen(handle, "w") as log_file:
+        log_file.write(text + "\n")
+    return f"{first} (whole message in {name})"
+
+
+def litert_refusal(model_path: Path, error: BaseException) -> str:
+    """One line for a .tflite LiteRT cannot prepare: LiteRT's own first line, then what to do about it."""
+    text = cause(error, "litert")
+    hint = "; use --runtime tensorflow" if SELECT_OPS_MARKER in text else ""
+    return f"{model_path}: LiteRT cannot run this model: {text}{hint}"
+
+
+class Backend(ABC):
+    """One model instance; NOT thread-safe: use it from one thread at a time (see BackendPool)."""
+
+    runtime: str
+    signatures: Mapping[str, SignatureSpec]
+
+    @abstractmethod
+    def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch whose size the model accepts; returns arrays the caller may keep."""
+
+    def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run a batch; models with a fixed batch size take it one fixed-size slice at a time."""
+        spec = self.signatures[signature]
+        batch = next(iter(inputs.values())).shape[0]
+        fixed = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else -1
+        if fixed == -1 or fixed == batch:
+            return self._invoke(spec, inputs)
+        if batch % fixed:
+            raise ValueError(f"batch {batch} is not a multiple of the model's fixed batch size {fixed}")
+        parts = [
+            self._invoke(spec, {k: v[i : i + fixed] for k, v in inputs.items()}) for i in range(0, batch, fixed)
+        ]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def read_signatures(model_path: Path) -> dict[str, SignatureSpec]:
+    """The model's signatures as LiteRT reports them (a single `serving_default` when the file has none)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = _open_litert(model_path, threads=1, interpreter_cls=Interpreter)
+    return _litert_signatures(interpreter)[0]
+
+
+def _open_litert(model_path: Path, threads: int, interpreter_cls: type) -> object:
+    try:
+        return interpreter_cls(model_path=str(model_path), num_threads=threads)
+    except (ValueError, RuntimeError) as error:
+        raise InputError(f"{model_path}: not a loadable .tflite model ({str(error).splitlines()[0]})") from None
+
+
+def _spec(name: str, detail: Mapping[str, object]) -> TensorSpec:
+    shape = detail.get("shape_signature")
+    if shape is None or len(shape) == 0:  # type: ignore[arg-type]
+        shape = detail["shape"]
+    return TensorSpec(name=name, dtype=np.dtype(detail["dtype"]).name, shape=tuple(int(d) for d in shape))  # type: ignore[union-attr, arg-type]
+
+
+def _litert_signatures(interpreter: object) -> tuple[dict[str, SignatureSpec], dict[str, dict[str, int]]]:
+    """Signature specs plus, per signature, the tensor index of every input and output name."""
+    signatures: dict[str, SignatureSpec] = {}
+    indices: dict[str, dict[str, int]] = {}
+    listing = interpreter.get_signature_list()  # type: ignore[attr-defined]
+    for key, names in listing.items():
+        runner = interpreter.get_signature_runner(key)  # type: ignore[attr-defined]
+        ins, outs = runner.get_input_details(), runner.get_output_details()
+        del runner  # it holds tensor views; allocate_tensors refuses to run while they live
+        signatures[key] = SignatureSpec(
+            name=key,
+            inputs=tuple(_spec(n, ins[n]) for n in names["inputs"]),
+            outputs=tuple(_spec(n, outs[n]) for n in names["outputs"]),
+        )
+        indices[key] = {n: int(d["index"]) for n, d in {**ins, **outs}.items()}
+    gc.collect()
+    if not signatures:  # converted without signatures: expose the graph's inputs/outputs under the default name
+        ins = interpreter.get_input_details()  # type: ignore[attr-defined]
+        outs = interpreter.get_output_details()  # type: ignore[attr-defined]
+        in_names = [_clean(d["name"]) for d in ins]
+        out_names = [_clean(d["name"]) for d in outs]
+        signatures[DEFAULT_SIGNATURE] = SignatureSpec(
+            name=DEFAULT_SIGNATURE,
+            inputs=tuple(_spec(n, d) for n, d in zip(in_names, ins)),
+            outputs=tuple(_spec(n, d) for n, d in zip(out_names, outs)),
+        )
+        indices[DEFAULT_SIGNATURE] = {
+            **{n: int(d["index"]) for n, d in zip(in_names, ins)},
+            **{n: int(d["index"]) for n, d in zip(out_names, outs)},
+        }
+    return signatures, indices
+
+
+def _clean(tensor_name: str) -> str:
+    return tensor_name.split(":")[0].removeprefix("serving_default_")
+
+
+class LiteRTBackend(Backend):
+    """`ai_edge_litert` interpreter with the default resolver (XNNPACK delegate on) and N threads."""
+
+    runtime = "litert"
+
+    def __init__(self, model_path: Path, threads: int = 1) -> None:
+        self._interpreter = _open_litert(model_path, threads, self._interpreter_class())
+        self.signatures, self._indices = _litert_signatures(self._interpreter)
+        try:
+            self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+        except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
+            raise InputError(self._refusal(model_path, error)) from None
+        self._shapes: dict[int, tuple[int, ...]] = {
+            int(d["index"]): tuple(int(x) for x in d["shape"])
+            for d in self._interpreter.get_input_details()  # type: ignore[attr-defined]
+        }
+
+    def _interpreter_class(self) -> type:
+        from ai_edge_litert.interpreter import Interpreter
+
+        return Interpreter
+
+    def _refusal(self, model_path: Path, error: BaseException) -> str:
+        return litert_refusal(model_path, error)
+
+    def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        it = self._interpreter
+        index = self._indices[signature.name]
+        resized = False
+        for name, value in inputs.items():
+            i = index[name]
+            if self._shapes.get(i) != value.shape:
+                it.resize_tensor_input(i, list(value.shape))  # type: ignore[attr-defined]
+                self._shapes[i] = value.shape
+                resized = True
+        if resized:
+            it.allocate_tensors()  # type: ignore[attr-defined]
+        for name, value in inputs.items():
+            it.set_tensor(index[name], np.ascontiguousarray(value))  # type: ignore[attr-defined]
+        it.invoke()  # type: ignore[attr-defined]
+        return {spec.name: it.get_tensor(index[spec.name]) for spec in signature.outputs}  # type: ignore[attr-defined]
