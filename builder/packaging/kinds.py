@@ -103,7 +103,7 @@ def tensorflow_image_for(images: list[Image], target: Any) -> Image | None:
     which tells the CUDA image of a target from its CPU one."""
     token = target.tag_token
     found = [image for image in images
-             if f"{LABEL_PREFIX}.spec-digest" in image.labels
+             if image.labels.get(f"{LABEL_PREFIX}.spec-digest") and f"{LABEL_PREFIX}.kind" not in image.labels
              and image.labels.get(f"{LABEL_PREFIX}.target") == target.name
              and image.labels.get(f"{LABEL_PREFIX}.tag", "").endswith(f"-{token}")]
     if not found:

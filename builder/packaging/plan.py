@@ -21,6 +21,10 @@ from builder.errors import InputError
 from builder.server.artifacts import Artifact
 
 LABEL_PREFIX = "io.tfsmith"
+#: Labels that mark a TensorFlow image made by `tfsmith build` (its spec, wheel and tag). An image built FROM
+#: one inherits them, so a serving image blanks them: it must never be taken for its base (the build's cache
+#: looks images up by spec digest, and packaging looks up a target's TensorFlow image by them).
+TF_IMAGE_LABELS = tuple(f"{LABEL_PREFIX}.{name}" for name in ("spec-digest", "wheel-digest", "tag", "manifest"))
 GRPC_PORT = 8500
 REST_PORT = 8501
 KINDS = ("litert", "tensorflow", "tfserving")
@@ -163,6 +167,8 @@ class ServePlan:
         }
         if self.signature:
             labels[f"{LABEL_PREFIX}.signature"] = self.signature
+        if self.kind == "tensorflow":
+            labels.update({name: "" for name in TF_IMAGE_LABELS})
         labels.update(self.extra_labels)
         return labels
 

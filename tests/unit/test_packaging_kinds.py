@@ -49,6 +49,9 @@ def _tf_image(ident: str, target: str, token: str, created: str, tag: str) -> Im
     return Image(ident, (tag,), labels, GUARDED)
 
 
+_SERVED_FROM_TF = {"io.tfsmith.spec-digest": "d" * 12, "io.tfsmith.target": "x86-64-v3",
+                   "io.tfsmith.tag": "tf2.21.0-py3.11-x86-64-v3-cpu", "io.tfsmith.kind": "serve-tensorflow",
+                   "org.opencontainers.image.created": "2027-01-01T00:00:00Z"}
 IMAGES = [
     _tf_image("sha256:old", "x86-64-v3", "x86-64-v3-cpu", "2026-11-01T00:00:00Z", "tfsmith/tensorflow:old"),
     _tf_image("sha256:new", "x86-64-v3", "x86-64-v3-cpu", "2026-11-20T00:00:00Z", "tfsmith/tensorflow:new"),
@@ -56,6 +59,8 @@ IMAGES = [
               "tfsmith/tensorflow:cuda"),
     _tf_image("sha256:v4", "x86-64-v4", "x86-64-v4-cpu", "2026-11-22T00:00:00Z", "tfsmith/tensorflow:v4"),
     Image("sha256:serve", ("tfsmith/serve-x:litert-1",), {"io.tfsmith.target": "x86-64-v3", "io.tfsmith.kind": "serve-litert"}),
+    # a serving image built FROM a TensorFlow image inherits its labels, and is newer: never its base
+    Image("sha256:served", ("tfsmith/serve-x:tensorflow-1",), _SERVED_FROM_TF),
 ]
 
 
@@ -141,6 +146,8 @@ def test_tensorflow_dockerfile_runs_the_server_on_the_images_tensorflow_behind_i
     assert cmd[0] == "/models/gru/1/saved_model" and cmd[cmd.index("--runtime") + 1] == "tensorflow"
     assert cmd[cmd.index("--signature-name") + 1] == "serving_xla"
     assert plan.labels["io.tfsmith.kind"] == "serve-tensorflow" and plan.labels["io.tfsmith.signature"] == "serving_xla"
+    assert plan.labels["io.tfsmith.spec-digest"] == "" and plan.labels["io.tfsmith.tag"] == ""  # not its base
+    assert "\nUSER root\n" in text and text.rstrip().splitlines()[-1].startswith("CMD ")
     assert "prebuilt wheel" in plan.labels["io.tfsmith.base.reason"]
     assert plan.tag.startswith("tfsmith/serve-gru:tensorflow-")
 
