@@ -196,6 +196,8 @@ class Candidate:
     samples: int
     size_bytes: int
     error: str = ""
+    #: the signature called: a .tflite's own (the contract's), or for a SavedModel the contract's or serving_xla
+    signature: str = "serving_default"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":

@@ -8,7 +8,14 @@ seconds on two shared cores.
 DATA files use the named form (`x_train/<input>`, `y_train/<output>`, `x_val/…`, `y_val/…`, `x_calib/<input>`)
 except `cnn_classifier`, which uses the single-array form (`x_train`, `y_train`, …), so both forms are covered.
 Labels are class ids (int64) for classification outputs and targets (float32) for regression outputs; token ids
-stay int32 in every split, calibration included.
+stay int32 in every split, calibration included; text stays text: fixed-width UTF-8 bytes (`S<n>`), the only
+string form `np.load(allow_pickle=False)` reads (`np.char.decode(a, "utf-8")` gives str back).
+
+Two groups: `NAMES`, the models LiteRT serves (a plain .tflite converts), and `TF_NAMES`, those only TensorFlow
+serves or that need something of the user's to load: a Keras 3 GRU over variable-length sequences (the TFLite
+builtins cannot lower its tensor lists: it needs Select TF ops), a `TextVectorization` string classifier, a Keras 3
+model with a custom registered layer (its module must be imported: `imports`), and a `tf.Module` whose only
+signature is `predict`. `ALL_NAMES` is both.
 
 Use:
     from tests import zoo
@@ -55,6 +62,8 @@ class ZooModel:
     labels: tuple[str, ...] = ()
     val_metric: dict[str, float] = field(default_factory=dict)
     signature: str = "serving_default"
+    #: modules that must be imported (from `model_path.parent`) before the model loads: its custom layers
+    imports: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -486,6 +495,252 @@ def ready_tflite(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
     return ZooModel(**{**model_zoo.__dict__, "val_metric": {"probs": _accuracy(probs, arrays["y_val/probs"])}})
 
 
+# ---------------------------------------------------------------------------------------------- TensorFlow-only
+
+
+def gru_sequence(folder: Path, seed: int = 0, epochs: int = 4) -> ZooModel:
+    """Keras 3 GRU over variable-length sequences: `steps` (N, None, 6) -> softmax `trend` (2 classes).
+
+    A row is a noisy walk; the class says whether its first feature drifts up or down. DATA has 12 steps per row
+    (arrays are rectangular), the signature takes any length. The TFLite builtins cannot lower a Keras 3 GRU's
+    tensor lists ("requires element_shape to be static"): it converts only with Select TF ops.
+    """
+    tfenv.tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    n, steps, features = 900, 12, 6
+    labels = rng.integers(0, 2, size=n).astype(np.int64)
+    drift = np.where(labels == 1, 0.25, -0.25)[:, None]
+    x = rng.normal(0.0, 0.5, size=(n, steps, features)).astype(np.float32)
+    x[:, :, 0] += np.cumsum(np.broadcast_to(drift, (n, steps)), axis=1) / 2
+    arrays = _named_arrays({"steps": x}, {"trend": labels}, seed)
+    inputs = keras.Input(shape=(None, features), name="steps")
+    h = keras.layers.GRU(16)(inputs)
+    out = keras.layers.Dense(2, activation="softmax", name="trend")(h)
+    model = keras.Model(inputs, {"trend": out}, name="gru_sequence")
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss={"trend": "sparse_categorical_crossentropy"})
+    model.fit(arrays["x_train/steps"], {"trend": arrays["y_train/trend"]}, epochs=epochs, batch_size=32, verbose=0)
+    pred = model.predict(arrays["x_val/steps"], verbose=0)
+    model_path = folder / "gru_sequence.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="gru_sequence",
+        model_path=model_path,
+        data_path=_save_npz(folder / "gru_sequence.npz", arrays),
+        inputs={"steps": ("float32", (None, None, features))},
+        outputs={"trend": ("float32", (None, 2), "classification")},
+        kind="keras3",
+        labels=("trend",),
+        val_metric={"trend": _accuracy(pred["trend"], arrays["y_val/trend"])},
+    )
+
+
+POSITIVE = ("great", "good", "fun", "lovely", "superb", "enjoyable")
+NEGATIVE = ("bad", "awful", "dull", "boring", "poor", "terrible")
+NEUTRAL = ("the", "film", "plot", "actors", "music", "story", "was", "and", "a", "scene", "ending", "cast")
+
+
+def _reviews(seed: int, n: int = 800) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic one-line reviews (UTF-8 bytes, some with capitals and punctuation, which TextVectorization
+    strips) and their sentiment: 1 when positive words outnumber negative ones."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=n).astype(np.int64)
+    texts = []
+    for label in labels:
+        words = list(rng.choice(NEUTRAL, size=int(rng.integers(4, 9))))
+        strong, weak = (POSITIVE, NEGATIVE) if label == 1 else (NEGATIVE, POSITIVE)
+        words += list(rng.choice(strong, size=int(rng.integers(2, 4))))
+        words += list(rng.choice(weak, size=int(rng.integers(0, 2))))
+        rng.shuffle(words)
+        words[0] = words[0].capitalize()
+        texts.append((" ".join(words) + rng.choice([".", "!", ""])).encode("utf-8"))
+    return np.array(texts, dtype=np.bytes_)[:, None], labels
+
+
+def text_classifier(folder: Path, seed: int = 0, epochs: int = 4) -> ZooModel:
+    """Keras 3 with a `TextVectorization` first layer: string `text` (N, 1) -> softmax `sentiment` (2 classes).
+
+    The input is text itself (TF Serving takes it as JSON strings); TFLite's builtins have no kernels for its
+    string ops (StringLower, StringSplitV2, ...), so TensorFlow serves it.
+    """
+    tf = tfenv.tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    texts, labels = _reviews(seed)
+    arrays = _named_arrays({"text": texts}, {"sentiment": labels}, seed)
+    vectorize = keras.layers.TextVectorization(max_tokens=64, output_sequence_length=12)
+    vectorize.adapt(tf.constant(arrays["x_train/text"][:, 0]))
+    inputs = keras.Input(shape=(1,), dtype="string", name="text")
+    h = keras.layers.Embedding(64, 8)(vectorize(inputs))
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    out = keras.layers.Dense(2, activation="softmax", name="sentiment")(h)
+    model = keras.Model(inputs, out, name="text_classifier")
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
+    # Keras 3's fit refuses numpy string arrays ("Invalid dtype: bytes..."); a tf.Tensor of strings is fine
+    model.fit(tf.constant(arrays["x_train/text"]), tf.constant(arrays["y_train/sentiment"]), epochs=epochs,
+              batch_size=32, verbose=0)
+    pred = np.asarray(model(tf.constant(arrays["x_val/text"]), training=False))
+    model_path = folder / "text_classifier.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="text_classifier",
+        model_path=model_path,
+        data_path=_save_npz(folder / "text_classifier.npz", arrays),
+        inputs={"text": ("string", (None, 1))},
+        outputs={"sentiment": ("float32", (None, 2), "classification")},
+        kind="keras3",
+        labels=("sentiment",),
+        val_metric={"sentiment": _accuracy(pred, arrays["y_val/sentiment"])},
+    )
+
+
+CUSTOM_MODULE = "zoo_custom_layers"
+CUSTOM_SOURCE = '''"""A user's own layer, registered so a saved model can name it."""
+import keras
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Gate(keras.layers.Layer):
+    """x * sigmoid(w): a learned per-feature gate."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="w")
+
+    def call(self, x):
+        return x * keras.ops.sigmoid(self.w)
+'''
+
+
+def _forget_module(name: str) -> None:
+    """Unload the user's module and unregister its classes, as in a fresh process that never imported it."""
+    import sys
+
+    import keras
+
+    sys.modules.pop(name, None)
+    registered = keras.saving.get_custom_objects()
+    for key in [k for k, v in registered.items() if getattr(v, "__module__", "") == name]:
+        registered.pop(key)
+
+
+def import_model_modules(model: ZooModel) -> None:
+    """Import the modules a model's custom classes live in, from the model's folder."""
+    import importlib
+    import sys
+
+    folder = str(model.model_path.parent)
+    if model.imports and folder not in sys.path:
+        sys.path.insert(0, folder)
+    for name in model.imports:
+        importlib.import_module(name)
+
+
+def custom_layer(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """Keras 3 with a custom registered layer (`zoo>Gate`, defined in `zoo_custom_layers.py` beside the model):
+    `pixels` (64) -> Gate -> Dense -> softmax `digit`. The model loads only once that module is imported; the
+    module is unloaded and unregistered after the build, so a loader that forgets it fails as a user's would."""
+    tfenv.tensorflow()
+    import importlib
+    import sys
+
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{CUSTOM_MODULE}.py").write_text(CUSTOM_SOURCE, encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    try:
+        _forget_module(CUSTOM_MODULE)
+        layers = importlib.import_module(CUSTOM_MODULE)
+        images, y = _digits()
+        pixels = images.reshape(len(images), 64)
+        arrays = _named_arrays({"pixels": pixels}, {"digit": y}, seed)
+        inputs = keras.Input(shape=(64,), name="pixels")
+        h = layers.Gate()(inputs)
+        h = keras.layers.Dense(32, activation="relu")(h)
+        out = keras.layers.Dense(10, activation="softmax", name="digit")(h)
+        model = keras.Model(inputs, {"digit": out}, name="custom_layer")
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss={"digit": "sparse_categorical_crossentropy"})
+        model.fit(arrays["x_train/pixels"], {"digit": arrays["y_train/digit"]}, epochs=epochs, batch_size=32,
+                  verbose=0)
+        pred = model.predict(arrays["x_val/pixels"], verbose=0)
+        model_path = folder / "custom_layer.keras"
+        model.save(model_path)
+    finally:
+        sys.path.remove(str(folder))
+        _forget_module(CUSTOM_MODULE)
+    return ZooModel(
+        name="custom_layer",
+        model_path=model_path,
+        data_path=_save_npz(folder / "custom_layer.npz", arrays),
+        inputs={"pixels": ("float32", (None, 64))},
+        outputs={"digit": ("float32", (None, 10), "classification")},
+        kind="keras3",
+        labels=("digit",),
+        val_metric={"digit": _accuracy(pred["digit"], arrays["y_val/digit"])},
+        imports=(CUSTOM_MODULE,),
+    )
+
+
+def predict_module(folder: Path, seed: int = 0, steps: int = 150) -> ZooModel:
+    """A `tf.Module` SavedModel whose ONLY signature is `predict` (no serving_default): breast-cancer
+    `measurements` (30) -> `malignant` (2-class softmax). Logistic regression trained with a GradientTape loop."""
+    tf = tfenv.tensorflow()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    x = data.data.astype(np.float32)
+    y = data.target.astype(np.int64)
+    train, _, _ = _split(len(x), seed)
+    x = _standardize(x, train)
+    arrays = _named_arrays({"measurements": x}, {"malignant": y}, seed)
+
+    class Screening(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="screening")
+            self.w = tf.Variable(tf.zeros([30, 2]), name="w")
+            self.b = tf.Variable(tf.zeros([2]), name="b")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 30], tf.float32, name="measurements")])
+        def predict(self, measurements: Any) -> dict[str, Any]:
+            return {"malignant": tf.nn.softmax(tf.matmul(measurements, self.w) + self.b)}
+
+    module = Screening()
+    optimizer = tf.optimizers.SGD(0.2)
+    xt, yt = tf.constant(arrays["x_train/measurements"]), tf.constant(arrays["y_train/malignant"])
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            logits = tf.matmul(xt, module.w) + module.b
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=yt, logits=logits))
+        grads = tape.gradient(loss, [module.w, module.b])
+        optimizer.apply_gradients(zip(grads, [module.w, module.b]))
+    probs = module.predict(tf.constant(arrays["x_val/measurements"]))["malignant"].numpy()
+    model_path = folder / "predict_module"
+    tf.saved_model.save(module, str(model_path), signatures={"predict": module.predict})
+    return ZooModel(
+        name="predict_module",
+        model_path=model_path,
+        data_path=_save_npz(folder / "predict_module.npz", arrays),
+        inputs={"measurements": ("float32", (None, 30))},
+        outputs={"malignant": ("float32", (None, 2), "classification")},
+        kind="saved_model",
+        labels=("malignant",),
+        val_metric={"malignant": _accuracy(probs, arrays["y_val/malignant"])},
+        signature="predict",
+    )
+
+
 BUILDERS: dict[str, Callable[..., ZooModel]] = {
     "cnn_classifier": cnn_classifier,
     "two_inputs": two_inputs,
@@ -495,8 +750,17 @@ BUILDERS: dict[str, Callable[..., ZooModel]] = {
     "keras3": keras3,
     "tf_module": tf_module,
     "ready_tflite": ready_tflite,
+    "gru_sequence": gru_sequence,
+    "text_classifier": text_classifier,
+    "custom_layer": custom_layer,
+    "predict_module": predict_module,
 }
-NAMES = tuple(BUILDERS)
+#: served by LiteRT (a plain .tflite converts)
+NAMES = ("cnn_classifier", "two_inputs", "two_heads", "regression", "token_ids", "keras3", "tf_module",
+         "ready_tflite")
+#: served by TensorFlow, or loadable only with the user's help (`imports`, `signature`)
+TF_NAMES = ("gru_sequence", "text_classifier", "custom_layer", "predict_module")
+ALL_NAMES = NAMES + TF_NAMES
 
 
 def build(name: str, folder: Path, seed: int = 0) -> ZooModel:
@@ -504,9 +768,9 @@ def build(name: str, folder: Path, seed: int = 0) -> ZooModel:
     return BUILDERS[name](Path(folder) / name, seed=seed)
 
 
-def build_all(folder: Path, seed: int = 0) -> list[ZooModel]:
-    """Build every zoo model, each into its own subfolder of `folder`."""
-    return [build(name, folder, seed=seed) for name in NAMES]
+def build_all(folder: Path, seed: int = 0, names: tuple[str, ...] = NAMES) -> list[ZooModel]:
+    """Build zoo models (default: the LiteRT-served `NAMES`), each into its own subfolder of `folder`."""
+    return [build(name, folder, seed=seed) for name in names]
 
 
 # ---------------------------------------------------------------------------------------------- reading back
@@ -537,8 +801,17 @@ def predict(model: ZooModel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     whole batch, not row by row.
     """
     tf = tfenv.tensorflow()
-    feed = {name: np.asarray(values, dtype=model.inputs[name][0]) for name, values in inputs.items()}
-    if model.kind == "tf_keras":
+    feed = {name: (np.asarray(values) if model.inputs[name][0] == "string" else
+                   np.asarray(values, dtype=model.inputs[name][0])) for name, values in inputs.items()}
+    import_model_modules(model)
+    if any(dtype == "string" for dtype, _ in model.inputs.values()) and model.kind == "keras3":
+        import keras
+
+        loaded = keras.saving.load_model(model.model_path)
+        tensors = {k: tf.constant(v) for k, v in feed.items()}  # Keras 3 refuses numpy strings, takes tensors
+        raw = loaded(tensors if len(tensors) > 1 else next(iter(tensors.values())), training=False)
+        raw = {k: np.asarray(v) for k, v in raw.items()} if isinstance(raw, dict) else np.asarray(raw)
+    elif model.kind == "tf_keras":
         loaded = tfenv.keras().models.load_model(model.model_path)
         raw = loaded.predict(feed if len(feed) > 1 else next(iter(feed.values())), verbose=0)
     elif model.kind == "keras3":
@@ -566,6 +839,6 @@ def predict(model: ZooModel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
 if __name__ == "__main__":  # python -m tests.zoo OUT_DIR: build the zoo for a look by hand
     import sys
 
-    for built in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else "zoo-out")):
+    for built in build_all(Path(sys.argv[1] if len(sys.argv) > 1 else "zoo-out"), names=ALL_NAMES):
         print(f"{built.name:15s} {built.kind:12s} {built.model_path}  {built.val_metric}")
 

@@ -64,9 +64,10 @@ def _tf() -> Any:
 
 def one_line(error: BaseException) -> str:
     """An exception as one short line for the report (the reason a runtime could not run)."""
-    text = str(error).strip().splitlines()
-    first = next((line.strip() for line in text if line.strip()), "")
-    return f"{type(error).__name__}: {first[:200]}" if first else type(error).__name__
+    from builder.optimize.causes import cause
+
+    first = cause(error)
+    return f"{type(error).__name__}: {first}" if first != type(error).__name__ else first
 
 
 def load_data(path: Path) -> dict[str, np.ndarray]:

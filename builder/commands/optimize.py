@@ -66,6 +66,12 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(2, "--threads", min=1, help="Interpreter / intra-op threads for evaluation."),
         latency_runs: int = typer.Option(300, "--latency-runs", min=10,
                                          help="Timing effort: about latency_runs/100 s per artifact x runtime."),
+        signature: Optional[str] = typer.Option(None, "--signature",
+                                                help="SavedModel signature that is the contract and the served "
+                                                     "default (default: serving_default), e.g. predict."),
+        imports: list[str] = typer.Option([], "--import", help="Python module to import before loading MODEL, so "
+                                          "the custom layers/objects it registers load (repeatable; searched on "
+                                          "sys.path and in the current directory)."),
     ) -> None:
         """Prune, quantize and export MODEL keeping its API; judge every artifact per output against the original
         model (exit 3 when the chosen one fails) and pick the fastest accepted artifact x runtime on this host."""
@@ -76,6 +82,7 @@ def register(app: typer.Typer) -> None:
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
                                     cuda_cc=cuda_cc, latency_runs=latency_runs,
-                                    max_relative_error=max_relative_error)
+                                    max_relative_error=max_relative_error, signature=signature,
+                                    imports=tuple(imports))
         if code:
             raise typer.Exit(code)

@@ -69,6 +69,8 @@ def _rows(arrays: Mapping[str, np.ndarray] | None) -> int:
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    from builder.optimize.causes import cause
+
     if not path.is_file():
         raise InputError(f"data {path}: no such file")
     try:
@@ -76,7 +78,7 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
             return {key: archive[key] for key in archive.files}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as error:
         raise InputError(f"data {path}: not a readable .npz ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0][:120] if str(error) else ''})") from error
+                         f"{cause(error)})") from error
 
 
 def split_npz(arrays: Mapping[str, np.ndarray], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
@@ -193,8 +195,38 @@ def load_data(spec: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSp
     return raw
 
 
+#: The contract's spelling of a string tensor (TensorFlow's `tf.string`).
+STRING = "string"
+
+
+def as_bytes(x: np.ndarray) -> np.ndarray:
+    """Strings as a fixed-width bytes array (numpy `S<n>`, UTF-8): what `np.savez`/`np.load(allow_pickle=False)`
+    keep and `tf.constant` takes as `tf.string`. `U` (str) arrays are encoded; object arrays of str/bytes too."""
+    x = np.asarray(x)
+    if x.dtype.kind == "S":
+        return x
+    if x.dtype.kind == "U":
+        return np.char.encode(x, "utf-8")
+    flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in x.reshape(-1)]
+    return np.array(flat, dtype=np.bytes_).reshape(x.shape)
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """A contract dtype as numpy's: `string` is bytes (`S`), everything else numpy's own name."""
+    return np.dtype(np.bytes_) if dtype == STRING else np.dtype(dtype)
+
+
 def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -> np.ndarray:
-    """`x` in the input's dtype without changing a value (float ids or NaNs are refused, never rounded)."""
+    """`x` in the input's dtype without changing a value (float ids or NaNs are refused, never rounded);
+    string inputs take str or bytes arrays (`U`, `S`, or objects) and become UTF-8 bytes."""
+    if spec.dtype == STRING:
+        if x.dtype.kind not in "SUO":
+            raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes strings "
+                             "(a str or bytes array)")
+        try:
+            return as_bytes(x)
+        except (TypeError, UnicodeError) as error:
+            raise InputError(f"data {source}: {where} holds values that are not strings ({error})") from error
     want = np.dtype(spec.dtype)
     if x.dtype.kind not in "fiub":
         raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")

@@ -5,8 +5,14 @@
 - Keras 3 files do not load in tf_keras and tfmot cannot handle Keras 3 objects (tfmot works only with Keras 2):
   the model is loaded with Keras 3, exported to a SavedModel with its own input/output names, and takes the
   post-training path.
-- SavedModels of any signature (Keras, or a plain `tf.Module`) keep their `serving_default` as the contract and
-  are converted from it directly, so names stay the original's.
+- SavedModels of any signature (Keras, or a plain `tf.Module`) keep their `serving_default` (or the signature
+  `--signature` names, e.g. `predict`) as the contract and are converted from it directly, so names stay the
+  original's.
+- String inputs (a `TextVectorization` first layer) are part of the contract like any dtype: TensorFlow serves
+  them; the TFLite builtins cannot, which the converter says when it is tried.
+- Custom layers and objects (`@keras.saving.register_keras_serializable`) load once the user's module is
+  imported (`--import MODULE`, found on sys.path or in the current directory); the exported SavedModel carries
+  the graph, so serving needs no user code.
 - A `.tflite` is the original itself: nothing to convert, only to evaluate and measure.
 
 The contract (input/output names, dtypes, shapes) is always the ORIGINAL model's serving signature; Keras
@@ -35,8 +41,9 @@ from builder.report import TensorSpec
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 TFLITE_MAGIC = b"TFL3"
-#: dtypes the TFLite converter and LiteRT take at a signature's edge
-SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"})
+#: dtypes a signature's edge may have: the TFLite converter and LiteRT take all but `string`, TensorFlow all
+SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool", "string"})
+DEFAULT_SIGNATURE = "serving_default"
 Arrays = Mapping[str, np.ndarray]
 
 
@@ -114,6 +121,7 @@ class LoadedModel:
     tflite_path: Path | None
     trainable_why_not: str | None
     params: int | None
+    signature: str = DEFAULT_SIGNATURE  # the signature that is the contract (a SavedModel's may be `predict`)
     _predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = field(repr=False, default=None)  # type: ignore[assignment]
     _keep: list[Any] = field(default_factory=list, repr=False)  # temp dirs and loaded objects kept alive
 
@@ -131,8 +139,12 @@ class LoadedModel:
                 item.cleanup()
 
 
-def _one_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+def _one_line(error: BaseException, log: str = "load-model") -> str:
+    """The library's own first error line, whole, and where its full text was written (a temp log: --out is
+    not written when loading fails)."""
+    from builder.optimize.causes import logged
+
+    return logged(log, error)
 
 
 def _shape(shape: Any) -> tuple[int | None, ...]:
@@ -140,17 +152,12 @@ def _shape(shape: Any) -> tuple[int | None, ...]:
 
 
 def check_supported(path: Path, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> None:
-    """One line, before any work, for a signature TFLite cannot carry (a string input, say)."""
+    """One line, before any work, for a signature dtype nothing here serves (strings are served by TensorFlow)."""
     for kind, specs in (("input", inputs), ("output", outputs)):
         for spec in specs:
-            if spec.dtype in ("string", "object", "bytes_"):
-                raise InputError(
-                    f"model {path}: {kind} {spec.name!r} is a string tensor, which TFLite cannot serve from a "
-                    "converted model: move text handling (e.g. TextVectorization) out of the model and give it "
-                    "int32 token ids")
             if spec.dtype not in SUPPORTED_DTYPES:
-                raise InputError(f"model {path}: {kind} {spec.name!r} has dtype {spec.dtype}, which TFLite does not "
-                                 f"take at a signature edge (supported: {', '.join(sorted(SUPPORTED_DTYPES))})")
+                raise InputError(f"model {path}: {kind} {spec.name!r} has dtype {spec.dtype}, which tfsmith does not "
+                                 f"serve (supported: {', '.join(sorted(SUPPORTED_DTYPES))})")
 
 
 def _is_graph_model(model: Any) -> bool:
@@ -216,6 +223,27 @@ def export_keras(model: Any, directory: Path, inputs: tuple[TensorSpec, ...], ou
         archive.write_out(str(directory))
 
 
+XLA_SIGNATURE = "serving_xla"
+
+
+def add_xla_signature(directory: Path, signature: str = DEFAULT_SIGNATURE) -> None:
+    """Re-save a SavedModel with a `serving_xla` signature: `signature` compiled with XLA (jit_compile), same
+    inputs and outputs. Every signature it had stays; it is written beside it and swapped in when complete."""
+    tf = tfenv.tensorflow()
+    directory = Path(directory)
+    loaded = tf.saved_model.load(str(directory))
+    fn = loaded.signatures[signature]
+    specs = fn.structured_input_signature[1]
+    compiled = tf.function(lambda **feed: fn(**feed), jit_compile=True, autograph=False)
+    signatures = dict(loaded.signatures)
+    signatures[XLA_SIGNATURE] = compiled.get_concrete_function(**specs)
+    fresh = directory.with_name(directory.name + ".xla")
+    with contextlib.redirect_stdout(io.StringIO()):
+        tf.saved_model.save(loaded, str(fresh), signatures=signatures)
+    shutil.rmtree(directory)
+    fresh.rename(directory)
+
+
 def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
     return [None if i == 0 else d for i, d in enumerate(shape)]  # batch stays dynamic
 
@@ -233,25 +261,30 @@ def _signature_predict(fn: Any, inputs: tuple[TensorSpec, ...]) -> Callable[[dic
     tf = tfenv.tensorflow()
 
     def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        result = fn(**{s.name: tf.constant(x[s.name], dtype=s.dtype) for s in inputs})
+        result = fn(**{s.name: tf.constant(x[s.name], dtype=tf.as_dtype(s.dtype)) for s in inputs})
         return {k: np.asarray(v) for k, v in result.items()}
 
     return predict
 
 
 def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: str | None,
-                      keras_model: Any | None = None) -> LoadedModel:
+                      keras_model: Any | None = None, signature: str | None = None) -> LoadedModel:
     tf = tfenv.tensorflow()
     try:
         loaded = tf.saved_model.load(str(directory))
     except Exception as error:
-        raise InputError(f"model {facts.path}: cannot load SavedModel ({type(error).__name__}: "
-                         f"{_one_line(error)})") from error
-    if "serving_default" not in loaded.signatures:
-        raise InputError(f"model {facts.path}: the SavedModel has no serving_default signature "
-                         f"(it has: {', '.join(loaded.signatures) or 'none'}); save it with "
-                         "signatures={'serving_default': fn}")
-    fn = loaded.signatures["serving_default"]
+        raise InputError(f"model {facts.path}: TensorFlow cannot load the SavedModel: {type(error).__name__}: "
+                         f"{_one_line(error)}") from error
+    key = signature or DEFAULT_SIGNATURE
+    if key not in loaded.signatures:
+        has = ", ".join(sorted(loaded.signatures)) or "none"
+        if signature:
+            raise InputError(f"model {facts.path}: the SavedModel has no signature {signature!r} (it has: {has})")
+        hint = (f"name the one to serve with --signature {sorted(loaded.signatures)[0]}" if loaded.signatures else
+                "save it with signatures={'serving_default': fn}")
+        raise InputError(f"model {facts.path}: the SavedModel has no serving_default signature (it has: {has}); "
+                         f"{hint}")
+    fn = loaded.signatures[key]
     inputs, outputs = saved_model_contract(fn)
     check_supported(facts.path, inputs, outputs)
     keep.append(loaded)
@@ -264,7 +297,7 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
     return LoadedModel(facts=facts, inputs=inputs, outputs=outputs, keras_model=keras_model,
                        saved_model_dir=directory, tflite_path=None, trainable_why_not=why,
                        params=int(keras_model.count_params()) if keras_model is not None else (params or None),
-                       _predict=_signature_predict(fn, inputs), _keep=keep)
+                       signature=key, _predict=_signature_predict(fn, inputs), _keep=keep)
 
 
 def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
@@ -277,7 +310,8 @@ def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
     try:
         export_keras(model, exported, inputs, outputs)
     except Exception as error:
-        raise InputError(f"model {facts.path}: cannot be exported as a SavedModel: {_one_line(error)}") from error
+        raise InputError(f"model {facts.path}: cannot be exported as a SavedModel: {_one_line(error, 'export')}"
+                         ) from error
     why = None if graph else ("a subclassed model: tfmot prunes and quantization-aware-trains only "
                               "Sequential/Functional models, so only post-training quantization applies")
     return _from_saved_model(facts, exported, keep, why, keras_model=model if graph else None)
@@ -292,7 +326,7 @@ def _from_tflite(facts: ModelFacts) -> LoadedModel:
     except InputError:
         raise
     except Exception as error:
-        raise InputError(f"model {facts.path}: LiteRT cannot load it ({_one_line(error)})") from error
+        raise InputError(f"model {facts.path}: LiteRT cannot load it: {_one_line(error)}") from error
     key = DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in backend.signatures else next(iter(backend.signatures))
     sig = backend.signatures[key]
     inputs = tuple(TensorSpec(s.name, s.dtype, _shape(s.shape)) for s in sig.inputs)
@@ -309,9 +343,44 @@ def _from_tflite(facts: ModelFacts) -> LoadedModel:
                        _predict=predict, _keep=[backend])
 
 
-def load_model(path: Path) -> LoadedModel:
-    """Load MODEL (see module doc). Bad, unreadable or unservable files raise one-line InputErrors."""
+def import_user_modules(names: tuple[str, ...]) -> None:
+    """Import the user's modules (`--import`) so the custom layers and objects they register can load; the
+    current directory is searched too. One line, keeping the ImportError's first line, when one fails."""
+    import importlib
+    import sys
+
+    cwd = str(Path.cwd())
+    if names and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # ImportError, or anything the module raises while it runs
+            from builder.optimize.causes import logged
+
+            raise InputError(f"--import {name}: cannot import it: {type(error).__name__}: "
+                             f"{logged('import-' + name.replace('.', '-'), error)}") from error
+
+
+def _keras_load_error(facts: ModelFacts, which: str, error: BaseException, imports: tuple[str, ...]) -> InputError:
+    text = str(error)
+    hint = ""
+    if "Could not locate" in text or "Unknown layer" in text or "custom_objects" in text:
+        hint = ("; it uses a custom class: pass the module that defines and registers it with --import MODULE"
+                if not imports else f"; --import {', '.join(imports)} did not register it")
+    return InputError(f"model {facts.path}: {which} cannot load it: {_one_line(error)}{hint}")
+
+
+def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = ()) -> LoadedModel:
+    """Load MODEL (see module doc). Bad, unreadable or unservable files raise one-line InputErrors.
+
+    `signature`: the SavedModel signature that is the contract (default serving_default); `imports`: the user's
+    modules to import first (custom layers)."""
     facts = sniff_model(path)
+    if signature and signature != DEFAULT_SIGNATURE and facts.format != "saved_model":
+        raise InputError(f"--signature {signature}: only a SavedModel has signatures to choose from; "
+                         f"{facts.path} is a {facts.format} model, whose contract is {DEFAULT_SIGNATURE}")
+    import_user_modules(tuple(imports))
     keep: list[Any] = []
     if facts.format == "tflite":
         return _from_tflite(facts)
@@ -320,7 +389,7 @@ def load_model(path: Path) -> LoadedModel:
         try:
             model = keras.models.load_model(str(facts.path), compile=True)
         except Exception as error:
-            raise InputError(f"model {facts.path}: tf_keras cannot load it: {_one_line(error)}") from error
+            raise _keras_load_error(facts, "tf_keras", error, imports) from error
         return _from_keras2(facts, model, keep)
     if facts.format == "keras3":
         tfenv.tensorflow()
@@ -329,7 +398,7 @@ def load_model(path: Path) -> LoadedModel:
 
             model3 = keras3.saving.load_model(str(facts.path), compile=False)
         except Exception as error:
-            raise InputError(f"model {facts.path}: Keras 3 cannot load it: {_one_line(error)}") from error
+            raise _keras_load_error(facts, "Keras 3", error, imports) from error
         staging = tempfile.TemporaryDirectory(prefix="tfsmith-keras3-")
         keep.append(staging)
         exported = Path(staging.name) / "saved_model"
@@ -338,7 +407,7 @@ def load_model(path: Path) -> LoadedModel:
         try:
             export_keras(model3, exported, inputs, outputs, keras3=True)
         except Exception as error:
-            raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error)}") from error
+            raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
         why = (f"a Keras {facts.keras_version} model: tfmot prunes and quantization-aware-trains only Keras 2 "
                "(tf_keras) models, so only post-training quantization applies")
         return _from_saved_model(facts, exported, keep, why)
@@ -355,7 +424,7 @@ def load_model(path: Path) -> LoadedModel:
             model, why = None, ("a subclassed Keras model: tfmot prunes and quantization-aware-trains only "
                                 "Sequential/Functional models, so only post-training quantization applies")
     why = None if model is not None else why
-    return _from_saved_model(facts, facts.path, keep, why, keras_model=model)
+    return _from_saved_model(facts, facts.path, keep, why, keras_model=model, signature=signature)
 
 
 def copy_original(loaded: LoadedModel, destination: Path) -> None:

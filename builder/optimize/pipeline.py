@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,7 +40,12 @@ FILE_NAMES = {
     "tflite_int8": "model_int8.tflite",
     "tflite_qat_int8": "model_qat_int8.tflite",
     "tflite_original": "model.tflite",
+    "tflite_select_tf": "model_select_tf.tflite",
 }
+#: kinds that TensorFlow itself serves (a SavedModel; a .tflite with Select TF ops on TensorFlow's interpreter)
+TF_KINDS = ("saved_model", "tflite_select_tf")
+TF = "tensorflow"
+XLA_SIGNATURE = "serving_xla"
 #: rule order when nothing was measured (int8 first: 4x smaller; the recipe's own choice goes first anyway)
 RULE_ORDER = ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_fp32", "tflite_float16", "tflite_original")
 INTERESTING_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
@@ -98,9 +103,22 @@ def target_facts(name: str | None, cuda_cc: str | None = None) -> TargetFacts:
     return TargetFacts(target.name, target.arch, frozenset(target.features), ccs, is_host=False)
 
 
+def measures_here(recipe: Recipe, facts: TargetFacts) -> bool:
+    """auto on this host measures every candidate; GPU hosts (tensor cores) choose the SavedModel by rule."""
+    return recipe.name == "auto" and facts.is_host and not any(
+        recipes._cc_value(cc) >= 7.0 for cc in facts.gpu_capabilities)
+
+
 def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...]]:
     if spec == "auto":
-        return recipes.auto_recipe(facts.features, facts.gpu_capabilities, facts.arch, facts.name)
+        recipe, reasons = recipes.auto_recipe(facts.features, facts.gpu_capabilities, facts.arch, facts.name)
+        if measures_here(recipe, facts) and not recipe.export.xla:
+            recipe = replace(recipe, export=replace(recipe.export, xla=True))
+            reasons = tuple(r for r in reasons if not r.startswith("xla:")) + (
+                "xla: a jit_compile'd serving_xla signature is added and timed against the contract's signature on "
+                "this host; requests get it by default only when it is faster beyond noise (XLA measured slower "
+                "for CNNs on CPU: MobileNetV2 16 ms -> 96 ms on this stack)",)
+        return recipe, reasons
     recipe = recipes.load_recipe(Path(spec))
     return recipe, (f"recipe: from {spec}",)
 
@@ -178,6 +196,8 @@ class Options:
     cuda_cc: str | None = None
     latency_runs: int = 300
     max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR
+    signature: str | None = None  # the SavedModel signature that is the contract (default serving_default)
+    imports: tuple[str, ...] = ()  # the user's modules to import before loading (custom layers)
 
 
 @dataclass(frozen=True)
@@ -212,7 +232,16 @@ class Plan:
     notes: list[str]
     loaded: Any  # model_io.LoadedModel
     data: Any  # data.Data
+    #: why no plain .tflite can be made (the converter's own first error line), None when it can
+    no_tflite: str | None = None
+    #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
+    logs: dict[str, str] = field(default_factory=dict)
+    out: Path = Path(".")
 
+    def log(self, name: str, text: str) -> Path:
+        """Keep a full error text for OUT/logs/<name>.log; returns the path it will have."""
+        self.logs[name] = text
+        return Path(self.out) / "logs" / f"{name}.log"
 
 def make_plan(options: Options, say: Say) -> Plan:
     """Recipe, model, contract and DATA, all checked; raises one-line errors with nothing written."""
@@ -230,7 +259,7 @@ def make_plan(options: Options, say: Say) -> Plan:
 
     tfenv.configure_threads(options.threads)
     with _stage(say, f"loading {options.model}"):
-        loaded = load_model(options.model)
+        loaded = load_model(options.model, options.signature, options.imports)
     raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
     has_train = data_mod.has_training_data(raw, loaded.outputs)
     recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not, has_train, loaded.tflite_path is not None)
@@ -242,6 +271,16 @@ def make_plan(options: Options, say: Say) -> Plan:
 
         raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
                          f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
+    plan = Plan(facts, recipe, reasons, notes, loaded, None, out=Path(options.out))
+    if any(t.dtype == "string" for t in loaded.inputs) and recipe.export.xla:
+        recipe = replace(recipe, export=replace(recipe.export, xla=False))
+        notes.append("xla: serving_xla not added: string inputs have no XLA kernels")
+    if loaded.saved_model_dir is not None:
+        failure = _probe_conversion(loaded)
+        if failure is not None:
+            recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
+            plan.no_tflite = failure.cause
+            notes.append(note)
     if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
         modes = tuple(m for m in recipe.quantization.modes if m != "int8")
         recipe = replace(recipe, quantization=replace(recipe.quantization, modes=modes),
@@ -255,27 +294,37 @@ def make_plan(options: Options, say: Say) -> Plan:
     leaked = data_mod.shared_rows(data.x_calib, data.x_val)
     if leaked:
         notes.append(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
-    if loaded.saved_model_dir is not None:
-        _probe_conversion(loaded, options.model)
-    return Plan(facts, recipe, reasons, notes, loaded, data)
+    plan.recipe, plan.data = recipe, data
+    return plan
 
 
-def _probe_conversion(loaded: Any, model: Path) -> None:
-    """A float conversion before any training: an op the converter lacks is one line now, not after pruning."""
-    from builder.errors import IncompatibleError, InputError
+def _probe_conversion(loaded: Any) -> Any:
+    """A float conversion before any training: ConversionFailed when the TFLite builtins cannot express the
+    model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), None when they can."""
     from builder.optimize import quantize
 
     try:
-        quantize.convert_saved_model(loaded.saved_model_dir, "fp32")
-    except IncompatibleError as error:
-        raise InputError(f"model {model}: {error}") from error
+        quantize.convert_saved_model(loaded.saved_model_dir, "fp32", signature=loaded.signature)
+    except quantize.ConversionFailed as error:
+        return error
+    return None
+
+
+def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:
+    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it) and a Select-TF-ops
+    .tflite are what is left; pruning and QAT only feed .tflite files, so they go too. (recipe, one-line note)."""
+    adapted = replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
+                      export=replace(recipe.export, tflite_fp32=False), choose="saved_model")
+    return adapted, (f"no plain .tflite: the TFLite converter says: {cause} (full text: {log}); serving the "
+                     "SavedModel on TensorFlow, and a .tflite with Select TF ops is tried for TensorFlow's interpreter")
 
 
 # --- step 2: the contract --------------------------------------------------------------------------------
 
 
 def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], reference: Mapping[str, np.ndarray],
-                  labels: Mapping[str, np.ndarray], overrides: Mapping[str, str]) -> ModelContract:
+                  labels: Mapping[str, np.ndarray], overrides: Mapping[str, str],
+                  signature: str = "serving_default") -> ModelContract:
     """The original's signature plus a task per output (inferred, or the recipe's override), with why."""
     from builder.optimize.quality import infer_task
 
@@ -283,7 +332,7 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     for t in outputs:
         task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name))
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
-    return ModelContract(tuple(inputs), tuple(specs))
+    return ModelContract(tuple(inputs), tuple(specs), signature)
 
 
 def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None) -> None:
@@ -413,8 +462,22 @@ def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, 
         else:
             shutil.copytree(loaded.saved_model_dir, target)
             if recipe.export.xla:
-                plan.notes.append("xla: serving_xla not added: the model is not a Keras 2 model")
+                _add_xla(plan, target)
     return target
+
+
+def _add_xla(plan: Plan, target: Path) -> None:
+    """serving_xla beside the contract's signature, re-saved from the SavedModel itself (a Keras 3 export, a
+    tf.Module); when TensorFlow cannot re-save it, a note says why and the SavedModel stays as it was."""
+    from builder.optimize.causes import cause, log_text
+    from builder.optimize.model_io import add_xla_signature
+
+    try:
+        add_xla_signature(target, plan.loaded.signature)
+    except Exception as error:  # noqa: BLE001 - the SavedModel without serving_xla still serves
+        shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
+        log = plan.log("export-xla", log_text(error, "adding serving_xla"))
+        plan.notes.append(f"xla: serving_xla not added: {cause(error)} (full text: {log})")
 
 
 def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) -> list[tuple[str, Path]]:
@@ -427,13 +490,26 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
         return [("tflite_original", path)]
     assert saved_model is not None
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
-    for kind in plan.recipe.kinds:
-        if kind in ("saved_model", "tflite_qat_int8"):
-            continue
+    signature = plan.loaded.signature
+    kinds = [k for k in plan.recipe.kinds if k not in ("saved_model", "tflite_qat_int8")]
+    if plan.no_tflite is not None:
+        kinds.append("tflite_select_tf")
+    for kind in kinds:
         mode = kind.removeprefix("tflite_")
         with _stage(say, f"converting to TFLite {mode}"):
             path = staging / FILE_NAMES[kind]
-            path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes))
+            try:
+                path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes,
+                                                              signature=signature))
+            except quantize.ConversionFailed as error:
+                log = plan.log(f"convert-{mode}", error.full_text)
+                plan.notes.append(f"{FILE_NAMES[kind]} not written: TFLite {mode} conversion failed: {error.cause} "
+                                  f"(full text: {log})")
+                continue
+        if kind == "tflite_select_tf":
+            plan.notes.append(f"{FILE_NAMES[kind]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+                              "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
+                              "delegate, never on LiteRT")
         produced.append((kind, path))
     return produced
 
@@ -464,8 +540,8 @@ def runtimes_for(kind: str, facts: TargetFacts) -> tuple[str, ...]:
     OpenVINO quantizing the fp32 file to int8 with NNCF at load (when nncf is importable: on plain AVX2 and on
     MobileNetV2 here it ran faster than any .tflite on LiteRT); TensorFlow for the SavedModel (a serving
     candidate only on GPU targets)."""
-    if kind == "saved_model":
-        return ("tensorflow",)
+    if kind in TF_KINDS:
+        return (TF,)
     if not openvino_available():
         return ("litert",)
     if kind == "tflite_fp32" and nncf_available():
@@ -510,7 +586,7 @@ def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan,
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
     from builder.optimize import evaluate, quality
 
-    runner = evaluate.Runner(runtime, path, options.threads)
+    runner = evaluate.Runner(runtime, path, options.threads, contract.signature if path.is_dir() else None)
     kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
     outputs = runner.predict_all(plan.data.x_val)
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
@@ -532,10 +608,32 @@ def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, c
     results = []
     for kind, path in produced:
         with _stage(say, f"evaluating {path.name}"):
-            runtime = "tensorflow" if kind == "saved_model" else "litert"
-            result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
+            runtime = TF if kind in TF_KINDS else "litert"
+            try:
+                result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
+            except Exception as error:  # noqa: BLE001 - only a Select-TF-ops file may fail to run here
+                if kind != "tflite_select_tf":
+                    raise
+                result = unrunnable(kind, path, runtime, plan, error, options)
         results.append(result)
     return results
+
+
+def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseException,
+               options: Options) -> ArtifactResult:
+    """A file kept in OUT that this host's runtime cannot run (a Select-TF-ops .tflite on a TensorFlow without
+    the Flex delegate, as the stock wheel is): rejected here, with the runtime's own first line and a log."""
+    from builder.optimize import evaluate
+    from builder.optimize.causes import cause, log_text
+
+    log = plan.log(f"run-{path.stem}", log_text(error, f"running {path.name} on {runtime}"))
+    raw, packed = evaluate.file_sizes(path)
+    return ArtifactResult(
+        path=path.name, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(), contract_kept=False,
+        accepted=False, reason=f"not run on this host: {runtime} cannot run it here: {cause(error)} (full text: "
+                               f"{log}); a TensorFlow build with the Flex delegate can",
+        extra={"runnable_here": False})
 
 
 def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray],
@@ -553,113 +651,153 @@ def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, n
 def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
                  say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
-    """Time every artifact x runtime in ONE interleaved loop (bench's), on the model's own held-out rows.
+    """Time every artifact x runtime (x signature, for a SavedModel's serving_xla) in ONE interleaved loop
+    (bench's), on the model's own held-out rows.
 
-    Non-LiteRT runtimes of a .tflite are checked against the gate too (OpenVINO computes int8 its own way);
-    a runtime that cannot load or run the file is a candidate with its error, never a crash.
+    What runs differently from the evaluated path (OpenVINO's own int8, XLA's fused kernels) is checked against
+    the gate first; a runtime that cannot load or run the file is a candidate with its error, never a crash.
     """
     from builder.optimize import evaluate, quality
+    from builder.optimize.causes import cause
 
     calls: dict[str, Callable[[], Any]] = {}
-    errors: dict[tuple[str, str], str] = {}
-    judged: dict[tuple[str, str], bool] = {}
-    for result in results:
-        for runtime in runtimes_for(result.kind, plan.facts):
-            key = f"{result.path}@{runtime}"
-            try:
-                runner = evaluate.Runner(runtime, staging / result.path, options.threads)
-                if runtime not in ("litert", "tensorflow"):
-                    outputs = runner.predict_all(plan.data.x_val)
-                    _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
-                                                   max_accuracy_drop=options.max_accuracy_drop,
-                                                   max_relative_error=options.max_relative_error)
-                    judged[(result.path, runtime)] = passed
-                    if not passed:
-                        errors[(result.path, runtime)] = f"fails the gate on this runtime ({why})"
-                    runner = evaluate.Runner(runtime, staging / result.path, options.threads)  # fresh: batch-1 shape
-                calls[key] = runner.row_caller(plan.data.x_val)
-            except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
-                errors[(result.path, runtime)] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:160]}"
+    errors: dict[tuple[str, str, str], str] = {}
+    pairs = [(result, runtime, signature) for result in results for runtime, signature in candidate_pairs(result, contract)]
+    for result, runtime, signature in pairs:
+        trio = (result.path, runtime, signature)
+        if result.extra.get("runnable_here") is False:
+            errors[trio] = result.reason
+            continue
+        try:
+            runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)
+            if runtime not in ("litert", TF) or signature == XLA_SIGNATURE:
+                outputs = runner.predict_all(plan.data.x_val)
+                _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                               max_accuracy_drop=options.max_accuracy_drop,
+                                               max_relative_error=options.max_relative_error)
+                if not passed:
+                    errors[trio] = f"fails the gate on this runtime ({why})"
+                runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)  # fresh
+            calls[_key(*trio)] = runner.row_caller(plan.data.x_val)
+        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+            errors[trio] = f"{type(error).__name__}: {cause(error)}"
     baseline_key = None
     if baseline_dir is not None:
         baseline_key = "baseline@tensorflow"
-        calls[baseline_key] = evaluate.Runner("tensorflow", baseline_dir, options.threads).row_caller(plan.data.x_val)
+        calls[baseline_key] = evaluate.Runner(TF, baseline_dir, options.threads,
+                                              contract.signature).row_caller(plan.data.x_val)
     budget = min(60.0, max(0.5, len(calls) * min(3.0, max(0.1, options.latency_runs / 100))))
     with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({budget:.0f} s, interleaved)"):
         latencies = evaluate.time_runners(calls, budget) if calls else {}
     updated = []
-    candidates = []
     for result in results:
-        lat = latencies.get(f"{result.path}@{'tensorflow' if result.kind == 'saved_model' else 'litert'}")
-        updated.append(replace(result, latency_us=lat or result.latency_us))
-        for runtime in runtimes_for(result.kind, plan.facts):
-            key = f"{result.path}@{runtime}"
-            error = errors.get((result.path, runtime), "")
-            got = latencies.get(key)
-            candidates.append(Candidate(result.path, runtime, None if got is None or error else got.p50,
-                                        0 if got is None else got.runs, result.size_bytes, error))
+        primary = _key(result.path, result.runtime, contract.signature if result.kind == "saved_model" else "")
+        updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us))
+    candidates = []
+    for result, runtime, signature in pairs:
+        trio = (result.path, runtime, signature)
+        error = errors.get(trio, "")
+        got = latencies.get(_key(*trio))
+        candidates.append(Candidate(result.path, runtime, None if got is None or error else got.p50,
+                                    0 if got is None else got.runs, result.size_bytes, error,
+                                    signature or contract.signature))
     extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
     return updated, candidates, extra
+
+
+def candidate_pairs(result: ArtifactResult, contract: ModelContract) -> list[tuple[str, str]]:
+    """(runtime, signature) pairs an artifact is timed on: a .tflite on each runtime that reads it (signature
+    "": its own), a SavedModel's contract signature and its serving_xla on TensorFlow."""
+    if result.kind == "saved_model":
+        signatures = [contract.signature]
+        if XLA_SIGNATURE in result.extra.get("signatures", ()) and XLA_SIGNATURE != contract.signature:
+            signatures.append(XLA_SIGNATURE)
+        return [(TF, s) for s in signatures]
+    return [(runtime, "") for runtime in runtimes_for(result.kind, TargetFacts("", "", frozenset(), ()))]
+
+
+def _key(path: str, runtime: str, signature: str) -> str:
+    return f"{path}@{runtime}" + (f"#{signature}" if signature else "")
 
 
 # --- step 9: select -----------------------------------------------------------------------------------------
 
 
-def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult],
-                candidates: list[Candidate]) -> tuple[str, str, Selection, list[str]]:
-    """(chosen file, runtime, selection, notes).
+@dataclass(frozen=True)
+class Choice:
+    """What to serve: the artifact (relative to OUT), the runtime, and the signature a request without
+    signature_name gets."""
 
-    On this host with `--recipe auto`: the fastest accepted candidate by measured p50; one within noise of the
-    fastest (p50 within NOISE of it: run-to-run noise measured ~15% here) loses to a smaller file, and LiteRT
-    (the smallest runtime) is kept unless another runtime is more than NOISE faster. Elsewhere, or for GPU
-    targets, or explicit recipes: by rule (the recipe's choice, else the first accepted in RULE_ORDER).
+    artifact: str
+    runtime: str
+    signature: str
+    selection: Selection
+
+
+def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult], candidates: list[Candidate],
+                contract_signature: str = "serving_default") -> tuple[Choice, list[str]]:
+    """(choice, notes).
+
+    On this host with `--recipe auto`: the fastest accepted candidate (any artifact x runtime x signature) by
+    measured p50; one within noise of the fastest (p50 within NOISE of it: run-to-run noise measured ~15%
+    here) loses to a smaller file, then to the smaller runtime (LiteRT first, TensorFlow last), then to the
+    contract's own signature over serving_xla. Elsewhere, or for GPU targets, or explicit recipes: by rule (the
+    recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the contract's signature.
     """
     accepted = {r.path: r for r in results if r.accepted}
     notes: list[str] = []
     by_kind = {r.kind: r for r in results}
-    if recipe.name == "auto" and facts.is_host and recipe.choose != "saved_model":
-        usable = [c for c in candidates if c.p50_us is not None and c.artifact in accepted
-                  and c.artifact.endswith(".tflite")]
+    if recipe.name == "auto" and facts.is_host and not any(recipes._cc_value(cc) >= 7.0 for cc in facts.gpu_capabilities):
+        usable = [c for c in candidates if c.p50_us is not None and c.artifact in accepted]
         if usable:
-            chosen = pick_fastest(usable)
-            return chosen.artifact, chosen.runtime, Selection(
-                True, f"measured on this host: {describe_pick(chosen, usable)}", tuple(candidates)), notes
-        notes.append("no accepted .tflite could be measured on this host; choosing by rule")
+            chosen = pick_fastest(usable, contract_signature)
+            how = f"measured on this host: {describe_pick(chosen, usable)}"
+            return Choice(chosen.artifact, chosen.runtime, chosen.signature or contract_signature,
+                          Selection(True, how, tuple(candidates))), notes
+        notes.append("no accepted artifact could be measured on this host; choosing by rule")
     preferred = by_kind.get(recipe.choose)
     if preferred is not None and preferred.accepted:
         chosen_path = preferred.path
     else:
-        fallback = next((by_kind[k] for k in RULE_ORDER if k in by_kind and by_kind[k].accepted), None)
+        order = RULE_ORDER + ("saved_model",)
+        fallback = next((by_kind[k] for k in order if k in by_kind and by_kind[k].accepted), None)
         if fallback is not None and recipe.name == "auto":
-            notes.append(f"{FILE_NAMES.get(recipe.choose, recipe.choose)} was rejected by the gate; auto chose the "
-                         f"accepted {fallback.path} instead")
+            notes.append(f"{FILE_NAMES.get(recipe.choose, recipe.choose)} was rejected by the gate or not produced; "
+                         f"auto chose the accepted {fallback.path} instead")
             chosen_path = fallback.path
         else:
             chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
-    runtime = "tensorflow" if chosen_path == FILE_NAMES["saved_model"] else "litert"
+    kind = next((r.kind for r in results if r.path == chosen_path), "")
+    runtime = TF if kind in TF_KINDS or chosen_path == FILE_NAMES["saved_model"] else "litert"
     how = ("by rule for this host: the recipe names the artifact" if facts.is_host else
            f"by rule: {facts.name} is not this host, so it could not be measured here")
-    return chosen_path, runtime, Selection(False, how, tuple(candidates)), notes
+    return Choice(chosen_path, runtime, contract_signature, Selection(False, how, tuple(candidates))), notes
 
 
 #: Two p50s within this fraction of each other are a tie (run-to-run noise measured ~15% on this stack).
 NOISE = 0.15
-RUNTIME_ORDER = {"litert": 0, "openvino": 1, "openvino-nncf": 2}
+RUNTIME_ORDER = {"litert": 0, "openvino": 1, "openvino-nncf": 2, TF: 3}
 
 
-def pick_fastest(candidates: list[Candidate]) -> Candidate:
-    """Fastest p50; within NOISE of it, the smaller file, then LiteRT (the smaller runtime) wins."""
+def pick_fastest(candidates: list[Candidate], contract_signature: str = "serving_default") -> Candidate:
+    """Fastest p50; within NOISE of it, the smaller file, then the smaller runtime (LiteRT first), then the
+    contract's own signature (serving_xla must be faster beyond noise to be served by default)."""
     best = min(c.p50_us for c in candidates if c.p50_us is not None)  # type: ignore[type-var]
     tied = [c for c in candidates if c.p50_us is not None and c.p50_us <= best * (1 + NOISE)]
-    return min(tied, key=lambda c: (c.size_bytes, RUNTIME_ORDER.get(c.runtime, 9), c.p50_us))
+    return min(tied, key=lambda c: (c.size_bytes, RUNTIME_ORDER.get(c.runtime, 9),
+                                    (c.signature or contract_signature) != contract_signature, c.p50_us))
+
+
+def _name(c: Candidate) -> str:
+    return f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on {c.runtime}"
 
 
 def describe_pick(chosen: Candidate, candidates: list[Candidate]) -> str:
     fastest = min(candidates, key=lambda c: c.p50_us or float("inf"))
-    text = f"{chosen.artifact} on {chosen.runtime}, p50 {chosen.p50_us:.1f} us"
+    text = f"{_name(chosen)}, p50 {chosen.p50_us:.1f} us"
     if fastest is not chosen:
-        text += (f" (fastest: {fastest.artifact} on {fastest.runtime} {fastest.p50_us:.1f} us, within "
-                 f"{NOISE:.0%} noise; the smaller file / smaller runtime wins the tie)")
+        text += (f" (fastest: {_name(fastest)} {fastest.p50_us:.1f} us, within "
+                 f"{NOISE:.0%} noise; the smaller file / smaller runtime / the contract's signature wins the tie)")
     return text + f"; {len(candidates)} accepted candidates timed with bench's interleaved loop"
 
 
@@ -668,12 +806,18 @@ def describe_pick(chosen: Candidate, candidates: list[Candidate]) -> str:
 
 def samples_step(staging: Path, plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray]) -> None:
     """samples.npz: `x/<input>` (original dtypes), `expected/<output>` (the ORIGINAL model's outputs),
-    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always."""
+    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always.
+    Strings are fixed-width UTF-8 bytes (`S<n>`): np.load(allow_pickle=False) reads them back."""
+    from builder.optimize.data import as_bytes, numpy_dtype
+
+    def typed(values: np.ndarray, dtype: str) -> np.ndarray:
+        return as_bytes(values) if dtype == "string" else np.asarray(values, dtype=numpy_dtype(dtype))
+
     arrays: dict[str, np.ndarray] = {}
     for spec in contract.inputs:
-        arrays[f"x/{spec.name}"] = np.asarray(plan.data.x_val[spec.name][:SAMPLE_ROWS], dtype=spec.dtype)
+        arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
     for spec in contract.outputs:
-        arrays[f"expected/{spec.name}"] = np.asarray(reference[spec.name][:SAMPLE_ROWS], dtype=spec.dtype)
+        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:SAMPLE_ROWS], spec.dtype)
         if spec.name in plan.data.y_val:
             arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
     np.savez(staging / SAMPLES_NAME, **arrays)
@@ -688,12 +832,15 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     from builder.optimize import report as reporting
     from builder.optimize import tfenv
 
+    from builder.optimize.causes import keep_log
+
     plan = make_plan(options, say)
     tf = tfenv.tensorflow()
     data, loaded = plan.data, plan.loaded
     with _stage(say, "the original model's outputs on the held-out rows"):
         reference = loaded.predict(data.x_val)
-    contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks))
+    contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks),
+                             loaded.signature)
     check_labels(contract, data.y_val, data.y_train)
     staging = exporting.staging_dir(options.out)
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
@@ -711,7 +858,8 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
                                                   loaded.saved_model_dir, options, say)
         if baseline is not None and "baseline" in extra:
             baseline = replace(baseline, latency_us=extra["baseline"])
-        chosen, runtime, selection, select_notes = select_step(plan.recipe, plan.facts, results, candidates)
+        choice, select_notes = select_step(plan.recipe, plan.facts, results, candidates, contract.signature)
+        chosen, runtime, selection = choice.artifact, choice.runtime, choice.selection
         plan.notes.extend(select_notes)
         chosen_result = next((r for r in results if r.path == chosen), None)
         passed = bool(chosen_result and chosen_result.accepted)
@@ -733,9 +881,11 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
             chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
             gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
                       chosen_result.reason if chosen_result else f"{chosen} was not produced"),
-            selection=selection)
+            selection=selection, chosen_signature=choice.signature)
         with _stage(say, "writing report.json, report.md, report.png"):
             reporting.write_report(report, staging)
+            for name, text in plan.logs.items():
+                keep_log(name, text, staging)
         exporting.publish(staging, options.out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -759,18 +909,20 @@ def _version(package: str = "tfsmith") -> str:
 
 
 def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cuda_cc: str | None,
-            max_accuracy_drop: float, max_relative_error: float, threads: int) -> list[str]:
+                 max_accuracy_drop: float, max_relative_error: float, threads: int, signature: str | None = None,
+                 imports: tuple[str, ...] = ()) -> list[str]:
     """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
     from builder.optimize import tfenv
 
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=Path(tempfile.gettempdir()) /
                       "tfsmith-explain-unused", max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
-                      max_relative_error=max_relative_error)
+                      max_relative_error=max_relative_error, signature=signature, imports=imports)
     with tfenv.quiet_native_stderr():
         plan = make_plan(options, lambda _: None)
         reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
         contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
-                                 {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks))
+                                 {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks),
+                                 plan.loaded.signature)
         check_labels(contract, plan.data.y_val, plan.data.y_train)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
     for spec in contract.outputs:
@@ -782,7 +934,8 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
 
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
                          max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
-                         latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR) -> int:
+                         latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR,
+                         signature: str | None = None, imports: tuple[str, ...] = ()) -> int:
     """What `tfsmith optimize` does; returns the exit status (0, or GATE_FAILED)."""
     import os
     import sys
@@ -794,15 +947,16 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
 
     if explain:
         for line in explain_plan(model=model, data=data, recipe=recipe, target=target, cuda_cc=cuda_cc,
-                                         max_accuracy_drop=max_accuracy_drop,
-                                         max_relative_error=max_relative_error, threads=threads):
+                                 max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error,
+                                 threads=threads, signature=signature, imports=imports):
             print(line)
         return 0
     # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
     err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
                       max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
-                      latency_runs=latency_runs, max_relative_error=max_relative_error)
+                      latency_runs=latency_runs, max_relative_error=max_relative_error, signature=signature,
+                      imports=imports)
     from builder.optimize import tfenv
 
     with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():
@@ -829,7 +983,8 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
         print(f"note: {note}")
     if report.sparsity:
         print(f"sparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}")
-    print(f"chosen: {report.chosen} on {report.chosen_runtime} ({report.selection.how})")
+    signature = "" if report.chosen_signature == "serving_default" else f", signature {report.chosen_signature}"
+    print(f"chosen: {report.chosen} on {report.chosen_runtime}{signature} ({report.selection.how})")
     print(f"report: {outcome.out / reporting.REPORT_JSON} ({reporting.REPORT_MD}, {reporting.REPORT_PNG})")
     if not outcome.gate_passed:
         sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "

@@ -57,9 +57,11 @@ def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool]) -> d
 
 def _one_line(error: BaseException) -> str:
     """The line that says what went wrong (TensorFlow puts "in user code:" and a stack before it)."""
+    from builder.optimize.causes import cause
+
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     said = [line for line in lines if "Error:" in line]
-    return (said[-1] if said else lines[0] if lines else type(error).__name__)[:200]
+    return said[-1] if said else cause(error)
 
 
 def compile_for_finetune(model: Any, loss: Any, learning_rate: float = 5e-4) -> None:

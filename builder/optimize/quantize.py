@@ -27,7 +27,17 @@ from builder.optimize import tfenv
 
 #: Calibration rows: arrays keyed by the signature's input names (an array alone for a one-input model).
 Calibration = Union[Mapping[str, np.ndarray], np.ndarray, None]
-MODES = ("fp32", "dynamic", "float16", "int8", "qat_int8")
+MODES = ("fp32", "dynamic", "float16", "int8", "qat_int8", "select_tf")
+
+
+class ConversionFailed(IncompatibleError):
+    """The converter refused: `str()` is one line with its own first error line whole (`cause`); `full_text`
+    is everything it said, for a log file."""
+
+    def __init__(self, message: str, cause: str, full_text: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.full_text = full_text
 
 
 def _rows(calib: Calibration) -> int:
@@ -51,6 +61,12 @@ def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = Tru
     tf = tfenv.tensorflow()
     if mode == "fp32":
         return
+    if mode == "select_tf":
+        # TensorFlow kernels for what TFLite lacks (string ops, tensor lists of RNNs); the tensor-list ops stay
+        # as they are instead of being lowered, which is what fails for Keras 3 GRU/LSTM layers
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+        converter._experimental_lower_tensor_list_ops = False
+        return
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if mode == "float16":
         converter.target_spec.supported_types = [tf.float16]
@@ -65,23 +81,26 @@ def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = Tru
         raise ValueError(f"unknown conversion mode {mode!r} (known: {', '.join(MODES)})")
 
 
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    interesting = next((line for line in lines if "error:" in line.lower() or "not supported" in line.lower()), None)
-    return (interesting or (lines[0] if lines else type(error).__name__))[:240]
+def _failed(mode: str, error: BaseException, advice: str) -> ConversionFailed:
+    from builder.optimize.causes import cause, log_text
+
+    why = cause(error)
+    return ConversionFailed(f"TFLite {mode} conversion failed: {why}; {advice}", why,
+                            log_text(error, f"TFLite {mode} conversion"))
 
 
 def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration = None,
-                        notes: list[str] | None = None) -> bytes:
-    """A .tflite flatbuffer of a SavedModel's serving_default: mode fp32, dynamic, float16, int8 or qat_int8.
+                        notes: list[str] | None = None, signature: str = "serving_default") -> bytes:
+    """A .tflite flatbuffer of a SavedModel's `signature`: mode fp32, dynamic, float16, int8, qat_int8, or
+    select_tf (float, TFLite builtins plus TensorFlow kernels: runs on TensorFlow's own interpreter only).
 
     int8 first asks for int8 kernels only; when an op has none, it converts again letting that op run in
-    float (a note is added to `notes`); when even that fails, IncompatibleError says which op and what to do.
+    float (a note is added to `notes`); when even that fails, ConversionFailed says which op and what to do (its `full_text` for a log).
     """
     tf = tfenv.tensorflow()
 
     def attempt(strict: bool) -> bytes:
-        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=["serving_default"])
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[signature])
         _configure(converter, mode, x_calib, strict=strict)
         return bytes(converter.convert())
 
@@ -91,14 +110,15 @@ def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration =
         raise
     except Exception as error:
         if mode not in ("int8", "qat_int8"):
-            raise IncompatibleError(f"TFLite {mode} conversion failed: {_first_line(error)}; the converter lacks "
-                                    "an op this model uses: replace that layer or serve the SavedModel") from error
-        strict_error = _first_line(error)
+            raise _failed(mode, error, "the converter cannot express an op of this model in TFLite builtins "
+                          "(serve the SavedModel on TensorFlow, or a Select-TF-ops .tflite)") from error
+        from builder.optimize.causes import cause
+
+        strict_error = cause(error)
     try:
         blob = attempt(False)
     except Exception as error:
-        raise IncompatibleError(f"TFLite {mode} conversion failed: {_first_line(error)}; drop int8 from the "
-                                "recipe's quantization.modes") from error
+        raise _failed(mode, error, "drop int8 from the recipe's quantization.modes") from error
     if notes is not None:
         notes.append(f"{mode}: some ops have no int8 kernel ({strict_error}); they run in float inside the int8 file")
     return blob
@@ -121,8 +141,9 @@ def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarra
         compile_for_finetune(qat, loss, learning_rate=1e-4)
         qat.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=verbose)
     except Exception as error:  # e.g. a layer tfmot has no quantize config for
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise IncompatibleError(f"quantization-aware training failed: {first}; set qat = false") from error
+        from builder.optimize.causes import cause
+
+        raise IncompatibleError(f"quantization-aware training failed: {cause(error)}; set qat = false") from error
     return qat
 
 

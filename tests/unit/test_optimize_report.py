@@ -37,8 +37,9 @@ def artifact(path: str, kind: str, size: int, accepted: bool = True) -> Artifact
                           metrics=metrics, contract_kept=True, accepted=accepted, reason="r")
 
 
-def candidate(path: str, runtime: str, p50: float | None, size: int, error: str = "") -> Candidate:
-    return Candidate(path, runtime, p50, 100, size, error)
+def candidate(path: str, runtime: str, p50: float | None, size: int, error: str = "",
+              signature: str = "serving_default") -> Candidate:
+    return Candidate(path, runtime, p50, 100, size, error, signature)
 
 
 def make_report() -> Report:
@@ -113,18 +114,56 @@ def test_auto_on_this_host_picks_the_fastest_accepted_candidate_never_a_rejected
     cands = [candidate("saved_model", "tensorflow", 400.0, 9000), candidate("model_fp32.tflite", "litert", 30.0, 4000),
              candidate("model_int8.tflite", "litert", 5.0, 1000),
              candidate("model_fp32.tflite", "openvino", None, 4000, "RuntimeError: no")]
-    chosen, runtime, selection, _ = select_step(recipe, HOST, results, cands)
-    assert (chosen, runtime) == ("model_fp32.tflite", "litert") and selection.measured
-    assert "model_fp32.tflite on litert" in selection.how and len(selection.candidates) == 4
+    choice, _ = select_step(recipe, HOST, results, cands)
+    assert (choice.artifact, choice.runtime, choice.signature) == ("model_fp32.tflite", "litert", "serving_default")
+    assert choice.selection.measured
+    assert "model_fp32.tflite on litert" in choice.selection.how and len(choice.selection.candidates) == 4
+
+
+def test_tensorflow_is_a_runtime_like_the_others_and_serving_xla_must_be_faster_beyond_noise() -> None:
+    recipe, _ = auto_recipe(HOST.features, (), "x86_64", HOST.name)
+    results = [artifact("saved_model", "saved_model", 9000), artifact("model_select_tf.tflite", "tflite_select_tf",
+                                                                      3000, accepted=False)]
+    plain = candidate("saved_model", "tensorflow", 400.0, 9000)
+    xla = candidate("saved_model", "tensorflow", 380.0, 9000, signature="serving_xla")
+    unrunnable = candidate("model_select_tf.tflite", "tensorflow", None, 3000, "not run on this host")
+    choice, _ = select_step(recipe, HOST, results, [plain, xla, unrunnable])
+    assert (choice.artifact, choice.runtime, choice.signature) == ("saved_model", "tensorflow", "serving_default")
+    choice, _ = select_step(recipe, HOST, results, [plain, replace(xla, p50_us=200.0), unrunnable])
+    assert choice.signature == "serving_xla" and "saved_model#serving_xla on tensorflow" in choice.selection.how
+    # a model whose contract is another signature (a tf.Module's `predict`) is served under that name
+    choice, _ = select_step(recipe, HOST, results[:1], [replace(plain, signature="predict")], "predict")
+    assert (choice.artifact, choice.signature) == ("saved_model", "predict")
+    # a .tflite within noise of the SavedModel wins: the smaller file and runtime
+    lite = [artifact("model_fp32.tflite", "tflite_fp32", 4000)]
+    choice, _ = select_step(recipe, HOST, results + lite, [plain, candidate("model_fp32.tflite", "litert", 440.0, 4000)])
+    assert (choice.artifact, choice.runtime) == ("model_fp32.tflite", "litert")
+
+
+def test_gpu_targets_choose_the_saved_model_on_tensorflow_by_rule() -> None:
+    gpu = TargetFacts("gpu host", "x86_64", HOST.features, ("8.0",))
+    recipe, _ = auto_recipe(gpu.features, gpu.gpu_capabilities, "x86_64", gpu.name)
+    results = [artifact("saved_model", "saved_model", 9000), artifact("model_fp32.tflite", "tflite_fp32", 4000)]
+    choice, _ = select_step(recipe, gpu, results, [candidate("model_fp32.tflite", "litert", 1.0, 4000)])
+    assert (choice.artifact, choice.runtime, choice.signature) == ("saved_model", "tensorflow", "serving_default")
+    assert not choice.selection.measured
+
+
+def test_without_a_plain_tflite_the_rule_falls_back_to_the_saved_model() -> None:
+    recipe, _ = auto_recipe(OTHER.features, (), "x86_64", OTHER.name)
+    results = [artifact("saved_model", "saved_model", 9000),
+               artifact("model_select_tf.tflite", "tflite_select_tf", 3000, accepted=False)]
+    choice, notes = select_step(recipe, OTHER, results, [])
+    assert (choice.artifact, choice.runtime) == ("saved_model", "tensorflow") and "saved_model" in notes[0]
 
 
 def test_another_target_is_chosen_by_rule_and_says_it_was_not_measured() -> None:
     recipe, _ = auto_recipe(OTHER.features, (), "x86_64", OTHER.name)
     results = [artifact("model_fp32.tflite", "tflite_fp32", 4000), artifact("model_dynamic.tflite", "tflite_dynamic", 1100),
                artifact("model_int8.tflite", "tflite_int8", 1000)]
-    chosen, runtime, selection, _ = select_step(recipe, OTHER, results, [])
-    assert (chosen, runtime) == ("model_dynamic.tflite", "litert")
-    assert not selection.measured and "could not be measured" in selection.how
+    choice, _ = select_step(recipe, OTHER, results, [])
+    assert (choice.artifact, choice.runtime) == ("model_dynamic.tflite", "litert")
+    assert not choice.selection.measured and "could not be measured" in choice.selection.how
 
 
 def test_rejected_rule_choice_falls_back_for_auto_but_not_for_a_recipe_file() -> None:
@@ -132,8 +171,8 @@ def test_rejected_rule_choice_falls_back_for_auto_but_not_for_a_recipe_file() ->
                artifact("model_dynamic.tflite", "tflite_dynamic", 1100, accepted=False),
                artifact("model_int8.tflite", "tflite_int8", 1000, accepted=False)]
     recipe, _ = auto_recipe(OTHER.features, (), "x86_64", OTHER.name)
-    chosen, _, _, notes = select_step(recipe, OTHER, results, [])
-    assert chosen == "model_fp32.tflite" and "rejected by the gate" in notes[0]
+    choice, notes = select_step(recipe, OTHER, results, [])
+    assert choice.artifact == "model_fp32.tflite" and "rejected by the gate" in notes[0]
     explicit = recipe_from_mapping({"choose": "tflite_int8", "quantization": {"modes": ["int8"]}}, "r.toml")
-    chosen, _, _, _ = select_step(explicit, HOST, results, [])
-    assert chosen == "model_int8.tflite"  # what the user asked for; the gate then fails (exit 3)
+    choice, _ = select_step(explicit, HOST, results, [])
+    assert choice.artifact == "model_int8.tflite"  # what the user asked for; the gate then fails (exit 3)
