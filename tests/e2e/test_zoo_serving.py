@@ -136,11 +136,16 @@ def test_a_client_of_the_original_model_is_served_unchanged(
 
 @pytest.fixture(scope="session")
 def engine_and_base() -> tuple[Engine, str]:
+    """The engine, the slim base LiteRT images start from and the TensorFlow image for x86-64-v3 (made from the
+    stock wheel, as `make build` does here) that `tensorflow` images start from."""
     from builder.engine.docker import DockerEngine
     from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+    from tests.tf_image import ensure_tf_image
 
     ensure_engine(say=print)
-    return DockerEngine(), ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+    base = ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+    ensure_tf_image(base)
+    return DockerEngine(), base
 
 
 @pytest.mark.engine
@@ -148,20 +153,25 @@ def engine_and_base() -> tuple[Engine, str]:
 def test_the_chosen_artifact_packages_and_passes_its_smoke_test(
     name: str, optimized: dict, engine_and_base: tuple[Engine, str]
 ) -> None:
-    engine, base_image = engine_and_base
+    """As `make build` step 4 runs it: the kind follows the chosen artifact (a LiteRT image for a .tflite, FROM
+    the target's TensorFlow image for what runs on TensorFlow), and the runtime is what optimize measured."""
+    from tests.tf_image import TARGET
+
+    engine, _ = engine_and_base
     out = optimized(name, "host")
     tag = f"tfsmith-test-zoo/{name.replace('_', '-')}:smoke"
     done = subprocess.run(
-        [str(TFSMITH), "package", str(out), "--runtime", "litert", "--base-image", base_image, "--tag", tag,
-         "--model-name", "m", "--smoke"],
+        [str(TFSMITH), "package", str(out), "--target", TARGET, "--tag", tag, "--model-name", "m", "--smoke"],
         capture_output=True, text=True, timeout=900, env=ENV,
     )
     try:
-        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "against the original model:" in done.stdout, done.stdout
         report = Report.load(out)
-        assert f"server runtime: {report.chosen_runtime}" in done.stdout
+        kind = "tensorflow" if report.chosen_runtime == "tensorflow" else "litert"
+        assert f"image kind: {kind}" in done.stdout and f"runtime: {report.chosen_runtime}" in done.stdout
     finally:
         engine.remove_image(tag)
-    print(f"\nzoo package | {name} | " + next(line for line in done.stdout.splitlines() if line.startswith("smoke:")))
+    print(f"\nzoo package | {name} | {kind} image | "
+          + next(line for line in done.stdout.splitlines() if line.startswith("smoke:")))
 
