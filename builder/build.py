@@ -130,6 +130,11 @@ class Builder:
     def describe(self, plan: Any) -> list[str]:
         """What this build will do, honestly, before doing it."""
         lines = [f"image   {plan.image_ref}", f"spec    {plan.spec_digest}", f"stages  {' -> '.join(plan.stages)}"]
+        from builder.engine.local import host_arch
+
+        emulated = plan.docker_arch != host_arch()
+        lines.append(f"platform {plan.platform}" + (f" (emulated with QEMU on this {host_arch()} machine: every "
+                                                    "RUN step is several times slower)" if emulated else ""))
         if plan.from_wheel:
             lines.append(f"wheel   {plan.options.wheel} (runtime stage only; minutes)")
         else:
@@ -199,6 +204,7 @@ class Builder:
             build_args=dict(plan.build_args),
             secrets=dict(plan.secrets),
             build_contexts=dict(plan.build_contexts),
+            platform=plan.platform,
         )
         return replace(request, **changes)
 

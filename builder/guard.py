@@ -25,13 +25,16 @@ ctypes, nvidia-smi only as a fallback). `builder.targets` imports `canonical_fea
 feature spelling the guard checks is exactly the spelling targets are resolved with.
 
 Feature spelling is Linux /proc/cpuinfo's (what archspec uses too): `avx2`, `avx512_vnni`, `amx_tile`,
-`asimd`, `sve`, `asimddp`. Aliases users may type or other tools print are folded in: `pni` -> `sse3`,
+`asimd`, `sve`, `asimddp`. On arm64 the features come from the kernel's hwcaps in the auxiliary vector
+(/proc/self/auxv), the same bits /proc/cpuinfo's `Features` line prints: under QEMU user mode (an arm64
+image on an x86 host) /proc/cpuinfo is the x86 host's, while the hwcaps describe the emulated CPU. Aliases users may type or other tools print are folded in: `pni` -> `sse3`,
 `lzcnt` -> `abm`, `dotprod` -> `asimddp`, `neon` -> `asimd`, ...
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -124,6 +127,52 @@ def read_cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     """Raw feature flags of this machine (or of a recorded dump)."""
     with open(path, encoding="utf-8", errors="replace") as handle:
         return cpuinfo_flags(parse_cpuinfo(handle.read()))
+
+
+# arm64 hwcap bits in order, named as /proc/cpuinfo names them (Linux arch/arm64/include/uapi/asm/hwcap.h).
+ARM64_HWCAP = tuple(
+    """fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3
+    sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg gcs""".split()
+)
+ARM64_HWCAP2 = tuple(
+    """dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 i8mm
+    bf16 dgh rng bti mte ecv afp rpres mte3 sme smei16i64 smef64f64 smei8i32 smef16f32 smeb16f32 smef32f32
+    smefa64 wfxt ebf16 sveebf16 cssc rprfm sve2p1 sme2 sme2p1 smei16i32 smebi32i32 smeb16b16 smef16f16 mops hbc
+    sveb16b16 lrcpc3 lse128""".split()
+)
+AT_HWCAP, AT_HWCAP2 = 16, 26
+
+
+def hwcap_names(hwcap: int, hwcap2: int = 0) -> frozenset[str]:
+    """The feature names of arm64 AT_HWCAP / AT_HWCAP2 bit masks."""
+    return frozenset(
+        [name for bit, name in enumerate(ARM64_HWCAP) if hwcap >> bit & 1]
+        + [name for bit, name in enumerate(ARM64_HWCAP2) if hwcap2 >> bit & 1]
+    )
+
+
+def read_hwcaps(path: str = "/proc/self/auxv") -> frozenset[str] | None:
+    """arm64 features from this process's auxiliary vector; None when it cannot be read or has no hwcaps."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    usable = len(data) - len(data) % 16
+    entries = dict(struct.iter_unpack("=QQ", data[:usable]))
+    if AT_HWCAP not in entries:
+        return None
+    return hwcap_names(entries[AT_HWCAP], entries.get(AT_HWCAP2, 0))
+
+
+def host_cpu_flags(cpuinfo: str = "/proc/cpuinfo", machine: str | None = None) -> frozenset[str]:
+    """This machine's CPU features: on arm64 the kernel's hwcaps (exact, and right under emulation, where
+    /proc/cpuinfo is the host's), else /proc/cpuinfo's flags. OSError when neither can be read."""
+    if (machine or os.uname().machine) == "aarch64":
+        hwcaps = read_hwcaps()
+        if hwcaps is not None:
+            return hwcaps
+    return read_cpu_flags(cpuinfo)
 
 
 # ---------------------------------------------------------------------------------------------- GPUs
@@ -346,7 +395,7 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | os._Environ[str]) -> t
         "features": env.get(ENV["features"], ""),
         "cuda_cc": env.get(ENV["cuda_cc"], ""),
         "ptx": env.get(ENV["ptx"], ""),
-        "cpuinfo": "/proc/cpuinfo",
+        "cpuinfo": "",  # "": this machine (hwcaps on arm64, /proc/cpuinfo elsewhere)
     }
     require_gpu = env.get(ENV["require_gpu"], "") == "1"
     args = list(argv)
@@ -380,9 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"tfsmith-guard: {error}\n{USAGE}")
         return EXIT_USAGE
     try:
-        host_flags = read_cpu_flags(options["cpuinfo"])
+        host_flags = read_cpu_flags(options["cpuinfo"]) if options["cpuinfo"] else host_cpu_flags()
     except OSError as error:
-        sys.stderr.write(f"tfsmith-guard: cannot read {options['cpuinfo']}: {error.strerror}\n")
+        sys.stderr.write(f"tfsmith-guard: cannot read {options['cpuinfo'] or '/proc/cpuinfo'}: {error.strerror}\n")
         return EXIT_USAGE
     target = options["target"]
     problem = cpu_problem(target, _split(options["features"]), host_flags)

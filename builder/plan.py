@@ -288,6 +288,12 @@ class BuildPlan:
         return "arm64" if self.target.arch == "aarch64" else "amd64"
 
     @property
+    def platform(self) -> str:
+        """The image's platform, `linux/amd64` or `linux/arm64`: what the engine builds for (under QEMU
+        emulation when the build machine is the other architecture) and what the image's config says."""
+        return f"linux/{self.docker_arch}"
+
+    @property
     def extra_requirements(self) -> tuple[str, ...]:
         """pip requirements installed with the wheel. CUDA targets: `tensorflow[and-cuda]==<version>`, which
         pip satisfies with the wheel itself (given on the same command line) plus the CUDA libraries its
@@ -370,6 +376,7 @@ class BuildPlan:
             "remote_cache": self.options.remote_cache,
             "ca_bundle_secret": self.options.ca_bundle is not None,
             "stages": list(self.stages),
+            "platform": self.platform,
         }
 
     @property

@@ -106,10 +106,16 @@ def register(app: typer.Typer) -> None:
     @app.command("engine-up")
     def engine_up(
         base_image: str = typer.Option(None, "--base-image", help="Base image to create when missing."),
+        arch: str = typer.Option(
+            None, "--arch", help="Architecture of the base image: this machine's (default), amd64 or arm64 "
+            "(arm64 on x86 installs and registers QEMU emulation, then bootstraps under it: minutes, once)."
+        ),
     ) -> None:
         """Bring up a Docker engine (install + start dockerd when needed) and the local Python base image."""
-        from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+        from builder.engine.local import ensure_base_image, ensure_emulation, ensure_engine
 
         ensure_engine(say=typer.echo)
-        ref = ensure_base_image(base_image or DEFAULT_BASE_IMAGE, say=typer.echo)
+        if arch:
+            ensure_emulation(arch, say=typer.echo)
+        ref = ensure_base_image(base_image, say=typer.echo, arch=arch)
         typer.echo(f"engine up; base image {ref} present")

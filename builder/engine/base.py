@@ -72,6 +72,14 @@ class Image:
     tags: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     config: ImageConfig = field(default_factory=ImageConfig)
+    architecture: str = ""  # Docker's words: amd64, arm64 ("" when the engine does not say)
+    os: str = "linux"
+    digests: tuple[str, ...] = ()  # `registry/repo@sha256:...` it was pushed as or pulled by
+
+    @property
+    def platform(self) -> str:
+        """`linux/arm64`: what `BuildRequest.platform` and `Engine.start(platform=)` take."""
+        return f"{self.os}/{self.architecture}" if self.architecture else ""
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,22 @@ class BuildRequest:
     build_contexts: Mapping[str, Path] = field(default_factory=dict)  # named contexts (--build-context)
     output_dir: Path | None = None  # export the target stage's filesystem here instead of an image
     log_file: Path | None = None  # where the engine writes the full build log (engine's choice when None)
+    platform: str | None = None  # e.g. "linux/arm64" (built under emulation on x86); None = the engine's own
+
+
+@dataclass(frozen=True)
+class PushedIndex:
+    """One tag, several architectures: the image index (manifest list) pushed under `ref`, and the
+    manifest digest of each platform's image in it (pull `repo@digest` for exactly that one)."""
+
+    ref: str  # registry/repo:tag
+    digest: str  # the index's own digest
+    platforms: Mapping[str, str]  # "linux/amd64" -> "sha256:..." of that image's manifest
+
+    def by_digest(self, platform: str) -> str:
+        """`registry/repo@sha256:...` of one platform's image."""
+        repo = self.ref.rsplit(":", 1)[0] if self.ref.rfind(":") > self.ref.rfind("/") else self.ref
+        return f"{repo}@{self.platforms[platform]}"
 
 
 LogSink = Callable[[str], None]
@@ -238,13 +262,15 @@ class Engine(ABC):
         name: str | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float = 300.0,
+        platform: str | None = None,
     ) -> tuple[int, str]:
         """Run to completion; returns (exit code, combined output). The container is always removed.
 
         EngineError when it runs longer than `timeout` seconds (it is killed), ImageNotFound for no image.
         """
         with self.start(
-            ref, command, entrypoint=entrypoint, env=env, mounts=mounts, network=network, name=name, labels=labels
+            ref, command, entrypoint=entrypoint, env=env, mounts=mounts, network=network, name=name, labels=labels,
+            platform=platform,
         ) as container:
             code = container.wait(timeout)
             return code, container.logs()
@@ -263,12 +289,16 @@ class Engine(ABC):
         labels: Mapping[str, str] | None = None,
         network: bool = True,
         user: str | None = None,
+        platform: str | None = None,
     ) -> Container:
         """Start a container in the background and return at once (it may be long-running).
 
         Each of `ports` (container TCP ports) is published on 127.0.0.1 at a free host port (see
         `Container.ports`/`url`). `network=False` runs it without any network (no ports then). Never pulls:
         ImageNotFound when `ref` is not local. EngineError when it cannot start (e.g. the name is taken).
+        `platform` ("linux/arm64") says which architecture the image must be: another one is an EngineError
+        before anything starts. An arm64 image on an x86 host runs under QEMU (`ensure_emulation`); its
+        `env` may set `QEMU_CPU` (`cortex-a53`, `neoverse-v1`, `max`) to choose the emulated CPU.
         """
 
     @abstractmethod
@@ -306,5 +336,12 @@ class Engine(ABC):
         """Push a tag to its registry; returns the pushed digest."""
 
     @abstractmethod
-    def pull(self, ref: str, log: LogSink | None = None) -> Image:
-        """Pull `ref` from its registry (only when asked: builds never pull); EngineError when it cannot."""
+    def push_index(self, ref: str, images: Sequence[str], log: LogSink | None = None) -> PushedIndex:
+        """Push local images of different architectures under one tag `ref` (registry/repo:tag): each as
+        `ref-<arch>`, then an image index naming them all, so every node pulls `ref` for its own
+        architecture. EngineError when two images share an architecture or a push fails."""
+
+    @abstractmethod
+    def pull(self, ref: str, log: LogSink | None = None, *, platform: str | None = None) -> Image:
+        """Pull `ref` (a tag or `repo@sha256:...`) from its registry (only when asked: builds never pull);
+        `platform` picks one image of a multi-architecture tag. EngineError when it cannot."""

@@ -39,6 +39,7 @@ from builder.engine.base import (
     ImageNotFound,
     LogSink,
     Mount,
+    PushedIndex,
 )
 from builder.engine.buildlog import StepTracker
 from builder.engine.local import STATE_DIR
@@ -114,6 +115,9 @@ def _to_image(raw: Any) -> Image:
             exposed_ports=tuple(exposed),
             workdir=config.get("WorkingDir") or "",
         ),
+        architecture=str(raw.attrs.get("Architecture") or ""),
+        os=str(raw.attrs.get("Os") or "linux"),
+        digests=tuple(raw.attrs.get("RepoDigests") or ()),
     )
 
 
@@ -189,7 +193,9 @@ class DockerEngine(Engine):
             if not Path(src).is_file():
                 raise EngineError(f"secret {secret_id!r}: no such file {src}")
         self.client  # noqa: B018 - fail early and clearly when no engine answers
-        self._check_base_images(dockerfile.read_text(), request.build_args, log)
+        if request.platform:
+            _emulate(request.platform, log)
+        self._check_base_images(dockerfile.read_text(), request.build_args, log, request.platform)
         log_path = request.log_file or self.log_dir / f"build-{_stamp()}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         if request.build_contexts and not self.supports_named_contexts():
@@ -214,6 +220,8 @@ class DockerEngine(Engine):
         argv = [self.cli, "build", "--progress=plain", "-f", str(request.context / request.dockerfile)]
         if request.target:
             argv += ["--target", request.target]
+        if request.platform:
+            argv += ["--platform", request.platform]
         for key, value in sorted(request.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(request.labels.items()):
@@ -294,18 +302,27 @@ class DockerEngine(Engine):
             log_path=log_path,
         )
 
-    def _check_base_images(self, dockerfile_text: str, build_args: Mapping[str, str], log: LogSink) -> None:
-        """Every FROM image must be local (or pullable): say which one is missing before BuildKit does."""
+    def _check_base_images(
+        self, dockerfile_text: str, build_args: Mapping[str, str], log: LogSink, platform: str | None = None
+    ) -> None:
+        """Every FROM image must be local (or pullable), and for the build's platform: say which one is
+        missing or of another architecture before BuildKit does (it would try Docker Hub and fail vaguely)."""
         import docker.errors
 
         for ref in base_images(dockerfile_text, build_args):
             if not ref:
                 raise ImageNotFound(f"a FROM line names an empty image (unset build arg?); {BASE_IMAGE_HINT}")
             try:
-                self.client.images.get(ref)
-                continue
+                found = _to_image(self.client.images.get(ref))
             except docker.errors.ImageNotFound:
-                pass
+                found = None
+            if found is not None:
+                if platform and found.platform and found.platform != platform:
+                    raise ImageNotFound(
+                        f"base image {ref} is for {found.platform}, the build is for {platform}; pass a "
+                        f"{platform} base image (`tfsmith engine-up --arch {platform.rpartition('/')[2]}` makes one)"
+                    )
+                continue
             log(f"base image {ref} is not local; trying to pull it")
             try:
                 repo, tag = split_tag(ref)
@@ -369,6 +386,7 @@ class DockerEngine(Engine):
         labels: Mapping[str, str] | None = None,
         network: bool = True,
         user: str | None = None,
+        platform: str | None = None,
     ) -> Container:
         """Create then start (never `containers.run`, which pulls a missing image from Docker Hub)."""
         import docker.errors
@@ -376,6 +394,11 @@ class DockerEngine(Engine):
 
         if ports and not network:
             raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
+        if platform:
+            image = self.inspect(ref)  # ImageNotFound when absent, as below
+            if image.platform and image.platform != platform:
+                raise EngineError(f"{ref} is a {image.platform} image, not {platform}")
+            _emulate(platform, _quiet)
         options: dict[str, Any] = {
             "entrypoint": list(entrypoint) if entrypoint is not None else None,
             "environment": dict(env or {}),
@@ -390,6 +413,8 @@ class DockerEngine(Engine):
             options["network_mode"] = "none"
         if user is not None:
             options["user"] = user
+        if platform:
+            options["platform"] = platform
         try:
             raw = self.client.containers.create(ref, list(command) if command is not None else None, **options)
         except docker.errors.ImageNotFound:
@@ -499,11 +524,58 @@ class DockerEngine(Engine):
             raise EngineError(f"push of {tag} finished without a digest")
         return digest
 
-    def pull(self, ref: str, log: LogSink | None = None) -> Image:
+    def push_index(self, ref: str, images: Sequence[str], log: LogSink | None = None) -> PushedIndex:
+        """Each image pushed as `ref-<arch>`, then `docker manifest create` + `push` writes the index.
+
+        Why the CLI's manifest commands: they read each pushed manifest back, take the platform from its
+        config and authenticate like every other push (`docker login`), in well under a second; writing the
+        index through the registry's HTTP API ourselves would mean reimplementing registry token auth.
+        Loopback registries speak plain HTTP, which `--insecure` allows (as dockerd does for 127.0.0.0/8).
+        """
         log = log or _quiet
-        repo, name = split_tag(ref)
+        repo, tag = split_tag(ref)
+        if "@" in ref or not images:
+            raise EngineError(f"push_index needs a tag (registry/repo:tag) and images, got {ref!r}")
+        by_platform: dict[str, Image] = {}
+        for source in images:
+            image = self.inspect(source)
+            if not image.architecture:
+                raise EngineError(f"image {source} does not say its architecture")
+            if image.platform in by_platform:
+                raise EngineError(f"two images for {image.platform} ({source} and another): an index holds one "
+                                  "image per platform")
+            by_platform[image.platform] = image
+        platforms: dict[str, str] = {}
+        parts: list[str] = []
+        for platform, image in sorted(by_platform.items()):
+            part = f"{repo}:{tag}-{image.architecture}"
+            self.tag(image.id, part)
+            log(f"pushing {part} ({platform})")
+            platforms[platform] = self.push(part, log)
+            parts.append(part)
+        insecure = ["--insecure"] if _loopback(repo) else []
+        self._manifest(["create", "--amend", *insecure, ref, *parts], ref)
+        pushed = self._manifest(["push", "--purge", *insecure, ref], ref)
+        digest = next((w for w in reversed(pushed.split()) if w.startswith("sha256:")), "")
+        if not digest:
+            raise EngineError(f"docker manifest push {ref} printed no digest: {pushed.strip()[-200:]}")
+        log(f"pushed index {ref}@{digest} ({', '.join(sorted(platforms))})")
+        return PushedIndex(ref=ref, digest=digest, platforms=platforms)
+
+    def _manifest(self, args: list[str], ref: str) -> str:
+        env = {**os.environ, "DOCKER_CLI_EXPERIMENTAL": "enabled"}  # Docker 20.10's CLI hides `manifest`
+        result = subprocess.run([self.cli, "manifest", *args], capture_output=True, text=True, env=env,
+                                timeout=300, check=False)
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip().splitlines()
+            raise EngineError(f"docker manifest {args[0]} {ref} failed: {said[-1] if said else f'exit {result.returncode}'}")
+        return result.stdout
+
+    def pull(self, ref: str, log: LogSink | None = None, *, platform: str | None = None) -> Image:
+        log = log or _quiet
+        repo, name = ref.split("@", 1) if "@" in ref else split_tag(ref)  # the API takes a digest as the tag
         try:
-            for event in self.client.api.pull(repo, tag=name, stream=True, decode=True):
+            for event in self.client.api.pull(repo, tag=name, stream=True, decode=True, platform=platform):
                 if "error" in event:
                     raise EngineError(f"pull of {ref} failed: {event['error']}")
                 status = event.get("status")
@@ -514,6 +586,21 @@ class DockerEngine(Engine):
         except Exception as error:  # noqa: BLE001 - APIError and connection errors alike
             raise EngineError(f"pull of {ref} failed: {_explain(error)}") from None
         return self.inspect(ref)
+
+
+def _loopback(repo: str) -> bool:
+    """Whether a repository's registry is this machine (127.x.x.x or localhost): plain HTTP is normal there."""
+    host = repo.split("/", 1)[0].rsplit(":", 1)[0] if "/" in repo else ""
+    return host == "localhost" or host.startswith("127.")
+
+
+def _emulate(platform: str, log: LogSink) -> None:
+    """Another architecture than this machine's runs under QEMU: make sure it can (installs and registers
+    it when missing, see `ensure_emulation`); nothing to do for this machine's own."""
+    from builder.engine.local import docker_arch, ensure_emulation, host_arch
+
+    if docker_arch(platform) != host_arch():
+        ensure_emulation(docker_arch(platform), say=log)
 
 
 def _build_help(cli: str) -> str:

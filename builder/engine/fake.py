@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from builder.engine.base import (
     BuildFailed,
@@ -25,6 +25,7 @@ from builder.engine.base import (
     ImageNotFound,
     LogSink,
     Mount,
+    PushedIndex,
 )
 
 FIRST_HOST_PORT = 49153  # where Docker's ephemeral range starts; made-up ports count up from here
@@ -56,6 +57,7 @@ class StartRequest:
     labels: Mapping[str, str]
     network: bool
     user: str | None
+    platform: str | None = None
 
 
 @dataclass
@@ -83,6 +85,7 @@ class FakeEngine(Engine):
     removed_images: list[str] = field(default_factory=list)
     pulls: list[str] = field(default_factory=list)
     registry: dict[str, Image] = field(default_factory=dict)  # ref -> image a `pull` finds
+    architecture: str = "amd64"  # the engine's own: images built without a platform get it
 
     def build(self, request: BuildRequest, log: LogSink | None = None) -> Image | None:
         self.builds.append(request)
@@ -100,13 +103,15 @@ class FakeEngine(Engine):
             for name, content in self.exports.items():
                 (request.output_dir / name).write_bytes(content)
             return None
+        architecture = (request.platform or f"linux/{self.architecture}").rpartition("/")[2]
         key = json.dumps(
-            [request.target, sorted(request.build_args.items()), sorted(request.labels.items())], default=str
+            [request.target, sorted(request.build_args.items()), sorted(request.labels.items()), architecture],
+            default=str,
         )
         image_id = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
         previous = self.images.get(image_id)
         tags = tuple(dict.fromkeys((*(previous.tags if previous else ()), *request.tags)))
-        image = Image(id=image_id, tags=tags, labels=dict(request.labels))
+        image = Image(id=image_id, tags=tags, labels=dict(request.labels), architecture=architecture)
         self.images[image_id] = image
         return image
 
@@ -125,7 +130,7 @@ class FakeEngine(Engine):
 
     def tag(self, ref: str, tag: str) -> None:
         image = self._get(ref)
-        self.images[image.id] = Image(image.id, tuple(dict.fromkeys((*image.tags, tag))), image.labels, image.config)
+        self.images[image.id] = replace(image, tags=tuple(dict.fromkeys((*image.tags, tag))))
 
     def list_images(self) -> list[Image]:
         return list(self.images.values())
@@ -136,8 +141,7 @@ class FakeEngine(Engine):
             if ref == image.id:
                 del self.images[image.id]
             elif ref in image.tags:
-                self.images[image.id] = Image(image.id, tuple(t for t in image.tags if t != ref), image.labels,
-                                              image.config)
+                self.images[image.id] = replace(image, tags=tuple(t for t in image.tags if t != ref))
 
     # --- containers -------------------------------------------------------------------------------------
     def _script(self, ref: str) -> FakeScript:
@@ -161,11 +165,14 @@ class FakeEngine(Engine):
         labels: Mapping[str, str] | None = None,
         network: bool = True,
         user: str | None = None,
+        platform: str | None = None,
     ) -> Container:
         try:
             image = self._get(ref)
         except ImageNotFound:
             raise ImageNotFound(f"no image {ref} to run (images are never pulled to run)") from None
+        if platform and image.platform and image.platform != platform:
+            raise EngineError(f"{ref} is a {image.platform} image, not {platform}")
         if ports and not network:
             raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
         if name is not None and any(c.request.name == name for c in self.containers.values()):
@@ -174,7 +181,7 @@ class FakeEngine(Engine):
             ref=ref, command=tuple(command) if command is not None else None,
             entrypoint=tuple(entrypoint) if entrypoint is not None else None, env=dict(env or {}),
             ports=tuple(ports), mounts=tuple(mounts), name=name, labels=dict(labels or {}), network=network,
-            user=user,
+            user=user, platform=platform,
         )  # fmt: skip
         self.started.append(request)
         number = len(self.started)
@@ -238,12 +245,27 @@ class FakeEngine(Engine):
         self.pushes.append(tag)
         return "sha256:" + hashlib.sha256((image.id + tag).encode()).hexdigest()
 
-    def pull(self, ref: str, log: LogSink | None = None) -> Image:
+    def push_index(self, ref: str, images: Sequence[str], log: LogSink | None = None) -> PushedIndex:
+        repo = ref.rsplit(":", 1)[0]
+        platforms: dict[str, str] = {}
+        for source in images:
+            image = self._get(source)
+            if image.platform in platforms:
+                raise EngineError(f"two images for {image.platform} ({source} and another): an index holds one "
+                                  "image per platform")
+            part = f"{ref}-{image.architecture}"
+            self.tag(image.id, part)
+            platforms[image.platform] = self.push(part)
+            self.registry[f"{repo}@{platforms[image.platform]}"] = image
+        digest = "sha256:" + hashlib.sha256(json.dumps(sorted(platforms.items())).encode()).hexdigest()
+        return PushedIndex(ref=ref, digest=digest, platforms=platforms)
+
+    def pull(self, ref: str, log: LogSink | None = None, *, platform: str | None = None) -> Image:
         self.pulls.append(ref)
         if ref not in self.registry:
             raise EngineError(f"pull of {ref} failed: manifest unknown")
         image = self.registry[ref]
         previous = self.images.get(image.id)
         tags = tuple(dict.fromkeys((*(previous.tags if previous else image.tags), ref)))
-        self.images[image.id] = Image(image.id, tags, image.labels, image.config)
+        self.images[image.id] = replace(image, tags=tags)
         return self.images[image.id]

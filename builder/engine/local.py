@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import builder.engine.emulation as emulation
 from builder.engine.base import EngineUnavailable
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")
@@ -48,8 +49,12 @@ ENGINE = Requirement("dockerd", "docker.io", "the Docker daemon (and /usr/bin/do
 BUILDKIT_CLI = Requirement("/usr/bin/docker", "docker.io", "builds with RUN --mount without the buildx plugin")
 DEBOOTSTRAP = Requirement("debootstrap", "debootstrap", "creates the base image when no registry can be reached")
 REGISTRY = Requirement("docker-registry", "docker-registry", "a local registry to push to and pull from")
+QEMU = Requirement("qemu-aarch64-static", "qemu-user-static", "runs arm64 programs (and containers) on x86 hosts")
+BINFMT = Requirement("update-binfmts", "binfmt-support", "registers QEMU with the kernel's binfmt_misc")
 #: Everything beyond a bare Debian machine that tfsmith's engine set-up and its test suite run.
-REQUIREMENTS: tuple[Requirement, ...] = (ENGINE, BUILDKIT_CLI, DEBOOTSTRAP, REGISTRY)
+REQUIREMENTS: tuple[Requirement, ...] = (ENGINE, BUILDKIT_CLI, DEBOOTSTRAP, REGISTRY, QEMU, BINFMT)
+#: This machine's architecture in Docker's (and Debian's) words: amd64, arm64.
+DOCKER_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
 def packages_to_install(
@@ -146,29 +151,141 @@ def ensure_engine(say: Say = _quiet, wait_s: float = 60.0) -> None:
     raise EngineUnavailable(f"dockerd did not answer within {wait_s:.0f} s; see {log_path}")
 
 
+def host_arch() -> str:
+    """This machine's architecture in Docker's words (amd64, arm64); the name itself when Docker has none."""
+    machine = os.uname().machine
+    return DOCKER_ARCH.get(machine, machine)
+
+
+def docker_arch(arch: str) -> str:
+    """`x86_64`/`amd64` -> amd64, `aarch64`/`arm64` -> arm64, `linux/arm64` -> arm64; EngineUnavailable else."""
+    name = arch.rpartition("/")[2] if arch.startswith("linux/") else arch
+    if name not in DOCKER_ARCH:
+        raise EngineUnavailable(f"unknown architecture {arch!r}: tfsmith builds amd64 and arm64 images")
+    return DOCKER_ARCH[name]
+
+
+def base_image_ref(arch: str | None = None) -> str:
+    """The local base image's tag for `arch`: the plain tag is this machine's own architecture, another one
+    gets its name as a suffix (`tfsmith/python:bookworm-arm64` on an x86 host)."""
+    wanted = docker_arch(arch) if arch else host_arch()
+    return DEFAULT_BASE_IMAGE if wanted == host_arch() else f"{DEFAULT_BASE_IMAGE}-{wanted}"
+
+
+def image_arch(ref: str) -> str | None:
+    """The architecture an image says it is for (`docker image inspect`), None when there is no such image."""
+    probe = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Architecture}}", ref], capture_output=True, text=True, check=False
+    )
+    return probe.stdout.strip() if probe.returncode == 0 else None
+
+
 def image_exists(ref: str) -> bool:
-    probe = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False)
-    return probe.returncode == 0
+    return image_arch(ref) is not None
+
+
+def ensure_emulation(arch: str = "arm64", say: Say = _quiet) -> None:
+    """Make `arch` programs (and containers) run on this machine through QEMU user mode; no-op when native.
+
+    Installs qemu-user-static and binfmt-support when missing, mounts binfmt_misc where it is not mounted,
+    registers `qemu-<arch>` with the F flag (re-registering an entry that lacks it), then proves it by
+    running a tiny arm64 program. Every step needs root, as `ensure_engine` does; nothing is done twice.
+    """
+    wanted = docker_arch(arch)
+    if wanted == host_arch():
+        return
+    if wanted != "arm64":
+        raise EngineUnavailable(f"tfsmith emulates arm64 on x86 hosts only, not {wanted} on {host_arch()}")
+    entry_file = emulation.entry_path(wanted)
+    if _entry_ready(entry_file) and _probe_runs():
+        return
+    ensure_programs((QEMU, BINFMT), say)
+    if not (emulation.BINFMT_DIR / "register").exists():
+        say(f"mounting binfmt_misc on {emulation.BINFMT_DIR}")
+        _root(["mount", "-t", "binfmt_misc", "binfmt_misc", str(emulation.BINFMT_DIR)], "mount binfmt_misc")
+    if entry_file.exists() and not _entry_ready(entry_file):
+        say(f"re-registering {entry_file.name}: it lacks the F flag containers need")
+        entry_file.write_text("-1\n")  # the kernel's way to remove an entry
+    if not entry_file.exists():
+        say(f"registering {entry_file.name} with binfmt_misc")
+        _root(["update-binfmts", "--enable", entry_file.name], f"update-binfmts --enable {entry_file.name}")
+    if not entry_file.exists():  # binfmt-support thought it was enabled already: import Debian's entry again
+        _root(["update-binfmts", "--import", entry_file.name], f"update-binfmts --import {entry_file.name}")
+    state = emulation.parse_entry(entry_file.read_text()) if entry_file.exists() else None
+    if state is None or not state.enabled or not state.fixed:
+        raise EngineUnavailable(
+            f"{entry_file} is {'missing' if state is None else f'flags {state.flags!r}'}; arm64 containers need it "
+            "enabled with the F flag (qemu-user-static registers it so)"
+        )
+    if not _probe_runs():
+        raise EngineUnavailable(f"{entry_file.name} is registered but an arm64 program still does not run here")
+    say(f"arm64 emulation ready ({state.interpreter}, flags {state.flags})")
+
+
+def _entry_ready(entry_file: Path) -> bool:
+    try:
+        state = emulation.parse_entry(entry_file.read_text())
+    except OSError:
+        return False
+    return state.enabled and state.fixed
+
+
+def _probe_runs() -> bool:
+    """Run the 132-byte arm64 probe: True when it exits with its own code (so QEMU really ran it)."""
+    with tempfile.TemporaryDirectory(prefix="tfsmith-probe-") as tmp:
+        probe = Path(tmp) / "probe-arm64"
+        probe.write_bytes(emulation.probe_binary())
+        probe.chmod(0o755)
+        try:
+            ran = subprocess.run([str(probe)], capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):  # Exec format error: nothing handles arm64 binaries
+            return False
+    return ran.returncode == emulation.PROBE_EXIT
+
+
+def _root(argv: list[str], what: str) -> None:
+    if os.geteuid() != 0:
+        raise EngineUnavailable(f"{what} needs root; run it as root (or ask an administrator), then retry")
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+        raise EngineUnavailable(f"{what} failed: {' '.join(tail) or f'exit {result.returncode}'}")
 
 
 def ensure_base_image(
-    ref: str = DEFAULT_BASE_IMAGE,
+    ref: str | None = None,
     say: Say = _quiet,
     packages: tuple[str, ...] = ("python3", "python3-venv", "ca-certificates"),
+    *,
+    arch: str | None = None,
 ) -> str:
-    """A local Debian bookworm image with Python 3.11, made with debootstrap when it is not there.
+    """A local Debian bookworm image with Python 3.11 for `arch` (default: this machine's), made with
+    debootstrap when it is not there; returns its tag (`base_image_ref(arch)` unless `ref` is given).
 
-    No registry is needed: the root filesystem is bootstrapped from Debian's archive and imported.
+    No registry is needed: the root filesystem is bootstrapped from Debian's archive and imported with the
+    image architecture set, so BuildKit takes it for `--platform linux/<arch>` builds. Another
+    architecture's root filesystem is configured under QEMU (`ensure_emulation`): a few minutes instead of
+    one, once; the image is kept and reused.
     """
-    if image_exists(ref):
+    wanted = docker_arch(arch) if arch else host_arch()
+    ref = ref or base_image_ref(wanted)
+    found = image_arch(ref)
+    if found is not None:
+        if found != wanted:
+            raise EngineUnavailable(f"image {ref} is for {found}, not {wanted}; remove it or pass another tag")
         return ref
     ensure_programs((DEBOOTSTRAP,), say)
-    say(f"creating base image {ref} with debootstrap (about a minute)")
+    foreign = wanted != host_arch()
+    if foreign:
+        ensure_emulation(wanted, say)
+    say(f"creating base image {ref} ({wanted}) with debootstrap ({'several minutes under emulation' if foreign else 'about a minute'})")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tfsmith-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         result = subprocess.run(
             [
                 "debootstrap",
+                f"--arch={wanted}",
                 "--variant=minbase",
                 f"--include={','.join(packages)}",
                 "bookworm",
@@ -180,23 +297,41 @@ def ensure_base_image(
             check=False,
         )
         if result.returncode != 0:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-            raise EngineUnavailable(f"debootstrap failed: {' | '.join(tail)}")
+            STATE_DIR.mkdir(parents=True, exist_ok=True)
+            log_path = STATE_DIR / f"debootstrap-{wanted}.log"
+            log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
+            tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+            raise EngineUnavailable(f"debootstrap ({wanted}) failed: {' '.join(tail)}; full log: {log_path}")
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / cache, ignore_errors=True)
             (rootfs / cache).mkdir(parents=True, exist_ok=True)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", ref],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        tar.wait()
-        if imported.returncode != 0:
-            raise EngineUnavailable(f"docker import failed: {imported.stderr.strip()}")
+        _load_rootfs(rootfs, ref, wanted, Path(tmp) / "layer.tar")
+    if image_arch(ref) != wanted:
+        raise EngineUnavailable(f"docker load made {ref} for {image_arch(ref)}, not {wanted}")
+    say(f"base image {ref} ({wanted}) made in {time.monotonic() - started:.0f} s")
     return ref
+
+
+def _load_rootfs(rootfs: Path, ref: str, arch: str, layer: Path) -> None:
+    """Tar the root filesystem into one layer and `docker load` it as `ref` for `arch` (see rootfs_image)."""
+    from builder.engine.rootfs_image import write_archive
+
+    packed = subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(layer), "."],
+                            capture_output=True, text=True, check=False)
+    if packed.returncode != 0:
+        raise EngineUnavailable(f"tar of the root filesystem failed: {packed.stderr.strip()[-300:]}")
+    loader = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    assert loader.stdin is not None and loader.stdout is not None
+    try:
+        write_archive(layer, ref, arch, loader.stdin)
+    except BrokenPipeError:
+        pass  # docker load stopped reading: its own message below says why
+    finally:
+        loader.stdin.close()
+    said = loader.stdout.read().decode("utf-8", "replace").strip()
+    if loader.wait() != 0:
+        raise EngineUnavailable(f"docker load of {ref} failed: {said.splitlines()[-1] if said else 'no output'}")
 
 
 def ensure_registry(say: Say = _quiet) -> str:

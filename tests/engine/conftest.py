@@ -1,8 +1,9 @@
 """Engine tests run against a real Docker engine, brought up by the suite itself when none runs.
 
 The engine and a local Python base image (debootstrap, no registry) are prepared once per session; so is a
-local registry for push tests. Whatever a bare machine lacks for these (docker.io, debootstrap,
-docker-registry) is installed by `builder.engine.local`, the same set-up `make engine` and `tfsmith
+local registry for push tests, and an arm64 base image run under QEMU emulation for the arm64 tests.
+Whatever a bare machine lacks for these (docker.io, debootstrap, docker-registry, qemu-user-static,
+binfmt-support) is installed by `builder.engine.local`, the same set-up `make engine` and `tfsmith
 engine-up` use, never assumed. Every test in this folder is marked `engine`.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine, ensure_registry
+from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_emulation, ensure_engine, ensure_registry
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,6 +37,14 @@ def docker_engine() -> None:
 def base_image(docker_engine: None) -> str:
     """Tag of a local Debian bookworm image with python3 (3.11) and venv."""
     return ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+
+
+@pytest.fixture(scope="session")
+def arm64_base_image(docker_engine: None) -> str:
+    """Tag of a local arm64 Debian bookworm image with python3 and venv (this machine's own base on an arm64
+    host; on x86, QEMU emulation is installed and registered, and the image bootstrapped under it once)."""
+    ensure_emulation("arm64", say=print)
+    return ensure_base_image(say=print, arch="arm64")
 
 
 def free_port() -> int:

@@ -24,7 +24,9 @@ from builder.engine.local import (
 
 
 def test_a_bare_machine_gets_every_package_once_in_order() -> None:
-    assert packages_to_install(REQUIREMENTS, found=lambda _: None) == ["docker.io", "debootstrap", "docker-registry"]
+    assert packages_to_install(REQUIREMENTS, found=lambda _: None) == [
+        "docker.io", "debootstrap", "docker-registry", "qemu-user-static", "binfmt-support"
+    ]
 
 
 def test_nothing_is_installed_when_every_program_is_there() -> None:
@@ -32,7 +34,8 @@ def test_nothing_is_installed_when_every_program_is_there() -> None:
 
 
 def test_only_the_missing_programs_packages_are_asked_for() -> None:
-    found = {"dockerd": "/usr/sbin/dockerd", "/usr/bin/docker": "/usr/bin/docker", "debootstrap": "/usr/sbin/debootstrap"}
+    found = {"dockerd": "/usr/sbin/dockerd", "/usr/bin/docker": "/usr/bin/docker", "debootstrap": "/usr/sbin/debootstrap",
+             "qemu-aarch64-static": "/usr/bin/qemu-aarch64-static", "update-binfmts": "/usr/sbin/update-binfmts"}
     assert packages_to_install(REQUIREMENTS, found=found.get) == ["docker-registry"]
     # a modern CLI elsewhere on PATH is not the BuildKit-capable one the engine needs
     assert packages_to_install((ENGINE, BUILDKIT_CLI), found={"dockerd": "/usr/sbin/dockerd"}.get) == ["docker.io"]
@@ -40,7 +43,9 @@ def test_only_the_missing_programs_packages_are_asked_for() -> None:
 
 def test_the_push_tests_registry_is_a_requirement() -> None:
     assert (REGISTRY.program, REGISTRY.package) == ("docker-registry", "docker-registry")
-    assert {r.package for r in REQUIREMENTS} == {"docker.io", "debootstrap", "docker-registry"}
+    assert {r.package for r in REQUIREMENTS} == {
+        "docker.io", "debootstrap", "docker-registry", "qemu-user-static", "binfmt-support"
+    }
     assert DEBOOTSTRAP in REQUIREMENTS
 
 

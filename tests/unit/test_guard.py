@@ -185,3 +185,46 @@ def test_missing_cuda_packages_reads_the_python_environment(monkeypatch: pytest.
     (tmp_path / "tfsmithfake" / "cudnn" / "__init__.py").touch()
     monkeypatch.syspath_prepend(str(tmp_path))
     assert guard.missing_cuda_packages() == ["tfsmithfake-cuda-runtime-cu12"]
+
+
+# ------------------------------------------------------------------------------------ arm64 hwcaps
+def _auxv(path: Path, entries: dict[int, int]) -> str:
+    """An auxiliary vector as /proc/self/auxv holds it: (type, value) pairs, AT_NULL last."""
+    import struct
+
+    path.write_bytes(b"".join(struct.pack("=QQ", key, value) for key, value in [*entries.items(), (0, 0)]))
+    return str(path)
+
+
+def test_hwcaps_name_features_as_proc_cpuinfo_does() -> None:
+    # What QEMU reports for an emulated Cortex-A53: plain ARMv8.0 with crypto, no dotprod, no SVE.
+    assert guard.hwcap_names(0x8FB) == {"fp", "asimd", "aes", "pmull", "sha1", "sha2", "crc32", "cpuid"}
+    assert guard.hwcap_names(1 << 22 | 1 << 20, 1 << 1) == {"sve", "asimddp", "sve2"}
+    # A real Graviton3 prints exactly hwcap names on its Features line: every one of them is a known bit.
+    graviton = guard.read_cpu_flags(str(CPUINFO / "aws-graviton3-neoverse-v1-sve"))
+    assert graviton <= set(guard.ARM64_HWCAP) | set(guard.ARM64_HWCAP2)
+
+
+def test_every_arm64_flag_nfd_labels_is_a_hwcap_the_guard_reads() -> None:
+    from builder.deploy import nfd
+
+    assert nfd.ARM64_CPUID <= set(guard.ARM64_HWCAP) | set(guard.ARM64_HWCAP2)
+
+
+def test_the_auxiliary_vector_is_read_for_hwcaps(tmp_path: Path) -> None:
+    path = _auxv(tmp_path / "auxv", {6: 4096, guard.AT_HWCAP: 0x8FB, guard.AT_HWCAP2: 1 << 1})
+    assert guard.read_hwcaps(path) == guard.hwcap_names(0x8FB) | {"sve2"}
+    assert guard.read_hwcaps(_auxv(tmp_path / "x86", {6: 4096})) is None  # no AT_HWCAP entry
+    assert guard.read_hwcaps(str(tmp_path / "missing")) is None
+
+
+def test_arm64_reads_hwcaps_not_the_emulating_hosts_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Under QEMU user mode /proc/cpuinfo is the x86 host's; the auxiliary vector is the emulated CPU's."""
+    path = _auxv(tmp_path / "auxv", {guard.AT_HWCAP: 0x8FB})
+    reader = guard.read_hwcaps
+    monkeypatch.setattr(guard, "read_hwcaps", lambda: reader(path))
+    x86 = str(CPUINFO / "this-vm-amd-epyc-zen3")
+    assert guard.host_cpu_flags(x86, machine="aarch64") == guard.hwcap_names(0x8FB)
+    assert "avx2" in guard.host_cpu_flags(x86, machine="x86_64")
+    monkeypatch.setattr(guard, "read_hwcaps", lambda: None)  # no auxv: fall back to /proc/cpuinfo
+    assert "avx2" in guard.host_cpu_flags(x86, machine="aarch64")

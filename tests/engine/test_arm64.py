@@ -1,0 +1,146 @@
+"""arm64 images on the real engine: built for linux/arm64, run under QEMU, and refused by the guard on CPUs
+that lack their target's features.
+
+Kept small on purpose (everything arm64 runs emulated, several times slower): the images are the local
+arm64 base plus the preflight guard (pure standard-library Python) with the exact environment a rendered
+image bakes in, no TensorFlow. QEMU's `QEMU_CPU` picks the emulated CPU, and the guard reads that CPU's
+hwcaps from the auxiliary vector. What each emulated CPU offers is read from a container of the same image,
+never assumed: the QEMU on a machine decides which hwcaps it reports.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder import guard
+from builder.config import BuildConfig
+from builder.engine.base import BuildRequest, EngineError
+from builder.engine.docker import DockerEngine
+from builder.plan import BuildPlan, reference_build_facts
+from builder.planning import plan_from_settings
+
+PREFIX = "tfsmith-test-arm64-guard"
+TARGETS = ("neoverse_v1", "neoverse_n1")
+PLATFORM = "linux/arm64"
+HWCAPS = "from builder_guard import read_hwcaps; print(','.join(sorted(read_hwcaps() or ())))"
+
+
+@pytest.fixture(scope="module")
+def engine(docker_engine: None) -> DockerEngine:
+    return DockerEngine()
+
+
+def _plan(target: str) -> BuildPlan:
+    settings = BuildConfig(target=target, tf_version="2.21.0", python="3.11")
+    return plan_from_settings(settings, host=reference_build_facts("x86_64"))
+
+
+@pytest.fixture(scope="module")
+def guarded(
+    engine: DockerEngine, arm64_base_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[BuildPlan, str]]]:
+    """target -> (plan, tag): the arm64 base, the guard as a rendered image installs it, the target's guard
+    environment, the guard as entrypoint. Built for linux/arm64 through `BuildRequest.platform`."""
+    built: dict[str, tuple[BuildPlan, str]] = {}
+    try:
+        for target in TARGETS:
+            plan = _plan(target)
+            context = tmp_path_factory.mktemp(f"ctx-{target}")
+            shutil.copy(guard.__file__, context / "tfsmith-guard")
+            (context / "tfsmith-guard").chmod(0o755)  # as render writes it
+            shutil.copy(guard.__file__, context / "builder_guard.py")  # importable, to read hwcaps in tests
+            env = " ".join(f"{name}={value}" for name, value in sorted(plan.target.guard_env.items()))
+            (context / "Dockerfile").write_text(
+                f"FROM {arm64_base_image}\n"
+                "COPY tfsmith-guard /usr/local/bin/tfsmith-guard\n"
+                "COPY builder_guard.py /opt/probe/builder_guard.py\n"
+                f"ENV PYTHONPATH=/opt/probe {env}\n"
+                'ENTRYPOINT ["/usr/local/bin/tfsmith-guard", "--"]\n'
+                "CMD [\"python3\", \"-c\", \"print('started')\"]\n",
+                encoding="utf-8",
+            )
+            tag = f"{PREFIX}:{target}"
+            built[target] = (plan, tag)
+            image = engine.build(BuildRequest(context=context, tags=(tag,), platform=plan.platform,
+                                              log_file=context / "build.log"))
+            assert image is not None and image.architecture == "arm64" and image.platform == PLATFORM
+        yield built
+    finally:
+        for _, tag in built.values():
+            engine.remove_image(tag)
+
+
+def _run(
+    engine: DockerEngine, tag: str, cpu: str, entrypoint: list[str] | None = None
+) -> tuple[int, str, str]:
+    with engine.start(tag, entrypoint=entrypoint, env={"QEMU_CPU": cpu}, platform=PLATFORM) as container:
+        code = container.wait(180)
+        return code, container.logs(stderr=False), container.logs(stdout=False)
+
+
+def _hwcaps(engine: DockerEngine, tag: str, cpu: str) -> frozenset[str]:
+    code, out, err = _run(engine, tag, cpu, entrypoint=["python3", "-c", HWCAPS])  # past the guard
+    assert code == 0, err
+    return frozenset(out.strip().split(","))
+
+
+def test_the_arm64_base_runs_python_as_aarch64(engine: DockerEngine, arm64_base_image: str) -> None:
+    image = engine.inspect(arm64_base_image)
+    assert image.architecture == "arm64"
+    code, output = engine.run(arm64_base_image, ["python3", "-c", "import platform; print(platform.machine())"],
+                              platform=PLATFORM, timeout=180)
+    assert (code, output.strip()) == (0, "aarch64")
+
+
+def test_an_arm64_image_is_not_started_as_amd64(engine: DockerEngine, arm64_base_image: str) -> None:
+    with pytest.raises(EngineError, match=r"is a linux/arm64 image, not linux/amd64"):
+        engine.start(arm64_base_image, ["true"], platform="linux/amd64")
+
+
+def test_neoverse_v1_refuses_a_cortex_a53(engine: DockerEngine, guarded: dict[str, tuple[BuildPlan, str]]) -> None:
+    plan, tag = guarded["neoverse_v1"]
+    a53 = _hwcaps(engine, tag, "cortex-a53")
+    assert "sve" not in a53 and "asimddp" not in a53 and "asimd" in a53  # an ARMv8.0 core, as emulated
+    code, out, err = _run(engine, tag, "cortex-a53")
+    assert code == guard.EXIT_CANNOT_RUN
+    assert "started" not in out
+    message = err.strip()
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith("tfsmith-guard: this CPU cannot run code built for target 'neoverse_v1'")
+    assert "sve" in message and "asimddp (dotprod)" in message
+    assert all(guard.label(f) in message for f in guard.missing_features(plan.target.features, a53))
+
+
+@pytest.mark.parametrize("cpu", ["max", "neoverse-n1"])
+def test_neoverse_n1_starts_on_a_cpu_with_its_features(
+    engine: DockerEngine, guarded: dict[str, tuple[BuildPlan, str]], cpu: str
+) -> None:
+    plan, tag = guarded["neoverse_n1"]
+    assert guard.missing_features(plan.target.features, _hwcaps(engine, tag, cpu)) == ()
+    code, out, err = _run(engine, tag, cpu)
+    assert (code, out.strip()) == (0, "started"), err
+    assert "tfsmith-guard" not in err
+
+
+def test_neoverse_v1_on_max_follows_the_hwcaps_qemu_reports(
+    engine: DockerEngine, guarded: dict[str, tuple[BuildPlan, str]]
+) -> None:
+    """`max` has every neoverse_v1 instruction, but QEMU's user mode does not report every hwcap of it
+    (Debian bookworm's 7.2 leaves out dit, uscat and dgh): the guard starts the image exactly when the
+    reported hwcaps cover the target, and otherwise names only what is unreported."""
+    plan, tag = guarded["neoverse_v1"]
+    reported = _hwcaps(engine, tag, "max")
+    assert {"sve", "asimddp", "i8mm", "bf16", "svebf16", "svei8mm"} <= reported
+    missing = guard.missing_features(plan.target.features, reported)
+    code, out, err = _run(engine, tag, "max")
+    if not missing:
+        assert (code, out.strip()) == (0, "started"), err
+    else:
+        assert code == guard.EXIT_CANNOT_RUN and len(err.strip().splitlines()) == 1
+        assert err.strip().endswith(f"it lacks {', '.join(guard.label(f) for f in missing)}. Use an image built "
+                                    "for this machine (`tfsmith target host`) or for an older target.")
+        assert "sve" not in missing and "asimddp" not in missing
