@@ -3,7 +3,8 @@
 A CI pipeline fans out one job per entry: GitHub Actions reads `{"include": [...]}` through `fromJSON`,
 GitLab runs a generated child pipeline with one job per entry. The id is self-describing
 (`x86-64-v3-cpu`, `x86-64-v3-cuda-8.0_9.0`), so `tfsmith build --only ID` needs nothing but the id: the
-matrix and the build can never disagree about what an id means.
+matrix and the build can never disagree about what an id means. Each entry also says its image's platform
+(`linux/amd64`, `linux/arm64`): an ARM runner builds arm64 natively, an x86 one under QEMU emulation.
 """
 
 from __future__ import annotations
@@ -31,11 +32,21 @@ class MatrixEntry:
     target: str
     cuda_cc: str  # "" for CPU-only, else "8.0,9.0"
     arch: str  # "x86_64" or "aarch64": which runner builds it natively
+    platform: str = ""  # "linux/amd64" or "linux/arm64": what the image is (an x86 runner builds arm64 emulated)
+
+    def __post_init__(self) -> None:
+        if not self.platform:
+            object.__setattr__(self, "platform", platform_of(self.arch))
 
     def build_args(self) -> list[str]:
         """The `tfsmith build` arguments equivalent to `--only ID`."""
         args = ["--target", self.target]
         return args + (["--cuda-cc", self.cuda_cc] if self.cuda_cc else [])
+
+
+def platform_of(arch: str) -> str:
+    """`x86_64` -> `linux/amd64`, `aarch64` -> `linux/arm64` (Docker's and Kubernetes' names)."""
+    return "linux/arm64" if arch == "aarch64" else "linux/amd64"
 
 
 def arch_of(target: str) -> str:

@@ -174,3 +174,24 @@ def test_wheel_and_python_disagreeing_is_refused(tmp_path: Path, wheel: Path) ->
 
 def test_push_ref_keeps_registry_port_and_path() -> None:
     assert push_ref("127.0.0.1:5000/team/", "tfsmith/tensorflow:t") == "127.0.0.1:5000/team/tfsmith/tensorflow:t"
+
+
+def test_an_arm_target_builds_for_linux_arm64_from_an_aarch64_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "dist" / "tensorflow-2.21.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"the aarch64 stock wheel")
+    engine, said = FakeEngine(), []
+    outcome = _builder(tmp_path, engine, said, wheel=str(wheel), target="neoverse_v1",
+                       base_image="tfsmith/python:bookworm-arm64").run()
+    (request,) = engine.builds
+    assert request.platform == "linux/arm64"
+    assert outcome.image.architecture == "arm64" and outcome.image.platform == "linux/arm64"
+    assert "from prebuilt wheel" in request.labels["org.opencontainers.image.description"]  # labelled as stock
+    assert any(line.startswith("platform linux/arm64") for line in said)
+
+
+def test_an_x86_wheel_is_refused_for_an_arm_target(tmp_path: Path, wheel: Path) -> None:
+    from builder.errors import IncompatibleError
+
+    with pytest.raises(IncompatibleError, match=r"is for manylinux_2_27_x86_64, the target is aarch64"):
+        _builder(tmp_path, FakeEngine(), [], wheel=str(wheel), target="neoverse_v1").run()

@@ -228,3 +228,31 @@ def test_x86_64_v3_cannot_be_selected_on_default_labels_alone() -> None:
     assert {"BMI1", "BMI2", "F16C", "LZCNT", "AVX2", "FMA3"} <= set(rule["spec"]["rules"][0]["matchFeatures"][0]["matchExpressions"])
     zen3 = next(f for n, _, f in machines() if n == "this-vm-amd-epyc-zen3")
     assert not simulate.can_schedule(deploy, nfd.default_labels("x86_64", zen3))  # stock NFD alone: Pending, not wrong
+
+
+# hwcaps (AT_HWCAP, AT_HWCAP2) QEMU 7.2 user mode reports for its emulated CPUs, read in arm64 containers on
+# this project's machines: what NFD's arm64 cpu source reads on such a node, and what the image's guard reads.
+QEMU_HWCAPS = {"cortex-a53": (0x8FB, 0), "neoverse-n1": (0x119FFB, 0), "max": (0xECFFFFFB, 0x7F877FFF)}
+
+
+def test_a_two_architecture_fleet_places_each_image_only_on_its_own_architecture() -> None:
+    """`tfsmith deploy --targets x86-64-v3,neoverse_v1`: on every recorded machine of either family, and on the
+    emulated arm64 CPUs the engine tests run the guard on, an image is placed exactly where its guard lets it
+    start; an x86 machine never gets the arm64 image, nor an arm64 machine the x86 one."""
+    images = inputs.from_targets("x86-64-v3,neoverse_v1", "registry.example/m")
+    fleet = plan.plan_fleet(images, plan.DeployOptions(model_name="m"), plan.default_resources())
+    objects = manifests.fleet(fleet)
+    by_name = {m.name: m.image.target for m in fleet.members}
+    assert {m.placement.arch for m in fleet.members} == {"amd64", "arm64"}
+    emulated = [(f"qemu-{cpu}", "aarch64", guard.hwcap_names(*caps)) for cpu, caps in QEMU_HWCAPS.items()]
+    seen = {"aarch64": 0, "x86_64": 0}
+    for name, arch, flags in [*machines(), *emulated]:
+        labels = simulate.node_labels(arch, flags, objects)
+        placed = {o["metadata"]["name"] for o in simulate.workloads(objects) if simulate.can_schedule(o, labels)}
+        assert all(by_name[n].arch == arch for n in placed), (name, placed)
+        runnable = {n for n, t in by_name.items() if guard_accepts(t, arch, flags)}
+        assert placed == runnable, (name, sorted(placed ^ runnable))
+        seen[arch] += bool(placed)
+    assert seen["aarch64"] >= 3 and seen["x86_64"] >= 10  # both halves of the fleet really land somewhere
+    a53 = simulate.node_labels("aarch64", guard.hwcap_names(*QEMU_HWCAPS["cortex-a53"]), objects)
+    assert not any(simulate.can_schedule(o, a53) for o in simulate.workloads(objects))

@@ -22,6 +22,8 @@ def test_cpu_entry_per_target_and_cuda_entries_only_for_x86() -> None:
     ]  # fmt: skip
     assert {e.arch for e in entries if e.target == "neoverse_v1"} == {"aarch64"}
     assert {e.arch for e in entries if e.target != "neoverse_v1"} == {"x86_64"}
+    assert {e.platform for e in entries if e.target == "neoverse_v1"} == {"linux/arm64"}
+    assert {e.platform for e in entries if e.target != "neoverse_v1"} == {"linux/amd64"}
 
 
 @pytest.mark.parametrize("cuda_cc", ["", "8.0", "9.0,8.0", "7.5,8.6,8.9,9.0"])
@@ -51,6 +53,9 @@ def test_github_format_is_one_line_of_json_with_include() -> None:
     assert "\n" not in text
     rows = json.loads(text)["include"]
     assert [parse_id(row["id"]).target for row in rows] == [row["target"] for row in rows]
+    assert {row["id"]: row["platform"] for row in rows if row["target"] in ("x86-64-v3", "neoverse_v1")} == {
+        "x86-64-v3-cpu": "linux/amd64", "x86-64-v3-cuda-8.0_9.0": "linux/amd64", "neoverse_v1-cpu": "linux/arm64",
+    }  # fmt: skip
 
 
 def test_gitlab_format_is_a_child_pipeline_with_one_job_per_entry() -> None:
