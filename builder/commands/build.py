@@ -1,4 +1,4 @@
-"""`tfsmith build`, `matrix` and `engine-up`.
+"""`tfsmith build`, `matrix`, `push-index` and `engine-up`.
 
 Thin: parse flags into a `BuildConfig` (flags > TFSMITH_* env > tfsmith.toml > defaults, the same path
 `render` and `target` take), call the stage, print. The docker SDK, archspec and the planning modules are
@@ -33,7 +33,7 @@ class _StepDisplay:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `build`, `matrix` and `engine-up` to the tfsmith app."""
+    """Add `build`, `matrix`, `push-index` and `engine-up` to the tfsmith app."""
 
     @app.command("build")
     def build(
@@ -102,6 +102,20 @@ def register(app: typer.Typer) -> None:
 
         settings = load_config({"targets": targets, "matrix_cuda_cc": tuple(cuda_cc or ())}, config_file=config)
         sys.stdout.write(render_matrix(fleet_matrix(settings.targets, settings.matrix_cuda_cc), fmt) + "\n")
+
+    @app.command("push-index")
+    def push_index(
+        ref: str = typer.Argument(..., help="Where the index goes: REGISTRY/REPO:TAG."),
+        images: list[str] = typer.Argument(..., help="Local images, one per architecture (e.g. amd64 and arm64)."),
+    ) -> None:
+        """One tag for several architectures: push each image as REF-<arch>, then an image index under REF, so
+        every node pulls REF for its own architecture. Prints each platform's digest and the index's."""
+        from builder.engine.docker import DockerEngine
+
+        pushed = DockerEngine().push_index(ref, images, log=lambda line: typer.echo(line, err=True))
+        for platform, digest in sorted(pushed.platforms.items()):
+            typer.echo(f"{platform}  {pushed.by_digest(platform)}")
+        typer.echo(f"index        {pushed.ref}@{pushed.digest}")
 
     @app.command("engine-up")
     def engine_up(

@@ -9,8 +9,11 @@ HTTP API, not from what our code says it pushed.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ from builder.engine.base import BuildRequest, EngineError, PushedIndex
 from builder.engine.docker import DockerEngine
 
 PREFIX = "tfsmith-test-multiarch"
+TFSMITH = Path(sys.executable).with_name("tfsmith")
 PLATFORMS = ("linux/amd64", "linux/arm64")
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 
@@ -72,6 +76,28 @@ def test_the_registry_serves_one_index_for_both_architectures(pushed: PushedInde
     listed = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in index["manifests"]}  # type: ignore[index, union-attr]
     assert listed == dict(pushed.platforms)
     assert set(listed) == set(PLATFORMS) and len(set(listed.values())) == 2
+
+
+def test_the_cli_pushes_an_index_and_says_each_digest(
+    engine: DockerEngine, images: dict[str, str], registry: str
+) -> None:
+    ref = f"{registry}/{PREFIX}:cli"
+    done = subprocess.run([str(TFSMITH), "push-index", ref, images["linux/arm64"], images["linux/amd64"]],
+                          capture_output=True, text=True, timeout=600, check=False)
+    try:
+        assert done.returncode == 0, done.stderr
+        lines = dict(line.split(None, 1) for line in done.stdout.strip().splitlines())
+        assert set(lines) == {*PLATFORMS, "index"}
+        _, digest = _registry_get(registry, f"{PREFIX}/manifests/cli", ", ".join(INDEX_TYPES))
+        assert lines["index"] == f"{ref}@{digest}"
+        assert all(lines[p].startswith(f"{registry}/{PREFIX}@sha256:") for p in PLATFORMS)
+        twice = subprocess.run([str(TFSMITH), "push-index", ref, images["linux/amd64"], images["linux/amd64"]],
+                               capture_output=True, text=True, timeout=600, check=False)
+        assert twice.returncode != 0 and "Traceback" not in twice.stderr
+        assert len(twice.stderr.strip().splitlines()) == 1 and "one image per platform" in twice.stderr
+    finally:
+        for platform in PLATFORMS:
+            engine.remove_image(f"{ref}-{platform.rpartition('/')[2]}")
 
 
 def test_each_platform_pulls_back_by_digest(
