@@ -11,6 +11,8 @@ never assumed: the QEMU on a machine decides which hwcaps it reports.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +146,11 @@ def test_neoverse_v1_on_max_follows_the_hwcaps_qemu_reports(
         assert err.strip().endswith(f"it lacks {', '.join(guard.label(f) for f in missing)}. Use an image built "
                                     "for this machine (`tfsmith target host`) or for an older target.")
         assert "sve" not in missing and "asimddp" not in missing
+
+
+def test_engine_up_for_arm64_finds_the_base_it_made(arm64_base_image: str, tmp_path: Path) -> None:
+    tfsmith = Path(sys.executable).with_name("tfsmith")
+    done = subprocess.run([str(tfsmith), "engine-up", "--arch", "arm64"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"engine up; base image {arm64_base_image} present"
