@@ -618,7 +618,7 @@ class Gate(keras.layers.Layer):
 '''
 
 
-def _forget_module(name: str) -> None:
+def forget_module(name: str) -> None:
     """Unload the user's module and unregister its classes, as in a fresh process that never imported it."""
     import sys
 
@@ -658,7 +658,7 @@ def custom_layer(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
     (folder / f"{CUSTOM_MODULE}.py").write_text(CUSTOM_SOURCE, encoding="utf-8")
     sys.path.insert(0, str(folder))
     try:
-        _forget_module(CUSTOM_MODULE)
+        forget_module(CUSTOM_MODULE)
         layers = importlib.import_module(CUSTOM_MODULE)
         images, y = _digits()
         pixels = images.reshape(len(images), 64)
@@ -676,7 +676,7 @@ def custom_layer(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
         model.save(model_path)
     finally:
         sys.path.remove(str(folder))
-        _forget_module(CUSTOM_MODULE)
+        forget_module(CUSTOM_MODULE)
     return ZooModel(
         name="custom_layer",
         model_path=model_path,

@@ -10,8 +10,25 @@ sets `TF_USE_LEGACY_KERAS=1` first (the variable is read once, at TensorFlow's f
 
 MODEL is a Keras 2 (tf_keras) or Keras 3 `.keras`/`.h5` file, a SavedModel (from Keras or a plain `tf.Module`),
 or a `.tflite`. Its serving signature is the contract (`builder.report.ModelContract`): input and output names,
-dtypes (float32/16, int32/int64 ids, bool) and shapes (dynamic batch), plus a task per output. Every artifact
-keeps that signature — int8 files included (float inputs and outputs, int8 inside; id inputs stay integer).
+dtypes (float32/16, int32/int64 ids, bool, string) and shapes (dynamic batch, dynamic sequence lengths), plus a
+task per output. Every artifact keeps that signature — int8 files included (float inputs and outputs, int8
+inside; id inputs stay integer). `--signature NAME` makes another SavedModel signature the contract (a
+`tf.Module` with only `predict`): the .tflite files keep that key and it is the served default
+(`chosen_signature`). `--import MODULE` (repeatable) imports the user's modules first, so custom layers and
+objects registered with `@keras.saving.register_keras_serializable` load; the exported SavedModel carries the
+graph, so serving needs no user code.
+
+Runtimes (one word each, everywhere): `litert` (a .tflite on LiteRT/XNNPACK), `openvino` (OpenVINO reading the
+.tflite), `openvino-nncf` (OpenVINO quantizing the fp32 .tflite with NNCF at load), `tensorflow` (a SavedModel
+signature; or a Select-TF-ops .tflite on TensorFlow's own `tf.lite.Interpreter`, which needs a TensorFlow build
+with the Flex delegate: the stock 2.21 wheel has none, so such a file is kept but marked "not run on this host").
+
+When the TFLite builtins cannot express the model (a Keras 3 GRU's tensor lists; `TextVectorization`'s string
+ops), optimize still completes: no plain .tflite, no pruning or QAT (they only feed .tflite files), the
+SavedModel served on `tensorflow`, a Select-TF-ops .tflite tried, and one note with the converter's own first
+error line. Every library error (converter, Keras, TensorFlow) is one line keeping that library's first error
+line whole; its whole text goes to `OUT/logs/<step>.log` (or, when the run stops and --out must stay untouched, to
+a temp folder the message names).
 
 The layout of `--out` (read by `tfsmith serve`/`package` and `tfsmith bench`; written atomically: a staging
 folder, then one rename)::
@@ -25,9 +42,18 @@ folder, then one rename)::
       model_int8.tflite       full int8 inside, float I/O           (kind `tflite_int8`)
       model_qat_int8.tflite   quantization-aware-trained int8       (kind `tflite_qat_int8`)
       model.tflite            the original, when MODEL is a .tflite (kind `tflite_original`; nothing else)
+      model_select_tf.tflite  float, TFLite builtins + Select TF ops, written only when the plain conversion
+                              fails; runs on TensorFlow's interpreter with the Flex delegate (kind
+                              `tflite_select_tf`, runtime `tensorflow`)
+      logs/<step>.log         the whole text of every library error met on the way (convert-fp32.log, ...)
       samples.npz             `x/<input>`: the first 32 held-out inputs in the original dtypes;
                               `expected/<output>`: the ORIGINAL model's outputs on them;
                               `y/<output>`: their labels, for outputs DATA labels. Named keys always.
+                              Strings (contract dtype `string`) are fixed-width UTF-8 bytes, numpy `S<n>`
+                              (np.savez cannot store object arrays and np.load(allow_pickle=False) cannot read
+                              them): `tf.constant(a)` takes it as tf.string as is, `a.astype(object)` gives
+                              Python bytes, `np.char.decode(a, "utf-8")` str; for JSON send each as a string
+                              (or {"b64": ...} when not UTF-8). Numpy strips trailing NUL bytes of `S` items.
       report.json             `builder.report.Report`, below
       report.md               the same for humans
       report.png              size vs latency plot
@@ -49,19 +75,31 @@ writes it, standard library only)::
      "baseline": ArtifactResult of the original float model as a SavedModel (null for a .tflite original),
      "sparsity": {"target", "achieved", "layers", "schedule", "structured"} | null,
      "artifacts": [ArtifactResult, ...],
-     "chosen": "model_int8.tflite" (relative to OUT; "saved_model" on GPU targets),
+     "chosen": "model_int8.tflite" (relative to OUT; "saved_model" on GPU targets, or when it measured fastest,
+               or when no plain .tflite could be made),
      "chosen_runtime": "litert"|"openvino"|"openvino-nncf"|"tensorflow",
+     "chosen_signature": the signature a request without signature_name gets: the contract's
+               ("serving_default", or --signature's), or "serving_xla" when the SavedModel's XLA-compiled
+               signature was measured faster beyond noise than the contract's,
      "samples": "samples.npz",
      "gate": {"max_accuracy_drop", "max_relative_error", "judged_against": "original", "passed",
               "chosen_reason"},
      "selection": {"measured": bool, "how": str,
-                   "candidates": [{"artifact", "runtime", "p50_us"|null, "samples", "size_bytes", "error"}]}}
+                   "candidates": [{"artifact", "runtime", "p50_us"|null, "samples", "size_bytes", "error",
+                                   "signature"}]}}
+
+    One candidate row per artifact x runtime x signature: a .tflite's `signature` is its own (the contract's);
+    the SavedModel has a row for the contract's signature and, when it carries one, a row for `serving_xla`
+    (same artifact "saved_model", runtime "tensorflow"). `error` says why a row was not timed or cannot be
+    chosen (a runtime that cannot load the file, one that fails the gate on its own numbers).
 
     ArtifactResult = {"path", "kind", "runtime", "size_bytes", "gzip_bytes", "threads",
                       "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "samples_per_s"},
                       "inputs": [...], "outputs": [...]   (the file's own signature),
                       "metrics": [OutputMetric, ...], "contract_kept": bool, "accepted": bool, "reason": str,
-                      "variables_bytes": int, "extra": {"signatures": [...]}}
+                      "variables_bytes": int, "extra": {"signatures": [...] (a SavedModel's: the contract's,
+                                                         "serving_xla", ...), "runnable_here": false (a file this
+                                                         host's runtime could not run: not evaluated, rejected)}}
     OutputMetric = {"output", "task", "metric": "accuracy_drop"|"disagreement"|"relative_error",
                     "value", "limit", "passed", "why", "accuracy", "original_accuracy", "agreement",
                     "mae", "rmse", "original_mae", "relative_error", "max_abs_error"}
@@ -74,9 +112,12 @@ original within the same limit; regression: relative error ||y - y_orig|| / ||y_
 passes and its signature equals the contract; rejected ones are kept and marked; when the chosen one is
 rejected the command exits 3 (bad input exits 2 with one line and leaves --out untouched).
 
-Choice: on this host with `--recipe auto`, every accepted .tflite x runtime (LiteRT; OpenVINO reading the same
-file when `openvino` is importable, and OpenVINO quantizing the fp32 file with NNCF at load when `nncf` is;
-checked against the gate too) is timed with bench's interleaved loop on the
-model's own held-out rows; the fastest p50 wins, a smaller file within 15% of it wins the tie. For another
-target, a GPU target or a recipe file, the choice is by rule and `selection.how` says so.
+Choice: on this host with `--recipe auto`, every accepted artifact x runtime x signature (a .tflite on LiteRT;
+OpenVINO reading the same file when `openvino` is importable, and quantizing the fp32 file with NNCF at load when
+`nncf` is; the SavedModel's contract signature and its `serving_xla` on TensorFlow; a Select-TF-ops .tflite on
+TensorFlow's interpreter; runtimes and signatures that compute differently are checked against the gate too) is
+timed with bench's interleaved loop on the model's own held-out rows; the fastest p50 wins; within 15% of it the
+smaller file wins, then the smaller runtime (litert, openvino, openvino-nncf, tensorflow), then the contract's
+signature over serving_xla. For another target, a GPU target (the SavedModel on `tensorflow`) or a recipe file,
+the choice is by rule and `selection.how` says so.
 """

@@ -39,10 +39,13 @@ def table_rows(report: Report) -> list[list[str]]:
     for label, m, is_artifact in entries:
         chosen = is_artifact and m.path == report.chosen
         status = "" if not is_artifact else ("accepted" if m.accepted else "REJECTED")
+        timed = m.latency_us.runs > 0
+        signature = f", {report.chosen_signature}" if chosen and report.chosen_signature != "serving_default" else ""
         rows.append([
-            label + (f" * ({report.chosen_runtime})" if chosen else ""), m.kind, _fmt_size(m.size_bytes),
-            _fmt_size(m.gzip_bytes), quality_text(m), f"{m.latency_us.p50:.1f}", f"{m.latency_us.p99:.1f}",
-            f"{m.throughput.get('samples_per_s', 0):.0f}", status,
+            label + (f" * ({report.chosen_runtime}{signature})" if chosen else ""), m.kind, _fmt_size(m.size_bytes),
+            _fmt_size(m.gzip_bytes), quality_text(m) or ("not run on this host" if not m.metrics else ""),
+            f"{m.latency_us.p50:.1f}" if timed else "-", f"{m.latency_us.p99:.1f}" if timed else "-",
+            f"{m.throughput['samples_per_s']:.0f}" if m.throughput.get("samples_per_s") else "-", status,
         ])
     return rows
 
@@ -50,7 +53,8 @@ def table_rows(report: Report) -> list[list[str]]:
 def write_markdown(report: Report, path: Path) -> None:
     lines = [f"# tfsmith optimize: {report.model.source}", ""]
     gate = report.gate
-    lines.append(f"Chosen: `{report.chosen}` on {report.chosen_runtime} (marked *): {report.selection.how}.")
+    lines.append(f"Chosen: `{report.chosen}` on {report.chosen_runtime}, signature `{report.chosen_signature}` "
+                 f"(marked *): {report.selection.how}.")
     lines.append("")
     lines.append(f"Quality gate, every artifact vs the ORIGINAL model per output (max accuracy drop "
                  f"{gate.max_accuracy_drop:.4f}, max relative error {gate.max_relative_error:.4f}): "
@@ -67,10 +71,10 @@ def write_markdown(report: Report, path: Path) -> None:
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     if report.selection.candidates:
         lines += ["", "## Candidates (artifact x runtime, batch-1 p50 on this host)", "",
-                  "| artifact | runtime | p50 us | note |", "|---|---|---|---|"]
+                  "| artifact | runtime | signature | p50 us | note |", "|---|---|---|---|---|"]
         for c in report.selection.candidates:
-            lines.append(f"| {c.artifact} | {c.runtime} | {'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | "
-                         f"{c.error} |")
+            lines.append(f"| {c.artifact} | {c.runtime} | {c.signature} | "
+                         f"{'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | {c.error} |")
     lines += ["", "## Why", ""] + [f"- {r}" for r in report.reasons]
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
@@ -87,6 +91,7 @@ def write_plot(report: Report, path: Path) -> None:
     from matplotlib.ticker import FuncFormatter
 
     entries = ([("baseline", report.baseline)] if report.baseline else []) + [(a.kind, a) for a in report.artifacts]
+    entries = [(label, e) for label, e in entries if e.latency_us.runs > 0] or entries  # unrun files: no point
     xs = [max(e.gzip_bytes, 1) / 1024 for _, e in entries]
     ys = [max(e.latency_us.p50, 0.01) for _, e in entries]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
