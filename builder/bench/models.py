@@ -204,7 +204,7 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
         tflite.setdefault(_variant_of(path), path)
     report = _optimize_report(directory)
     chosen = report.get("chosen")
-    shipped = shipped_runtime(chosen, report.get("chosen_runtime"))
+    shipped = shipped_runtime(chosen, report.get("chosen_runtime"), report.get("chosen_signature"))
     if chosen and (directory / chosen).suffix == ".tflite" and (directory / chosen).is_file():
         tflite[_variant_of(directory / chosen)] = directory / chosen  # e.g. the QAT file, not the PTQ one
     if saved_model is None and not tflite and not keras_files:
@@ -247,14 +247,16 @@ _RUNTIME_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-", "openvin
 _NNCF_RUNTIMES = ("openvino-nncf", "openvino-tflite-nncf")
 
 
-def shipped_runtime(chosen: str | None, chosen_runtime: str | None) -> str | None:
+def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signature: str | None = None) -> str | None:
     """The bench runtime that serves optimize's choice: artifact (report.json `chosen`) x runtime
-    (`chosen_runtime`; LiteRT when the report names none, as `package` serves a .tflite by default)."""
+    (`chosen_runtime`; LiteRT when the report names none, as `package` serves a .tflite by default) x signature
+    (a SavedModel served by its `serving_xla` is bench's savedmodel-xla). None when bench has no such runtime
+    (a Select-TF-ops .tflite on TensorFlow's interpreter)."""
     if not chosen:
         return None
     path = Path(chosen)
     if path.suffix != ".tflite":
-        return "savedmodel"
+        return "savedmodel-xla" if chosen_signature == "serving_xla" else "savedmodel"
     runtime = (chosen_runtime or "litert").lower()
     if runtime in _NNCF_RUNTIMES:
         return "openvino-tflite-nncf"

@@ -106,7 +106,7 @@ def compare(model: str, report: dict, bench_json: dict, optimize_s: float = 0.0,
 
     run = BenchRun.from_dict(bench_json)
     chosen, runtime = str(report.get("chosen")), str(report.get("chosen_runtime") or "litert")
-    shipped = shipped_runtime(chosen, runtime) or f"{runtime}?"
+    shipped = shipped_runtime(chosen, runtime, report.get("chosen_signature")) or f"{runtime}?"
     measured = [r for r in run.results if r.ok and r.latency is not None]
     if not measured:
         raise SystemExit(f"{model}: bench measured no runtime")

@@ -129,6 +129,14 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
     assert shipped_runtime(chosen, runtime) == expected
 
 
+def test_a_saved_model_served_by_serving_xla_is_benchs_xla_runtime() -> None:
+    from builder.bench.models import shipped_runtime
+
+    assert shipped_runtime("saved_model", "tensorflow", "serving_xla") == "savedmodel-xla"
+    assert shipped_runtime("saved_model", "tensorflow", "serving_default") == "savedmodel"
+    assert shipped_runtime("model_select_tf.tflite", "tensorflow", "serving_default") is None  # no bench adapter
+
+
 def test_no_tflite_runtime_means_no_recommendation() -> None:
     rows = (RuntimeResult(name="savedmodel", role="baseline", artifact="a", ok=True,
                           latency=summarize([1.0] * 30)),)
