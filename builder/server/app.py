@@ -129,7 +129,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
     served = ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
                          batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
-                         default_signature=default)
+                         default_signature=default, platform=pool.platform)
     served.model_p50_us = model_p50_us  # type: ignore[attr-defined]
     served.pool = pool  # type: ignore[attr-defined]
     return served
@@ -391,24 +391,39 @@ def run_server(
     """Serve until SIGTERM/SIGINT, then drain. One process by default (concurrency from the interpreter pool's
     threads); `processes` > 1 runs that many uvicorn worker processes on the same socket (gRPC shares its
     port the same way, SO_REUSEPORT), each with its own pool, for throughput beyond one core (Python's GIL caps
-    one process at about one core of HTTP handling)."""
+    one process at about one core of HTTP handling). Ports another process holds are refused (`ports.PortTaken`)
+    before any model loads; only our own workers share them."""
     import os
 
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
-    common: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "access_log": False,
-                              "timeout_graceful_shutdown": max(1, round(config.drain_seconds))}
-    if config.tls is not None:
-        common.update(ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key))
-    if processes <= 1:
-        app = create_app(config)
-        log.info("serving %s v%s from %s on http%s://%s:%d%s", config.model_name, config.version, config.model_path,
-                 "s" if config.tls else "", host, port,
-                 f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "")
-        DrainingServer.create(app, uvicorn.Config(app, **common)).run()
-        return
-    os.environ[CONFIG_ENV] = config_to_json(config)
-    uvicorn.run("builder.server.app:app_from_env", factory=True, workers=processes, **common)
+    from builder.server import ports
+
+    sock = ports.bind_rest(host, port)  # ours from here on: the workers inherit it
+    try:
+        if config.grpc_port:
+            ports.check_free(config.host, config.grpc_port)
+        common: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "access_log": False,
+                                  "timeout_graceful_shutdown": max(1, round(config.drain_seconds))}
+        if config.tls is not None:
+            common.update(ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key))
+        if processes <= 1:
+            app = create_app(config)
+            log.info("serving %s v%s from %s on http%s://%s:%d%s", config.model_name, config.version,
+                     config.model_path, "s" if config.tls else "", host, sock.getsockname()[1],
+                     f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "")
+            DrainingServer.create(app, uvicorn.Config(app, **common)).run(sockets=[sock])
+            return
+        os.environ[CONFIG_ENV] = config_to_json(config)
+        ports.share_with_workers()
+        try:  # what uvicorn.run does for workers, on the socket bound above
+            Multiprocess(uvicorn.Config("builder.server.app:app_from_env", factory=True, workers=processes,
+                                        **common), sockets=[sock]).run()
+        except KeyboardInterrupt:
+            pass
+    finally:
+        sock.close()
 
 
 CONFIG_ENV = "TFSMITH_SERVE_CONFIG"

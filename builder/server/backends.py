@@ -204,6 +204,7 @@ class BackendPool:
             raise ValueError("a pool needs at least one backend")
         self.size = len(backends)
         self.runtime = backends[0].runtime
+        self.platform = backends[0].platform or f"{self.runtime}_tflite"
         self.signatures = backends[0].signatures
         self._free: queue.SimpleQueue[Backend] = queue.SimpleQueue()
         for backend in backends:

@@ -47,6 +47,8 @@ class Backend(ABC):
 
     runtime: str
     signatures: Mapping[str, SignatureSpec]
+    #: what the Open Inference Protocol's model metadata calls the model's format, by runtime
+    platform: str = ""
 
     @abstractmethod
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ class ServedModel:
     runtime: str
     max_request_batch: int = 4096
     default_signature: str | None = None  # what a request naming no signature gets (protocol.default_signature)
+    platform: str = ""  # the model's format as v2 metadata names it (e.g. litert_tflite, tensorflow_savedmodel)
     ready: bool = False
     active: int = 0  # predict calls in progress (a retired version is closed when this reaches 0)
 

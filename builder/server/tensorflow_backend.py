@@ -48,13 +48,15 @@ def prepare_tensorflow(threads: int, workers: int) -> Any:
         import tensorflow as tf
     except ImportError:
         raise InputError("runtime tensorflow needs the tensorflow package (a TensorFlow serving image has it)") from None
+    gpus = tf.config.list_physical_devices("GPU")
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(1, workers))
-    except RuntimeError:  # ops already ran in this process (a test, a host tool): its pools stay as they are
-        log.debug("TensorFlow's thread pools were already set in this process")
-    line = device_line(tf.__version__, [_gpu_name(tf, gpu) for gpu in tf.config.list_physical_devices("GPU")],
-                       threads, workers)
+        for gpu in gpus:  # take GPU memory as needed, not all of it: `--processes N` puts N servers on one GPU
+            tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:  # ops already ran in this process (a test, a host tool): its set-up stays as it is
+        log.debug("TensorFlow was already initialized in this process; its threads and GPU memory stay as set")
+    line = device_line(tf.__version__, [_gpu_name(tf, gpu) for gpu in gpus], threads, workers)
     log.info("%s", line)
     if os.environ.get(REQUIRE_GPU_ENV, "") == "1" and "runs on the CPU" in line:
         raise IncompatibleError(f"{REQUIRE_GPU_ENV}=1 but TensorFlow {tf.__version__} sees no GPU: run the image "
@@ -105,12 +107,13 @@ def signature_spec(key: str, function: Any) -> SignatureSpec:
 class SavedModelBackend(Backend):
     """A SavedModel loaded with `tf.saved_model.load`, every signature served under its own key.
 
-    Signatures are called with keyword arguments: the positional form goes through TensorFlow's structured
-    argument matching on every call and measured ~7x slower for a batch-1 call. Thread-safe (see the module
-    docstring), so `create_pool` shares one instance among all workers.
+    Signatures are called with keyword arguments, the input names: a loaded signature function refuses
+    positional ones ("too many positional arguments", TensorFlow 2.21). Thread-safe (see the module
+    docstring), so `create_tensorflow_backends` shares one instance among all workers.
     """
 
     runtime = RUNTIME
+    platform = "tensorflow_savedmodel"
 
     def __init__(self, model_path: Path, threads: int = 1, workers: int = 1) -> None:
         tf = prepare_tensorflow(threads, workers)

@@ -73,7 +73,7 @@ def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list
         return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": list(s.shape)}
                 for s in specs]
 
-    return {"name": served.name, "versions": [str(v) for v in versions], "platform": f"{served.runtime}_tflite",
+    return {"name": served.name, "versions": [str(v) for v in versions], "platform": served.platform or f"{served.runtime}_tflite",
             "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
 
