@@ -137,6 +137,10 @@ class Builder:
                                                     "RUN step is several times slower)" if emulated else ""))
         if plan.from_wheel:
             lines.append(f"wheel   {plan.options.wheel} (runtime stage only; minutes)")
+        elif emulated:
+            lines.append(f"note    compiling TensorFlow under emulation multiplies the estimate below many times: "
+                         f"build {plan.platform} images on an {plan.docker_arch} machine (`tfsmith matrix` says which "
+                         "runner each entry needs) or pass --wheel")
         else:
             kind = "cuda" if plan.target.cuda is not None else "cpu"
             hours = estimate_hours(kind, plan.resources.jobs)

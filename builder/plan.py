@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -626,6 +626,13 @@ def plan_build(
         )
     if target.compiler != "clang":
         raise IncompatibleError(f"TensorFlow {tf_version} is built with clang, not {target.compiler}")
+    build_arch = getattr(getattr(build_machine, "cpu", None), "arch", None)
+    if build_arch in ("x86_64", "aarch64") and build_arch != target.arch:
+        # Built for another architecture, every build step (bazel's host tools included) runs under emulation
+        # as the target's architecture: the build machine's own host flags would not even compile there.
+        from builder.targets import host_copts
+
+        target = replace(target, host_copts=host_copts(reference_build_facts(target.arch), toolchain.clang))
     if isinstance(build_machine, BuildMachine):
         machine = build_machine
     elif build_machine is None:

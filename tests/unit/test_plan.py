@@ -233,3 +233,15 @@ def test_canonical_targets_resolve_against_the_reference_machine() -> None:
     assert x86.host_copts == ("-march=x86-64-v2", "-mtune=generic")
     assert plan_build(x86).tag == "tf2.21.0-py3.12-sapphirerapids-cpu"
     assert plan_build(arm).docker_arch == "arm64"
+
+
+def test_a_build_for_the_other_architecture_gives_bazel_host_flags_of_the_target_family() -> None:
+    """On an x86 machine an arm64 image is built under emulation: bazel's host tools run as arm64 too."""
+    x86_machine = reference_build_facts("x86_64")
+    arm = plan_build(resolve_target("neoverse_v1", build_machine=x86_machine), build_machine=x86_machine)
+    assert arm.platform == "linux/arm64"
+    assert arm.target.host_copts == ("-march=armv8-a", "-mtune=generic")
+    assert "build --host_copt=-march=armv8-a" in arm.bazelrc_lines
+    assert not any("x86-64" in line for line in arm.bazelrc_lines)
+    same = plan_build(resolve_target("x86-64-v3", build_machine=x86_machine), build_machine=x86_machine)
+    assert same.platform == "linux/amd64" and same.target.host_copts == ("-march=x86-64-v2", "-mtune=generic")
