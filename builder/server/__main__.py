@@ -69,7 +69,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
                                             config.model_name, config.version, config.model_path.name,
                                             config.runtime, config.runtime_reason, args.host, args.port,
                                             config.model_name)
-    run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
+    try:
+        run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
+    except TfsmithError as error:  # a port another process holds, refused before any model loads
+        sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
+        return error.exit_code
     return 0
 
 

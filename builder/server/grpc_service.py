@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from builder.server import ports
 from builder.server import tfs_proto as pb
 from builder.server.access_log import log_request
 from builder.server.metrics import Metrics, Timer
@@ -158,19 +159,29 @@ def handlers(servicer: Servicer) -> list[grpc.GenericRpcHandler]:
 
 
 async def start(servicer: Servicer, host: str, port: int, max_message_bytes: int,
-                tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
-    """A started gRPC server on the running loop and its bound port; `tls` is (certificate, key) files."""
-    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1)]
+                tls: tuple[Path, Path] | None = None, shared: bool | None = None) -> tuple[grpc.aio.Server, int]:
+    """A started gRPC server on the running loop and its bound port; `tls` is (certificate, key) files.
+
+    `shared` (default: whether this is one of `--processes N` workers) lets sibling workers listen on the
+    same port (SO_REUSEPORT); otherwise the port is ours alone, as gRPC would by default share it with any
+    process of the same user (see `ports`)."""
+    shared = ports.shared_by_workers() if shared is None else shared
+    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1),
+               ("grpc.so_reuseport", 1 if shared else 0)]
     server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers(handlers(servicer))
-    address = f"{host}:{port}"
-    if tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        cert, key = tls
-        credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
-        bound = server.add_secure_port(address, credentials)
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    try:
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            cert, key = tls
+            credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as error:  # grpcio reports a failed bind this way (older releases return 0)
+        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?): "
+                              f"{str(error).splitlines()[0]}") from error
     if bound == 0:
-        raise OSError(f"gRPC could not listen on {address}")
+        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?)")
     await server.start()
     return server, bound
