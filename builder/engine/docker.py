@@ -568,7 +568,8 @@ class DockerEngine(Engine):
                                 timeout=300, check=False)
         if result.returncode != 0:
             said = (result.stderr or result.stdout).strip().splitlines()
-            raise EngineError(f"docker manifest {args[0]} {ref} failed: {said[-1] if said else f'exit {result.returncode}'}")
+            why = said[-1] if said else f"exit {result.returncode}"
+            raise EngineError(f"docker manifest {args[0]} {ref} failed: {why}")
         return result.stdout
 
     def pull(self, ref: str, log: LogSink | None = None, *, platform: str | None = None) -> Image:

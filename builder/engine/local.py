@@ -175,7 +175,8 @@ def base_image_ref(arch: str | None = None) -> str:
 def image_arch(ref: str) -> str | None:
     """The architecture an image says it is for (`docker image inspect`), None when there is no such image."""
     probe = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Architecture}}", ref], capture_output=True, text=True, check=False
+        ["docker", "image", "inspect", "--format", "{{.Architecture}}", ref],
+        capture_output=True, text=True, check=False,
     )
     return probe.stdout.strip() if probe.returncode == 0 else None
 
@@ -278,7 +279,8 @@ def ensure_base_image(
     foreign = wanted != host_arch()
     if foreign:
         ensure_emulation(wanted, say)
-    say(f"creating base image {ref} ({wanted}) with debootstrap ({'several minutes under emulation' if foreign else 'about a minute'})")
+    duration = "several minutes under emulation" if foreign else "about a minute"
+    say(f"creating base image {ref} ({wanted}) with debootstrap ({duration})")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tfsmith-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"

@@ -14,6 +14,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,8 @@ def test_the_registry_serves_one_index_for_both_architectures(pushed: PushedInde
     index, digest = _registry_get(registry, f"{PREFIX}/manifests/fleet", ", ".join(INDEX_TYPES))
     assert index["mediaType"] in INDEX_TYPES
     assert digest == pushed.digest
-    listed = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in index["manifests"]}  # type: ignore[index, union-attr]
+    manifests: list[dict[str, Any]] = index["manifests"]  # type: ignore[assignment]
+    listed = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in manifests}
     assert listed == dict(pushed.platforms)
     assert set(listed) == set(PLATFORMS) and len(set(listed.values())) == 2
 
