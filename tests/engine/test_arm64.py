@@ -24,6 +24,7 @@ from builder.engine.base import BuildRequest, EngineError
 from builder.engine.docker import DockerEngine
 from builder.plan import BuildPlan, reference_build_facts
 from builder.planning import plan_from_settings
+from tests.engine.standin import make_standin_wheel
 
 PREFIX = "tfsmith-test-arm64-guard"
 TARGETS = ("neoverse_v1", "neoverse_n1")
@@ -154,3 +155,45 @@ def test_engine_up_for_arm64_finds_the_base_it_made(arm64_base_image: str, tmp_p
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"engine up; base image {arm64_base_image} present"
+
+
+@pytest.fixture(scope="module")
+def cli_built(
+    engine: DockerEngine, arm64_base_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[subprocess.CompletedProcess[str], str]]:
+    """`tfsmith build --target neoverse_v1 --wheel <aarch64 wheel>` as a user runs it on this machine: the
+    runtime stage for linux/arm64 (emulated on x86) from a dependency-free stand-in of the aarch64 wheel."""
+    work = tmp_path_factory.mktemp("cli-arm64")
+    wheel = make_standin_wheel(work / "dist", note=f"arm64-{work.name}", platform="manylinux_2_27_aarch64")
+    repository = f"{PREFIX}-cli/tensorflow"
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tfsmith")), "build", "--target", "neoverse_v1", "--python", "3.11",
+         "--base-image", arm64_base_image, "--wheel", str(wheel), "--ca-bundle", "none",
+         "--repository", repository, "--state-dir", str(work / "state")],
+        cwd=work, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    ref = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    yield done, ref
+    if ref:
+        engine.remove_image(ref)
+
+
+def test_cli_builds_neoverse_v1_for_linux_arm64_from_an_aarch64_wheel(
+    engine: DockerEngine, cli_built: tuple[subprocess.CompletedProcess[str], str]
+) -> None:
+    done, ref = cli_built
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ref == f"{PREFIX}-cli/tensorflow:tf2.21.0-py3.11-neoverse_v1-cpu"
+    assert "platform linux/arm64" in done.stderr
+    image = engine.inspect(ref)
+    assert image.platform == PLATFORM
+    assert image.labels["io.tfsmith.target"] == "neoverse_v1"
+    assert "from prebuilt wheel tensorflow_cpu-2.21.0-cp311-cp311-manylinux_2_27_aarch64.whl" in (
+        image.labels["org.opencontainers.image.description"]
+    )
+    code, out, err = _run(engine, ref, "max", entrypoint=["python", "-c", "import tensorflow, platform; "
+                                                                      "print(platform.machine(), tensorflow.__version__)"])
+    assert (code, out.strip()) == (0, "aarch64 2.21.0"), err
+    code, out, err = _run(engine, ref, "cortex-a53")
+    assert code == guard.EXIT_CANNOT_RUN and len(err.strip().splitlines()) == 1
+    assert "'neoverse_v1'" in err and "sve" in err and "asimddp (dotprod)" in err

@@ -8,15 +8,12 @@ named `tfsmith-test-build-*`.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from builder.config import load_config
 from builder.engine.base import BuildFailed, BuildRequest, EngineUnavailable, ImageNotFound
 from builder.engine.buildlog import StepTracker
 from builder.engine.docker import DockerEngine
+from tests.engine.standin import make_standin_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
@@ -35,31 +33,6 @@ CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
-def make_standin_wheel(folder: Path, note: str = "stand-in") -> Path:
-    """A valid, dependency-free wheel named like TensorFlow's: `import tensorflow` prints its version."""
-    name = "tensorflow_cpu-2.21.0-cp311-cp311-manylinux_2_27_x86_64.whl"
-    files = {
-        "tensorflow/__init__.py": f'__version__ = "2.21.0"\nNOTE = "{note}"\n',
-        "tensorflow_cpu-2.21.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tensorflow-cpu\nVersion: 2.21.0\n",
-        "tensorflow_cpu-2.21.0.dist-info/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: tfsmith-tests\nRoot-Is-Purelib: false\n"
-            "Tag: cp311-cp311-manylinux_2_27_x86_64\n"
-        ),
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append("tensorflow_cpu-2.21.0.dist-info/RECORD,,")
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / name
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-        archive.writestr("tensorflow_cpu-2.21.0.dist-info/RECORD", "\n".join(record) + "\n")
-    return wheel
-
-
 @pytest.fixture(scope="module")
 def engine(docker_engine: None) -> Iterator[DockerEngine]:
     """The engine under test; afterwards every tag this file made (all contain PREFIX) is removed."""
