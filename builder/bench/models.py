@@ -53,6 +53,8 @@ class BenchModel:
     source: str = ""
     #: the bench runtime that serves what `tfsmith optimize` chose (given an optimize --out folder)
     shipped: str | None = None
+    #: the SavedModel signature timed and converted (a tf.Module's may be `predict`)
+    signature: str = "serving_default"
 
 
 def _tf() -> Any:
@@ -121,17 +123,18 @@ def _model_dtype(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int32 if np.issubdtype(x.dtype, np.integer) else np.float32)
 
 
-def convert_tflite(saved_model: Path, variant: str, calib: np.ndarray) -> bytes:
+def convert_tflite(saved_model: Path, variant: str, calib: np.ndarray, signature: str = "serving_default") -> bytes:
     """One .tflite variant (fp32, dynamic, fp16, int8) from a SavedModel, through optimize's converter."""
     from builder.optimize.quantize import convert_saved_model
 
     if variant not in CONVERTER_MODES:
         raise ValueError(f"unknown .tflite variant {variant}")
-    return convert_saved_model(saved_model, CONVERTER_MODES[variant], calib if variant == "int8" else None)
+    return convert_saved_model(saved_model, CONVERTER_MODES[variant], calib if variant == "int8" else None,
+                               signature=signature)
 
 
 def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarray, workdir: Path,
-                     failures: dict[str, str], say: Callable[[str], None]) -> None:
+                     failures: dict[str, str], say: Callable[[str], None], signature: str = "serving_default") -> None:
     """Convert every variant not in `tflite` from the SavedModel into workdir; failures recorded per variant."""
     workdir.mkdir(parents=True, exist_ok=True)
     for variant in TFLITE_VARIANTS:
@@ -140,7 +143,7 @@ def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarr
         say(f"converting .tflite {variant}")
         try:
             path = workdir / f"model_{variant}.tflite"
-            path.write_bytes(convert_tflite(saved_model, variant, calib))
+            path.write_bytes(convert_tflite(saved_model, variant, calib, signature))
             tflite[variant] = path
         except Exception as error:  # noqa: BLE001 - reported per runtime
             failures[f"tflite-{variant}"] = one_line(error)
@@ -222,10 +225,20 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
         return bench
     input_shape: tuple[int, ...]
     if saved_model is not None:
-        signature = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
+        signatures = tf.saved_model.load(str(saved_model)).signatures
+        key = str(((report.get("model") or {}).get("contract") or {}).get("signature") or "serving_default")
+        if key not in signatures:
+            if not signatures:
+                raise InputError(f"{saved_model}: the SavedModel has no signatures to time")
+            key = sorted(signatures)[0]
+        signature, signature_key = signatures[key], key
         inputs = signature.structured_input_signature[1]
         _one_in_one_out(directory.name, list(inputs), list(signature.structured_outputs))
         spec = next(iter(inputs.values()))
+        if spec.dtype.name == "string" or any(d is None for d in spec.shape[1:]):
+            raise InputError(f"{directory.name}: bench times one fixed-shape numeric input; input "
+                             f"{next(iter(inputs))!r} is {spec.dtype.name} {list(spec.shape)}: its timings are in "
+                             "tfsmith optimize's report (every artifact x runtime x signature, same loop)")
         input_shape = tuple(int(d) for d in spec.shape[1:])
         dtype = np.dtype(spec.dtype.as_numpy_dtype)
     else:
@@ -233,13 +246,15 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     x_eval, y_eval, x_calib, notes = _eval_and_calib(data, input_shape, dtype=dtype)
     failures = {"keras": "no Keras model file in the folder (eager call needs one)",
                 "onnx": "no Keras model file in the folder (tf2onnx from_keras needs one)"}
+    key = "serving_default"
     if saved_model is not None:
-        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say)
+        key = signature_key
+        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say, key)
     else:
         failures["savedmodel"] = "no SavedModel in the folder"
     return BenchModel(name=directory.name, trained=data is not None, saved_model=saved_model, keras_path=None,
                       tflite=tflite, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib, failures=failures,
-                      notes=notes, source=str(directory), shipped=shipped)
+                      notes=notes, source=str(directory), shipped=shipped, signature=key)
 
 
 #: optimize's runtime names (report.json `chosen_runtime`, `package --server-runtime`) -> bench's prefix

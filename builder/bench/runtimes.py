@@ -134,12 +134,13 @@ class SavedModelAdapter(Adapter):
     """The SavedModel serving signature, called with KEYWORD arguments (positional calls are ~7x slower)."""
 
     xla = False
+    signature = "serving_default"  # which signature to call (build_adapters sets the model's)
 
     def load(self) -> None:
         import tensorflow as tf
 
         self.loaded = tf.saved_model.load(str(self.artifact))
-        signature = self.loaded.signatures["serving_default"]
+        signature = self.loaded.signatures[self.signature]
         self.input_name = next(iter(signature.structured_input_signature[1]))
         self.output_name = next(iter(signature.structured_outputs))
         self.fn = tf.function(signature, jit_compile=True) if self.xla else signature
@@ -336,10 +337,10 @@ def build_adapters(names: list[str], bench: Any, threads: int, workdir: Path
         elif name in ("savedmodel", "savedmodel-xla", "openvino-fp32", "openvino-int8"):
             if bench.saved_model is None:
                 missing[name] = ("", failures.get("savedmodel", "no SavedModel"))
-            elif name == "savedmodel":
-                adapters.append(SavedModelAdapter(name, bench.saved_model, threads))
-            elif name == "savedmodel-xla":
-                adapters.append(XLAAdapter(name, bench.saved_model, threads))
+            elif name in ("savedmodel", "savedmodel-xla"):
+                adapter = (SavedModelAdapter if name == "savedmodel" else XLAAdapter)(name, bench.saved_model, threads)
+                adapter.signature = getattr(bench, "signature", "serving_default")
+                adapters.append(adapter)
             else:
                 calib = bench.x_calib if name.endswith("int8") else None
                 adapters.append(OpenVINOAdapter(name, bench.saved_model, threads, calib, workdir / "openvino"))

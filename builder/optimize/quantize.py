@@ -110,8 +110,9 @@ def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration =
         raise
     except Exception as error:
         if mode not in ("int8", "qat_int8"):
-            raise _failed(mode, error, "the converter cannot express an op of this model in TFLite builtins "
-                          "(serve the SavedModel on TensorFlow, or a Select-TF-ops .tflite)") from error
+            raise _failed(mode, error, "the TFLite builtins cannot express this model: serve the SavedModel on "
+                          "TensorFlow, or a Select-TF-ops .tflite" if mode != "select_tf" else
+                          "serve the SavedModel on TensorFlow") from error
         from builder.optimize.causes import cause
 
         strict_error = cause(error)

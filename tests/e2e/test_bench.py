@@ -207,3 +207,38 @@ def test_several_inputs_or_outputs_are_refused_in_one_line(name: str, tmp_path: 
     with pytest.raises(InputError, match="measures models with one input and one output") as raised:
         resolve(str(model.model_path), None, tmp_path / "work")
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_saved_model_whose_only_signature_is_predict_is_timed_through_it(tmp_path: Path) -> None:
+    """A tf.Module with only `predict`: the SavedModel runtimes call that signature and the converter converts it."""
+    from builder.bench.harness import Settings, run_bench
+    from builder.bench.models import resolve
+    from tests import zoo
+
+    model = zoo.build("predict_module", tmp_path / "zoo")
+    bench = resolve(str(model.model_path), model.data_path, tmp_path / "work")
+    assert bench.signature == "predict" and bench.tflite.get("fp32") is not None, bench.failures
+    run = run_bench(bench, ["savedmodel", "litert-fp32"], Settings(threads=2, batch=4, budget_s=0.2, min_rounds=1),
+                    tmp_path / "w")
+    assert all(r.ok for r in run.results), {r.name: r.reason for r in run.results}
+    fp32 = next(r for r in run.results if r.name == "litert-fp32")
+    assert fp32.accuracy is not None and fp32.accuracy >= model.val_metric["malignant"] - 0.02
+
+
+def test_string_or_variable_length_inputs_are_refused_in_one_line(tmp_path: Path) -> None:
+    from builder.bench.models import resolve
+    from builder.errors import InputError
+    from builder.optimize import tfenv
+
+    tf = tfenv.tensorflow()
+    for dtype, shape in ((tf.string, [None, 1]), (tf.float32, [None, None, 3])):
+        module = tf.Module()
+        module.serve = tf.function(lambda x: {"y": tf.reduce_sum(tf.ones_like(tf.strings.length(x) if dtype == tf.string
+                                                                              else x, dtype=tf.float32), axis=-1)},
+                                   input_signature=[tf.TensorSpec(shape, dtype, name="x")])
+        folder = tmp_path / f"m_{dtype.name}"
+        tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+        with pytest.raises(InputError, match="bench times one fixed-shape numeric input") as raised:
+            resolve(str(folder), None, tmp_path / "work")
+        assert "\n" not in str(raised.value) and "tfsmith optimize's report" in str(raised.value)
