@@ -4,6 +4,7 @@ JSON access logs, and `--help` grouping the options."""
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import shutil
 import signal
@@ -21,46 +22,75 @@ from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server, inputs, models 
 
 
 def test_sigterm_drains_requests_in_flight_and_loses_none(models: Path) -> None:  # noqa: F811
-    """Clients send until readiness turns 503 (what a load balancer watches); requests waiting in a 300 ms
-    batch when SIGTERM arrives must still be answered; every request sent gets its 200."""
+    """Clients send until readiness turns 503 (what a load balancer watches). SIGTERM comes once every client
+    has been answered and has its next request sent and waiting in a 300 ms batch; each of those must still
+    be answered, and every request sent gets its 200. The test waits for these events, never for a time."""
+    clients = 8
     running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "64",
                      "--batch-timeout-us", "300000", "--shutdown-delay-seconds", "1", "--drain-seconds", "10")
     body = json.dumps({"instances": inputs(1, seed=51).tolist()}).encode()
     stop_sending = threading.Event()
-    results: list[str] = []
+    lock = threading.Lock()
+    in_flight: set[tuple[int, int]] = set()  # (client, request) sent and not yet answered
+    results: dict[tuple[int, int], str] = {}
 
-    def client() -> None:
-        while not stop_sending.is_set():
-            connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=20)
+    def client(number: int) -> None:
+        for request in itertools.count():
+            if stop_sending.is_set():
+                return
+            key, result = (number, request), "not sent"
+            connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
             try:
                 connection.request("POST", "/v1/models/digits:predict", body, {"content-type": "application/json"})
+                with lock:
+                    in_flight.add(key)
                 answer = connection.getresponse()
-                results.append(str(answer.status) if b"predictions" in answer.read() else f"bad {answer.status}")
+                result = str(answer.status) if b"predictions" in answer.read() else f"bad {answer.status}"
             except OSError as error:
-                results.append(f"lost: {type(error).__name__}: {error}")
+                result = f"lost: {type(error).__name__}: {error}"
             finally:
+                with lock:
+                    in_flight.discard(key)
+                    results[key] = result
                 connection.close()
 
     def watch_readiness() -> None:  # the load balancer
         while not stop_sending.is_set():
             try:
-                if HTTP.get(f"{running.url}/v2/health/ready", timeout=2).status_code == 503:
+                if HTTP.get(f"{running.url}/v2/health/ready", timeout=10).status_code == 503:
                     stop_sending.set()
             except httpx.HTTPError:
                 stop_sending.set()
             time.sleep(0.02)
 
-    threads = [threading.Thread(target=client) for _ in range(8)] + [threading.Thread(target=watch_readiness)]
+    def all_waiting() -> set[tuple[int, int]]:
+        """The requests in flight, once every client has had an answer and has its next request waiting."""
+        with lock:
+            answered = {number for number, _ in results}
+            waiting = set(in_flight)
+        return waiting if len(answered) == clients and len({n for n, _ in waiting}) == clients else set()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    threads.append(threading.Thread(target=watch_readiness))
     for thread in threads:
         thread.start()
-    time.sleep(1.0)
+    deadline, at_signal = time.monotonic() + 120, set()
+    while not at_signal:
+        with lock:
+            failed = [r for r in results.values() if r != "200"]
+        assert not failed, failed[:5]
+        assert time.monotonic() < deadline, "the clients never had a request waiting at the same time"
+        at_signal = all_waiting()
+        time.sleep(0.005)
     running.process.send_signal(signal.SIGTERM)
     for thread in threads:
-        thread.join(timeout=30)
-    code = running.process.wait(timeout=30)
+        thread.join(timeout=60)
+    code = running.process.wait(timeout=60)
     assert code in STOPPED
-    assert results and all(r == "200" for r in results), [r for r in results if r != "200"][:5]
-    assert len(results) >= 16  # the 300 ms batches were full of waiting requests when the signal came
+    assert not any(thread.is_alive() for thread in threads)
+    assert all(r == "200" for r in results.values()), [r for r in results.values() if r != "200"][:5]
+    assert {key: results.get(key) for key in at_signal} == {key: "200" for key in at_signal}
+    assert len(at_signal) == clients  # one request of every client was waiting when the signal came
 
 
 @pytest.fixture(scope="module")
