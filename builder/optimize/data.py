@@ -133,7 +133,10 @@ def _dataset_arrays(ds: Any, part: str, inputs: tuple[TensorSpec, ...], outputs:
     except InputError:
         raise
     except Exception as error:
-        raise InputError(f"data {source}: cannot iterate the {part} dataset ({type(error).__name__})") from error
+        from builder.optimize.causes import logged
+
+        raise InputError(f"data {source}: cannot iterate the {part} dataset: {type(error).__name__}: "
+                         f"{logged('data-' + part, error)}") from error
     if not xs:
         return {}, {}
     rank = {s.name: len(s.shape) for s in inputs}
@@ -166,7 +169,9 @@ def _load_function(spec: str, inputs: tuple[TensorSpec, ...], outputs: tuple[Ten
     try:
         result = func()
     except Exception as error:
-        raise InputError(f"data {spec}: the function raised {type(error).__name__}: {error}") from error
+        from builder.optimize.causes import logged
+
+        raise InputError(f"data {spec}: the function raised {type(error).__name__}: {logged('data', error)}") from error
     if isinstance(result, Mapping):
         parts = {k: result.get(k) for k in SPLITS}
     elif isinstance(result, (tuple, list)) and len(result) in (2, 3):

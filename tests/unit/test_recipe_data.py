@@ -126,3 +126,25 @@ def test_function_form_yields_dicts_keyed_by_name(tmp_path, monkeypatch) -> None
     assert data.x_val["tokens"].shape == (6, 12) and data.x_val["tokens"].dtype == np.int32
     assert data.y_val["label"].tolist() == [0, 1, 2, 3, 0, 1]
     assert data.x_calib["tokens"].shape == (4, 12)
+
+
+TEXT = (TensorSpec("text", "string", (None, 1)),)
+
+
+@pytest.mark.parametrize("values", [np.array([["fine"], ["thé"]]), np.array([[b"fine"], ["thé".encode()]]),
+                                    np.array([["fine"], [b"th\xc3\xa9"]], dtype=object)])
+def test_string_inputs_take_str_bytes_or_objects_and_become_utf8_bytes(values: np.ndarray) -> None:
+    from builder.optimize.data import numpy_dtype
+
+    data = validate_data(split_npz({"x_val": values}, TEXT, PROBS, "d.npz"), TEXT, PROBS, need_train=False,
+                         need_calib=False, calib_samples=10)
+    got = data.x_val["text"]
+    assert got.dtype.kind == "S" and got.dtype == np.dtype("S4") and got.shape == (2, 1)  # "thé" is 4 bytes
+    assert list(np.char.decode(got[:, 0], "utf-8")) == ["fine", "thé"]
+    assert numpy_dtype("string") == np.dtype(np.bytes_) and numpy_dtype("int32") == np.dtype("int32")
+
+
+def test_numbers_for_a_string_input_are_one_line() -> None:
+    with pytest.raises(InputError, match="input 'text' takes strings"):
+        validate_data(split_npz({"x_val": np.zeros((3, 1))}, TEXT, PROBS, "d.npz"), TEXT, PROBS, need_train=False,
+                      need_calib=False, calib_samples=10)
