@@ -1,5 +1,5 @@
 """`tfsmith deploy` run as a user runs it: the example model's fleet for x86-64-v3, x86-64-v4 and
-sapphirerapids is written and every object validates offline (Kubernetes OpenAPI schemas pinned in
+sapphirerapids (and a two-architecture one, x86-64-v3 + neoverse_v1) is written and every object validates offline (Kubernetes OpenAPI schemas pinned in
 tests/unit/test_deploy_manifests.py; no cluster exists on these machines). DOCKER_HOST points nowhere:
 explicit targets and images must not need an engine."""
 
@@ -124,3 +124,27 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path: Path, args: 
     assert len(lines) == 1 and lines[0].startswith("tfsmith: error: "), result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+ARCHSPEC_DUMPS = ARCHSPEC_SPR.parent
+
+
+@pytest.mark.parametrize(("machine", "runs"), [
+    (CPUINFO / "aws-graviton3-neoverse-v1-sve", "digits-neoverse-v1"),
+    (CPUINFO / "this-vm-amd-epyc-zen3", "digits-x86-64-v3"),
+    (ARCHSPEC_DUMPS / "linux-amazon-neoverse_n1", None),  # arm64 without SVE: neither image
+])
+def test_a_two_architecture_fleet_runs_each_image_on_its_own_architecture(
+    tmp_path: Path, machine: Path, runs: str | None
+) -> None:
+    out = tmp_path / "k8s"
+    result = tfsmith("deploy", "--model-name", "digits", "--targets", "x86-64-v3,neoverse_v1", "--image-prefix",
+                     "registry.example/digits", "--out", str(out), "--explain-node", str(machine), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["explain_node"]["may_run"] == ([runs] if runs else [])
+    arch = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+            for o in load(out) if o["kind"] == "Deployment"}
+    wanted = {"digits-neoverse-v1": ["arm64"], "digits-x86-64-v3": ["amd64"]}
+    for name, expressions in arch.items():
+        assert {"key": "kubernetes.io/arch", "operator": "In", "values": wanted[name]} in expressions
