@@ -1,7 +1,7 @@
 """`tfsmith deploy` run as a user runs it: the example model's fleet for x86-64-v3, x86-64-v4 and
-sapphirerapids (and a two-architecture one, x86-64-v3 + neoverse_v1) is written and every object validates offline (Kubernetes OpenAPI schemas pinned in
-tests/unit/test_deploy_manifests.py; no cluster exists on these machines). DOCKER_HOST points nowhere:
-explicit targets and images must not need an engine."""
+sapphirerapids (and a two-architecture one, x86-64-v3 + neoverse_v1) is written and every object validates
+offline (Kubernetes OpenAPI schemas pinned in tests/unit/test_deploy_manifests.py; no cluster exists on these
+machines). DOCKER_HOST points nowhere: explicit targets and images must not need an engine."""
 
 from __future__ import annotations
 
