@@ -662,7 +662,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
 
     calls: dict[str, Callable[[], Any]] = {}
     errors: dict[tuple[str, str, str], str] = {}
-    pairs = [(result, runtime, signature) for result in results for runtime, signature in candidate_pairs(result, contract)]
+    pairs = [(result, runtime, signature) for result in results for runtime, signature in candidate_pairs(result, contract, plan.facts)]
     for result, runtime, signature in pairs:
         trio = (result.path, runtime, signature)
         if result.extra.get("runnable_here") is False:
@@ -705,7 +705,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     return updated, candidates, extra
 
 
-def candidate_pairs(result: ArtifactResult, contract: ModelContract) -> list[tuple[str, str]]:
+def candidate_pairs(result: ArtifactResult, contract: ModelContract, facts: TargetFacts) -> list[tuple[str, str]]:
     """(runtime, signature) pairs an artifact is timed on: a .tflite on each runtime that reads it (signature
     "": its own), a SavedModel's contract signature and its serving_xla on TensorFlow."""
     if result.kind == "saved_model":
@@ -713,7 +713,7 @@ def candidate_pairs(result: ArtifactResult, contract: ModelContract) -> list[tup
         if XLA_SIGNATURE in result.extra.get("signatures", ()) and XLA_SIGNATURE != contract.signature:
             signatures.append(XLA_SIGNATURE)
         return [(TF, s) for s in signatures]
-    return [(runtime, "") for runtime in runtimes_for(result.kind, TargetFacts("", "", frozenset(), ()))]
+    return [(runtime, "") for runtime in runtimes_for(result.kind, facts)]
 
 
 def _key(path: str, runtime: str, signature: str) -> str:
