@@ -176,3 +176,21 @@ def test_rejected_rule_choice_falls_back_for_auto_but_not_for_a_recipe_file() ->
     explicit = recipe_from_mapping({"choose": "tflite_int8", "quantization": {"modes": ["int8"]}}, "r.toml")
     choice, _ = select_step(explicit, HOST, results, [])
     assert choice.artifact == "model_int8.tflite"  # what the user asked for; the gate then fails (exit 3)
+
+
+def test_auto_on_this_host_adds_serving_xla_to_measure_it_and_another_target_does_not() -> None:
+    from pathlib import Path
+
+    from builder.optimize.pipeline import choose_recipe, measures_here, without_tflite
+
+    here, reasons = choose_recipe("auto", HOST)
+    assert here.export.xla and measures_here(here, HOST)
+    assert any(r.startswith("xla:") and "faster beyond noise" in r for r in reasons)
+    other, _ = choose_recipe("auto", OTHER)
+    assert not other.export.xla and not measures_here(other, OTHER)
+    gpu = TargetFacts("gpu host", "x86_64", HOST.features, ("9.0",))
+    assert not measures_here(choose_recipe("auto", gpu)[0], gpu)  # tensor cores: the SavedModel by rule
+    adapted, note = without_tflite(here, "'tf.X' op is neither a custom op nor a flex op", Path("out/logs/c.log"))
+    assert adapted.kinds == ("saved_model",) and adapted.choose == "saved_model" and adapted.pruning is None
+    assert adapted.export.xla and note.startswith("no plain .tflite: the TFLite converter says: 'tf.X' op")
+    assert "(full text: out/logs/c.log)" in note and "\n" not in note
