@@ -8,11 +8,14 @@ Public API (other stages call these):
           x86_64/aarch64 families ("haswell", "icelake", "sapphirerapids", "zen4", "neoverse_v1", ...).
     cuda_cc: None (CPU-only), "auto" (every distinct capability of the host's GPUs), or a list such as
           "8.0,9.0" / "80,90" / "sm_80,sm_90". The newest is also embedded as PTX.
-    facts: the host for "host" and "auto" (default: detect this machine).
-    build_machine: the machine that runs bazel, for host_copts (default: detect this machine). Pass it
-          explicitly for reproducible output (rendered Dockerfiles). host_copts are always the build
-          machine's own best generic level (e.g. -march=x86-64-v3 -mtune=generic), never the target's: bazel
-          runs the tools it compiles during the build, and a newer target would crash them.
+    facts: the host for "host" and "auto" (default: detect this machine). Only these two probe the host:
+          resolving a named target without "auto" is pure (no /proc/cpuinfo, NVML or nvidia-smi).
+    build_machine: the machine that runs bazel, for host_copts (default: the fixed reference build machine
+          of the target's architecture, `builder.hardware.reference`, never this host: the build machine
+          is a fact of the build plan, and whoever plans a build here passes this machine's facts).
+          host_copts are always the build machine's own best generic level (e.g. -march=x86-64-v3
+          -mtune=generic), never the target's: bazel runs the tools it compiles during the build, and a
+          newer target would crash them.
   Raises InputError for unknown names (with the closest valid names) and bad values, IncompatibleError for
   combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
   CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
@@ -31,6 +34,7 @@ from builder import compat
 from builder.errors import IncompatibleError, InputError
 from builder.guard import canonical_features, missing_features, parse_capability
 from builder.hardware.facts import HostFacts
+from builder.hardware.reference import reference_build_facts
 from builder.target_types import BuildTarget, CudaSpec
 
 FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
@@ -217,11 +221,10 @@ def resolve_target(
             f"use --python {row.python_versions[-1]}"
         )
     needs_host = name.strip().lower() == "host" or (cuda_cc or "").strip().lower() == "auto"
-    live = None
     if needs_host and facts is None:
         from builder.hardware import detect_host
 
-        facts = live = detect_host()
+        facts = detect_host()
     if name.strip().lower() == "host":
         assert facts is not None
         micro = _host_target(facts, row.clang)
@@ -229,11 +232,7 @@ def resolve_target(
         micro = _microarchitecture(name)
     copts = _flags(micro, row.clang)
     if build_machine is None:
-        if live is None:
-            from builder.hardware import detect_host
-
-            live = detect_host()
-        build_machine = live
+        build_machine = reference_build_facts(micro.family.name)
     cuda = None
     if cuda_cc is not None and cuda_cc.strip():
         if cuda_cc.strip().lower() == "auto":

@@ -25,14 +25,6 @@ def _split(values: Iterable[str]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-def _generic_build_machine() -> Any:
-    """Deploy never uses host_copts; a fixed build machine keeps target resolution from probing this host."""
-    from builder.hardware.facts import CpuFacts, HostFacts
-
-    return HostFacts(cpu=CpuFacts(arch="x86_64", vendor="generic", model_name="", microarchitecture="x86_64",
-                                  level=None, features=frozenset()))
-
-
 def resolve(name: str, cuda_cc: str | None = None, tf_version: str = "2.21.0") -> BuildTarget:
     """A named target as `tfsmith build` resolves it; "host" is refused (a fleet is not this machine)."""
     from builder.targets import resolve_target
@@ -40,7 +32,7 @@ def resolve(name: str, cuda_cc: str | None = None, tf_version: str = "2.21.0") -
     if name.strip().lower() == "host":
         raise InputError("target 'host' means this machine; name the fleet's targets (`tfsmith target host` "
                          "prints this machine's name)")
-    return resolve_target(name, cuda_cc=cuda_cc, tf_version=tf_version, build_machine=_generic_build_machine())
+    return resolve_target(name, cuda_cc=cuda_cc, tf_version=tf_version)  # a named target never probes this host
 
 
 def from_targets(targets: str, image_prefix: str, *, cuda_cc: str | None = None,

@@ -165,3 +165,29 @@ def test_detect_fast_path_and_typer_agree(tmp_path: Path) -> None:
     fast = tfsmith("detect", *args)
     slow = CliRunner().invoke(app, ["detect", *args])
     assert fast.returncode == 0 and slow.exit_code == 0 and fast.stdout == slow.stdout
+
+
+def test_named_targets_never_ask_this_hosts_gpus(tmp_path: Path) -> None:
+    """`target NAME` and `check --target NAME` (CPU) read no GPU: an nvidia-smi on PATH that leaves a mark when
+    run is never run, and NVML is not loaded (its library path points at nothing)."""
+    import os
+
+    mark = tmp_path / "nvidia-smi-ran"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\ntouch {mark}\nexit 9\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{smi.parent}:{os.environ['PATH']}", "LD_LIBRARY_PATH": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(TFSMITH), *args], capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+
+    named = run("target", "neoverse_v1", "--cuda-cc", "8.0", "--json")
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["host_copts"] == ["-march=armv8-a", "-mtune=generic"]  # not this x86 host's
+    assert run("check", "--target", "x86-64", "--cpuinfo", str(SPR_GUEST)).returncode == 0
+    assert not mark.exists()
+    live = run("detect", "--json")  # the same fake is found when the host is asked for: the test can fail
+    assert live.returncode == 0, live.stderr
+    if json.loads(live.stdout)["gpu"]["source"] != "nvml":
+        assert mark.exists()

@@ -189,3 +189,44 @@ def test_guard_env_matches_target() -> None:
     assert env["TFSMITH_IMAGE_TARGET"] == "haswell"
     assert set(env["TFSMITH_IMAGE_FEATURES"].split(",")) == set(target.features)
     assert (env["TFSMITH_IMAGE_CUDA_CC"], env["TFSMITH_IMAGE_PTX"]) == ("7.5,8.6", "8.6")
+
+
+def _no_host_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way tfsmith reads this machine raises: /proc/cpuinfo and cgroups, NVML, nvidia-smi, detect_host."""
+    import builder.hardware
+    import builder.hardware.cpu
+    import builder.hardware.gpu
+
+    def probed(*_: object, **__: object) -> None:
+        raise AssertionError("resolving a named target probed the host")
+
+    monkeypatch.setattr(builder.hardware.cpu, "_read", probed)
+    monkeypatch.setattr(builder.hardware.cpu, "detect_cpu", probed)
+    monkeypatch.setattr(builder.hardware.gpu, "_run_smi", probed)
+    monkeypatch.setattr(builder.hardware.gpu, "detect_gpus", probed)
+    monkeypatch.setattr(builder.hardware.gpu, "report_from_nvml", probed)
+    monkeypatch.setattr(builder.hardware, "detect_host", probed)
+
+
+@pytest.mark.parametrize(("name", "cuda_cc"), [("x86-64-v3", None), ("sapphirerapids", "8.0,9.0"),
+                                                ("neoverse_v1", None), ("zen4", "sm_90")])
+def test_resolving_a_named_target_never_probes_the_host(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                        cuda_cc: str | None) -> None:
+    from builder.deploy.inputs import resolve
+    from builder.hardware.reference import reference_build_facts
+
+    _no_host_probe(monkeypatch)
+    target = resolve_target(name, cuda_cc=cuda_cc)
+    # the build machine is the fixed reference of the target's own architecture, not this host (nor x86 for ARM)
+    assert target.host_copts == resolve_target(name, build_machine=reference_build_facts(target.arch)).host_copts
+    assert target.host_copts in (("-march=x86-64-v2", "-mtune=generic"), ("-march=armv8-a", "-mtune=generic"))
+    assert resolve(name, cuda_cc) == target  # deploy resolves the same way
+
+
+def test_host_and_auto_still_read_the_given_facts_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_host_probe(monkeypatch)
+    gpu = GpuFacts(index=0, name="H100", uuid="GPU-1", compute_capability="9.0")
+    target = resolve_target("host", cuda_cc="auto", facts=replace(VM, gpu=GpuReport(status="ok", devices=(gpu,))))
+    assert target.cuda is not None and target.cuda.capabilities == ("9.0",)
+    with pytest.raises(AssertionError, match="probed the host"):
+        resolve_target("host")  # no facts given: "host" means reading this machine
