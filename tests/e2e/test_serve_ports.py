@@ -189,7 +189,8 @@ def test_processes_share_both_ports_and_each_worker_answers(two_workers: tuple[S
     def grpc_answerer() -> int | None:
         with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}", options=FRESH) as channel:
             call = _stub(channel, "GetModelMetadata", pb.GetModelMetadataRequest, pb.GetModelMetadataResponse)
-            assert call(metadata_request("digits"), timeout=30).model_spec.name == "digits"  # type: ignore[attr-defined]
+            answer = call(metadata_request("digits"), timeout=30)
+            assert answer.model_spec.name == "digits"  # type: ignore[attr-defined]
             (client_port,) = own_local_ports(running.grpc_port)
             return owner(workers, running.grpc_port, client_port)
 
