@@ -393,6 +393,7 @@ def run_server(
     port the same way, SO_REUSEPORT), each with its own pool, for throughput beyond one core (Python's GIL caps
     one process at about one core of HTTP handling). Ports another process holds are refused (`ports.PortTaken`)
     before any model loads; only our own workers share them."""
+    import inspect
     import os
 
     import uvicorn
@@ -417,9 +418,12 @@ def run_server(
             return
         os.environ[CONFIG_ENV] = config_to_json(config)
         ports.share_with_workers()
+        workers = uvicorn.Config("builder.server.app:app_from_env", factory=True, workers=processes, **common)
+        # uvicorn before 0.51 wants the worker's entry point (what its own `run` passed); later ones make it
+        target = ({"target": uvicorn.Server(workers).run}
+                  if "target" in inspect.signature(Multiprocess).parameters else {})
         try:  # what uvicorn.run does for workers, on the socket bound above
-            Multiprocess(uvicorn.Config("builder.server.app:app_from_env", factory=True, workers=processes,
-                                        **common), sockets=[sock]).run()
+            Multiprocess(workers, sockets=[sock], **target).run()
         except KeyboardInterrupt:
             pass
     finally:
