@@ -172,6 +172,8 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
             continue
         if "data" not in tensor:
             raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
+        if not isinstance(tensor["data"], list):
+            raise RequestError(f"{where}: 'data' must be a list of values")
         flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where, booleans).reshape(-1)
         if flat.size != size:
             raise RequestError(f"{where}: {flat.size} values in 'data' for shape {shape} ({size} values)")
@@ -199,15 +201,15 @@ def binary_outputs(request: Mapping[str, Any], names: list[str]) -> tuple[list[s
     return wanted, binary
 
 
-def json_data(value: np.ndarray, name: str) -> list[Any]:
-    """An output's flat JSON `data`; BYTES as strings, refused (400) when not UTF-8: JSON cannot hold them."""
+def json_data(value: np.ndarray) -> list[Any] | None:
+    """An output's flat JSON `data`; BYTES as strings, None when they are not UTF-8 (JSON cannot hold them:
+    the answer then carries that output as binary data, which the extension lets a server do)."""
     if value.dtype != object:
         return value.reshape(-1).tolist()
     try:
         return [bytes(v).decode("utf-8") for v in value.reshape(-1)]
     except UnicodeDecodeError:
-        raise RequestError(f"output {name} holds bytes that are not UTF-8: ask for it as binary data "
-                           "(outputs[].parameters.binary_data)") from None
+        return None
 
 
 def infer_response(served: ServedModel, version: int, request: Mapping[str, Any], outputs: Mapping[str, np.ndarray],
@@ -217,13 +219,14 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
     for name in order:
         value = np.asarray(outputs[name])
         entry: dict[str, Any] = {"name": name, "datatype": DATATYPE_OF[value.dtype.name], "shape": list(value.shape)}
-        if name in binary:
+        data = None if name in binary else json_data(value)
+        if data is None:
             raw = (encode_bytes(value) if value.dtype == object
                    else np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes())
             entry["parameters"] = {"binary_data_size": len(raw)}
             tail.append(raw)
         else:
-            entry["data"] = json_data(value, name)
+            entry["data"] = data
         tensors.append(entry)
     answer: dict[str, Any] = {"model_name": served.name, "model_version": str(version), "outputs": tensors}
     if isinstance(request.get("id"), str):

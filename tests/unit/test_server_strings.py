@@ -5,6 +5,7 @@ OpenAPI document describing string inputs."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 
 import numpy as np
@@ -170,10 +171,21 @@ def test_v2_bytes_inputs_in_json_and_binary() -> None:
                      memoryview(b""))
 
 
-def test_v2_json_outputs_refuse_bytes_that_are_not_utf8() -> None:
-    assert json_data(objects(b"ok", b"fine"), "label") == ["ok", "fine"]
-    with pytest.raises(RequestError, match="ask for it as binary data"):
-        json_data(objects(b"\xff"), "blob")
+def test_v2_answers_bytes_that_are_not_utf8_as_binary_data() -> None:
+    from builder.server.v2 import infer_response
+
+    assert json_data(objects(b"ok", b"fine")) == ["ok", "fine"] and json_data(objects(b"\xff")) is None
+
+    class Served:
+        name = "m"
+
+    outputs = {"label": objects(b"ok"), "blob": objects(b"\xff")}
+    answer = infer_response(Served(), 1, {}, outputs, ["label", "blob"], set())  # type: ignore[arg-type]
+    cut = int(answer.headers["inference-header-content-length"])
+    header = json.loads(answer.body[:cut])
+    assert header["outputs"][0]["data"] == ["ok"]  # text stays JSON
+    assert header["outputs"][1]["parameters"] == {"binary_data_size": 5}  # JSON cannot hold b"\xff"
+    assert decode_bytes(answer.body[cut:], 1, "blob").tolist() == [b"\xff"]
 
 
 # --- the OpenAPI document -------------------------------------------------------------------------------
