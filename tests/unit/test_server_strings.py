@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +204,19 @@ def test_contract_describes_string_inputs() -> None:
 
     assert re.fullmatch(BASE64_PATTERN, base64.b64encode(b"\x00\x01\x02\x03x").decode())
     assert not re.fullmatch(BASE64_PATTERN, "YQ=")
+
+
+# --- the start-up self-test -----------------------------------------------------------------------------
+
+
+def test_self_test_uses_text_samples_and_never_invents_text(tmp_path: Path) -> None:
+    from builder.server.backends import example_inputs, sample_inputs
+
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, **{"x/text": np.array(["good movie", "bad"]), "x/ids": np.array([1, 2])})
+    got = example_inputs(TEXT, samples)["text"]
+    assert got.dtype == object and got.tolist() == [b"good movie"]
+    with pytest.raises(ValueError, match="takes strings; no text is made up"):
+        sample_inputs(TEXT)
+    with pytest.raises(ValueError, match="no text is made up"):
+        example_inputs(TEXT, None)
