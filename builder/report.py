@@ -188,7 +188,8 @@ class ArtifactResult:
 
 @dataclass(frozen=True)
 class Candidate:
-    """An accepted artifact x the runtime that would serve it, timed with bench's interleaved loop."""
+    """An artifact x the runtime (x signature) that would serve it, timed with bench's interleaved loop;
+    `p50_us` is None when it was not timed, and a non-empty `error` (why) means it cannot be chosen."""
 
     artifact: str
     runtime: str  # litert | openvino | openvino-nncf | tensorflow

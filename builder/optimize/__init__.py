@@ -90,8 +90,9 @@ writes it, standard library only)::
 
     One candidate row per artifact x runtime x signature: a .tflite's `signature` is its own (the contract's);
     the SavedModel has a row for the contract's signature and, when it carries one, a row for `serving_xla`
-    (same artifact "saved_model", runtime "tensorflow"). `error` says why a row was not timed or cannot be
-    chosen (a runtime that cannot load the file, one that fails the gate on its own numbers).
+    (same artifact "saved_model", runtime "tensorflow"). A row with an `error` is never chosen: it says why (a
+    runtime that cannot load the file, one that fails the gate on its own numbers, a serving_xla not faster
+    beyond noise than the contract's signature, which is then not judged); `p50_us` is kept whenever it was timed.
 
     ArtifactResult = {"path", "kind", "runtime", "size_bytes", "gzip_bytes", "threads",
                       "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "samples_per_s"},

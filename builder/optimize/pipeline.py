@@ -654,8 +654,10 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     """Time every artifact x runtime (x signature, for a SavedModel's serving_xla) in ONE interleaved loop
     (bench's), on the model's own held-out rows.
 
-    What runs differently from the evaluated path (OpenVINO's own int8, XLA's fused kernels) is checked against
-    the gate first; a runtime that cannot load or run the file is a candidate with its error, never a crash.
+    What runs differently from the evaluated path is checked against the gate too: OpenVINO's own int8 before
+    timing; XLA's fused kernels after it, and only when serving_xla was faster beyond noise (the only case where it
+    can be chosen: XLA on CPU can be far slower, MobileNetV2 at batch 64 took 25 s a call here against 4.6 s).
+    A runtime that cannot load or run the file is a candidate with its error, never a crash.
     """
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
@@ -670,7 +672,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
             continue
         try:
             runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)
-            if runtime not in ("litert", TF) or signature == XLA_SIGNATURE:
+            if runtime not in ("litert", TF):
                 outputs = runner.predict_all(plan.data.x_val)
                 _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                                max_accuracy_drop=options.max_accuracy_drop,
@@ -689,6 +691,23 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     budget = min(60.0, max(0.5, len(calls) * min(3.0, max(0.1, options.latency_runs / 100))))
     with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({budget:.0f} s, interleaved)"):
         latencies = evaluate.time_runners(calls, budget) if calls else {}
+    for result, runtime, signature in pairs:
+        xla, plain = latencies.get(_key(result.path, runtime, signature)), latencies.get(
+            _key(result.path, runtime, contract.signature))
+        if signature != XLA_SIGNATURE or xla is None or (result.path, runtime, signature) in errors:
+            continue
+        if plain is not None and xla.p50 * (1 + NOISE) >= plain.p50:
+            errors[(result.path, runtime, signature)] = (f"not faster beyond noise than {contract.signature} "
+                                                         f"({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged")
+            continue
+        with _stage(say, f"judging {result.path} {signature} on the held-out rows"):
+            outputs = evaluate.Runner(runtime, staging / result.path, options.threads,
+                                      signature).predict_all(plan.data.x_val)
+            _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                           max_accuracy_drop=options.max_accuracy_drop,
+                                           max_relative_error=options.max_relative_error)
+        if not passed:
+            errors[(result.path, runtime, signature)] = f"fails the gate on this runtime ({why})"
     updated = []
     for result in results:
         primary = _key(result.path, result.runtime, contract.signature if result.kind == "saved_model" else "")
@@ -698,7 +717,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         trio = (result.path, runtime, signature)
         error = errors.get(trio, "")
         got = latencies.get(_key(*trio))
-        candidates.append(Candidate(result.path, runtime, None if got is None or error else got.p50,
+        candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
                                     0 if got is None else got.runs, result.size_bytes, error,
                                     signature or contract.signature))
     extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
@@ -748,7 +767,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
     notes: list[str] = []
     by_kind = {r.kind: r for r in results}
     if recipe.name == "auto" and facts.is_host and not any(recipes._cc_value(cc) >= 7.0 for cc in facts.gpu_capabilities):
-        usable = [c for c in candidates if c.p50_us is not None and c.artifact in accepted]
+        usable = [c for c in candidates if c.p50_us is not None and not c.error and c.artifact in accepted]
         if usable:
             chosen = pick_fastest(usable, contract_signature)
             how = f"measured on this host: {describe_pick(chosen, usable)}"

@@ -131,6 +131,8 @@ def test_tensorflow_is_a_runtime_like_the_others_and_serving_xla_must_be_faster_
     assert (choice.artifact, choice.runtime, choice.signature) == ("saved_model", "tensorflow", "serving_default")
     choice, _ = select_step(recipe, HOST, results, [plain, replace(xla, p50_us=200.0), unrunnable])
     assert choice.signature == "serving_xla" and "saved_model#serving_xla on tensorflow" in choice.selection.how
+    judged_out = replace(xla, p50_us=1.0, error="fails the gate on this runtime (label: accuracy_drop 0.2 > 0.01)")
+    assert select_step(recipe, HOST, results, [plain, judged_out])[0].signature == "serving_default"  # never an error
     # a model whose contract is another signature (a tf.Module's `predict`) is served under that name
     choice, _ = select_step(recipe, HOST, results[:1], [replace(plain, signature="predict")], "predict")
     assert (choice.artifact, choice.signature) == ("saved_model", "predict")
