@@ -933,11 +933,17 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
     """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
     from builder.optimize import tfenv
 
-    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=Path(tempfile.gettempdir()) /
-                      "tfsmith-explain-unused", max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+    from builder.optimize.causes import keep_log
+
+    # --explain writes no output; the full texts its notes name go to a fresh temp folder instead of --out
+    logs = Path(tempfile.mkdtemp(prefix="tfsmith-explain-"))
+    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=logs,
+                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
                       max_relative_error=max_relative_error, signature=signature, imports=imports)
     with tfenv.quiet_native_stderr():
         plan = make_plan(options, lambda _: None)
+        for name, text in plan.logs.items():
+            keep_log(name, text, logs)
         reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
         contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
                                  {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks),

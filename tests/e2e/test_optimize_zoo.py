@@ -312,6 +312,8 @@ def test_a_string_model_is_served_by_tensorflow_and_the_converter_says_why_in_on
     assert "contract: inputs text string[?]" in stdout
     note = next(line for line in stdout.splitlines() if "no plain .tflite" in line)
     assert "'tf.StringLower' op is neither a custom op nor a flex op" in note and "loc(" not in note
+    log = Path(note.split("(full text: ", 1)[1].split(")", 1)[0])  # --explain writes it to a temp folder
+    assert log.is_file() and "StringLower" in log.read_text() and not out.exists()
     code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", saved, "--data", tmp_path / "d.npz", "--out", out,
                                    "--latency-runs", "10")
     assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
