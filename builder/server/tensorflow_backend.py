@@ -60,7 +60,7 @@ def prepare_tensorflow(threads: int, workers: int) -> Any:
         log.debug("TensorFlow was already initialized in this process; its threads and GPU memory stay as set")
     line = device_line(tf.__version__, [_gpu_name(tf, gpu) for gpu in gpus], threads, workers)
     log.info("%s", line)
-    if os.environ.get(REQUIRE_GPU_ENV, "") == "1" and "runs on the CPU" in line:
+    if os.environ.get(REQUIRE_GPU_ENV, "") == "1" and not gpus:
         raise IncompatibleError(f"{REQUIRE_GPU_ENV}=1 but TensorFlow {tf.__version__} sees no GPU: run the image "
                                 "with the GPU passed in (docker run --gpus all) or unset it to serve on the CPU")
     return tf
