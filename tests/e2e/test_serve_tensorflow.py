@@ -456,3 +456,22 @@ def test_schemathesis_finds_nothing(which: str, request: pytest.FixtureRequest, 
     assert done.returncode == 0, done.stdout[-6000:]
     assert summary and "passed" in summary[-1] and "fail" not in summary[-1], summary
     assert server.process.poll() is None
+
+
+def test_tf_serving_base_path_layout_of_saved_models(tf_models: Path, loaded: dict[str, Any], tmp_path: Path) -> None:
+    """`--model-base-path` over `<base>/<version>/saved_model.pb` (TF Serving's own layout) serves the newest
+    version on TensorFlow without being told the runtime."""
+    import shutil
+
+    base = tmp_path / "gru"
+    shutil.copytree(tf_models / "gru", base / "7")
+    server = TFServer("--model-base-path", str(base))
+    try:
+        assert HTTP.get(f"{server.url}/healthz").json()["runtime"] == "tensorflow"
+        x = np.random.default_rng(6).random((2, 4, 8), dtype=np.float32)
+        answer = HTTP.post(f"{server.url}/v1/models/gru/versions/7:predict", json={"instances": x.tolist()})
+        assert answer.status_code == 200, answer.text
+        want = local(loaded["gru"], "serving_default", seq=x)["output_0"]
+        assert np.allclose(answer.json()["predictions"], want, rtol=RTOL, atol=ATOL)
+    finally:
+        assert server.stop() in STOPPED
