@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from builder.engine.base import Engine, EngineError
-from builder.errors import TfsmithError
+from builder.errors import InputError, TfsmithError
 
 Say = Callable[[str], None]
 
@@ -119,7 +119,14 @@ def compare_served_images(model: Path, first: str, second: str, *, threads: int 
 
         engine = default_engine()
     artifact = resolve_artifact(find_saved_model(model))
-    signature = served_signature(reference_backend(artifact, "tensorflow"), None)
+    try:
+        signature = served_signature(reference_backend(artifact, "tensorflow"), None)
+    except TfsmithError:
+        raise
+    except Exception as error:  # noqa: BLE001 - TensorFlow's own refusal, kept whole in its first line
+        text = str(error).strip()
+        raise InputError(f"{artifact.model_path}: TensorFlow cannot load this SavedModel here: "
+                         f"{type(error).__name__}: {text.splitlines()[0] if text else ''}") from None
     inputs, _ = smoke_inputs(artifact, signature, count=1)
     run = uuid.uuid4().hex[:8]
     timings: dict[str, ServedTiming] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -57,8 +57,13 @@ def register(app: typer.Typer) -> None:
         batch: str = typer.Option("1,32", "--batch", help="Batch 1 for latency, and a larger batch for throughput."),
         profile: Optional[Path] = typer.Option(None, "--profile", help="Write a TensorFlow Profiler trace of the "
                                                                         "SavedModel runs here (TensorBoard)."),
-        images: Optional[str] = typer.Option(None, "--images", help="A,B: run the SavedModel bench inside two local "
-                                                                     "docker images and report the ratio."),
+        images: Optional[str] = typer.Option(None, "--images", help="A,B: two local TensorFlow images (e.g. the one "
+                                                                     "tfsmith build made here and a stock-wheel one): "
+                                                                     "the SavedModel served from each, and the ratio."),
+        images_path: str = typer.Option("served", "--images-path", help="served: package the SavedModel FROM each "
+                                                                         "image and time gRPC requests (what clients "
+                                                                         "see); inprocess: time the signature inside "
+                                                                         "each image."),
         out: Path = typer.Option(Path("bench-out"), "--out", help="Folder for bench.json, bench.md, bench.png."),
         budget_s: float = typer.Option(60.0, "--budget-s", min=0.1, help="Seconds for the timed rounds."),
     ) -> None:
@@ -68,7 +73,7 @@ def register(app: typer.Typer) -> None:
         if data is not None and not data.is_file():
             raise InputError(f"--data {data}: no such file")
         if images is not None:
-            _bench_images(model, images, threads, batch_size, out, budget_s)
+            _bench_images(model, images, threads, batch_size, out, budget_s, images_path)
             return
         _require_bench_extras()
         from builder.bench.models import BUILTINS
@@ -119,18 +124,26 @@ def _require_bench_extras() -> None:
                          "pip install 'tfsmith[optimize,bench]'")
 
 
-def _bench_images(model: str, images: str, threads: int, batch: int, out: Path, budget_s: float) -> None:
+def _bench_images(model: str, images: str, threads: int, batch: int, out: Path, budget_s: float,
+                  how: str = "served") -> None:
     from rich.console import Console
 
     from builder.bench.images import compare_images, parse_images
 
+    if how not in ("served", "inprocess"):
+        raise InputError(f"--images-path {how!r}: choose served or inprocess")
     first, second = parse_images(images)
     path = Path(model)
     if not path.exists():
         raise InputError(f"--images needs MODEL as a SavedModel folder or optimize --out folder, got {model!r}")
-    console = Console(stderr=True)
-    with console.status(f"running the SavedModel bench in {first} and {second}"):
-        comparison = compare_images(path, first, second, threads=threads, batch=batch, budget_s=budget_s)
+    if how == "served":
+        from builder.bench.served_images import compare_served_images
+
+        comparison: Any = compare_served_images(path, first, second, threads=threads, budget_s=budget_s,
+                                                say=typer.echo)
+    else:
+        with Console(stderr=True).status(f"running the SavedModel bench in {first} and {second}"):
+            comparison = compare_images(path, first, second, threads=threads, batch=batch, budget_s=budget_s)
     out.mkdir(parents=True, exist_ok=True)
     (out / "images.json").write_text(comparison.to_json())
     typer.echo(comparison.summary())

@@ -168,10 +168,7 @@ def fetch_wheels(requirements: tuple[str, ...], python_version: str, arch: str, 
 
 def build_image(engine: Engine, plan: ServePlan, context: Path, log: Say) -> Image:
     """Build the rendered context for the plan's platform; the engine streams the log and keeps it whole."""
-    request = BuildRequest(context=context, tags=(plan.tag,))
-    if "platform" in BuildRequest.__dataclass_fields__ and plan.platform != "linux/amd64":
-        request = BuildRequest(context=context, tags=(plan.tag,), platform=plan.platform)  # type: ignore[call-arg]
-    image = engine.build(request, log=log)
+    image = engine.build(BuildRequest(context=context, tags=(plan.tag,), platform=plan.platform), log=log)
     if image is None:
         raise TfsmithError(f"the engine built {plan.tag} but returned no image")
     return image

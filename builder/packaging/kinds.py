@@ -25,8 +25,10 @@ from builder.packaging.plan import LABEL_PREFIX, BaseImage, PackageOptions, Serv
 from builder.server.artifacts import Artifact
 
 Say = Callable[[str], None]
-DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
-DEFAULT_ARM64_BASE_IMAGE = "tfsmith/python:bookworm-arm64"
+
+
+def _quiet(_line: str) -> None:
+    """Say nothing."""
 
 
 class ImageKind(ABC):
@@ -37,7 +39,7 @@ class ImageKind(ABC):
     default_runtime: str
 
     @abstractmethod
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
         """The base image and its facts; InputError in one line when it is not on the engine."""
 
     def requirements(self, runtime: str) -> tuple[str, ...]:
@@ -88,11 +90,18 @@ class LiteRTKind(ImageKind):
     runtimes = ("litert", "openvino", "openvino-nncf")
     default_runtime = "litert"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine) -> BaseImage:
-        arm = (getattr(target, "arch", None) or "x86_64") in ("aarch64", "arm64")
-        ref = options.base_image or (DEFAULT_ARM64_BASE_IMAGE if arm else DEFAULT_BASE_IMAGE)
-        why = "requested (--base-image)" if options.base_image else "the slim Python base image"
-        return BaseImage(ref, image_python(engine, ref), why)
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
+        if options.base_image:
+            return BaseImage(options.base_image, image_python(engine, options.base_image), "requested (--base-image)")
+        from builder.engine.local import base_image_ref, ensure_base_image
+
+        arch = getattr(target, "arch", None) or None
+        ref = base_image_ref(arch)
+        try:
+            engine.inspect(ref)
+        except ImageNotFound:  # made here, as `make engine` makes it (another architecture's under emulation)
+            ensure_base_image(ref, say=say, arch=arch)
+        return BaseImage(ref, image_python(engine, ref), f"the slim Python base image ({ref})")
 
 
 def tensorflow_image_for(images: list[Image], target: Any) -> Image | None:
@@ -131,7 +140,7 @@ class TensorFlowKind(ImageKind):
     runtimes = ("tensorflow", "litert")
     default_runtime = "tensorflow"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
         if options.base_image:
             ref, why = options.base_image, "requested (--base-image)"
             has_guard = _has_guard(engine, ref)
@@ -167,7 +176,7 @@ class TFServingKind(ImageKind):
     runtimes = ("tfserving",)
     default_runtime = "tfserving"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
         from builder.packaging.tfserving import DEFAULT_TFSERVING_BASE
 
         ref = options.base_image or DEFAULT_TFSERVING_BASE

@@ -410,12 +410,21 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
                        tuple(protocols), reference)
 
 
+def native_platform() -> str:
+    """This machine's platform in the words images use (`linux/amd64`, `linux/arm64`)."""
+    import platform
+
+    return "linux/arm64" if platform.machine() in ("aarch64", "arm64") else "linux/amd64"
+
+
 def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) -> SmokeResult:
     """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
-    say(f"smoke: starting {plan.tag}")
-    with engine.start(plan.tag, ports=(plan.port, GRPC_PORT)) as running:
+    emulated = plan.platform != native_platform()
+    say(f"smoke: starting {plan.tag}" + (f" ({plan.platform} under emulation: slower)" if emulated else ""))
+    with engine.start(plan.tag, ports=(plan.port, GRPC_PORT), platform=plan.platform) as running:
         url = running.url(plan.port)
-        startup = wait_healthy(url, running.exited, timeout_s=180.0 if plan.kind == "tensorflow" else 90.0)
+        startup = wait_healthy(url, running.exited, timeout_s=900.0 if emulated else
+                               180.0 if plan.kind == "tensorflow" else 90.0)
         say(f"smoke: ready on {url} after {startup:.1f} s")
         result = check_server(url, artifact, plan.model_name, plan.version,
                               grpc_address=(running.host, running.host_port(GRPC_PORT)), runtime=plan.runtime,

@@ -93,7 +93,7 @@ def package_model(
     # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
     if choice.runtime in RUNTIMES and not artifact.model_path.is_dir():
         artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
-    base = kind.base(options, target, engine)
+    base = kind.base(options, target, engine, say)
     say(f"base image: {base.ref} ({base.why})")
     if smoke:
         kind.check_smoke(engine, base)

@@ -51,7 +51,7 @@ def test_images_cli_writes_images_json(base_image: str, saved_model_dir: Path, t
     tfsmith = REPO / ".venv" / "bin" / "tfsmith"
     command = [str(tfsmith)] if tfsmith.exists() else [sys.executable, "-m", "builder.cli"]
     done = subprocess.run([*command, "bench", str(saved_model_dir), "--images",
-                           f"{base_image},tfsmith-test-bench/absent:none", "--budget-s", "1",
+                           f"{base_image},tfsmith-test-bench/absent:none", "--images-path", "inprocess", "--budget-s", "1",
                            "--out", str(tmp_path / "report")],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr

@@ -36,7 +36,11 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 @pytest.fixture(scope="session")
 def zoo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, zoo.ZooModel]:
     folder = tmp_path_factory.mktemp("zoo")
-    return {model.name: model for model in zoo.build_all(folder)}
+    return {model.name: model for model in zoo.build_all(folder, names=zoo.ALL_NAMES)}
+
+
+#: what each zoo model that only TensorFlow runs needs on optimize's command line
+TF_ARGS = {"custom_layer": ["--import", zoo.CUSTOM_MODULE], "predict_module": ["--signature", "predict"]}
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +54,12 @@ def optimized(zoo_models: dict[str, zoo.ZooModel], tmp_path_factory: pytest.Temp
             model = zoo_models[name]
             out = root / f"{name}-{target}"
             argv = [str(TFSMITH), "optimize", str(model.model_path), "--data", str(model.data_path),
-                    "--recipe", "auto", "--out", str(out), "--latency-runs", "30"]
+                    "--recipe", "auto", "--out", str(out), "--latency-runs", "30", *TF_ARGS.get(name, [])]
             if target != "host":
                 argv += ["--target", target]
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=ENV)
+            # --import finds the user's module in the current directory, as a user runs it
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=ENV,
+                                    cwd=model.model_path.parent)
             assert result.returncode == 0, (name, target, result.stdout[-2000:], result.stderr[-2000:])
             assert "Traceback" not in result.stderr
             done[(name, target)] = out
@@ -148,8 +154,67 @@ def engine_and_base() -> tuple[Engine, str]:
     return DockerEngine(), base
 
 
+def _strings_as_json(values: np.ndarray) -> object:
+    from builder.packaging.smoke import json_value
+
+    return json_value(values)
+
+
+@pytest.mark.parametrize("name", zoo.TF_NAMES)
+def test_what_only_tensorflow_runs_is_served_to_a_client_of_the_original_unchanged(
+    name: str, zoo_models: dict[str, zoo.ZooModel], optimized: dict
+) -> None:
+    """A GRU over variable-length sequences, a TextVectorization string model, a custom layer, a predict-only
+    module: optimize serves them on TensorFlow; REST rows and columns in the original dtypes (strings as JSON
+    strings) and TF Serving's own gRPC client get the original model's answers."""
+    grpc = pytest.importorskip("grpc")
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    model = zoo_models[name]
+    out = optimized(name, "host")
+    report = Report.load(out)
+    assert report.gate.passed and report.chosen_runtime == "tensorflow", (report.chosen, report.chosen_runtime)
+    x, want = _original(model)
+    outputs = list(model.outputs)
+    client = httpx.Client(timeout=60)
+    running = Server(str(out), "--model-name", "m", grpc=True, client=client)
+    try:
+        meta = client.get(f"{running.url}/v1/models/m/metadata").json()
+        signature = meta["metadata"]["signature_def"]["signature_def"][model.signature]
+        assert {k: v["dtype"] for k, v in signature["inputs"].items()} == {
+            k: TF_DTYPES[d][0] for k, (d, _) in model.inputs.items()}, "input names or dtypes changed"
+        rows = len(next(iter(x.values())))
+        bodies = []
+        for i in range(rows):
+            request = {"signature_name": model.signature,
+                       "instances": [{k: _strings_as_json(v[i]) for k, v in x.items()}]}
+            answer = client.post(f"{running.url}/v1/models/m:predict", json=request)
+            assert answer.status_code == 200, answer.text
+            bodies.append(answer.json())
+        judged = _judge(model, _row_answers(bodies, outputs), want, "row form")
+        columnar = {"signature_name": model.signature, "inputs": {k: _strings_as_json(v) for k, v in x.items()}}
+        answer = client.post(f"{running.url}/v1/models/m:predict", json=columnar)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["outputs"]
+        _judge(model, got if isinstance(got, dict) else {outputs[0]: got}, want, "columnar form")
+        with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = "m"
+            request.model_spec.signature_name = model.signature
+            for k, v in x.items():
+                request.inputs[k].CopyFrom(tf.make_tensor_proto(v.astype(object) if v.dtype.kind in "SU" else v))
+            reply = stub.Predict(request, timeout=60)
+        _judge(model, {k: tf.make_ndarray(reply.outputs[k]) for k in outputs}, want, "gRPC (tensorflow-serving-api)")
+    finally:
+        assert running.stop() in STOPPED
+    print(f"\nzoo | {name} | host | {report.chosen} ({report.chosen_signature}) | {report.chosen_runtime} | "
+          f"{'; '.join(judged)} | drop-in (names, dtypes, row+columnar, gRPC client)")
+
+
 @pytest.mark.engine
-@pytest.mark.parametrize("name", zoo.NAMES)
+@pytest.mark.parametrize("name", zoo.ALL_NAMES)
 def test_the_chosen_artifact_packages_and_passes_its_smoke_test(
     name: str, optimized: dict, engine_and_base: tuple[Engine, str]
 ) -> None:
