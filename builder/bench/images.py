@@ -155,9 +155,9 @@ def compare_images(model: Path, first: str, second: str, *, threads: int, batch:
                    rounds: int = ROUNDS, engine: Engine | None = None) -> ImageComparison:
     """Run the inner bench alternately in both images; an image that fails is recorded, not retried."""
     if engine is None:
-        from builder.engine.docker import DockerEngine
+        from builder.engine import default_engine
 
-        engine = DockerEngine()
+        engine = default_engine()
     saved_model = find_saved_model(model)
     per_run = max(budget_s / (2 * rounds), 1.0)
     results = {first: ImageRuns(first), second: ImageRuns(second)}

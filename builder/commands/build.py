@@ -110,9 +110,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One tag for several architectures: push each image as REF-<arch>, then an image index under REF, so
         every node pulls REF for its own architecture. Prints each platform's digest and the index's."""
-        from builder.engine.docker import DockerEngine
+        from builder.engine import default_engine
 
-        pushed = DockerEngine().push_index(ref, images, log=lambda line: typer.echo(line, err=True))
+        pushed = default_engine().push_index(ref, images, log=lambda line: typer.echo(line, err=True))
         for platform, digest in sorted(pushed.platforms.items()):
             typer.echo(f"{platform}  {pushed.by_digest(platform)}")
         typer.echo(f"index        {pushed.ref}@{pushed.digest}")

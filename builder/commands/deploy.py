@@ -57,9 +57,9 @@ def register(app: typer.Typer) -> None:
         else:
             if cuda_cc or model_sha256:
                 raise InputError("--from-images reads CUDA capabilities and the model digest from the images")
-            from builder.engine.docker import DockerEngine
+            from builder.engine import default_engine
 
-            images, label_name = inputs.from_engine(from_images, DockerEngine())
+            images, label_name = inputs.from_engine(from_images, default_engine())
             served = served or label_name
             model_name = model_name or (label_name or "").lower().replace("_", "-")
         if not model_name:
