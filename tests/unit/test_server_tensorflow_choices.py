@@ -111,3 +111,11 @@ def test_the_device_line_is_one_line_either_way() -> None:
     assert device_line("2.21.0", [], 2, 4) == "TensorFlow 2.21.0 runs on the CPU (no GPU visible; 2 intra-op / 4 inter-op threads)"
     line = device_line("2.21.0", ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"], 1, 2)
     assert line.startswith("TensorFlow 2.21.0 sees 2 GPUs: NVIDIA H100") and "\n" not in line
+
+
+def test_worker_processes_get_the_default_signature_too() -> None:
+    from builder.server.app import ServerConfig, config_from_json, config_to_json
+
+    config = ServerConfig(model_path=Path("/m"), model_name="m", runtime="tensorflow", signature_name="predict",
+                          signature_required=True)
+    assert config_from_json(config_to_json(config)) == config
