@@ -139,10 +139,14 @@ class Latency:
     p50: float  # microseconds, batch 1
     p99: float
     runs: int
+    #: the 95% confidence interval of the median (microseconds); 0/0 when not measured (older reports)
+    ci_low: float = 0.0
+    ci_high: float = 0.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Latency":
-        return cls(float(data["p50"]), float(data["p99"]), int(data["runs"]))
+        return cls(float(data["p50"]), float(data["p99"]), int(data["runs"]), float(data.get("ci_low", 0.0)),
+                   float(data.get("ci_high", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,9 @@ class Candidate:
     error: str = ""
     #: the signature called: a .tflite's own (the contract's), or for a SavedModel the contract's or serving_xla
     signature: str = "serving_default"
+    #: the 95% confidence interval of `p50_us` (None when not timed or read from an older report)
+    ci_low_us: float | None = None
+    ci_high_us: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":

@@ -22,9 +22,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.bench import stats
+from builder.measure import stats
 from builder.bench.models import BenchModel, one_line
-from builder.bench.recommend import interleave, recommend, versus_fastest_line
+from builder.bench.recommend import recommend, versus_fastest_line
+from builder.measure.loop import interleave
 from builder.bench.results import BenchRun, RuntimeResult
 from builder.bench.runtimes import Adapter, Runner, artifact_sizes, build_adapters, role_of
 

@@ -6,21 +6,22 @@ states how it compares with the fastest peer a user would pick instead. Random-w
 latency only: their quantized outputs mean nothing, so no quality filter is claimed for them.
 
 `recommend_tflite_runtime` is the small measured A/B LiteRT vs OpenVINO on one .tflite on THIS host. Its
-timing loop (`time_interleaved`) and decision (`choose_fastest_runtime`) are the ONE measurement path the
-server's `--runtime auto` (builder/packaging/runtime_choice.py) and optimize's choice between candidates use too.
+timing loop and decision come from `builder.measure`, as do `--runtime auto`'s and optimize's choice, and the
+choice below: the fastest within noise (overlapping median confidence intervals), ties by `measure.decide`.
 `versus_fastest` states how the runtime optimize chose compares with the fastest runtime measured in a run.
 Heavy libraries are imported inside functions, never at module top.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from builder.bench.results import ROLE_BASELINE, ROLE_TFSMITH, Recommendation, RuntimeResult
-from builder.bench.stats import overlaps, ratio
+from builder.measure.decide import Timed, choose_fastest_runtime, pick, within_noise
+from builder.measure.loop import time_interleaved
+from builder.measure.stats import ratio, summarize
 
 #: Largest accuracy drop (absolute, labels known) a recommended artifact may have vs the float model.
 MAX_ACCURACY_DROP = 0.01
@@ -28,8 +29,6 @@ MAX_ACCURACY_DROP = 0.01
 MIN_AGREEMENT = 0.97
 #: Largest relative L2 error against the float model for one-column (regression) outputs.
 MAX_RELATIVE_ERROR = 0.05
-#: OpenVINO must beat LiteRT by this factor before `--runtime auto` pays for the bigger runtime.
-OPENVINO_MARGIN = 0.90
 
 
 #: How each tfsmith runtime serves the .tflite contract, said in the recommendation.
@@ -46,6 +45,24 @@ def how_served(name: str) -> str:
         if name.startswith(prefix):
             return how
     return ""
+
+
+def served_by(name: str) -> str:
+    """The serving runtime behind a bench row name (`litert-int8` -> litert, `openvino-tflite-nncf` ->
+    openvino-nncf), for the shared tie order."""
+    if name.startswith("litert"):
+        return "litert"
+    if name.startswith("openvino-tflite-nncf"):
+        return "openvino-nncf"
+    if name.startswith("openvino"):
+        return "openvino"
+    return "tensorflow" if name in ("savedmodel", "xla", "keras") else name
+
+
+def _timed(result: RuntimeResult) -> Timed:
+    """A measured row as the shared decision sees it (batch-1 median, its CI, the file it serves)."""
+    assert result.latency is not None
+    return Timed.of(result.name, result.latency, size_bytes=result.size_bytes or 0, runtime=served_by(result.name))
 
 
 def _reference_accuracy(results: Sequence[RuntimeResult]) -> float | None:
@@ -98,7 +115,10 @@ def recommend(
         else:
             rejected.append(f"{result.name} ({why})")
 
-    chosen, quality = min(candidates, key=lambda c: c[0].latency.p50) if candidates else (None, "")  # type: ignore[union-attr]
+    chosen, quality = None, ""
+    if candidates:
+        picked = pick([_timed(r) for r, _ in candidates])
+        chosen, quality = next(c for c in candidates if c[0].name == picked.name)
 
     annotated = []
     for result in results:
@@ -118,13 +138,13 @@ def recommend(
 
     vs_peer = ratio(chosen.p50, fastest_peer.p50 if fastest_peer else None)
     speedup = ratio(baseline.p50, chosen.p50) if baseline else None
-    within_noise = bool(fastest_peer and overlaps(chosen.latency, fastest_peer.latency))  # type: ignore[arg-type]
-    parts = [f"{chosen.name}: fastest .tflite runtime that keeps quality at batch 1 "
+    close = bool(fastest_peer and within_noise(_timed(chosen), _timed(fastest_peer)))
+    parts = [f"{chosen.name}: fastest .tflite runtime that keeps quality at batch 1, within noise "
              f"(p50 {chosen.p50 * 1e3:.3f} ms; {quality}); {how_served(chosen.name)}"]  # type: ignore[operator]
     if speedup is not None:
         parts.append(f"{speedup:.1f}x faster than the SavedModel signature")
     if fastest_peer is not None and vs_peer is not None:
-        verdict = "within noise of" if within_noise else ("faster than" if vs_peer < 1 else "slower than")
+        verdict = "within noise of" if close else ("faster than" if vs_peer < 1 else "slower than")
         parts.append(f"{verdict} the fastest peer {fastest_peer.name} ({vs_peer:.2f}x its time)")
     if rejected:
         parts.append("rejected for quality: " + ", ".join(rejected))
@@ -135,7 +155,7 @@ def recommend(
         fastest_peer=fastest_peer.name if fastest_peer else None,
         ratio_vs_fastest_peer=vs_peer,
         speedup_vs_baseline=speedup,
-        within_noise_of_peer=within_noise,
+        within_noise_of_peer=close,
     )
 
 
@@ -159,7 +179,7 @@ def versus_fastest(results: Sequence[RuntimeResult], runtime: str) -> VersusFast
         return None
     fastest = min(measured, key=lambda r: r.latency.p50)  # type: ignore[union-attr]
     return VersusFastest(runtime=runtime, fastest=fastest.name, ratio=mine.latency.p50 / fastest.latency.p50,  # type: ignore[union-attr]
-                         within_noise=fastest.name == runtime or overlaps(mine.latency, fastest.latency),  # type: ignore[arg-type]
+                         within_noise=fastest.name == runtime or within_noise(_timed(mine), _timed(fastest)),
                          p50=mine.latency.p50, fastest_p50=fastest.latency.p50)  # type: ignore[union-attr]
 
 
@@ -176,96 +196,11 @@ def versus_fastest_line(results: Sequence[RuntimeResult], runtime: str) -> str:
             f"fastest runtime measured here ({found.fastest}, {found.fastest_p50 * 1e3:.3f} ms): {verdict} it")
 
 
-def choose_fastest_runtime(samples: Mapping[str, Sequence[float]], errors: Mapping[str, str] | None = None,
-                           *, baseline: str = "litert", margin: float = OPENVINO_MARGIN) -> tuple[str, str]:
-    """Pure decision for `--runtime auto` (bench's A/B and the server's auto share it): batch-1 latencies in
-    seconds per runtime -> (runtime, reason).
-
-    `baseline` (LiteRT: the .tflite contract, the smallest runtime) stays unless another runtime's p50 is at
-    most `margin` x the baseline's AND their medians' confidence intervals do not overlap; among those that
-    clear both, the fastest wins. Runtimes that could not be measured are named with their error.
-    """
-    from builder.bench.stats import summarize
-
-    errors = dict(errors or {})
-    base = summarize(samples[baseline], min_samples=1)
-    others = {name: summarize(s, min_samples=1) for name, s in samples.items() if name != baseline and s}
-    failed = "; ".join(f"{name} unavailable ({why or 'not measured'})" for name, why in errors.items())
-    if not others:
-        return baseline, f"{failed or 'no other runtime measured'}; {baseline} p50 {base.p50 * 1e3:.3f} ms"
-    timings = ", ".join(f"{name} {s.p50 * 1e3:.3f} ms" for name, s in
-                        sorted({baseline: base, **others}.items(), key=lambda kv: kv[1].p50))
-    tail = f" [batch-1 p50: {timings}{'; ' + failed if failed else ''}]"
-    cleared = {n: s for n, s in others.items() if s.p50 <= margin * base.p50 and not overlaps(base, s)}
-    if cleared:
-        name = min(cleared, key=lambda n: cleared[n].p50)
-        win = cleared[name]
-        return name, (f"{name} p50 {win.p50 * 1e3:.3f} ms vs {baseline} {base.p50 * 1e3:.3f} ms on this host "
-                      f"({base.p50 / win.p50:.2f}x faster, beyond noise){tail}")
-    best = min(others, key=lambda n: others[n].p50)
-    verdict = (f"{best} is {others[best].p50 / base.p50:.1f}x slower" if others[best].p50 >= base.p50
-               else f"{best} not >{(1 / margin - 1):.0%} faster beyond noise")
-    return baseline, (f"{baseline} p50 {base.p50 * 1e3:.3f} ms vs {best} {others[best].p50 * 1e3:.3f} ms on this "
-                      f"host ({verdict}; {baseline} is smaller){tail}")
-
-
 def choose_tflite_runtime(litert_s: Sequence[float], openvino_s: Sequence[float] | None,
                           openvino_error: str = "") -> tuple[str, str]:
-    """Pure decision for the LiteRT vs OpenVINO A/B (seconds, batch 1): `choose_fastest_runtime` on two."""
+    """Pure decision for the LiteRT vs OpenVINO A/B (seconds, batch 1): the shared `choose_fastest_runtime`."""
     samples = {"litert": litert_s, **({"openvino": openvino_s} if openvino_s else {})}
     return choose_fastest_runtime(samples, {} if openvino_s else {"openvino": openvino_error})
-
-
-def interleave(runners: Mapping[str, Callable[[], Any]], budget_s: float, *, warmup: int = 5, slice_s: float = 0.02,
-               min_rounds: int = 1, min_samples: int | None = None,
-               samples: Mapping[str, list[float]] | None = None) -> tuple[dict[str, list[float]], int]:
-    """THE timing loop: latencies (seconds) of zero-argument runners in interleaved time slices; (samples, rounds).
-
-    Warm-up calls are excluded. Every round visits every runner for `slice_s` (at least one call), in an order
-    rotated each round, so a drifting host load hits all runners alike instead of whichever runs last. Rounds go
-    on until `budget_s` is spent; with `min_samples`, they stop earlier once at least `min_rounds` ran and every
-    runner's median is stable (narrow confidence interval, see `stats.is_stable`). `samples` continues lists
-    from an earlier call.
-    """
-    from builder.bench import stats
-
-    for run in runners.values():
-        for _ in range(warmup):
-            run()
-    names = list(runners)
-    out: dict[str, list[float]] = {name: (samples[name] if samples and name in samples else []) for name in names}
-    clock = time.perf_counter
-    start = clock()
-    rounds = 0
-    while names:
-        shift = rounds % len(names)
-        for name in names[shift:] + names[:shift]:
-            run, bucket = runners[name], out[name]
-            slice_end = clock() + slice_s
-            while True:
-                began = clock()
-                run()
-                now = clock()
-                bucket.append(now - began)
-                if now >= slice_end:
-                    break
-        rounds += 1
-        stable = ([stats.is_stable(out[n], min_samples=min_samples) for n in names] if min_samples is not None
-                  else [False] * len(names))
-        if not stats.keep_going(stable, elapsed_s=clock() - start, budget_s=budget_s, rounds_done=rounds,
-                                min_rounds=min_rounds):
-            break
-    return out, rounds
-
-
-def time_interleaved(runners: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 5,
-                     slice_s: float = 0.02) -> dict[str, list[float]]:
-    """Batch-1 latencies (seconds) of each zero-argument runner, in interleaved time slices for `budget_s`.
-
-    `interleave` for the whole budget: what `--runtime auto` (bench's `recommend_tflite_runtime`, the server's
-    chooser) and optimize's candidate timing call; `tfsmith bench` runs the same loop with early stopping.
-    """
-    return interleave(runners, budget_s, warmup=warmup, slice_s=slice_s)[0]
 
 
 def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: float = 4.0
@@ -293,8 +228,6 @@ def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: fl
     runners = {"litert": run_lite, **({"openvino": run_ov} if run_ov else {})}
     samples = time_interleaved(runners, budget_s)
     name, reason = choose_tflite_runtime(samples["litert"], samples.get("openvino"), ov_error)
-    from builder.bench.stats import summarize
-
     numbers = {k: summarize(v, min_samples=1).to_dict() for k, v in samples.items()}
     numbers["threads"] = threads
     if ov_error:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from builder.bench.stats import Summary
+from builder.measure.stats import Summary
 
 #: Who a runtime speaks for in the comparison.
 ROLE_TFSMITH = "tfsmith"  # serves the .tflite contract (LiteRT, or OpenVINO reading the same .tflite)

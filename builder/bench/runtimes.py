@@ -40,16 +40,14 @@ def role_of(name: str) -> str:
 
 
 def configure_tf_threads(threads: int) -> None:
-    """Fix TF's thread pools before TF runs anything (it refuses changes afterwards)."""
+    """Fix TF's thread pools (the shared set-up, `builder.measure.threads`) before TF runs anything."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:  # already initialised in this process: keep going, the report notes the setting
-        pass
+    from builder.measure.threads import configure_tensorflow
+
+    configure_tensorflow(tf, threads)  # False when TF already ran ops here: the report notes the setting
 
 
 def artifact_sizes(path: Path) -> tuple[int, int]:

@@ -117,8 +117,9 @@ Choice: on this host with `--recipe auto`, every accepted artifact x runtime x s
 OpenVINO reading the same file when `openvino` is importable, and quantizing the fp32 file with NNCF at load when
 `nncf` is; the SavedModel's contract signature and its `serving_xla` on TensorFlow; a Select-TF-ops .tflite on
 TensorFlow's interpreter; runtimes and signatures that compute differently are checked against the gate too) is
-timed with bench's interleaved loop on the model's own held-out rows; the fastest p50 wins; within 15% of it the
-smaller file wins, then the smaller runtime (litert, openvino, openvino-nncf, tensorflow), then the contract's
-signature over serving_xla. For another target, a GPU target (the SavedModel on `tensorflow`) or a recipe file,
+timed in one interleaved loop (`builder.measure`, the one bench and `--runtime auto` use) on the model's own
+held-out rows; the fastest p50 wins unless others are within noise of it (their median's 95% confidence
+interval overlaps its own): then the smaller file wins, then the smaller runtime (litert, openvino,
+openvino-nncf, tensorflow), then the contract's signature over serving_xla, then the name. For another target, a GPU target (the SavedModel on `tensorflow`) or a recipe file,
 the choice is by rule and `selection.how` says so.
 """

@@ -4,9 +4,9 @@
 with XNNPACK, or OpenVINO reading the same file), called by signature with named inputs, so what is measured is
 what the server runs. On runtime `tensorflow`, a SavedModel runs through the named signature (the contract's, or
 `serving_xla`) called with keyword arguments (positional calls were 7x slower), and a .tflite (one that needs
-Select TF ops) on TensorFlow's own `tf.lite.Interpreter` by its signature runner. Latency is timed with THE timing loop `tfsmith bench` and the server's
-`--runtime auto` use (`builder.bench.recommend.time_interleaved`: batch-1 calls in interleaved slices, warm-up
-excluded, cycling through the model's own held-out rows), p50/p99 in microseconds.
+Select TF ops) on TensorFlow's own `tf.lite.Interpreter` by its signature runner. Latency is timed with THE timing loop `tfsmith bench` and
+`--runtime auto` use (`builder.measure.loop`: batch-1 calls in interleaved slices, warm-up excluded, cycling
+through the model's own held-out rows), p50/p99 and the median's confidence interval in microseconds.
 """
 
 from __future__ import annotations
@@ -136,16 +136,20 @@ class Runner:
 
 
 def time_runners(calls: Mapping[str, Callable[[], Any]], budget_s: float) -> dict[str, Latency]:
-    """THE timing loop (bench's `time_interleaved`) over named zero-argument calls -> p50/p99 in microseconds."""
-    from builder.bench.recommend import time_interleaved
+    """THE timing loop (`builder.measure.loop`) over named zero-argument calls -> p50/p99 and the median's
+    95% confidence interval, in microseconds."""
+    from builder.measure.loop import time_interleaved
 
     samples = time_interleaved(dict(calls), budget_s, warmup=3)
     return {name: latency_from(s) for name, s in samples.items()}
 
 
 def latency_from(samples_s: list[float]) -> Latency:
-    arr = np.asarray(samples_s) * 1e6
-    return Latency(round(float(np.percentile(arr, 50)), 2), round(float(np.percentile(arr, 99)), 2), len(arr))
+    from builder.measure.stats import summarize
+
+    found = summarize(samples_s, min_samples=1)
+    return Latency(round(found.p50 * 1e6, 2), round(found.p99 * 1e6, 2), found.n, round(found.ci_low * 1e6, 2),
+                   round(found.ci_high * 1e6, 2))
 
 
 def throughput(runner: Runner, x: Arrays, batch: int = 32, seconds: float = 0.3) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 plan (recipe, model, contract, DATA: every refusal happens here, before any work) -> reference outputs of the
 ORIGINAL model -> prune (kept only if it still agrees with the original, for auto) -> export -> convert -> QAT
--> evaluate (per output, vs the original) -> measure candidates (artifact x runtime, bench's timing loop) ->
+-> evaluate (per output, vs the original) -> measure candidates (artifact x runtime, builder.measure's timing loop) ->
 select -> samples.npz -> report -> publish.
 
 Everything is built in a staging folder next to `--out` and moved into place in one rename at the end, so a
@@ -652,15 +652,19 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
                  say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
     """Time every artifact x runtime (x signature, for a SavedModel's serving_xla) in ONE interleaved loop
-    (bench's), on the model's own held-out rows.
+    (`builder.measure.loop`), on the model's own held-out rows.
 
     What runs differently from the evaluated path is checked against the gate too: OpenVINO's own int8 before
     timing; XLA's fused kernels after it, and only when serving_xla was faster beyond noise (the only case where it
     can be chosen: XLA on CPU can be far slower, MobileNetV2 at batch 64 took 25 s a call here against 4.6 s).
     A runtime that cannot load or run the file is a candidate with its error, never a crash.
     """
+    from builder.measure.decide import Timed, faster_beyond_noise
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
+
+    def _as_timed(latency: Latency) -> Timed:
+        return Timed("", latency.p50, latency.ci_low, latency.ci_high)
 
     calls: dict[str, Callable[[], Any]] = {}
     errors: dict[tuple[str, str, str], str] = {}
@@ -696,7 +700,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
             _key(result.path, runtime, contract.signature))
         if signature != XLA_SIGNATURE or xla is None or (result.path, runtime, signature) in errors:
             continue
-        if plain is not None and xla.p50 * (1 + NOISE) >= plain.p50:
+        if plain is not None and not faster_beyond_noise(_as_timed(xla), _as_timed(plain)):
             errors[(result.path, runtime, signature)] = (f"not faster beyond noise than {contract.signature} "
                                                          f"({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged")
             continue
@@ -719,7 +723,8 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         got = latencies.get(_key(*trio))
         candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
                                     0 if got is None else got.runs, result.size_bytes, error,
-                                    signature or contract.signature))
+                                    signature or contract.signature, None if got is None else got.ci_low,
+                                    None if got is None else got.ci_high))
     extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
     return updated, candidates, extra
 
@@ -758,9 +763,9 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
     """(choice, notes).
 
     On this host with `--recipe auto`: the fastest accepted candidate (any artifact x runtime x signature) by
-    measured p50; one within noise of the fastest (p50 within NOISE of it: run-to-run noise measured ~15%
-    here) loses to a smaller file, then to the smaller runtime (LiteRT first, TensorFlow last), then to the
-    contract's own signature over serving_xla. Elsewhere, or for GPU targets, or explicit recipes: by rule (the
+    measured p50; those within noise of the fastest (overlapping median confidence intervals) break the tie by
+    the smaller file, then the smaller runtime (LiteRT first, TensorFlow last), then the contract's own
+    signature over serving_xla, then the name (`pick_fastest`). Elsewhere, or for GPU targets, or explicit recipes: by rule (the
     recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the contract's signature.
     """
     accepted = {r.path: r for r in results if r.accepted}
@@ -770,7 +775,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
         usable = [c for c in candidates if c.p50_us is not None and not c.error and c.artifact in accepted]
         if usable:
             chosen = pick_fastest(usable, contract_signature)
-            how = f"measured on this host: {describe_pick(chosen, usable)}"
+            how = f"measured on this host: {describe_pick(chosen, usable, contract_signature)}"
             return Choice(chosen.artifact, chosen.runtime, chosen.signature or contract_signature,
                           Selection(True, how, tuple(candidates))), notes
         notes.append("no accepted artifact could be measured on this host; choosing by rule")
@@ -793,31 +798,40 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
     return Choice(chosen_path, runtime, contract_signature, Selection(False, how, tuple(candidates))), notes
 
 
-#: Two p50s within this fraction of each other are a tie (run-to-run noise measured ~15% on this stack).
-NOISE = 0.15
-RUNTIME_ORDER = {"litert": 0, "openvino": 1, "openvino-nncf": 2, TF: 3}
+def _timed(c: Candidate, contract_signature: str) -> Any:
+    """A candidate as the shared decision sees it: median, its CI, and the tie order (file size, runtime, the
+    contract's own signature before serving_xla, name)."""
+    from builder.measure.decide import Timed
+
+    p50 = float(c.p50_us)  # type: ignore[arg-type]
+    return Timed(_name(c), p50, c.ci_low_us if c.ci_low_us is not None else p50,
+                 c.ci_high_us if c.ci_high_us is not None else p50, c.size_bytes, c.runtime,
+                 int((c.signature or contract_signature) != contract_signature))
 
 
 def pick_fastest(candidates: list[Candidate], contract_signature: str = "serving_default") -> Candidate:
-    """Fastest p50; within NOISE of it, the smaller file, then the smaller runtime (LiteRT first), then the
-    contract's own signature (serving_xla must be faster beyond noise to be served by default)."""
-    best = min(c.p50_us for c in candidates if c.p50_us is not None)  # type: ignore[type-var]
-    tied = [c for c in candidates if c.p50_us is not None and c.p50_us <= best * (1 + NOISE)]
-    return min(tied, key=lambda c: (c.size_bytes, RUNTIME_ORDER.get(c.runtime, 9),
-                                    (c.signature or contract_signature) != contract_signature, c.p50_us))
+    """`builder.measure.decide.pick`: among the candidates within noise of the fastest (overlapping median
+    confidence intervals), the smaller file, then the smaller runtime (LiteRT first), then the contract's own
+    signature, then the name; so serving_xla is served by default only when it is faster beyond noise."""
+    from builder.measure.decide import pick
+
+    timed = {_name(c): c for c in candidates if c.p50_us is not None}
+    return timed[pick([_timed(c, contract_signature) for c in timed.values()]).name]
 
 
 def _name(c: Candidate) -> str:
     return f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on {c.runtime}"
 
 
-def describe_pick(chosen: Candidate, candidates: list[Candidate]) -> str:
-    fastest = min(candidates, key=lambda c: c.p50_us or float("inf"))
+def describe_pick(chosen: Candidate, candidates: list[Candidate], contract_signature: str = "serving_default") -> str:
+    from builder.measure.decide import fastest
+
+    best = fastest([_timed(c, contract_signature) for c in candidates if c.p50_us is not None])
     text = f"{_name(chosen)}, p50 {chosen.p50_us:.1f} us"
-    if fastest is not chosen:
-        text += (f" (fastest: {_name(fastest)} {fastest.p50_us:.1f} us, within "
-                 f"{NOISE:.0%} noise; the smaller file / smaller runtime / the contract's signature wins the tie)")
-    return text + f"; {len(candidates)} accepted candidates timed with bench's interleaved loop"
+    if best.name != _name(chosen):
+        text += (f" (fastest: {best.name} {best.p50:.1f} us [95% CI {best.ci_low:.1f}-{best.ci_high:.1f}], within "
+                 "noise of it; the smaller file / smaller runtime / the contract's signature wins the tie)")
+    return text + f"; {len(candidates)} accepted candidates timed in one interleaved loop"
 
 
 # --- step 10: samples -----------------------------------------------------------------------------------

@@ -66,11 +66,7 @@ def keras() -> ModuleType:
 
 
 def configure_threads(threads: int) -> bool:
-    """Limit TensorFlow's op threads (for fair timings); only possible before TF runs its first op."""
-    tf = tensorflow()
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:  # already initialized in this process (tests that share one interpreter)
-        return False
-    return True
+    """TensorFlow's threads as every timing sets them (`builder.measure.threads`); False once TF ran ops."""
+    from builder.measure.threads import configure_tensorflow
+
+    return configure_tensorflow(tensorflow(), threads)

@@ -1,8 +1,8 @@
 """Which runtime serves a .tflite in a LiteRT image: named by the user, or measured here for `auto`.
 
-Host-side only: the measurement uses bench's interleaved timing loop and its decision
-(`builder.bench.recommend`), so `tfsmith serve --runtime auto`, `tfsmith package --server-runtime auto` and
-`tfsmith bench` share one measurement path. The in-image server is always told a named runtime.
+Host-side only: the measurement is `builder.measure`'s interleaved loop and its one decision (the fastest within
+noise, ties to the smaller file and then the smaller runtime), the same `tfsmith bench` and `tfsmith optimize`
+use. The in-image server is always told a named runtime.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
+from builder.measure.decide import choose_fastest_runtime
+from builder.measure.loop import time_interleaved
 from builder.server.backends import RUNTIMES, create_backend, model_for_runtime, nncf_inputs, sample_inputs
 
 
@@ -32,21 +34,10 @@ class RuntimeChoice:
 Measure = Callable[[Mapping[str, Path], int], tuple[dict[str, list[float]], dict[str, str]]]
 
 
-def _shared_chooser() -> Any:
-    """bench's recommend module: the one timing loop and decision behind every `auto` (host-side only)."""
-    try:
-        from builder.bench import recommend
-    except ImportError:
-        raise InputError("--runtime auto needs the bench extra (pip install 'tfsmith[bench]'); "
-                         f"or name the runtime: {', '.join(RUNTIMES)}") from None
-    return recommend
-
-
 def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: float = 3.0
                      ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Batch-1 latencies of the SERVING backends themselves (what will answer requests), timed by bench's
     interleaved loop; a runtime other than LiteRT that cannot load is reported, not fatal."""
-    recommend = _shared_chooser()
     runners: dict[str, Callable[[], object]] = {}
     errors: dict[str, str] = {}
     for runtime, path in candidates.items():
@@ -60,12 +51,12 @@ def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: flo
         signature = next(iter(backend.signatures))
         inputs = sample_inputs(backend.signatures[signature])
         runners[runtime] = functools.partial(backend.predict, signature, inputs)
-    return recommend.time_interleaved(runners, budget_s), errors
+    return time_interleaved(runners, budget_s), errors
 
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0][:160] if text else ''}"
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
@@ -80,13 +71,12 @@ def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
 
 
 def choose_runtime(
-    requested: str, model_path: Path, threads: int = 1, measure: Measure = measure_runtimes, margin: float = 0.9
-) -> RuntimeChoice:
+    requested: str, model_path: Path, threads: int = 1, measure: Measure = measure_runtimes) -> RuntimeChoice:
     """A named runtime as asked (openvino-nncf refused up front without samples); `auto` measures them all.
 
-    LiteRT is the default because the .tflite is the contract and it is what the optimizer evaluated; another
-    runtime must beat it by more than run-to-run noise (p50 within `margin` and non-overlapping median CIs)
-    to be picked. The decision is bench's `choose_fastest_runtime`, the one `tfsmith bench`'s A/B uses.
+    The decision is `builder.measure.decide`'s: another runtime is picked only when it is faster than LiteRT
+    beyond noise (non-overlapping median confidence intervals); within noise the smaller file, then LiteRT
+    (the .tflite contract, what the optimizer evaluated, the smallest runtime) wins.
     """
     if model_path.is_dir():  # a SavedModel: only TensorFlow runs it, whatever was asked
         if requested not in ("auto", "tensorflow"):
@@ -98,10 +88,10 @@ def choose_runtime(
         return RuntimeChoice(requested, "requested", {})
     if requested != "auto":
         raise InputError(f"unknown runtime {requested!r}; choose one of: auto, {', '.join(RUNTIMES)}")
-    recommend = _shared_chooser()
     candidates, refused = auto_candidates(model_path)
     samples, errors = measure(candidates, threads)
-    runtime, why = recommend.choose_fastest_runtime(samples, {**refused, **errors}, margin=margin)
+    sizes = {name: path.stat().st_size if path.is_file() else 0 for name, path in candidates.items()}
+    runtime, why = choose_fastest_runtime(samples, {**refused, **errors}, sizes)
     p50_us = {name: statistics.median(s) * 1e6 for name, s in samples.items() if s}
     reason = f"auto ({threads} thread{'s' if threads != 1 else ''}): {why}"
     return RuntimeChoice(runtime, reason, p50_us)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.bench import stats
+from builder.measure import stats
 
 floats = st.floats(min_value=1e-6, max_value=10.0, allow_nan=False, allow_infinity=False)
 

@@ -14,7 +14,7 @@ import pytest
 from builder.bench import images, report
 from builder.bench.recommend import choose_tflite_runtime, recommend
 from builder.bench.results import ROLE_TFSMITH, BenchRun, RuntimeResult
-from builder.bench.stats import summarize
+from builder.measure.stats import summarize
 from builder.commands.bench import parse_batches, parse_runtimes
 from builder.errors import InputError
 
@@ -144,11 +144,13 @@ def test_no_tflite_runtime_means_no_recommendation() -> None:
     assert rec.runtime is None and "no .tflite runtime ran" in rec.reason
 
 
-def test_choose_tflite_runtime_needs_a_clear_openvino_win() -> None:
+def test_choose_tflite_runtime_needs_an_openvino_win_beyond_noise() -> None:
     lite = [1e-3 * (1 + 0.001 * i) for i in range(100)]
     assert choose_tflite_runtime(lite, [0.5e-3 * (1 + 0.001 * i) for i in range(100)])[0] == "openvino"
-    name, reason = choose_tflite_runtime(lite, [0.97e-3 * (1 + 0.001 * i) for i in range(100)])
-    assert name == "litert" and "not" in reason
+    name, reason = choose_tflite_runtime(lite, [0.995e-3 * (1 + 0.001 * i) for i in range(100)])
+    assert name == "litert" and "within noise of the fastest, openvino" in reason
+    # no fixed band: 3% faster with intervals that do not overlap is faster
+    assert choose_tflite_runtime(lite, [0.97e-3 * (1 + 0.001 * i) for i in range(100)])[0] == "openvino"
     name, reason = choose_tflite_runtime(lite, None, "ImportError: no openvino")
     assert name == "litert" and "ImportError: no openvino" in reason
 
@@ -305,7 +307,7 @@ def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: P
 
 
 def test_the_one_timing_loop_interleaves_rotates_and_stops_when_stable() -> None:
-    from builder.bench.recommend import interleave, time_interleaved
+    from builder.measure.loop import interleave, time_interleaved
 
     import time
 

@@ -38,8 +38,14 @@ def artifact(path: str, kind: str, size: int, accepted: bool = True) -> Artifact
 
 
 def candidate(path: str, runtime: str, p50: float | None, size: int, error: str = "",
-              signature: str = "serving_default") -> Candidate:
-    return Candidate(path, runtime, p50, 100, size, error, signature)
+              signature: str = "serving_default", noise: float = 0.05) -> Candidate:
+    """A timed candidate whose median's 95% CI is +-`noise` of its p50."""
+    low, high = (None, None) if p50 is None else (p50 * (1 - noise), p50 * (1 + noise))
+    return Candidate(path, runtime, p50, 100, size, error, signature, low, high)
+
+
+def at(c: Candidate, p50: float, noise: float = 0.05) -> Candidate:
+    return replace(c, p50_us=p50, ci_low_us=p50 * (1 - noise), ci_high_us=p50 * (1 + noise))
 
 
 def make_report() -> Report:
@@ -99,12 +105,28 @@ def test_contract_kept_compares_names_dtypes_and_shapes_in_any_order() -> None:
 
 def test_fastest_wins_and_a_smaller_file_wins_within_noise() -> None:
     fp32, int8 = candidate("model_fp32.tflite", "litert", 10.0, 4000), candidate("model_int8.tflite", "litert", 11.0, 1000)
-    assert pick_fastest([fp32, int8]) == int8  # 10% slower is noise: the 4x smaller file wins
-    slow_int8 = replace(int8, p50_us=14.0)
-    assert pick_fastest([fp32, slow_int8]) == fp32  # 40% slower is not noise
+    assert pick_fastest([fp32, int8]) == int8  # the intervals overlap: the 4x smaller file wins
+    slow_int8 = at(int8, 14.0)
+    assert pick_fastest([fp32, slow_int8]) == fp32  # 40% slower is beyond noise
     ov = candidate("model_int8.tflite", "openvino", 10.5, 1000)
     assert pick_fastest([int8, ov]).runtime == "litert"  # same file within noise: the smaller runtime
-    assert pick_fastest([int8, replace(ov, p50_us=5.0)]).runtime == "openvino"
+    assert pick_fastest([int8, at(ov, 5.0)]).runtime == "openvino"
+
+
+def test_a_difference_beyond_the_measured_noise_is_never_a_tie_whatever_its_size() -> None:
+    # a 14% slower int8 file measured with tight (+-1%) intervals is slower, not a "tie" (no fixed band)
+    fp32 = candidate("model_fp32.tflite", "litert", 10.0, 4000, noise=0.01)
+    int8 = candidate("model_int8.tflite", "litert", 11.4, 1000, noise=0.01)
+    assert pick_fastest([fp32, int8]) == fp32
+    # the same two with wide intervals (a noisy host) do tie, and the smaller file wins
+    assert pick_fastest([at(fp32, 10.0, 0.1), at(int8, 11.4, 0.1)]).artifact == "model_int8.tflite"
+
+
+def test_tied_candidates_choose_the_same_file_every_run() -> None:
+    # two files of the same size within noise: whichever measured a hair faster, the name decides
+    a, b = candidate("model_a.tflite", "litert", 10.0, 1800), candidate("model_b.tflite", "litert", 10.0, 1800)
+    runs = [[at(a, 10.0), at(b, 10.2)], [at(a, 10.2), at(b, 10.0)], [at(b, 10.1), at(a, 10.1)]]
+    assert {pick_fastest(run).artifact for run in runs} == {"model_a.tflite"}
 
 
 def test_auto_on_this_host_picks_the_fastest_accepted_candidate_never_a_rejected_one() -> None:
@@ -129,7 +151,7 @@ def test_tensorflow_is_a_runtime_like_the_others_and_serving_xla_must_be_faster_
     unrunnable = candidate("model_select_tf.tflite", "tensorflow", None, 3000, "not run on this host")
     choice, _ = select_step(recipe, HOST, results, [plain, xla, unrunnable])
     assert (choice.artifact, choice.runtime, choice.signature) == ("saved_model", "tensorflow", "serving_default")
-    choice, _ = select_step(recipe, HOST, results, [plain, replace(xla, p50_us=200.0), unrunnable])
+    choice, _ = select_step(recipe, HOST, results, [plain, at(xla, 200.0), unrunnable])
     assert choice.signature == "serving_xla" and "saved_model#serving_xla on tensorflow" in choice.selection.how
     judged_out = replace(xla, p50_us=1.0, error="fails the gate on this runtime (label: accuracy_drop 0.2 > 0.01)")
     assert select_step(recipe, HOST, results, [plain, judged_out])[0].signature == "serving_default"  # never an error
