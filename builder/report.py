@@ -125,7 +125,7 @@ class OutputMetric:
     mae: float | None = None  # labels given, regression
     rmse: float | None = None
     original_mae: float | None = None
-    relative_error: float | None = None  # ||y - y_orig|| / ||y_orig|| over the held-out rows
+    relative_error: float | None = None  # RMS(y - y_orig) / std(y_orig) over the rows: error vs the spread
     max_abs_error: float | None = None  # max |y - y_orig|
 
     @classmethod

@@ -131,9 +131,11 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
              ) -> dict[str, tuple[float | None, float | None, float | None]]:
     """(accuracy, agreement, relative error) per runtime against the float reference on the eval inputs.
 
-    Several columns are class scores (accuracy against labels, top-1 agreement with the float model); one
-    column is a value (a regression target, a logit), judged by its relative L2 error against the float model,
-    since argmax over one column agrees always and would hide any error.
+    optimize's gate measures (`builder.optimize.quality`): several columns are class scores (accuracy against
+    labels, top-1 agreement with the float model, a tied top score counting as a disagreement); one column is a
+    value, judged by its error relative to the spread of the float model's outputs, since argmax over one
+    column agrees always; class scores the float model cannot tell apart (one class for nearly every row) are
+    judged like values too.
     """
     scores: dict[str, np.ndarray] = {}
     for item in live:
@@ -143,17 +145,19 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
             continue
     reference = next((scores[n] for n in ("savedmodel", "keras", "litert-fp32", "openvino-fp32") if n in scores),
                      None)
+    from builder.optimize.quality import agreement_of, fidelity, top1, why_agreement_cannot_judge
+
     quality: dict[str, tuple[float | None, float | None, float | None]] = {}
     for name, y in scores.items():
         classes = y.shape[-1] > 1
-        accuracy = (float(np.mean(np.argmax(y, -1) == bench.y_eval))
+        accuracy = (float(np.mean(top1(y) == bench.y_eval))
                     if classes and bench.y_eval is not None else None)
-        agreement = (float(np.mean(np.argmax(y, -1) == np.argmax(reference, -1)))
-                     if classes and reference is not None else None)
-        relative = None
-        if not classes and reference is not None and reference.shape == y.shape:
-            norm = float(np.linalg.norm(reference))
-            relative = float(np.linalg.norm(y - reference)) / norm if norm > 0 else float(np.abs(y).max())
+        agreement = relative = None
+        if reference is not None and reference.shape == y.shape:
+            relative = fidelity(y, reference)[0]
+            rms = float(np.sqrt(np.mean((np.asarray(y, np.float64) - reference) ** 2)))
+            if classes and why_agreement_cannot_judge(reference, rms) is None:
+                agreement, relative = agreement_of(y, reference), None
         quality[name] = (accuracy, agreement, relative)
     return quality
 

@@ -86,7 +86,7 @@ def _quality_ok(
         return result.agreement >= min_agreement, f"agreement with float {result.agreement:.1%}"
     if result.relative_error is not None:
         return (result.relative_error <= MAX_RELATIVE_ERROR,
-                f"relative error vs float {result.relative_error:.2%}")
+                f"error vs the float model's spread {result.relative_error:.2%}")
     return False, "no quality measurement"
 
 

@@ -35,7 +35,7 @@ class RuntimeResult:
     batch_size: int | None = None
     accuracy: float | None = None
     agreement: float | None = None  # top-1 agreement with the float reference on the eval inputs
-    relative_error: float | None = None  # one-column (regression) outputs: ||y - float|| / ||float||
+    relative_error: float | None = None  # values (or classes agreement cannot judge): RMS(y - float) / std(float)
     ratio_vs_baseline: float | None = None  # p50 / SavedModel p50 (< 1 is faster)
     ratio_vs_fastest_peer: float | None = None  # p50 / fastest non-tfsmith p50
     recommended: bool = False

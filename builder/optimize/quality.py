@@ -6,10 +6,20 @@ Every artifact is judged against the ORIGINAL float model (before any pruning), 
   `max_accuracy_drop`; top-1 agreement with the original is reported beside it (accuracy can rise while the
   answers change, so a pruned model that "improved" is still visible);
 - classification without labels: disagreement (1 - top-1 agreement with the original) within
-  `max_accuracy_drop`;
-- regression (labels or not): relative error vs the original's outputs, ||y - y_orig|| / ||y_orig||, within
-  `max_relative_error`; MAE/RMSE against labels when DATA has them, and max |y - y_orig|. Argmax agreement
-  means nothing for one column (it is always 1.0), so it is never the gate there.
+  `max_accuracy_drop`. A row whose top score is shared by two or more classes (an int8 file often answers
+  equal scores) has no top-1 answer: it counts as a disagreement (unless the original ties the same classes);
+- classification the original cannot tell apart: when the original answers one class for nearly every row
+  (`NEARLY_ALL`), or its outputs vary across rows less than the artifact's error, agreement (and accuracy)
+  cannot judge (a file that answers a constant would agree); the gate is then the regression one below and
+  the metric's text says so;
+- regression (labels or not): relative error vs the SPREAD of the original's outputs, RMS(y - y_orig) /
+  std(y_orig) over the rows (pooled over columns), within `max_relative_error`: an error is compared with how
+  much the model's answers differ between inputs, not with their size (outputs near 1e4 that vary by 300 are
+  not judged by 5% of 1e4); MAE/RMSE against labels when DATA has them, and max |y - y_orig|. Argmax
+  agreement means nothing for one column (it is always 1.0), so it is never the gate there.
+
+Labels, when given, cover the first rows; rows after them (the all-zero input the gate adds) are judged
+against the original only.
 
 Task per output: several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
 class ids / one-hot, or (without labels) whose name says logits, are classification; one column, or anything
@@ -80,13 +90,61 @@ def class_ids(labels: np.ndarray, columns: int, where: str) -> np.ndarray:
     return labels.reshape(len(labels)).astype(np.int64)
 
 
+#: Share of rows answered with one class above which top-1 agreement cannot judge an artifact.
+NEARLY_ALL = 0.9
+
+
+def spread(original: np.ndarray) -> float:
+    """How much the original's outputs vary between rows: the std across rows, pooled over columns."""
+    ref = _rows(original)
+    return float(np.sqrt(np.mean(np.var(ref, axis=0)))) if ref.size else 0.0
+
+
 def fidelity(outputs: np.ndarray, original: np.ndarray) -> tuple[float, float]:
-    """(relative L2 error, max abs error) of `outputs` vs the original model's outputs."""
+    """(relative error, max abs error) of `outputs` vs the original model's: RMS(y - y_orig) / spread(y_orig)."""
     y, ref = _rows(outputs), _rows(original)
-    norm = float(np.linalg.norm(ref))
-    diff = float(np.linalg.norm(y - ref))
-    relative = diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+    rms = float(np.sqrt(np.mean((y - ref) ** 2))) if y.size else 0.0
+    scale = spread(original)
+    relative = rms / scale if scale > 0 else (0.0 if rms == 0 else float("inf"))
     return relative, float(np.max(np.abs(y - ref))) if y.size else 0.0
+
+
+def top1(scores: np.ndarray) -> np.ndarray:
+    """Each row's top class, or -1 where two or more classes share the top score (no answer)."""
+    rows = _rows(scores)
+    tied = (rows == rows.max(axis=1, keepdims=True)).sum(axis=1) > 1
+    return np.where(tied, -1, np.argmax(rows, axis=1))
+
+
+def agreement_of(outputs: np.ndarray, original: np.ndarray) -> float:
+    """Share of rows with the original's top-1 answer; a row the artifact ties counts as a disagreement unless
+    the original ties exactly the same classes."""
+    y, ref = _rows(outputs), _rows(original)
+    top, top_orig = top1(y), top1(ref)
+    same = (top == top_orig) & (top >= 0)
+    both_tied = (top < 0) & (top_orig < 0)
+    if both_tied.any():
+        same[both_tied] = np.all((y[both_tied] == y[both_tied].max(axis=1, keepdims=True))
+                                 == (ref[both_tied] == ref[both_tied].max(axis=1, keepdims=True)), axis=1)
+    return float(np.mean(same)) if len(same) else 1.0
+
+
+def why_agreement_cannot_judge(original: np.ndarray, error_rms: float) -> str | None:
+    """Why top-1 agreement says nothing about an artifact on these rows, or None when it can judge."""
+    top_orig = top1(original)
+    if len(top_orig):
+        classes, counts = np.unique(top_orig, return_counts=True)
+        share = counts.max() / len(top_orig)
+        if share >= NEARLY_ALL:
+            which = int(classes[np.argmax(counts)])
+            said = "no single class (tied scores)" if which < 0 else f"class {which}"
+            return (f"the original answers {said} for {counts.max()} of {len(top_orig)} rows, so a file that "
+                    "answers a constant would agree")
+    scale = spread(original)
+    if scale <= error_rms:
+        return (f"the original's outputs vary across rows by {scale:.3g} (std), not more than this file's error "
+                f"{error_rms:.3g} (RMS)")
+    return None
 
 
 def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None, *,
@@ -95,12 +153,26 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
     relative, max_abs = fidelity(outputs, original)
     if spec.task == "classification":
         columns = _rows(original).shape[1]
-        top = np.argmax(_rows(outputs), axis=1)
-        top_orig = np.argmax(_rows(original), axis=1)
-        agreement = float(np.mean(top == top_orig))
+        top, top_orig = top1(outputs), top1(original)
+        agreement = agreement_of(outputs, original)
+        rms = float(np.sqrt(np.mean((_rows(outputs) - _rows(original)) ** 2))) if _rows(original).size else 0.0
+        cannot = why_agreement_cannot_judge(original, rms)
+        accuracy = original_accuracy = None
         if labels is not None:
             ids = class_ids(labels, columns, f"labels of {spec.name}")
-            accuracy, original_accuracy = float(np.mean(top == ids)), float(np.mean(top_orig == ids))
+            n = len(ids)
+            accuracy, original_accuracy = float(np.mean(top[:n] == ids)), float(np.mean(top_orig[:n] == ids))
+        if cannot is not None:
+            passed = relative <= max_relative_error + 1e-12
+            beside = (f"; accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f}"
+                      if accuracy is not None else "")
+            return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
+                                f"classification, but top-1 agreement cannot judge: {cannot}; judged by the output "
+                                f"error relative to the original's spread {relative:.4f} "
+                                f"{'<=' if passed else '>'} {max_relative_error:.4f} (top-1 agreement {agreement:.4f}, "
+                                f"not gated{beside})", accuracy=accuracy, original_accuracy=original_accuracy,
+                                agreement=agreement, relative_error=relative, max_abs_error=max_abs)
+        if accuracy is not None and original_accuracy is not None:
             drop = original_accuracy - accuracy
             passed = drop <= max_accuracy_drop + 1e-9
             return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
@@ -117,7 +189,8 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
                             agreement=agreement, relative_error=relative, max_abs_error=max_abs)
     mae = rmse = original_mae = None
     if labels is not None:
-        y, ref, lab = _rows(outputs), _rows(original), _rows(labels)
+        lab = _rows(labels)
+        y, ref = _rows(outputs)[: len(lab)], _rows(original)[: len(lab)]
         if lab.shape != y.shape:
             raise InputError(f"labels of {spec.name}: shape {np.asarray(labels).shape} does not match the output's "
                              f"{tuple(np.asarray(original).shape)}")
@@ -126,8 +199,9 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
     passed = relative <= max_relative_error + 1e-12
     against = (f"; MAE {mae:.4g} vs the original's {original_mae:.4g}, RMSE {rmse:.4g}" if mae is not None else "")
     return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
-                        f"regression: relative error vs the original's outputs {relative:.4f} "
-                        f"{'<=' if passed else '>'} {max_relative_error:.4f} (max |diff| {max_abs:.4g}){against}",
+                        f"regression: error relative to the spread of the original's outputs (RMS diff / std) "
+                        f"{relative:.4f} {'<=' if passed else '>'} {max_relative_error:.4f} "
+                        f"(max |diff| {max_abs:.4g}){against}",
                         mae=mae, rmse=rmse, original_mae=original_mae, relative_error=relative, max_abs_error=max_abs)
 
 

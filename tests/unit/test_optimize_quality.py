@@ -101,7 +101,8 @@ def test_judge_names_every_failing_output() -> None:
     metrics, passed, why = judge(art, orig, {}, specs, max_accuracy_drop=0.01, max_relative_error=0.05)
     assert not passed and why.startswith("score: relative_error") and "label" not in why
     assert [m.passed for m in metrics] == [True, False]
-    assert agreement_summary(metrics) == pytest.approx(0.5, abs=0.01)
+    assert metrics[1].relative_error > 1  # off by half its size: more than the score varies between rows
+    assert agreement_summary(metrics) == 0.0
 
 
 def test_fidelity_of_identical_outputs_is_zero_and_of_a_zero_original_is_defined() -> None:
@@ -109,3 +110,58 @@ def test_fidelity_of_identical_outputs_is_zero_and_of_a_zero_original_is_defined
     assert fidelity(x, x) == (0.0, 0.0)
     assert fidelity(np.zeros((4, 1)), np.zeros((4, 1)))[0] == 0.0
     assert fidelity(np.ones((4, 1)), np.zeros((4, 1)))[0] == float("inf")
+
+
+def test_a_model_that_answers_one_class_for_nearly_every_row_is_not_judged_by_agreement() -> None:
+    """124 of 128 rows answer class 0: an int8 file off by more than the rows differ must not pass as 1.000."""
+    logits = np.zeros((128, 4))
+    logits[:, 0] = 3.0
+    logits[:4, 2] = 4.0  # four rows answer class 2
+    logits += RNG.normal(scale=0.05, size=logits.shape)
+    original = softmax(logits)
+    off = original + RNG.normal(scale=0.05, size=original.shape)  # keeps the top class, moves every score
+    metric = gate(spec("probs", "classification", 4), off, original)
+    assert metric.agreement == 1.0
+    assert metric.metric == "relative_error" and not metric.passed
+    assert "agreement cannot judge" in metric.why and "124 of 128 rows" in metric.why
+
+
+def test_outputs_that_barely_vary_are_judged_by_error_relative_to_their_spread() -> None:
+    """Every row the same class, scores varying by ~2.5e-6 between rows; the int8 file's error is 2e-3."""
+    base = softmax(np.array([[2.0, 1.0, 0.5, 0.1]]))
+    original = base + RNG.normal(scale=2.5e-6, size=(64, 4))
+    int8 = original + RNG.normal(scale=2e-3, size=original.shape)
+    metric = gate(spec("probs", "classification", 4), int8, original)
+    assert metric.agreement == 1.0 and not metric.passed
+    assert "cannot judge" in metric.why and metric.value > 100
+    assert gate(spec("probs", "classification", 4), original, original).passed  # no error: nothing to fail
+
+
+def test_a_tie_in_the_artifacts_top_scores_is_a_disagreement() -> None:
+    original = np.tile([[0.1, 0.5, 0.2, 0.2]], (10, 1)) + np.linspace(0, 0.05, 10)[:, None] * [1, 0, 0, -1]
+    original = softmax(np.log(np.clip(original, 1e-6, None)) * 4)
+    int8 = original.copy()
+    int8[0] = [0.2109375, 0.2109375, 0.2109375, 0.1]  # three equal maxima; the first is not the original's class
+    tied = gate(spec("probs", "classification", 4), int8, original)
+    assert tied.agreement == pytest.approx(0.9) and not tied.passed
+    int8[0] = [0.0, 0.2109375, 0.2109375, 0.1]  # the original's class is one of the tied: still no answer
+    assert gate(spec("probs", "classification", 4), int8, original).agreement == pytest.approx(0.9)
+    both = np.full((3, 4), 0.25)
+    assert gate(spec("probs", "classification", 4), both, both).agreement == 1.0  # the same tie as the original
+
+
+def test_regression_error_is_relative_to_the_spread_not_the_size_of_the_outputs() -> None:
+    """Outputs near 1e4 varying by ~400: an RMS error of ~530 is larger than the rows differ, and must fail."""
+    original = 1e4 + RNG.normal(scale=400, size=(200, 1))
+    off = original + RNG.normal(scale=530, size=original.shape)
+    metric = gate(spec("price", "regression", 1), off, original)
+    assert not metric.passed and metric.value > 1.0 and "spread" in metric.why
+    fine = original + RNG.normal(scale=4, size=original.shape)  # 1% of the spread
+    assert gate(spec("price", "regression", 1), fine, original).passed
+
+
+def test_labels_cover_the_first_rows_and_later_rows_are_judged_against_the_original() -> None:
+    logits = RNG.normal(size=(21, 3)) * 3
+    labels = np.argmax(logits[:20], axis=1)
+    metric = gate(spec("probs", "classification", 3), softmax(logits), softmax(logits), labels)
+    assert metric.passed and metric.accuracy == 1.0 and metric.agreement == 1.0
