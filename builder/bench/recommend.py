@@ -224,7 +224,9 @@ def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: fl
         ov.load()
         run_ov = ov.prepare(x)
     except Exception as error:  # noqa: BLE001 - any failure means "serve with LiteRT", with the reason
-        ov_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        from builder.optimize.causes import cause
+
+        ov_error = f"{type(error).__name__}: {cause(error)}"
     runners = {"litert": run_lite, **({"openvino": run_ov} if run_ov else {})}
     samples = time_interleaved(runners, budget_s)
     name, reason = choose_tflite_runtime(samples["litert"], samples.get("openvino"), ov_error)

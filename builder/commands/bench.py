@@ -88,6 +88,7 @@ def register(app: typer.Typer) -> None:
         from builder.bench.runtimes import configure_tf_threads
 
         from builder.bench.quiet import native_output_to
+        from builder.optimize.progress import announce
 
         workdir = out / "artifacts"
         log = out / "bench.log"
@@ -95,15 +96,19 @@ def register(app: typer.Typer) -> None:
             with native_output_to(log) as progress:
                 console = Console(file=progress)
                 with console.status("preparing the model") as status:
+                    def say(text: str) -> None:
+                        announce(console, status, text)
+
+                    say("preparing the model")
                     configure_tf_threads(threads)
                     started = time.perf_counter()
-                    bench_model = resolve(model, data, workdir, say=lambda m: status.update(m))
+                    bench_model = resolve(model, data, workdir, say=say)
                     bench_model.notes.append(f"artifacts prepared (export, conversions) in "
                                              f"{time.perf_counter() - started:.0f} s into {workdir}")
                     bench_model.notes.append(f"native library output (TensorFlow, converters, NNCF): {log}")
                     run = run_bench(bench_model, names,
                                     Settings(threads=threads, batch=batch_size, budget_s=budget_s),
-                                    workdir, say=lambda m: status.update(m), profile_dir=profile)
+                                    workdir, say=say, profile_dir=profile)
         except InputError:
             raise
         except Exception:
@@ -142,7 +147,11 @@ def _bench_images(model: str, images: str, threads: int, batch: int, out: Path, 
         comparison: Any = compare_served_images(path, first, second, threads=threads, budget_s=budget_s,
                                                 say=typer.echo)
     else:
-        with Console(stderr=True).status(f"running the SavedModel bench in {first} and {second}"):
+        from builder.optimize.progress import announce
+
+        console = Console(stderr=True)
+        with console.status("") as status:
+            announce(console, status, f"running the SavedModel bench in {first} and {second}")
             comparison = compare_images(path, first, second, threads=threads, batch=batch, budget_s=budget_s)
     out.mkdir(parents=True, exist_ok=True)
     (out / "images.json").write_text(comparison.to_json())

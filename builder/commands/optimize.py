@@ -39,8 +39,11 @@ def register(app: typer.Typer) -> None:
 
         from builder.optimize.example import write_example
 
+        from builder.optimize.progress import announce
+
         console = Console(stderr=True)
-        with console.status("training the example digits CNN (tf_keras)..."):
+        with console.status("") as status:
+            announce(console, status, "training the example digits CNN (tf_keras)...")
             files = write_example(out, epochs=epochs)
         typer.echo(f"model: {files.model}")
         typer.echo(f"data:  {files.data}")

@@ -4,12 +4,13 @@ The converter, Keras and TensorFlow wrap their real cause in long texts: the con
 (`loc(callsite(fused[...] at ...))`, hundreds of characters) before the op's own message, and Keras puts a
 generic "could not be deserialized properly" line and a config dump before "Exception encountered: Could not
 locate class ...". `cause` returns the library's own first error line in full (never cut mid-word), with only
-the location prefix or the generic wrapper taken off; `keep_log` writes everything (message, traceback) to a
+the location prefix or the generic wrapper taken off (OpenVINO's "Exception from <file>:<line>:" lines too); `keep_log` writes everything (message, traceback) to a
 file so nothing is lost. Pure text functions, plus one writer at the edge.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 import traceback
 from pathlib import Path
@@ -58,9 +59,20 @@ def keras_cause(text: str) -> str | None:
     return line.split(_KERAS_DUMP, 1)[0].strip() or None
 
 
+#: OpenVINO (and its C++ checks) put source locations on lines of their own before the reason.
+_LOCATION = re.compile(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$")
+
+
 def first_line(text: str) -> str:
-    """The first non-empty line, whole."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    """The first non-empty line that is not a source location, whole; a line that ends with ':' announces its
+    reason on the next line, so that line is joined to it (a note never stops before its reason)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not _LOCATION.match(line.strip())]
+    if not lines:
+        return ""
+    said, rest = lines[0], lines[1:]
+    while said.endswith(":") and rest:
+        said, rest = f"{said} {rest[0]}", rest[1:]
+    return said
 
 
 def cause(error: BaseException | str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import shutil
 import tempfile
 import time
@@ -243,6 +244,23 @@ class Plan:
         self.logs[name] = text
         return Path(self.out) / "logs" / f"{name}.log"
 
+    @functools.cached_property
+    def gate_x(self) -> dict[str, np.ndarray]:
+        """The rows the gate judges every artifact on: the held-out rows, then one all-zero input (`gate_rows`)."""
+        return gate_rows(self.data.x_val)
+
+
+def gate_rows(x_val: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The held-out rows and one all-zero row after them, for numeric inputs (text has no all-zero input).
+
+    Why: a blank input is where an int8 file most often answers equal top scores (every activation near its
+    zero point) while the float original still has a clear answer; real traffic sends such inputs. Labels
+    cover the held-out rows only; the zero row is judged against the original's own answer.
+    """
+    if not x_val or any(np.asarray(v).dtype.kind not in "biuf" for v in x_val.values()):
+        return dict(x_val)
+    return {k: np.concatenate([v, np.zeros_like(v[:1])]) for k, v in x_val.items()}
+
 def make_plan(options: Options, say: Say) -> Plan:
     """Recipe, model, contract and DATA, all checked; raises one-line errors with nothing written."""
     from builder.optimize import export as exporting
@@ -421,7 +439,7 @@ def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.n
 
     tf = tfenv.tensorflow()
     serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
-    pruned_out = _batched_keras(serve, data.x_val, tf)
+    pruned_out = _batched_keras(serve, plan.gate_x, tf)
     # Judged on fidelity to the original (top-1 agreement / relative error), never on labels: accuracy can
     # rise while the answers change, and that is still a different model.
     metrics, passed, why = quality.judge(pruned_out, reference, {}, contract.outputs,
@@ -588,7 +606,7 @@ def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan,
 
     runner = evaluate.Runner(runtime, path, options.threads, contract.signature if path.is_dir() else None)
     kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
-    outputs = runner.predict_all(plan.data.x_val)
+    outputs = runner.predict_all(plan.gate_x)
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                          max_accuracy_drop=options.max_accuracy_drop,
                                          max_relative_error=options.max_relative_error)
@@ -597,7 +615,7 @@ def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan,
     extra: dict[str, Any] = {"signatures": list(runner.signatures)}
     result = ArtifactResult(
         path=rel, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
-        latency_us=Latency(0.0, 0.0, 0), throughput=evaluate.throughput(runner, plan.data.x_val, seconds=0.1),
+        latency_us=Latency(0.0, 0.0, 0), throughput={},
         inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
         accepted=passed and kept, reason=why if kept else differs, variables_bytes=variables, extra=extra)
     return result, runner
@@ -667,6 +685,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         return Timed("", latency.p50, latency.ci_low, latency.ci_high)
 
     calls: dict[str, Callable[[], Any]] = {}
+    made: dict[str, Any] = {}  # key -> the Runner its batch-1 call uses
     errors: dict[tuple[str, str, str], str] = {}
     pairs = [(result, runtime, signature) for result in results for runtime, signature in candidate_pairs(result, contract, plan.facts)]
     for result, runtime, signature in pairs:
@@ -677,7 +696,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         try:
             runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)
             if runtime not in ("litert", TF):
-                outputs = runner.predict_all(plan.data.x_val)
+                outputs = runner.predict_all(plan.gate_x)
                 _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                                max_accuracy_drop=options.max_accuracy_drop,
                                                max_relative_error=options.max_relative_error)
@@ -685,13 +704,14 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
                     errors[trio] = f"fails the gate on this runtime ({why})"
                 runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)  # fresh
             calls[_key(*trio)] = runner.row_caller(plan.data.x_val)
+            made[_key(*trio)] = runner
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
     baseline_key = None
     if baseline_dir is not None:
         baseline_key = "baseline@tensorflow"
-        calls[baseline_key] = evaluate.Runner(TF, baseline_dir, options.threads,
-                                              contract.signature).row_caller(plan.data.x_val)
+        made[baseline_key] = evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
+        calls[baseline_key] = made[baseline_key].row_caller(plan.data.x_val)
     budget = min(60.0, max(0.5, len(calls) * min(3.0, max(0.1, options.latency_runs / 100))))
     with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({budget:.0f} s, interleaved)"):
         latencies = evaluate.time_runners(calls, budget) if calls else {}
@@ -706,16 +726,21 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
             continue
         with _stage(say, f"judging {result.path} {signature} on the held-out rows"):
             outputs = evaluate.Runner(runtime, staging / result.path, options.threads,
-                                      signature).predict_all(plan.data.x_val)
+                                      signature).predict_all(plan.gate_x)
             _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                            max_accuracy_drop=options.max_accuracy_drop,
                                            max_relative_error=options.max_relative_error)
         if not passed:
             errors[(result.path, runtime, signature)] = f"fails the gate on this runtime ({why})"
+    primaries = {r.path: _key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
+                 for r in results}
+    rows_per_s = _time_batches([k for k in [*primaries.values(), baseline_key] if k in made and k in latencies],
+                               made, plan, budget, say)
     updated = []
     for result in results:
-        primary = _key(result.path, result.runtime, contract.signature if result.kind == "saved_model" else "")
-        updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us))
+        primary = primaries[result.path]
+        updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us,
+                               throughput=rows_per_s.get(primary, result.throughput)))
     candidates = []
     for result, runtime, signature in pairs:
         trio = (result.path, runtime, signature)
@@ -725,8 +750,26 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
                                     0 if got is None else got.runs, result.size_bytes, error,
                                     signature or contract.signature, None if got is None else got.ci_low,
                                     None if got is None else got.ci_high))
-    extra = {"baseline": latencies[baseline_key]} if baseline_key and baseline_key in latencies else {}
+    extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
+             if baseline_key and baseline_key in latencies else {})
     return updated, candidates, extra
+
+
+def _time_batches(keys: list[str], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
+                  ) -> dict[str, dict[str, float]]:
+    """rows/s of each table row: batch-B calls timed in one interleaved loop like batch 1, so rows/s and p50
+    come from the same kind of measurement (B = `evaluate.THROUGHPUT_BATCH` or the model's fixed batch)."""
+    from builder.optimize import evaluate
+
+    if not keys:
+        return {}
+    batches = {k: evaluate.batch_for(made[k], plan.data.x_val) for k in keys}
+    calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, batches[k]) for k in keys}
+    share = max(0.5, budget / 3)
+    with _stage(say, f"timing {len(keys)} artifacts at batch {max(batches.values())} for rows/s ({share:.0f} s, "
+                     "interleaved)"):
+        per_call = evaluate.time_runners(calls, share)
+    return {k: evaluate.throughput_from(batches[k], per_call[k]) for k in keys if k in per_call}
 
 
 def candidate_pairs(result: ArtifactResult, contract: ModelContract, facts: TargetFacts) -> list[tuple[str, str]]:
@@ -849,8 +892,9 @@ def samples_step(staging: Path, plan: Plan, contract: ModelContract, reference: 
     arrays: dict[str, np.ndarray] = {}
     for spec in contract.inputs:
         arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
+    rows = min(SAMPLE_ROWS, len(next(iter(plan.data.x_val.values()))))  # the gate's zero row is not a sample
     for spec in contract.outputs:
-        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:SAMPLE_ROWS], spec.dtype)
+        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:rows], spec.dtype)
         if spec.name in plan.data.y_val:
             arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
     np.savez(staging / SAMPLES_NAME, **arrays)
@@ -871,7 +915,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     tf = tfenv.tensorflow()
     data, loaded = plan.data, plan.loaded
     with _stage(say, "the original model's outputs on the held-out rows"):
-        reference = loaded.predict(data.x_val)
+        reference = loaded.predict(plan.gate_x)
     contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks),
                              loaded.signature)
     check_labels(contract, data.y_val, data.y_train)
@@ -887,10 +931,15 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
         with _stage(say, "the float baseline (SavedModel signature)"):
             baseline, _ = baseline_step(plan, contract, reference, options)
         samples_step(staging, plan, contract, reference)  # before timing: openvino-nncf calibrates on them
+        unpruned_export = sparsity is None and any(r.kind == "saved_model" for r in results)
         results, candidates, extra = measure_step(results, staging, plan, contract, reference,
-                                                  loaded.saved_model_dir, options, say)
-        if baseline is not None and "baseline" in extra:
-            baseline = replace(baseline, latency_us=extra["baseline"])
+                                                  None if unpruned_export else loaded.saved_model_dir, options, say)
+        same = next((r for r in results if r.kind == "saved_model"), None) if sparsity is None else None
+        if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
+            baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
+                               extra={**baseline.extra, "same_as": same.path})
+        elif baseline is not None and "baseline" in extra:
+            baseline = replace(baseline, latency_us=extra["baseline"], throughput=extra["baseline_throughput"])
         choice, select_notes = select_step(plan.recipe, plan.facts, results, candidates, contract.signature)
         chosen, runtime, selection = choice.artifact, choice.runtime, choice.selection
         plan.notes.extend(select_notes)
@@ -998,16 +1047,12 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
                       imports=imports)
     from builder.optimize import tfenv
 
-    with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():
-        def say(text: str) -> None:
-            if text.startswith("ok  "):
-                err.print(f"[green]✓[/green] {text[4:]}")
-            else:
-                status.update(text[4:] if text.startswith("... ") else text)
+    from builder.optimize.progress import step_say
 
-        outcome = run(options, say=say)
+    with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():
+        outcome = run(options, say=step_say(err, status))
     report = outcome.report
-    table = Table(title=f"tfsmith optimize -> {outcome.out}")
+    table = Table(title=f"tfsmith optimize -> {outcome.out}", caption=reporting.TIMINGS)
     for header in reporting.HEADERS:
         table.add_column(header, justify="left" if header in ("artifact", "kind", "gate", "quality") else "right")
     for row in reporting.table_rows(report):

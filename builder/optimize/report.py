@@ -9,6 +9,11 @@ from builder.report import REPORT_JSON, ArtifactResult, Report
 
 REPORT_MD, REPORT_PNG = "report.md", "report.png"
 HEADERS = ["artifact", "kind", "size", "gzip", "quality vs original", "p50 us", "p99 us", "rows/s", "gate"]
+#: What the timing columns mean, said next to the table.
+TIMINGS = ("p50/p99 us: one row per call (batch 1), from calls interleaved across every row; rows/s: rows per "
+           "second at batch B (B rows per call: 32, or the model's fixed batch; fewer when the held-out rows are "
+           "fewer) = B / the median time of one batch-B call, timed the same interleaved way. A row/s figure above "
+           "1e6 / p50 means batching helps; below it, batching costs per row.")
 
 
 def _fmt_size(n: int | None) -> str:
@@ -29,13 +34,30 @@ def quality_text(artifact: ArtifactResult) -> str:
     return "; ".join(parts)
 
 
+def merged_baseline(report: Report) -> ArtifactResult | None:
+    """The saved_model artifact when it is the baseline itself (the original's weights re-exported, one
+    measurement for both): then the table shows one row, never the same model twice with two numbers."""
+    same = (report.baseline.extra.get("same_as") if report.baseline is not None else None)
+    return next((a for a in report.artifacts if a.path == same), None) if same else None
+
+
+def rows_per_s(m: ArtifactResult) -> str:
+    """rows/s as TIMINGS defines it: batch / the median batch-call time (older reports without it: '-')."""
+    batch, per_call = m.throughput.get("batch"), m.throughput.get("batch_p50_us")
+    if not batch or not per_call:
+        return "-"
+    return f"{batch * 1e6 / per_call:.0f} (batch {batch:.0f})"
+
+
 def table_rows(report: Report) -> list[list[str]]:
     """Rows for both the markdown and the rich table: baseline first, then every artifact."""
     rows = []
     entries: list[tuple[str, ArtifactResult, bool]] = []
-    if report.baseline is not None:
+    merged = merged_baseline(report)
+    if report.baseline is not None and merged is None:
         entries.append(("baseline (original, SavedModel)", report.baseline, False))
-    entries += [(a.path, a, True) for a in report.artifacts]
+    entries += [(a.path + (" (= baseline: the original's weights)" if a is merged else ""), a, True)
+                for a in report.artifacts]
     for label, m, is_artifact in entries:
         chosen = is_artifact and m.path == report.chosen
         status = "" if not is_artifact else ("accepted" if m.accepted else "REJECTED")
@@ -45,7 +67,7 @@ def table_rows(report: Report) -> list[list[str]]:
             label + (f" * ({report.chosen_runtime}{signature})" if chosen else ""), m.kind, _fmt_size(m.size_bytes),
             _fmt_size(m.gzip_bytes), quality_text(m) or ("not run on this host" if not m.metrics else ""),
             f"{m.latency_us.p50:.1f}" if timed else "-", f"{m.latency_us.p99:.1f}" if timed else "-",
-            f"{m.throughput['samples_per_s']:.0f}" if m.throughput.get("samples_per_s") else "-", status,
+            rows_per_s(m), status,
         ])
     return rows
 
@@ -60,7 +82,8 @@ def write_markdown(report: Report, path: Path) -> None:
                  f"{gate.max_accuracy_drop:.4f}, max relative error {gate.max_relative_error:.4f}): "
                  f"**{'passed' if gate.passed else 'FAILED'}** ({gate.chosen_reason}).")
     lines.append("")
-    lines.append(f"Held-out rows: {report.data.held_out_rows}; threads: {report.host['threads']}; "
+    lines.append(f"Held-out rows: {report.data.held_out_rows} (the gate also judges one all-zero input after "
+                 f"them, against the original's answer); threads: {report.host['threads']}; "
                  f"TensorFlow {report.host['tensorflow']}; recipe `{report.recipe.get('name')}`.")
     lines += ["", "## Contract (the original model's serving signature)", ""]
     lines += [f"- input `{t.name}`: {t.dtype} {list(t.shape)}" for t in report.contract.inputs]
@@ -69,6 +92,7 @@ def write_markdown(report: Report, path: Path) -> None:
         lines.append(f"\nSparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}.")
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
+    lines += ["", TIMINGS]
     if report.selection.candidates:
         lines += ["", "## Candidates (artifact x runtime, batch-1 p50 on this host)", "",
                   "| artifact | runtime | signature | p50 us | note |", "|---|---|---|---|---|"]
@@ -90,7 +114,9 @@ def write_plot(report: Report, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    entries = ([("baseline", report.baseline)] if report.baseline else []) + [(a.kind, a) for a in report.artifacts]
+    merged = merged_baseline(report)
+    entries = ([("baseline", report.baseline)] if report.baseline and merged is None else [])
+    entries += [(a.kind + (" = baseline" if a is merged else ""), a) for a in report.artifacts]
     entries = [(label, e) for label, e in entries if e.latency_us.runs > 0] or entries  # unrun files: no point
     xs = [max(e.gzip_bytes, 1) / 1024 for _, e in entries]
     ys = [max(e.latency_us.p50, 0.01) for _, e in entries]

@@ -55,8 +55,10 @@ def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: flo
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    """The error's reason, whole (OpenVINO's source-location lines skipped: `optimize.causes.cause`)."""
+    from builder.optimize.causes import cause
+
+    return f"{type(error).__name__}: {cause(error)}"
 
 
 def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:

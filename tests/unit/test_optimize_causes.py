@@ -58,3 +58,15 @@ def test_the_whole_text_goes_to_a_log_the_message_names(tmp_path: Path) -> None:
     temp = Path(line.split("(full text: ", 1)[1].rstrip(")"))
     assert line.startswith("Could not locate class 'Doubler'.") and "\n" not in line
     assert "Traceback" in temp.read_text() and "Full object config" in temp.read_text()
+
+
+def test_an_openvino_error_is_its_reason_not_its_source_locations() -> None:
+    text = ("Exception from src/inference/src/cpp/core.cpp:95:\n"
+            "Exception from src/frontends/tensorflow_lite/src/frontend.cpp:130:\n"
+            "FrontEnd API failed with OpConversionFailure:\n"
+            "Model wasn't fully converted. Failed operations detailed log:\n-- DENSIFY with a message:\n")
+    said = cause(RuntimeError(text))
+    assert said == ("FrontEnd API failed with OpConversionFailure: Model wasn't fully converted. Failed operations "
+                    "detailed log: -- DENSIFY with a message:")
+    check = "Check 'shape.rank().is_static()' failed at src/core/shape_util.cpp:65:\nrank of input must be static\n"
+    assert cause(check) == "rank of input must be static"

@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import builder.report as report_module
@@ -218,3 +219,47 @@ def test_auto_on_this_host_adds_serving_xla_to_measure_it_and_another_target_doe
     assert adapted.kinds == ("saved_model",) and adapted.choose == "saved_model" and adapted.pruning is None
     assert adapted.export.xla and note.startswith("no plain .tflite: the TFLite converter says: 'tf.X' op")
     assert "(full text: out/logs/c.log)" in note and "\n" not in note
+
+
+def test_rows_per_s_is_defined_beside_the_table_and_is_batch_over_the_median_batch_call(tmp_path: Path) -> None:
+    from builder.optimize.evaluate import throughput_from
+    from builder.optimize.report import TIMINGS, table_rows, write_markdown
+
+    timed = replace(artifact("model_int8.tflite", "tflite_int8", 1000),
+                    throughput=throughput_from(32, Latency(16000.0, 20000.0, 50)))
+    report = replace(make_report(), artifacts=(make_report().artifacts[0], timed), host={"threads": 2, "tensorflow": "2.21"})
+    row = next(r for r in table_rows(report) if r[0].startswith("model_int8.tflite"))
+    assert row[7] == "2000 (batch 32)"  # 32 rows / 16 ms
+    write_markdown(report, tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    assert TIMINGS in text and "rows/s: rows per second at batch B" in TIMINGS
+    untimed = next(r for r in table_rows(make_report()) if r[0].startswith("model_int8.tflite"))
+    assert untimed[7] == "-"  # a figure whose batch time is unknown is not shown
+
+
+def test_the_baseline_and_an_unpruned_saved_model_are_one_row_with_one_set_of_numbers() -> None:
+    report = make_report()
+    baseline = replace(report.baseline, extra={"same_as": "saved_model"})
+    rows = table_rows_of(replace(report, baseline=baseline))
+    assert [r[0] for r in rows] == ["saved_model (= baseline: the original's weights)", "model_int8.tflite *"
+                                    " (litert)"]
+    pruned = table_rows_of(report)  # a pruned export is another model: both rows, each its own numbers
+    assert pruned[0][0].startswith("baseline") and len(pruned) == 3
+
+
+def table_rows_of(report: Report) -> list[list[str]]:
+    from builder.optimize.report import table_rows
+
+    return table_rows(report)
+
+
+def test_the_gate_rows_end_with_one_all_zero_input_for_numeric_inputs_only() -> None:
+    from builder.optimize.pipeline import gate_rows
+
+    x = {"pixels": np.ones((5, 4, 4, 1), np.float32), "ids": np.arange(10, dtype=np.int32).reshape(5, 2)}
+    rows = gate_rows(x)
+    assert rows["pixels"].shape == (6, 4, 4, 1) and rows["ids"].shape == (6, 2)
+    assert not rows["pixels"][-1].any() and not rows["ids"][-1].any() and rows["pixels"].dtype == np.float32
+    assert np.array_equal(rows["pixels"][:5], x["pixels"])
+    text = {"text": np.array([b"a", b"b"])}
+    assert gate_rows(text)["text"].shape == (2,)  # text has no all-zero input
