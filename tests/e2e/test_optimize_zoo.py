@@ -101,7 +101,10 @@ def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Pat
         assert {m.output for m in artifact.metrics} == set(want_out)
         for metric in artifact.metrics:
             task = contract.output(metric.output).task
-            if task == "classification":
+            if task == "classification" and "agreement cannot judge" in metric.why:
+                # the original answers one class for nearly every row: judged by the error vs its spread
+                assert metric.metric == "relative_error" and 0.0 <= metric.agreement <= 1.0
+            elif task == "classification":
                 assert metric.metric == ("accuracy_drop" if metric.output in labelled else "disagreement")
                 assert 0.0 <= metric.agreement <= 1.0
             else:
@@ -145,7 +148,9 @@ def _assert_measured_choice(report: object) -> None:
                 if c.p50_us is not None and not c.error and report.artifact(c.artifact).accepted]  # type: ignore[attr-defined]
     key = (report.chosen, report.chosen_runtime, report.chosen_signature)  # type: ignore[attr-defined]
     picked = next(c for c in measured if (c.artifact, c.runtime, c.signature) == key)
-    assert picked.p50_us <= min(c.p50_us for c in measured) * 1.15 + 1e-9
+    fastest = min(measured, key=lambda c: c.p50_us)
+    # within noise: the two medians' 95% confidence intervals overlap (no fixed band)
+    assert picked is fastest or picked.ci_low_us <= fastest.ci_high_us, (picked, fastest)
 
 
 def _samples_are_the_originals(out: Path, model: zoo.ZooModel, rows: int) -> None:
@@ -217,8 +222,8 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
     else:
         assert ("tensorflow", "serving_xla") in tf_rows
     if report.chosen_signature == "serving_xla":  # only when measured faster beyond noise than the contract's
-        rows = {c.signature: c.p50_us for c in report.selection.candidates if c.artifact == "saved_model"}
-        assert rows["serving_xla"] * 1.15 < rows[model.signature]
+        rows = {c.signature: c for c in report.selection.candidates if c.artifact == "saved_model"}
+        assert rows["serving_xla"].ci_high_us < rows[model.signature].ci_low_us  # the intervals do not overlap
     if name == "predict_module":
         assert report.chosen_signature == "predict"
         for artifact in report.artifacts:
