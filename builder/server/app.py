@@ -1,15 +1,14 @@
 """The ASGI app and the process: TensorFlow Serving's REST API (plus the Open Inference Protocol, gRPC and
 metrics started with it) over pools of .tflite backends (FastAPI + uvicorn).
 
-Routes (TF Serving's, so existing clients and probes work unchanged):
-  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
-  GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
-  POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
+Routes:
+  /v1/models/...                                 TensorFlow Serving's REST API (`tfs_rest`)
   /v2/...                                        the Open Inference Protocol (`v2`)
   GET  /monitoring/prometheus/metrics            Prometheus metrics (`metrics`)
   GET  /healthz                                  liveness + what is served
   GET  /openapi.json, /docs                      the API described, exactly (`contract`)
-gRPC (`grpc_service`) shares the event loop and the models. Every error is `{"error": "..."}` with a 4xx
+gRPC (`grpc_service`) shares the event loop and the models. The three protocols only translate; what a
+request does once translated (resolve, readiness, batching, metrics, in-flight) is `dataplane`'s. Every error is `{"error": "..."}` with a 4xx
 status for what the client got wrong (400 malformed body or wrong shape/dtype, 404 unknown model/version/
 label/route, 405 wrong method with `Allow`, 413 body too large, 415 unknown Content-Encoding, 503 not ready)
 and 500 for our own failures; no request, however malformed, stops the server.
@@ -33,30 +32,20 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from builder.errors import InputError
-from builder.server import grpc_service, reload, v2
+from builder.server import grpc_service, reload, tfs_rest, v2
 from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
-from builder.server.bodies import read_limited
 from builder.server.contract import allowed_methods, finish_document
 from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from builder.server.metrics import PATH as METRICS_PATH
-from builder.server.metrics import Metrics, Timer
+from builder.server.dataplane import DataPlane
+from builder.server.metrics import Metrics
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
-from builder.server.protocol import (
-    RequestError,
-    SignatureSpec,
-    default_signature,
-    format_outputs,
-    may_hold_booleans,
-    model_metadata,
-    model_status,
-    parse_json,
-    parse_predict,
-    parse_version,
-)
+from builder.server.protocol import RequestError, SignatureSpec, default_signature
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.served import ModelSet, ServedModel
+from builder.server.tfs_rest import JSONBody
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -96,23 +85,8 @@ class ServerConfig:
         return None if self.tls_cert is None or self.tls_key is None else (self.tls_cert, self.tls_key)
 
 
-class JSONBody(Response):
-    """Compact JSON without FastAPI's encoder pass (our payloads are plain lists and floats already)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, separators=(",", ":")).encode()
-
-
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONBody:
     return JSONBody({"error": message}, status_code=status, headers=headers)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body under the server's limit (plain, chunked or gzip); see `bodies.read_limited`."""
-    return await read_limited(request.stream(), limit, request.headers.get("content-length"),
-                              request.headers.get("content-encoding"))
 
 
 def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ServedModel:
@@ -127,12 +101,9 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
     batcher.on_batch = metrics.batch
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
-    served = ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
-                         batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
-                         default_signature=default, platform=pool.platform)
-    served.model_p50_us = model_p50_us  # type: ignore[attr-defined]
-    served.pool = pool  # type: ignore[attr-defined]
-    return served
+    return ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
+                       batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
+                       default_signature=default, platform=pool.platform, model_p50_us=model_p50_us, pool=pool)
 
 
 def served_signature(config: ServerConfig, signatures: Mapping[str, SignatureSpec]) -> str | None:
@@ -179,11 +150,12 @@ def load_version(config: ServerConfig, source: ModelSource, version: int, folder
 
 def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
     """The app serving the configured models over REST (and gRPC, started with the app); the pool is created
-    here unless given (tests share one)."""
+    here unless given (tests share one). Every protocol is an adapter over one `DataPlane`."""
     metrics = Metrics()
     models = load_models(config, pool, metrics)
     first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
-    servicer = grpc_service.Servicer(models, metrics, config.access_log)
+    plane = DataPlane(models, metrics, config.access_log)
+    servicer = grpc_service.Servicer(plane)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -199,13 +171,14 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             poller = asyncio.get_running_loop().create_task(reload.poll(
                 models, config.sources, lambda s, v, f: load_version(config, s, v, f, metrics),
                 config.poll_seconds, config.drain_seconds, changed))
-        set_ready(app, True)
+        plane.set_ready(True)
         yield
-        set_ready(app, False)
+        plane.set_ready(False)
         if poller is not None:
             poller.cancel()
         if app.state.grpc_server is not None:
             await app.state.grpc_server.stop(config.drain_seconds)
+        plane.close()
 
     app = FastAPI(
         title="tfsmith model server",
@@ -215,22 +188,11 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
         lifespan=lifespan,
     )
     app.state.models = models
+    app.state.plane = plane
     app.state.metrics = metrics
     app.state.grpc_server = None
     app.state.grpc_port = 0
     app.state.config = config
-
-    def served_of(name: str, version: str | None = None, label: str | None = None) -> ServedModel:
-        return models.get(name, None if version is None else parse_version(version), label)
-
-    def status_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
-        if version is None and label is None:
-            return JSONBody(model_status(models.versions(name)))
-        return JSONBody(model_status([served_of(name, version, label).version]))
-
-    def metadata_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
-        served = served_of(name, version, label)
-        return JSONBody(model_metadata(name, served.version, served.signatures))
 
     @app.exception_handler(RequestError)
     async def request_error(_: Request, error: RequestError) -> JSONBody:
@@ -251,7 +213,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     @app.get("/healthz", summary="Liveness and what is served")
     async def healthz() -> JSONBody:
         primary = models.get(first_name)
-        p50 = primary.model_p50_us  # type: ignore[attr-defined]
+        p50 = primary.model_p50_us
         return JSONBody(
             {
                 "status": "ok",
@@ -259,7 +221,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "version": str(primary.version),
                 "runtime": primary.runtime,
                 "runtime_reason": config.runtime_reason,
-                "workers": primary.pool.size,  # type: ignore[attr-defined]
+                "workers": None if primary.pool is None else primary.pool.size,
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": primary.batcher.inline,
                 "model_p50_us": None if p50 is None else round(p50, 1),
@@ -273,66 +235,8 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/v1/models/{name:segment}", summary="Model status: every served version")
-    async def status(name: str) -> JSONBody:
-        return status_of(name)
-
-    @app.get("/v1/models/{name:segment}/versions/{version:segment}", summary="Model version status")
-    async def version_status(name: str, version: str) -> JSONBody:
-        return status_of(name, version)
-
-    @app.get("/v1/models/{name:segment}/labels/{label:segment}", summary="Status of a labelled version")
-    async def label_status(name: str, label: str) -> JSONBody:
-        return status_of(name, label=label)
-
-    @app.get("/v1/models/{name:segment}/metadata", summary="Signatures: inputs, outputs, dtypes, shapes")
-    async def metadata(name: str) -> JSONBody:
-        return metadata_of(name)
-
-    @app.get("/v1/models/{name:segment}/versions/{version:segment}/metadata", summary="Signatures of a version")
-    async def version_metadata(name: str, version: str) -> JSONBody:
-        return metadata_of(name, version)
-
-    @app.get("/v1/models/{name:segment}/labels/{label:segment}/metadata", summary="Signatures of a labelled version")
-    async def label_metadata(name: str, label: str) -> JSONBody:
-        return metadata_of(name, label=label)
-
-    async def predict(request: Request, name: str, version: str | None, label: str | None = None) -> JSONBody:
-        timer, status_code = Timer(), 200
-        metrics.in_flight.inc()
-        try:
-            raw = await _read_body(request, config.max_body_bytes)  # read first: an unread body resets the socket
-            served = served_of(name, version, label)
-            body = parse_json(raw)
-            signatures = served.signatures
-            call = parse_predict(body, signatures, config.max_request_batch, may_hold_booleans(raw),
-                                 served.default_signature)
-            outputs = await served.predict(call)
-            return JSONBody(format_outputs(outputs, signatures[call.signature], call.row_format))
-        except RequestError as error:
-            status_code = error.status
-            raise
-        except Exception:
-            status_code = 500
-            raise
-        finally:
-            metrics.in_flight.dec()
-            metrics.request(name if name in models.models else "unknown", "predict", "REST", status_code,
-                            timer.elapsed())
-
-    @app.post("/v1/models/{name:segment}:predict", summary="Predict (row or columnar)")
-    async def predict_latest(name: str, request: Request) -> JSONBody:
-        return await predict(request, name, None)
-
-    @app.post("/v1/models/{name:segment}/versions/{version:segment}:predict", summary="Predict with a version")
-    async def predict_version(name: str, version: str, request: Request) -> JSONBody:
-        return await predict(request, name, version)
-
-    @app.post("/v1/models/{name:segment}/labels/{label:segment}:predict", summary="Predict with a version label")
-    async def predict_label(name: str, label: str, request: Request) -> JSONBody:
-        return await predict(request, name, None, label)
-
-    v2.add_routes(app, models, metrics, config.max_body_bytes)
+    tfs_rest.add_routes(app, plane, config.max_body_bytes, config.max_request_batch)
+    v2.add_routes(app, plane, config.max_body_bytes)
     if config.access_log:
         app.add_middleware(AccessLog)
 
@@ -351,10 +255,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
 def set_ready(app: FastAPI, ready: bool) -> None:
     """Readiness (the v2 health endpoint, HEALTHCHECK, the metric): true once warmed, false when draining."""
-    models: ModelSet = app.state.models
-    models.draining = not ready
-    for name in models.models:
-        app.state.metrics.ready.labels(name).set(1 if ready else 0)
+    app.state.plane.set_ready(ready)
 
 
 class DrainingServer:

@@ -20,10 +20,9 @@ import grpc
 
 from builder.server import ports
 from builder.server import tfs_proto as pb
-from builder.server.access_log import log_request
-from builder.server.metrics import Metrics, Timer
+from builder.server.dataplane import DataPlane
 from builder.server.protocol import PREDICT_METHOD, RequestError
-from builder.server.served import ModelSet, ServedModel, check_output_names, pick_outputs
+from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
 
 log = logging.getLogger("tfsmith.serve")
@@ -33,36 +32,23 @@ ENTRYPOINT = "GRPC"
 
 
 class Servicer:
-    """The three RPCs over the served models; every failure becomes a status code, never a dead stream."""
+    """The three RPCs over the data plane; every failure becomes a status code, never a dead stream."""
 
-    def __init__(self, models: ModelSet, metrics: Metrics | None = None, access_log: bool = False) -> None:
-        self.models = models
-        self.metrics = metrics
-        self.access_log = access_log
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+        self.models = plane.models
 
     async def _answer(self, api: str, name: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
-        timer, status = Timer(), 200
-        if self.metrics is not None:
-            self.metrics.in_flight.inc()
         try:
-            return await work()
+            async with self.plane.request(ENTRYPOINT, api, name, peer=context.peer()):
+                return await work()
         except RequestError as error:
-            status = error.status
             await context.abort(CODE_OF_HTTP.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), str(error))
         except grpc.aio.AbortError:
             raise
         except Exception as error:  # noqa: BLE001 - one failed call, the server lives on
-            status = 500
             log.exception("gRPC %s failed", api)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
-        finally:
-            if self.metrics is not None:
-                self.metrics.in_flight.dec()
-                self.metrics.request(name if name in self.models.models else "unknown", api, ENTRYPOINT, status,
-                                     timer.elapsed())
-            if self.access_log:
-                log_request(protocol="grpc", method=api, path=f"/{name}", status=status,
-                            duration_ms=round(timer.elapsed() * 1e3, 3), remote=context.peer())
 
     def _served(self, spec: Any) -> ServedModel:
         version = spec.version.value if spec.HasField("version") else None
@@ -70,12 +56,14 @@ class Servicer:
 
     async def predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            served = self._served(request.model_spec)
-            signature = served.signature(request.model_spec.signature_name)
+            spec = request.model_spec
+            served = self.plane.resolve(spec.name, spec.version.value if spec.HasField("version") else None,
+                                        spec.version_label or None)
+            signature = served.signature(spec.signature_name)
             arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in request.inputs.items()}
             call = served.call(signature, arrays)
             wanted = check_output_names(signature, list(request.output_filter))
-            outputs = pick_outputs(await served.predict(call), signature, wanted)
+            outputs = pick_outputs(await self.plane.predict(served, call), signature, wanted)
             content = bool(request.inputs) and all(t.tensor_content for t in request.inputs.values())
             response = pb.PredictResponse()
             _spec(response.model_spec, served.name, served.version, signature.name)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from builder.server import jsoncodec
 
 DEFAULT_SIGNATURE = "serving_default"
 PREDICT_METHOD = "tensorflow/serving/predict"
@@ -94,8 +95,8 @@ class PredictCall:
 def parse_json(body: bytes) -> Any:
     """The request body as JSON; a 400 naming the problem otherwise."""
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return jsoncodec.loads(body)
+    except (UnicodeDecodeError, ValueError) as error:  # json.JSONDecodeError is a ValueError
         raise RequestError(f"malformed JSON body: {error}") from None
     except RecursionError:
         raise RequestError("malformed JSON body: nested too deeply") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,8 @@ class ServedModel:
     max_request_batch: int = 4096
     default_signature: str | None = None  # what a request naming no signature gets (protocol.default_signature)
     platform: str = ""  # the model's format as v2 metadata names it (e.g. litert_tflite, tensorflow_savedmodel)
+    model_p50_us: float | None = None  # the start-up self-test's median call time (None: not measured)
+    pool: Any = None  # the interpreter pool (`backends.BackendPool`) the batcher runs on, for /healthz
     ready: bool = False
     active: int = 0  # predict calls in progress (a retired version is closed when this reaches 0)
 
@@ -77,8 +80,7 @@ class ServedModel:
         if executor is not None:
             executor.shutdown(wait=False)
         self.batcher = None  # type: ignore[assignment]
-        if hasattr(self, "pool"):
-            del self.pool
+        self.pool = None
 
 
 class ModelSet:

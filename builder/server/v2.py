@@ -15,7 +15,6 @@ followed by its bytes (the extension's framing, what tritonclient writes).
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -24,8 +23,9 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from builder.server import jsoncodec
 from builder.server.bodies import read_limited
-from builder.server.metrics import Metrics, Timer
+from builder.server.dataplane import DataPlane
 from builder.server.protocol import (
     STRING,
     RequestError,
@@ -36,7 +36,7 @@ from builder.server.protocol import (
     parse_version,
     to_typed_array,
 )
-from builder.server.served import ModelSet, ServedModel, check_output_names
+from builder.server.served import ServedModel, check_output_names
 
 HEADER_LENGTH = "inference-header-content-length"
 ENTRYPOINT = "V2"
@@ -65,7 +65,7 @@ def _check_parameters(value: Any, known: dict[str, type], where: str) -> dict[st
 
 
 def _json(content: Any, status: int = 200) -> Response:
-    return Response(json.dumps(content, separators=(",", ":")), status_code=status, media_type="application/json")
+    return Response(jsoncodec.dumps(content), status_code=status, media_type="application/json")
 
 
 def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list[int]) -> dict[str, Any]:
@@ -231,22 +231,24 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
     answer: dict[str, Any] = {"model_name": served.name, "model_version": str(version), "outputs": tensors}
     if isinstance(request.get("id"), str):
         answer["id"] = request["id"]
-    header = json.dumps(answer, separators=(",", ":")).encode()
+    header = jsoncodec.dumps(answer)
     if not tail:
         return Response(header, media_type="application/json")
     return Response(b"".join([header, *tail]), media_type="application/octet-stream",
                     headers={"Inference-Header-Content-Length": str(len(header))})
 
 
-def add_routes(app: FastAPI, models: ModelSet, metrics: Metrics, max_body_bytes: int) -> None:
-    """The v2 routes on the app, answering from `models`."""
+def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
+    """The v2 routes on the app, answering through the data plane."""
     from builder.server.contract import V2_READY_RESPONSES
+
+    models = plane.models
 
     def served_of(name: str, version: str | None) -> ServedModel:
         return models.get(name, None if version is None else parse_version(version))
 
     def metadata_of(served: ServedModel) -> Response:
-        return _json(model_metadata(served, served.signature(""), models.versions(served.name)))
+        return _json(model_metadata(served, served.signature(""), plane.versions(served.name)))
 
     def readiness(served: ServedModel) -> Response:
         if served.ready and not models.draining:
@@ -262,7 +264,7 @@ def add_routes(app: FastAPI, models: ModelSet, metrics: Metrics, max_body_bytes:
 
     @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
     async def ready() -> Response:
-        return _json({"ready": True}) if models.ready else not_ready()
+        return _json({"ready": True}) if plane.ready else not_ready()
 
     @app.get("/v2", summary="Open Inference Protocol: server metadata")
     async def server_metadata() -> Response:
@@ -289,29 +291,26 @@ def add_routes(app: FastAPI, models: ModelSet, metrics: Metrics, max_body_bytes:
         return readiness(served_of(name, version))
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
-        timer, status = Timer(), 200
-        metrics.in_flight.inc()
-        try:
+        async with plane.request(ENTRYPOINT, "predict", name):
             body = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
                                       request.headers.get("content-encoding"))
-            served = served_of(name, version)
+            served = plane.resolve_path(name, version)
             signature = served.signature("")
-            document, tail = split_body(body, request.headers.get(HEADER_LENGTH))
-            arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
+            header_length = request.headers.get(HEADER_LENGTH)
+
+            def decode() -> tuple[Any, dict[str, np.ndarray]]:
+                document, tail = split_body(body, header_length)
+                return document, parse_inputs(document, signature, tail,
+                                              may_hold_booleans(body[:len(body) - len(tail)]))
+
+            # a binary body is used as it arrives (np.frombuffer): only its JSON header costs decoding time
+            json_bytes = len(body) if header_length is None or not header_length.strip().isdigit() \
+                else min(len(body), int(header_length))
+            document, arrays = await plane.decode(json_bytes, decode)
             order, binary = binary_outputs(document, [s.name for s in signature.outputs])
             check_output_names(signature, order)
-            outputs = await served.predict(served.call(signature, arrays))
+            outputs = await plane.predict(served, served.call(signature, arrays))
             return infer_response(served, served.version, document, outputs, order, binary)
-        except RequestError as error:
-            status = error.status
-            raise
-        except Exception:
-            status = 500
-            raise
-        finally:
-            metrics.in_flight.dec()
-            metrics.request(name if name in models.models else "unknown", "predict", ENTRYPOINT, status,
-                            timer.elapsed())
 
     @app.post("/v2/models/{name:segment}/infer", summary="Open Inference Protocol: inference")
     async def infer_latest(name: str, request: Request) -> Response:
