@@ -42,7 +42,7 @@ from builder.server.metrics import PATH as METRICS_PATH
 from builder.server.dataplane import DataPlane
 from builder.server.metrics import Metrics
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
-from builder.server.protocol import RequestError, SignatureSpec, default_signature
+from builder.server.protocol import RequestError, SignatureSpec, batched, default_signature
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.served import ModelSet, ServedModel
 from builder.server.tfs_rest import JSONBody
@@ -95,7 +95,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
     default = served_signature(config, pool.signatures)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
-    batchable = all(s.inputs and s.inputs[0].batched for s in pool.signatures.values())
+    batchable = all(s.inputs and batched(s.inputs[0]) for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
     inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)

@@ -29,6 +29,7 @@ import numpy as np
 from builder.errors import InputError
 from builder.server.interpreters import Backend, LiteRTBackend, _litert_signatures, _open_litert
 from builder.server.protocol import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
+from builder.server.protocol import batched as is_batched
 
 RUNTIMES = ("litert", "openvino", "openvino-nncf", "tensorflow")
 class OpenVINOBackend(Backend):
@@ -54,7 +55,7 @@ class OpenVINOBackend(Backend):
             for i, port in enumerate(model.inputs)  # type: ignore[attr-defined]
             if port.get_partial_shape().rank.get_length() > 0
         }
-        if all(s.inputs and s.inputs[0].batched for s in self.signatures.values()) and batched:
+        if all(s.inputs and is_batched(s.inputs[0]) for s in self.signatures.values()) and batched:
             model.reshape({model.inputs[i]: shape for i, shape in batched.items()})  # type: ignore[attr-defined]
         config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": str(threads), "NUM_STREAMS": "1"}
         self._compiled = core.compile_model(model, "CPU", config)
@@ -239,7 +240,7 @@ def sample_inputs(signature: SignatureSpec, batch: int = 1, seed: int = 0) -> di
     rng = np.random.default_rng(seed)
     result: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
-        shape = [batch if i == 0 and d == -1 else max(d, 1) for i, d in enumerate(spec.shape)]
+        shape = [batch if i == 0 and d is None else max(d or 1, 1) for i, d in enumerate(spec.shape)]
         dtype = np.dtype(spec.dtype)
         if spec.dtype == STRING:
             raise ValueError(f"input {spec.name!r} takes strings; no text is made up for it")

@@ -11,6 +11,8 @@ from typing import Any
 
 from starlette.convertors import Convertor, register_url_convertor
 
+from builder.server.protocol import wire_shape
+
 
 V2_READY_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "not ready: loading, or draining after SIGTERM (`{\"error\": ...}`)"},
@@ -101,17 +103,17 @@ def predict_body(signature: Any, signature_names: list[str], max_batch: int) -> 
     names = {"signature_name": {"enum": [None, "", *signature_names]}}  # null and "" mean the default
     if len(signature.inputs) == 1:
         spec = signature.inputs[0]
-        row = _tensor_schema(spec.shape[1:], spec.dtype, None)
+        row = _tensor_schema(wire_shape(spec)[1:], spec.dtype, None)
         rows = {"type": "array", "items": row, "minItems": 1, "maxItems": max_batch}
-        batched = _tensor_schema(spec.shape, spec.dtype, max_batch)
+        batched = _tensor_schema(wire_shape(spec), spec.dtype, max_batch)
         columns: dict[str, Any] = {"anyOf": [batched, {"type": "object", "properties": {spec.name: batched},
                                                         "required": [spec.name], "additionalProperties": False}]}
     else:
         rows = {"type": "array", "minItems": 1, "maxItems": max_batch, "items": {
             "type": "object", "additionalProperties": False, "required": [s.name for s in signature.inputs],
-            "properties": {s.name: _tensor_schema(s.shape[1:], s.dtype, None) for s in signature.inputs}}}
+            "properties": {s.name: _tensor_schema(wire_shape(s)[1:], s.dtype, None) for s in signature.inputs}}}
         columns = {"type": "object", "additionalProperties": False, "required": [s.name for s in signature.inputs],
-                   "properties": {s.name: _tensor_schema(s.shape, s.dtype, max_batch) for s in signature.inputs}}
+                   "properties": {s.name: _tensor_schema(wire_shape(s), s.dtype, max_batch) for s in signature.inputs}}
     return {"oneOf": [
         {"type": "object", "additionalProperties": False, "required": ["instances"],
          "properties": {**names, "instances": rows}},
@@ -124,7 +126,7 @@ def v2_infer_body(signature: Any, datatype_of: dict[str, str]) -> dict[str, Any]
     """An Open Inference Protocol request with every input as JSON `data` for a batch of one."""
     items = []
     for spec in signature.inputs:
-        shape = [1 if i == 0 and d < 0 else max(d, 1) for i, d in enumerate(spec.shape)]
+        shape = [1 if i == 0 and d < 0 else max(d, 1) for i, d in enumerate(wire_shape(spec))]
         count = 1
         for d in shape:
             count *= d

@@ -21,7 +21,7 @@ import grpc
 from builder.server import ports
 from builder.server import tfs_proto as pb
 from builder.server.dataplane import DataPlane
-from builder.server.protocol import PREDICT_METHOD, RequestError
+from builder.server.protocol import PREDICT_METHOD, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
 
@@ -123,7 +123,7 @@ def signature_def_map(served: ServedModel) -> Any:
                 info = infos[spec.name]
                 info.name = spec.name
                 info.dtype = ENUM_OF_DTYPE.get(spec.dtype, 0)
-                for size in spec.shape:
+                for size in wire_shape(spec):
                     info.tensor_shape.dim.add(size=size)
     return result
 

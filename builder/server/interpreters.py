@@ -58,8 +58,8 @@ class Backend(ABC):
         """Run a batch; models with a fixed batch size take it one fixed-size slice at a time."""
         spec = self.signatures[signature]
         batch = next(iter(inputs.values())).shape[0]
-        fixed = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else -1
-        if fixed == -1 or fixed == batch:
+        fixed = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else None
+        if fixed is None or fixed == batch:
             return self._invoke(spec, inputs)
         if batch % fixed:
             raise ValueError(f"batch {batch} is not a multiple of the model's fixed batch size {fixed}")
@@ -88,7 +88,7 @@ def _spec(name: str, detail: Mapping[str, object]) -> TensorSpec:
     shape = detail.get("shape_signature")
     if shape is None or len(shape) == 0:  # type: ignore[arg-type]
         shape = detail["shape"]
-    return TensorSpec(name=name, dtype=np.dtype(detail["dtype"]).name, shape=tuple(int(d) for d in shape))  # type: ignore[union-attr, arg-type]
+    return TensorSpec(name=name, dtype=np.dtype(detail["dtype"]).name, shape=tuple(None if int(d) == -1 else int(d) for d in shape))  # type: ignore[union-attr, arg-type]
 
 
 def _litert_signatures(interpreter: object) -> tuple[dict[str, SignatureSpec], dict[str, dict[str, int]]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from builder.report import TensorSpec
 from builder.server import jsoncodec
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -53,18 +54,23 @@ class RequestError(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One named input or output of a signature; `shape` uses -1 for a dimension of any size."""
+#: The one tensor description (`builder.report.TensorSpec`, `None` for a dimension of any size), shared with
+#: the optimize report the server reads: a model's signature means the same thing in the report and on the
+#: wire. The wire formats (TF Serving's metadata, the v2 metadata, gRPC's TensorShapeProto) spell a dynamic
+#: dimension -1; `wire_shape` is the one place that converts.
+__all__ = ["TensorSpec"]
+#: How the wire formats spell a dimension of any size.
+WIRE_DYNAMIC = -1
 
-    name: str
-    dtype: str  # numpy dtype name
-    shape: tuple[int, ...]
 
-    @property
-    def batched(self) -> bool:
-        """True when the leading dimension takes any batch size (what dynamic batching needs)."""
-        return len(self.shape) > 0 and self.shape[0] == -1
+def batched(spec: TensorSpec) -> bool:
+    """True when the leading dimension takes any batch size (what dynamic batching needs)."""
+    return len(spec.shape) > 0 and spec.shape[0] is None
+
+
+def wire_shape(spec: TensorSpec) -> list[int]:
+    """The shape as the wire formats write it: -1 for a dimension of any size."""
+    return [WIRE_DYNAMIC if d is None else d for d in spec.shape]
 
 
 @dataclass(frozen=True)
@@ -230,21 +236,21 @@ def _contains_b64(value: Any) -> bool:
 
 
 def check_shape(array: np.ndarray, spec: TensorSpec, where: str, batched: bool) -> None:
-    """Rank and fixed dimensions must match the signature (a -1 dimension takes any size)."""
+    """Rank and fixed dimensions must match the signature (a None dimension takes any size)."""
     expected = spec.shape if batched else spec.shape[1:]
     if array.ndim != len(expected):
         raise RequestError(
             f"{where}: expected rank {len(expected)} (shape {_shape_text(expected)}), got shape {list(array.shape)}"
         )
     for got, want in zip(array.shape[1:] if batched else array.shape, expected[1:] if batched else expected):
-        if want != -1 and got != want:
+        if want is not None and got != want:
             raise RequestError(f"{where}: expected shape {_shape_text(expected)}, got {list(array.shape)}")
     if batched and array.shape[0] == 0:
         raise RequestError(f"{where}: empty batch")
 
 
-def _shape_text(shape: Sequence[int]) -> str:
-    return "[" + ", ".join("?" if d == -1 else str(d) for d in shape) + "]"
+def _shape_text(shape: Sequence[int | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
 def default_signature(signatures: Mapping[str, SignatureSpec], preferred: str | None = None) -> str | None:
@@ -395,7 +401,7 @@ def model_status(versions: Sequence[int]) -> dict[str, Any]:
 def _tensor_info(spec: TensorSpec) -> dict[str, Any]:
     return {
         "dtype": TF_DTYPES.get(spec.dtype, ("DT_INVALID", 0))[0],
-        "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in spec.shape], "unknown_rank": False},
+        "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in wire_shape(spec)], "unknown_rank": False},
         "name": spec.name,
     }
 

@@ -83,11 +83,11 @@ def _gpu_name(tf: Any, device: Any) -> str:
 
 
 def tensor_spec(name: str, tf_spec: Any) -> TensorSpec:
-    """A `tf.TensorSpec` as the server's TensorSpec: numpy dtype name (strings: object), -1 for dynamic dims."""
+    """A `tf.TensorSpec` as the server's TensorSpec: numpy dtype name (strings: object), None for dynamic dims."""
     dtype = np.dtype(tf_spec.dtype.as_numpy_dtype).name
     if tf_spec.shape.rank is None:
         raise InputError(f"signature tensor {name!r} has an unknown rank; the server needs at least the rank")
-    return TensorSpec(name=name, dtype=dtype, shape=tuple(-1 if d is None else int(d) for d in tf_spec.shape))
+    return TensorSpec(name=name, dtype=dtype, shape=tuple(None if d is None else int(d) for d in tf_spec.shape))
 
 
 def signature_spec(key: str, function: Any) -> SignatureSpec:

@@ -35,6 +35,7 @@ from builder.server.protocol import (
     parse_json,
     parse_version,
     to_typed_array,
+    wire_shape,
 )
 from builder.server.served import ServedModel, check_output_names
 
@@ -70,7 +71,7 @@ def _json(content: Any, status: int = 200) -> Response:
 
 def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list[int]) -> dict[str, Any]:
     def tensors(specs: tuple[TensorSpec, ...]) -> list[dict[str, Any]]:
-        return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": list(s.shape)}
+        return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": wire_shape(s)}
                 for s in specs]
 
     return {"name": served.name, "versions": [str(v) for v in versions], "platform": served.platform or f"{served.runtime}_tflite",

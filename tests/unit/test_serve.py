@@ -26,13 +26,13 @@ from builder.server.protocol import (
 
 IMAGE = SignatureSpec(
     "serving_default",
-    inputs=(TensorSpec("x", "float32", (-1, 2, 2)),),
-    outputs=(TensorSpec("probs", "float32", (-1, 3)),),
+    inputs=(TensorSpec("x", "float32", (None, 2, 2)),),
+    outputs=(TensorSpec("probs", "float32", (None, 3)),),
 )
 TWO = SignatureSpec(
     "pair",
-    inputs=(TensorSpec("a", "float32", (-1, 2)), TensorSpec("b", "int8", (-1, 1))),
-    outputs=(TensorSpec("sum", "float32", (-1, 1)), TensorSpec("idx", "int32", (-1,))),
+    inputs=(TensorSpec("a", "float32", (None, 2)), TensorSpec("b", "int8", (None, 1))),
+    outputs=(TensorSpec("sum", "float32", (None, 1)), TensorSpec("idx", "int32", (None,))),
 )
 SIGS = {IMAGE.name: IMAGE, TWO.name: TWO}
 
@@ -214,7 +214,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 def test_booleans_among_numbers_are_refused_unless_the_body_has_none() -> None:
     from builder.server.protocol import may_hold_booleans, to_typed_array
 
-    spec = TensorSpec("x", "float32", (-1, 2))
+    spec = TensorSpec("x", "float32", (None, 2))
     with pytest.raises(RequestError, match="booleans"):
         to_typed_array([[0.5, True]], spec, "x")
     assert to_typed_array([[0.5, 1]], spec, "x").tolist() == [[0.5, 1.0]]

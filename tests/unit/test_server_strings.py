@@ -29,11 +29,11 @@ from builder.server.protocol import (
 from builder.server.tensors import fill_proto, to_array
 from builder.server.v2 import DATATYPE_OF, decode_bytes, encode_bytes, json_data, parse_inputs
 
-TEXT = SignatureSpec("serving_default", (TensorSpec("text", "object", (-1,)),), (TensorSpec("probs", "float32", (-1, 2)),))
+TEXT = SignatureSpec("serving_default", (TensorSpec("text", "object", (None,)),), (TensorSpec("probs", "float32", (None, 2)),))
 MIXED = SignatureSpec(
     "predict",
-    (TensorSpec("ids", "int64", (-1,)), TensorSpec("words", "object", (-1, 2))),
-    (TensorSpec("label", "object", (-1,)), TensorSpec("raw_bytes", "object", (-1,))),
+    (TensorSpec("ids", "int64", (None,)), TensorSpec("words", "object", (None, 2))),
+    (TensorSpec("label", "object", (None,)), TensorSpec("raw_bytes", "object", (None,))),
 )
 
 
@@ -51,7 +51,7 @@ def test_strings_and_b64_become_bytes_in_row_major_order() -> None:
     array = to_string_array(value, "inputs.words")
     assert array.dtype == object and array.shape == (2, 2)
     assert array.tolist() == [["héllo".encode(), b"\x00\xff"], [b"", b"z"]]
-    assert to_typed_array(["a", "b"], TensorSpec("t", "object", (-1,)), "x").tolist() == [b"a", b"b"]
+    assert to_typed_array(["a", "b"], TensorSpec("t", "object", (None,)), "x").tolist() == [b"a", b"b"]
     assert to_string_array([], "x").shape == (0,)
 
 
@@ -77,7 +77,7 @@ def test_bad_string_values_are_400s(value: object, needle: str) -> None:
 
 def test_b64_stays_refused_for_numeric_inputs() -> None:
     with pytest.raises(RequestError, match="not supported for float32"):
-        to_typed_array([{"b64": "AAAA"}], TensorSpec("x", "float32", (-1,)), "inputs.x")
+        to_typed_array([{"b64": "AAAA"}], TensorSpec("x", "float32", (None,)), "inputs.x")
 
 
 def test_outputs_are_text_or_b64_by_tf_serving_rules() -> None:

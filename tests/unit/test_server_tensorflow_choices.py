@@ -16,7 +16,7 @@ from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, cho
 from builder.server.tensorflow_backend import device_line
 from tests.report_fixture import write_report
 
-ONE = (TensorSpec("x", "float32", (-1, 2)),)
+ONE = (TensorSpec("x", "float32", (None, 2)),)
 
 
 def signatures(*names: str) -> dict[str, SignatureSpec]:
