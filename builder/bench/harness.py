@@ -24,7 +24,7 @@ import numpy as np
 
 from builder.measure import stats
 from builder.bench.models import BenchModel, one_line
-from builder.bench.recommend import recommend, versus_fastest_line
+from builder.bench.recommend import MIN_AGREEMENT, recommend, versus_fastest_line
 from builder.measure.loop import interleave
 from builder.bench.results import BenchRun, RuntimeResult
 from builder.bench.runtimes import Adapter, Runner, artifact_sizes, build_adapters, role_of
@@ -156,8 +156,10 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
         if reference is not None and reference.shape == y.shape:
             relative = fidelity(y, reference)[0]
             rms = float(np.sqrt(np.mean((np.asarray(y, np.float64) - reference) ** 2)))
-            if classes and why_agreement_cannot_judge(reference, rms) is None:
-                agreement, relative = agreement_of(y, reference), None
+            agrees = agreement_of(y, reference) if classes else None
+            # a passing agreement on a float model that cannot tell rows apart vouches for nothing: spread judges
+            if agrees is not None and (agrees < MIN_AGREEMENT or why_agreement_cannot_judge(reference, rms) is None):
+                agreement, relative = agrees, None
         quality[name] = (accuracy, agreement, relative)
     return quality
 

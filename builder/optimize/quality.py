@@ -9,9 +9,9 @@ Every artifact is judged against the ORIGINAL float model (before any pruning), 
   `max_accuracy_drop`. A row whose top score is shared by two or more classes (an int8 file often answers
   equal scores) has no top-1 answer: it counts as a disagreement (unless the original ties the same classes);
 - classification the original cannot tell apart: when the original answers one class for nearly every row
-  (`NEARLY_ALL`), or its outputs vary across rows less than the artifact's error, agreement (and accuracy)
-  cannot judge (a file that answers a constant would agree); the gate is then the regression one below and
-  the metric's text says so;
+  (`NEARLY_ALL`), or its outputs vary across rows less than the artifact's error, a passing agreement (or
+  accuracy) vouches for nothing (a file that answers a constant would agree); the gate is then the regression
+  one below and the metric's text says so. A failing agreement still fails: it has judged;
 - regression (labels or not): relative error vs the SPREAD of the original's outputs, RMS(y - y_orig) /
   std(y_orig) over the rows (pooled over columns), within `max_relative_error`: an error is compared with how
   much the model's answers differ between inputs, not with their size (outputs near 1e4 that vary by 300 are
@@ -162,7 +162,10 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
             ids = class_ids(labels, columns, f"labels of {spec.name}")
             n = len(ids)
             accuracy, original_accuracy = float(np.mean(top[:n] == ids)), float(np.mean(top_orig[:n] == ids))
-        if cannot is not None:
+        drop = None if accuracy is None or original_accuracy is None else original_accuracy - accuracy
+        would_pass = (drop <= max_accuracy_drop + 1e-9) if drop is not None else \
+            (1.0 - agreement <= max_accuracy_drop + 1e-9)
+        if cannot is not None and would_pass:  # a pass agreement cannot vouch for: judged by the spread instead
             passed = relative <= max_relative_error + 1e-12
             beside = (f"; accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f}"
                       if accuracy is not None else "")
@@ -172,8 +175,7 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
                                 f"{'<=' if passed else '>'} {max_relative_error:.4f} (top-1 agreement {agreement:.4f}, "
                                 f"not gated{beside})", accuracy=accuracy, original_accuracy=original_accuracy,
                                 agreement=agreement, relative_error=relative, max_abs_error=max_abs)
-        if accuracy is not None and original_accuracy is not None:
-            drop = original_accuracy - accuracy
+        if accuracy is not None and original_accuracy is not None and drop is not None:
             passed = drop <= max_accuracy_drop + 1e-9
             return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
                                 f"classification with labels: accuracy {accuracy:.4f} vs the original's "

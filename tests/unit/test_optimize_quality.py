@@ -165,3 +165,11 @@ def test_labels_cover_the_first_rows_and_later_rows_are_judged_against_the_origi
     labels = np.argmax(logits[:20], axis=1)
     metric = gate(spec("probs", "classification", 3), softmax(logits), softmax(logits), labels)
     assert metric.passed and metric.accuracy == 1.0 and metric.agreement == 1.0
+
+
+def test_a_failing_agreement_has_judged_and_still_names_the_disagreement() -> None:
+    """A broken file whose error is as large as the original's spread: agreement fails, and says so."""
+    original = softmax(RNG.normal(size=(100, 5)) * 3)
+    broken = np.roll(original, 1, axis=1)
+    metric = gate(spec("probs", "classification", 5), broken, original)
+    assert metric.metric == "disagreement" and not metric.passed and "cannot judge" not in metric.why
