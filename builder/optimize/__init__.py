@@ -106,10 +106,14 @@ writes it, standard library only)::
                     "mae", "rmse", "original_mae", "relative_error", "max_abs_error"}
 
 Quality (`builder.optimize.quality`): every artifact, per output, against the ORIGINAL model (before any
-pruning), on DATA's held-out rows (never calibration rows). Classification with labels: accuracy drop within
-`--max-accuracy-drop` (top-1 agreement reported beside it); classification without labels: disagreement with the
-original within the same limit; regression: relative error ||y - y_orig|| / ||y_orig|| within
-`--max-relative-error` (MAE/RMSE against labels reported when given). An artifact is accepted when every output
+pruning), on DATA's held-out rows (never calibration rows) and one all-zero input after them. Classification
+with labels: accuracy drop within `--max-accuracy-drop` (top-1 agreement reported beside it); classification
+without labels: disagreement with the original within the same limit (a row whose top score is tied has no
+answer: a disagreement); when the original answers one class for nearly every row, or varies less than the
+artifact's error, a passing agreement vouches for nothing and the output is judged like a regression one, with
+the report saying so; regression: relative error RMS(y - y_orig) / std(y_orig) (the error against the spread
+of the original's outputs, not their size) within `--max-relative-error` (MAE/RMSE against labels reported
+when given). An artifact is accepted when every output
 passes and its signature equals the contract; rejected ones are kept and marked; when the chosen one is
 rejected the command exits 3 (bad input exits 2 with one line and leaves --out untouched).
 
