@@ -721,7 +721,8 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         if signature != XLA_SIGNATURE or xla is None or (result.path, runtime, signature) in errors:
             continue
         if plain is not None and not faster_beyond_noise(_as_timed(xla), _as_timed(plain)):
-            errors[(result.path, runtime, signature)] = (f"not faster beyond noise than {contract.signature} "
+            verdict = "slower than" if xla.p50 >= plain.p50 else "not faster beyond noise than"
+            errors[(result.path, runtime, signature)] = (f"{verdict} {contract.signature} "
                                                          f"({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged")
             continue
         with _stage(say, f"judging {result.path} {signature} on the held-out rows"):
@@ -808,8 +809,9 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
     On this host with `--recipe auto`: the fastest accepted candidate (any artifact x runtime x signature) by
     measured p50; those within noise of the fastest (overlapping median confidence intervals) break the tie by
     the smaller file, then the smaller runtime (LiteRT first, TensorFlow last), then the contract's own
-    signature over serving_xla, then the name (`pick_fastest`). Elsewhere, or for GPU targets, or explicit recipes: by rule (the
-    recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the contract's signature.
+    signature over serving_xla, then the name (`pick_fastest`). Elsewhere, or for GPU targets, or explicit
+    recipes: by rule (the recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the
+    contract's signature.
     """
     accepted = {r.path: r for r in results if r.accepted}
     notes: list[str] = []
