@@ -26,11 +26,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msgspec
+try:
+    import msgspec
+except ImportError:  # an image whose wheels predate it: the standard library alone, slower, same meaning
+    msgspec = None  # type: ignore[assignment]
 
 
 def loads(body: bytes | str) -> Any:
     """The JSON value of `body`; raises what `json.loads` raises for what it refuses."""
+    if msgspec is None:
+        return json.loads(body)
     try:
         return msgspec.json.decode(body)
     except msgspec.DecodeError:  # ValidationError (a number beyond a double) is one too
@@ -39,9 +44,11 @@ def loads(body: bytes | str) -> Any:
 
 def dumps(content: Any) -> bytes:
     """Compact JSON bytes of plain lists, dicts, strings and numbers (non-finite floats as NaN/Infinity)."""
+    if msgspec is None:
+        return json.dumps(content, separators=(",", ":")).encode()
     try:
         text = msgspec.json.encode(content)
-    except (TypeError, UnicodeEncodeError, msgspec.EncodeError):  # e.g. a lone surrogate in an echoed string: the standard library escapes it
+    except (TypeError, UnicodeEncodeError, msgspec.EncodeError):  # e.g. a lone surrogate in a string
         return json.dumps(content, separators=(",", ":")).encode()
     if b"null" in text:  # NaN/Infinity became null (or a string holds the word): the standard library writes it
         return json.dumps(content, separators=(",", ":")).encode()
