@@ -55,21 +55,32 @@ MODEL ?=
 DATA ?=
 WHEEL_DIR := .tfsmith/wheels
 define pypi_wheel
-	echo "==> downloading PyPI's stock tensorflow-cpu 2.21 wheel for Python $(BASE_PYTHON) (the base image's)"; \
+	echo "==> downloading PyPI's stock TensorFlow 2.21 wheel for Python $(BASE_PYTHON) on $$arch (the base image's)"; \
+	dist=tensorflow-cpu; if [ "$$arch" = aarch64 ]; then dist=tensorflow; fi; \
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(BASE_PYTHON) \
-	  --platform manylinux_2_27_$$(uname -m) --dest $(WHEEL_DIR) "tensorflow-cpu==2.21.*"; \
-	wheel=$$(ls -t $(WHEEL_DIR)/tensorflow_cpu-2.21.*.whl | head -n1)
+	  --platform manylinux_2_27_$$arch --dest $(WHEEL_DIR) "$$dist==2.21.*"; \
+	wheel=$$(ls -t $(WHEEL_DIR)/$${dist//-/_}-2.21.*$$arch.whl | head -n1)
+endef
+# The target's CPU family decides the wheel and the base image: an ARM target built on x86 runs under QEMU
+# (`tfsmith engine-up --arch arm64` installs it and bootstraps the arm64 base, once).
+define target_arch
+	arch=$$($(TFSMITH) target $(TARGET) --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)["arch"])'); \
+	base="$(BASE_IMAGE)"; \
+	if [ "$$arch" != "$$(uname -m)" ]; then \
+	  $(TFSMITH) engine-up --arch $$arch; \
+	  if [ "$$base" = tfsmith/python:bookworm ]; then base=tfsmith/python:bookworm-$${arch/aarch64/arm64}; fi; \
+	fi
 endef
 
 build: engine
 	@echo "==> 1/4 this host"
 	@$(TFSMITH) detect
-	@set -e; wheel="$(WHEEL)"; source_note="compiled from source for $(TARGET)"; \
+	@set -e; $(target_arch); wheel="$(WHEEL)"; source_note="compiled from source for $(TARGET)"; \
 	if [ "$$wheel" = pypi ]; then $(pypi_wheel); source_note="PyPI stock wheel (WHEEL=pypi)"; fi; \
 	echo; \
 	if [ -z "$$wheel" ]; then \
 	  echo "==> 2/4 TensorFlow from source for $(TARGET) (Python $(BASE_PYTHON), runtime base $(BASE_IMAGE))"; \
-	  set +e; $(TFSMITH) build --target $(TARGET) --base-image $(BASE_IMAGE) --python $(BASE_PYTHON) $(BUILD_FLAGS); rc=$$?; set -e; \
+	  set +e; $(TFSMITH) build --target $(TARGET) --base-image $$base --python $(BASE_PYTHON) $(BUILD_FLAGS); rc=$$?; set -e; \
 	  if [ $$rc -eq 4 ] && [ "$(SOURCE_FALLBACK)" = pypi ]; then \
 	    echo "==> the TensorFlow source cannot be fetched from here (above). Falling back to PyPI's stock wheel:"; \
 	    echo "    the image runs everywhere the stock wheel does but is NOT compiled for $(TARGET)."; \
@@ -79,7 +90,7 @@ build: engine
 	fi; \
 	if [ -n "$$wheel" ]; then \
 	  echo "==> 2/4 the $(TARGET) runtime image from $$wheel"; \
-	  $(TFSMITH) build --target $(TARGET) --base-image $(BASE_IMAGE) --wheel "$$wheel" $(BUILD_FLAGS); \
+	  $(TFSMITH) build --target $(TARGET) --base-image $$base --python $(BASE_PYTHON) --wheel "$$wheel" $(BUILD_FLAGS); \
 	fi; \
 	mkdir -p .tfsmith; echo "$$source_note" > .tfsmith/tf-image.source
 	@set -e; model="$(MODEL)"; data="$(DATA)"; \
