@@ -37,9 +37,9 @@ from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
 from builder.server.contract import allowed_methods, finish_document
+from builder.server.dataplane import DataPlane
 from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from builder.server.metrics import PATH as METRICS_PATH
-from builder.server.dataplane import DataPlane
 from builder.server.metrics import Metrics
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.server.protocol import RequestError, SignatureSpec, batched, default_signature

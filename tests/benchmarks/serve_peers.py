@@ -1,7 +1,7 @@
 """tfsmith serve against its peers and against itself before the protocol work (a benchmark, not a test).
 
     python -m tests.benchmarks.serve_peers [--models DIR] [--rounds 3] [--requests 1500] [--out DIR]
-        [--before-src DIR] [--mlserver-python PATH]
+        [--before-src DIR [--before-protocols]] [--mlserver-python PATH]
 
 The same .tflite in the same interpreter (LiteRT) behind every server, loopback load from `loadgen` (lean
 keep-alive HTTP/1.1; gRPC from grpc.aio with pre-serialized requests), rounds interleaved so machine noise
@@ -312,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=1500, help="16-client requests per run (digits)")
     parser.add_argument("--before-src", type=Path, help="root of the pre-protocol server's source (builder/)")
+    parser.add_argument("--before-protocols", action="store_true",
+                        help="the --before-src server speaks gRPC and v2 too: measure all three of its protocols "
+                        "(REST, gRPC, v2 binary) in the same interleaved rounds, not REST alone")
     parser.add_argument("--src", type=Path, default=REPO,
                         help="root of the server measured as tfsmith (default: this checkout; a `git archive` "
                         "snapshot keeps edits made during the run out of it)")
@@ -350,7 +353,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     lambda r: lambda n, c: run_load(f"{r.url}/v1/models/m:predict", rest, ok, n, c))
                 plan = [("tfsmith", lambda: start_tfsmith(model, args.src, grpc=True), [("tfsmith REST (gRPC on)", rest_load)]),
                         ("tfsmith", lambda: start_tfsmith(model, args.src, grpc=False), [("tfsmith REST (gRPC off)", rest_load)])]
-            if args.before_src:
+            if args.before_src and args.before_protocols:
+                plan.append(("tfsmith", lambda: start_tfsmith(model, args.before_src, grpc=True), [
+                    ("tfsmith REST before", lambda r: lambda n, c: run_load(
+                        f"{r.url}/v1/models/m:predict", rest, ok, n, c)),
+                    ("tfsmith gRPC tensor_content before",
+                     lambda r: lambda n, c: grpc_load(r.grpc_port, x, r.extra["input"], n, c)),
+                    ("tfsmith v2 binary before", lambda r: lambda n, c: _run_v2_binary(r, x, n, c)),
+                ]))
+            elif args.before_src:
                 plan.append(("before", lambda: start_tfsmith(model, args.before_src, grpc=False, before=True), [
                     ("tfsmith REST before", lambda r: lambda n, c: run_load(
                         f"{r.url}/v1/models/m:predict", rest, ok, n, c)),
