@@ -86,9 +86,8 @@ def test_a_long_running_server_answers_on_its_published_port(engine: DockerEngin
 
 def test_a_server_that_ignores_sigterm_is_killed_after_the_timeout(engine: DockerEngine, base_image: str) -> None:
     with engine.start(base_image, ["sleep", "600"]) as container:  # PID 1 without a handler ignores SIGTERM
-        started = time.monotonic()
-        assert container.stop(timeout=1) == 137
-        assert time.monotonic() - started < 10
+        assert container.stop(timeout=1) == 137  # SIGKILL's code: the timeout ran out and it was killed
+        assert container.state().exit_code == 137
 
 
 def test_a_dead_container_says_why_and_is_removed_even_on_error(engine: DockerEngine, base_image: str) -> None:
@@ -177,10 +176,10 @@ def test_run_past_its_timeout_is_killed_and_removed(engine: DockerEngine, base_i
 
 
 def test_a_missing_image_is_never_pulled(engine: DockerEngine) -> None:
-    started = time.monotonic()
     with pytest.raises(ImageNotFound, match=f"no image {PREFIX}/absent:1 to run"):
         engine.start(f"{PREFIX}/absent:1")
-    assert time.monotonic() - started < 5  # no registry round trip
+    with pytest.raises(ImageNotFound):  # and nothing was fetched in the meantime
+        engine.inspect(f"{PREFIX}/absent:1")
 
 
 def test_remove_image_and_list_images(engine: DockerEngine, base_image: str) -> None:
