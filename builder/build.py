@@ -26,11 +26,11 @@ from typing import Any
 from builder.config import BuildConfig
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
 from builder.engine.buildlog import StepTracker
-from builder.errors import InputError
 from builder.planning import wheel_facts
 from builder.staging import staged_file
+from builder.say import Say
+from builder.errors import SourceUnreachable
 
-Say = Callable[[str], None]
 SPEC_LABEL = "io.tfsmith.spec-digest"
 # Rough cost of a CPU / CUDA TensorFlow wheel build: ~14k / ~35k bazel actions, on the order of 20 / 50
 # CPU-hours in public builds; we say "about", never promise.
@@ -72,12 +72,6 @@ def source_hosts(plan: Any) -> list[str]:
         urls.append(plan.source["repo"])
     hosts = [urllib.parse.urlparse(u).hostname or "" for u in urls]
     return sorted({h for h in hosts if h})
-
-
-class SourceUnreachable(InputError):
-    """A from-source build cannot fetch TensorFlow or its toolchain; exit 4 so scripts can tell it apart."""
-
-    exit_code = 4
 
 
 def reachable(host: str, port: int = 443, timeout: float = 5.0) -> str | None:

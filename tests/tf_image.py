@@ -22,17 +22,18 @@ TARGET = "x86-64-v3"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-def stand_in_wheel(python: str = "3.11") -> Path:
-    """PyPI's tensorflow 2.21.0 manylinux x86_64 wheel for `python` (downloaded once into the engine's cache)."""
+def stand_in_wheel(python: str = "3.11", arch: str = "x86_64") -> Path:
+    """PyPI's tensorflow 2.21.0 manylinux wheel for `python` and `arch` (x86_64, aarch64), downloaded once into
+    the engine's cache."""
     tag = "cp" + python.replace(".", "")
     cache = STATE_DIR / "wheels"
-    pattern = f"tensorflow-2.21.0-{tag}-{tag}-manylinux*_x86_64.whl"
+    pattern = f"tensorflow-2.21.0-{tag}-{tag}-manylinux*_{arch}.whl"
     found = sorted(cache.glob(pattern))
     if not found:
         cache.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "tensorflow==2.21.0", "--no-deps", "--only-binary=:all:",
-             "--python-version", python, "--platform", "manylinux_2_27_x86_64", "-d", str(cache), "-q"],
+             "--python-version", python, "--platform", f"manylinux_2_27_{arch}", "-d", str(cache), "-q"],
             capture_output=True, text=True, timeout=900, check=False,
         )
         if done.returncode != 0:
@@ -41,9 +42,10 @@ def stand_in_wheel(python: str = "3.11") -> Path:
     return found[-1]
 
 
-def ensure_tf_image(base_image: str, python: str = "3.11", target: str = TARGET) -> str:
-    """The tag of the TensorFlow image for `target` in the test repository, built with `tfsmith build`."""
-    argv = [str(TFSMITH), "build", "--target", target, "--wheel", str(stand_in_wheel(python)), "--python", python,
+def ensure_tf_image(base_image: str, python: str = "3.11", target: str = TARGET, arch: str = "x86_64") -> str:
+    """The tag of the TensorFlow image for `target` in the test repository, built with `tfsmith build` (an
+    aarch64 target from the aarch64 wheel, on the arm64 base, under emulation on x86)."""
+    argv = [str(TFSMITH), "build", "--target", target, "--wheel", str(stand_in_wheel(python, arch)), "--python", python,
             "--base-image", base_image, "--repository", TEST_REPOSITORY]
     if CA_BUNDLE.is_file():
         argv += ["--ca-bundle", str(CA_BUNDLE)]

@@ -22,8 +22,8 @@ import numpy as np
 
 from builder.engine.base import Engine, EngineError
 from builder.errors import InputError, TfsmithError
+from builder.say import Say
 
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,9 @@ def register(app: typer.Typer) -> None:
         else:
             _print_target(result)
         if missing:
-            raise typer.Exit(3)
+            from builder.errors import EXIT_CANNOT_RUN
+
+            raise typer.Exit(EXIT_CANNOT_RUN)
 
     @app.command("check")
     def check(

@@ -119,7 +119,9 @@ def register(app: typer.Typer) -> None:
             stale = _differences(fresh, out)
         if stale:
             typer.echo(f"{out} is stale ({len(stale)} differences, e.g. {stale[0]}); run `make dockerfiles`", err=True)
-            raise typer.Exit(1)
+            from builder.errors import EXIT_STALE
+
+            raise typer.Exit(EXIT_STALE)
         typer.echo(f"{out} is current")
 
 

@@ -17,8 +17,9 @@ from typing import Any
 from builder.deploy.plan import FleetImage
 from builder.errors import InputError
 from builder.target_types import BuildTarget
+from builder.plan import LABEL_PREFIX
 
-LABEL = "io.tfsmith"
+LABEL = LABEL_PREFIX
 
 
 def _split(values: Iterable[str]) -> list[str]:

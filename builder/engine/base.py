@@ -246,10 +246,6 @@ class Engine(ABC):
     def remove_image(self, ref: str) -> None:
         """Remove a tag (the image too when it was the last); an absent ref is fine."""
 
-    def remove(self, ref: str) -> None:
-        """Same as `remove_image` (the older name)."""
-        self.remove_image(ref)
-
     def run(
         self,
         ref: str,

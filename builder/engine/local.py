@@ -22,6 +22,7 @@ from pathlib import Path
 
 import builder.engine.emulation as emulation
 from builder.engine.base import EngineUnavailable
+from builder.say import Say
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
@@ -29,7 +30,6 @@ DEFAULT_BASE_IMAGE = "tfsmith/python:bookworm"
 STATE_DIR = Path(os.environ.get("TFSMITH_ENGINE_DIR", Path.home() / ".cache" / "tfsmith"))
 DEBIAN_MIRROR = os.environ.get("TFSMITH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
-Say = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:

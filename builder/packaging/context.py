@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ from builder.errors import InputError, TfsmithError
 from builder.packaging.plan import ServePlan
 from builder.server.artifacts import Artifact
 from builder.staging import staged_dir
+from builder.say import Say
 
-Say = Callable[[str], None]
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 
 #: What the server needs in every image: REST (FastAPI on uvicorn), gRPC on 8500 and metrics, plus the runtime.

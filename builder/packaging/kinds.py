@@ -15,7 +15,6 @@ Serving base image).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,8 @@ from builder.engine.base import Engine, Image, ImageNotFound
 from builder.errors import InputError
 from builder.packaging.plan import LABEL_PREFIX, BaseImage, PackageOptions, ServePlan
 from builder.server.artifacts import Artifact
+from builder.say import Say, quiet
 
-Say = Callable[[str], None]
-
-
-def _quiet(_line: str) -> None:
-    """Say nothing."""
 
 
 class ImageKind(ABC):
@@ -39,7 +34,7 @@ class ImageKind(ABC):
     default_runtime: str
 
     @abstractmethod
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         """The base image and its facts; InputError in one line when it is not on the engine."""
 
     def requirements(self, runtime: str) -> tuple[str, ...]:
@@ -90,7 +85,7 @@ class LiteRTKind(ImageKind):
     runtimes = ("litert", "openvino", "openvino-nncf")
     default_runtime = "litert"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         if options.base_image:
             return BaseImage(options.base_image, image_python(engine, options.base_image), "requested (--base-image)")
         from builder.engine.local import base_image_ref, ensure_base_image
@@ -140,7 +135,7 @@ class TensorFlowKind(ImageKind):
     runtimes = ("tensorflow", "litert")
     default_runtime = "tensorflow"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         if options.base_image:
             ref, why = options.base_image, "requested (--base-image)"
             has_guard = _has_guard(engine, ref)
@@ -176,7 +171,7 @@ class TFServingKind(ImageKind):
     runtimes = ("tfserving",)
     default_runtime = "tfserving"
 
-    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = _quiet) -> BaseImage:
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         from builder.packaging.tfserving import DEFAULT_TFSERVING_BASE
 
         ref = options.base_image or DEFAULT_TFSERVING_BASE

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builder.errors import InputError
+from builder.plan import LABEL_PREFIX
 from builder.server.artifacts import Artifact
 
-LABEL_PREFIX = "io.tfsmith"
 #: Labels that mark a TensorFlow image made by `tfsmith build` (its spec, wheel and tag). An image built FROM
 #: one inherits them, so a serving image blanks them: it must never be taken for its base (the build's cache
 #: looks images up by spec digest, and packaging looks up a target's TensorFlow image by them).

@@ -12,7 +12,6 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from builder.errors import InputError
 from builder.measure.decide import choose_fastest_runtime

@@ -17,7 +17,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,8 +27,8 @@ from builder.packaging.plan import GRPC_PORT, ServePlan
 from builder.server.artifacts import Artifact, Samples, load_samples
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
+from builder.say import Say
 
-Say = Callable[[str], None]
 
 
 class SmokeFailed(TfsmithError):
@@ -429,7 +428,7 @@ def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) ->
         result = check_server(url, artifact, plan.model_name, plan.version,
                               grpc_address=(running.host, running.host_port(GRPC_PORT)), runtime=plan.runtime,
                               signature_name=plan.signature)
-        code = running.stop()
+        code = running.stop(timeout=180.0 if emulated else 10.0)  # draining under QEMU takes its time
     if code not in (0, 143):
         raise SmokeFailed(f"the server did not stop cleanly (exit {code})")
     return dataclasses.replace(result, startup_s=startup)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import shutil
 import stat
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,8 +24,8 @@ from builder.packaging.plan import PackageOptions, ServePlan
 from builder.server.artifacts import Artifact
 from builder.server.protocol import DEFAULT_SIGNATURE, TF_DTYPES
 from builder.packaging.warmup import Tensor, encode_prediction_log, write_warmup
+from builder.say import Say
 
-Say = Callable[[str], None]
 BATCHING_FILE = "/models/batching_parameters.txt"
 WARMUP_PATH = "assets.extra/tf_serving_warmup_requests"
 DEFAULT_DEVEL_IMAGE = "tensorflow/serving:2.19.0-devel"

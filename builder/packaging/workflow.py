@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,10 @@ from builder.packaging.kinds import ImageKind, choose_kind, kind_named
 from builder.packaging.plan import PackageOptions, ServePlan, plan_package
 from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
 from builder.server.artifacts import Artifact, resolve_artifact
+from builder.say import Say
 
 __all__ = ["PackageOptions", "package_model", "resolve_target"]
 
-Say = Callable[[str], None]
 
 
 def resolve_target(name: str | None, cuda_cc: str | None = None) -> Any | None:

@@ -37,7 +37,7 @@ def engine(docker_engine: None) -> Iterator[DockerEngine]:
     engine = DockerEngine()
     yield engine
     for tag in (LITERT_TAG, TFSERVING_TAG):
-        engine.remove(tag)
+        engine.remove_image(tag)
 
 
 @pytest.fixture(scope="session")

@@ -228,3 +228,10 @@ def test_arm64_reads_hwcaps_not_the_emulating_hosts_cpuinfo(monkeypatch: pytest.
     assert "avx2" in guard.host_cpu_flags(x86, machine="x86_64")
     monkeypatch.setattr(guard, "read_hwcaps", lambda: None)  # no auxv: fall back to /proc/cpuinfo
     assert "avx2" in guard.host_cpu_flags(x86, machine="aarch64")
+
+
+def test_the_guards_exit_codes_are_the_ones_errors_lists() -> None:
+    """The guard runs alone in images (stdlib only), so it repeats two codes; they must not drift apart."""
+    from builder import errors, guard
+
+    assert (guard.EXIT_USAGE, guard.EXIT_CANNOT_RUN) == (errors.EXIT_USAGE, errors.EXIT_CANNOT_RUN)
