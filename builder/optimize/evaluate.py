@@ -134,12 +134,12 @@ class Runner:
         return call
 
 
-def time_runners(calls: Mapping[str, Callable[[], Any]], budget_s: float) -> dict[str, Latency]:
+def time_runners(calls: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 3) -> dict[str, Latency]:
     """THE timing loop (`builder.measure.loop`) over named zero-argument calls -> p50/p99 and the median's
     95% confidence interval, in microseconds."""
     from builder.measure.loop import time_interleaved
 
-    samples = time_interleaved(dict(calls), budget_s, warmup=3)
+    samples = time_interleaved(dict(calls), budget_s, warmup=warmup)
     return {name: latency_from(s) for name, s in samples.items()}
 
 
@@ -153,12 +153,20 @@ def latency_from(samples_s: list[float]) -> Latency:
 
 #: Rows per call behind the rows/s column (the model's fixed batch size when it has one).
 THROUGHPUT_BATCH = 32
+#: At most this long per batch call at the batch-1 pace: a big model on a small host gets a smaller batch
+#: (ResNet50 at ~140 ms a row on 2 busy cores would spend minutes on warm-up calls of 32 rows alone).
+BATCH_CALL_S = 0.25
 
 
-def batch_for(runner: Runner, x: Arrays, batch: int = THROUGHPUT_BATCH) -> int:
-    """The batch size rows/s is measured at: `batch`, the model's fixed batch, or all rows when fewer."""
+def batch_for(runner: Runner, x: Arrays, row_p50_us: float | None = None, batch: int = THROUGHPUT_BATCH) -> int:
+    """The batch size rows/s is measured at: `batch`, fewer when one call would take over BATCH_CALL_S at the
+    batch-1 pace `row_p50_us`, all rows when fewer; the model's fixed batch when it has one."""
     fixed = runner.inputs[0].shape[0] if runner.inputs and runner.inputs[0].shape else None
-    return min(fixed or batch, len(next(iter(x.values()))))
+    if fixed:
+        return int(fixed)
+    if row_p50_us:
+        batch = max(1, min(batch, int(BATCH_CALL_S * 1e6 / row_p50_us)))
+    return min(batch, len(next(iter(x.values()))))
 
 
 def batch_caller(runner: Runner, x: Arrays, batch: int) -> Callable[[], Any]:

@@ -735,8 +735,8 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
             errors[(result.path, runtime, signature)] = f"fails the gate on this runtime ({why})"
     primaries = {r.path: _key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
                  for r in results}
-    rows_per_s = _time_batches([k for k in [*primaries.values(), baseline_key] if k in made and k in latencies],
-                               made, plan, budget, say)
+    rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
+                                if k in made and k in latencies}, made, plan, budget, say)
     updated = []
     for result in results:
         primary = primaries[result.path]
@@ -756,21 +756,23 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     return updated, candidates, extra
 
 
-def _time_batches(keys: list[str], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
+def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
                   ) -> dict[str, dict[str, float]]:
-    """rows/s of each table row: batch-B calls timed in one interleaved loop like batch 1, so rows/s and p50
-    come from the same kind of measurement (B = `evaluate.THROUGHPUT_BATCH` or the model's fixed batch)."""
+    """rows/s of each table row (`rows`: its batch-1 latency): batch-B calls timed in one interleaved loop like
+    batch 1, so rows/s and p50 come from the same kind of measurement (B: `evaluate.batch_for`; at B = 1 the
+    batch-1 timing itself)."""
     from builder.optimize import evaluate
 
-    if not keys:
-        return {}
-    batches = {k: evaluate.batch_for(made[k], plan.data.x_val) for k in keys}
-    calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, batches[k]) for k in keys}
-    share = max(0.5, budget / 3)
-    with _stage(say, f"timing {len(keys)} artifacts at batch {max(batches.values())} for rows/s ({share:.0f} s, "
-                     "interleaved)"):
-        per_call = evaluate.time_runners(calls, share)
-    return {k: evaluate.throughput_from(batches[k], per_call[k]) for k in keys if k in per_call}
+    batches = {k: evaluate.batch_for(made[k], plan.data.x_val, row.p50) for k, row in rows.items()}
+    out = {k: evaluate.throughput_from(1, rows[k]) for k, b in batches.items() if b == 1}
+    calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, b) for k, b in batches.items() if b > 1}
+    if calls:
+        share = max(0.5, budget / 3)
+        with _stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s "
+                         f"({share:.0f} s, interleaved)"):
+            per_call = evaluate.time_runners(calls, share, warmup=1)
+        out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call}
+    return out
 
 
 def candidate_pairs(result: ArtifactResult, contract: ModelContract, facts: TargetFacts) -> list[tuple[str, str]]:

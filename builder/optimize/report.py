@@ -11,8 +11,9 @@ REPORT_MD, REPORT_PNG = "report.md", "report.png"
 HEADERS = ["artifact", "kind", "size", "gzip", "quality vs original", "p50 us", "p99 us", "rows/s", "gate"]
 #: What the timing columns mean, said next to the table.
 TIMINGS = ("p50/p99 us: one row per call (batch 1), from calls interleaved across every row; rows/s: rows per "
-           "second at batch B (B rows per call: 32, or the model's fixed batch; fewer when the held-out rows are "
-           "fewer) = B / the median time of one batch-B call, timed the same interleaved way. A row/s figure above "
+           "second at batch B, shown beside it (B rows per call: 32, fewer when one call would take over 0.25 s "
+           "at the batch-1 pace or when the held-out rows are fewer, or the model's fixed batch) = B / the median "
+           "time of one batch-B call, timed the same interleaved way (at B = 1: 1e6 / p50). A rows/s figure above "
            "1e6 / p50 means batching helps; below it, batching costs per row.")
 
 

@@ -263,3 +263,16 @@ def test_the_gate_rows_end_with_one_all_zero_input_for_numeric_inputs_only() -> 
     assert np.array_equal(rows["pixels"][:5], x["pixels"])
     text = {"text": np.array([b"a", b"b"])}
     assert gate_rows(text)["text"].shape == (2,)  # text has no all-zero input
+
+
+def test_rows_per_s_batch_shrinks_for_slow_models_and_follows_a_fixed_batch() -> None:
+    from types import SimpleNamespace
+
+    from builder.optimize.evaluate import batch_for
+
+    x = {"x": np.zeros((64, 4), np.float32)}
+    dynamic = SimpleNamespace(inputs=(TensorSpec("x", "float32", (None, 4)),))
+    assert batch_for(dynamic, x, 100.0) == 32  # 0.1 ms a row: 32 rows a call
+    assert batch_for(dynamic, x, 140_000.0) == 1  # 140 ms a row: one row a call, the batch-1 timing itself
+    assert batch_for(dynamic, {"x": x["x"][:5]}, 100.0) == 5
+    assert batch_for(SimpleNamespace(inputs=(TensorSpec("x", "float32", (8, 4)),)), x, 140_000.0) == 8
