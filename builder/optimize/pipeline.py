@@ -29,6 +29,7 @@ from builder.optimize import recipe as recipes
 from builder.optimize.recipe import Recipe
 from builder.report import (SAMPLES_NPZ, ArtifactResult, Candidate, DataInfo, Gate, Latency, ModelContract, ModelInfo,
                             OutputSpec, Report, Selection, TensorSpec)
+from builder.say import Say
 
 GATE_FAILED = 3  # exit status when the chosen artifact fails the quality gate (bad input is 2)
 SAMPLES_NAME = SAMPLES_NPZ
@@ -211,7 +212,6 @@ class Outcome:
         return self.report.gate.passed
 
 
-Say = Callable[[str], Any]
 
 
 @contextlib.contextmanager
