@@ -103,7 +103,8 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
     return ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
                        batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
-                       default_signature=default, platform=pool.platform, model_p50_us=model_p50_us, pool=pool)
+                       default_signature=default, platform=pool.platform, model_p50_us=model_p50_us, pool=pool,
+                       ready=True)
 
 
 def served_signature(config: ServerConfig, signatures: Mapping[str, SignatureSpec]) -> str | None:
@@ -120,9 +121,7 @@ def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics
     """Every model version to serve at start, loaded and warmed: the one model file, or each source's versions."""
     models = ModelSet()
     if not config.sources:
-        served = load_model(config, pool, metrics)
-        served.ready = True
-        models.set(config.model_name, {config.version: served})
+        models.set(config.model_name, {config.version: load_model(config, pool, metrics)})
         return models
     for source in config.sources:
         folders = version_folders(source.base_path)
@@ -140,12 +139,10 @@ def load_version(config: ServerConfig, source: ModelSource, version: int, folder
     from builder.server.artifacts import resolve_artifact
 
     artifact = resolve_artifact(folder, source.name, config.runtime)
-    served = load_model(replace(config, model_path=artifact.model_path, model_name=source.name, version=version,
-                                samples_path=artifact.samples_path,
-                                signature_name=config.signature_name or artifact.signature,
-                                signature_required=config.signature_required), None, metrics)
-    served.ready = True
-    return served
+    return load_model(replace(config, model_path=artifact.model_path, model_name=source.name, version=version,
+                              samples_path=artifact.samples_path,
+                              signature_name=config.signature_name or artifact.signature,
+                              signature_required=config.signature_required), None, metrics)
 
 
 def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI:
