@@ -154,6 +154,11 @@ def engine_and_base() -> tuple[Engine, str]:
     return DockerEngine(), base
 
 
+def _tf_dtype(dtype: str) -> str:
+    """TensorFlow's name of a contract dtype (`float32` -> DT_FLOAT, `string` -> DT_STRING)."""
+    return "DT_STRING" if dtype == "string" else TF_DTYPES[dtype][0]
+
+
 def _strings_as_json(values: np.ndarray) -> object:
     from builder.packaging.smoke import json_value
 
@@ -164,9 +169,10 @@ def _strings_as_json(values: np.ndarray) -> object:
 def test_what_only_tensorflow_runs_is_served_to_a_client_of_the_original_unchanged(
     name: str, zoo_models: dict[str, zoo.ZooModel], optimized: dict
 ) -> None:
-    """A GRU over variable-length sequences, a TextVectorization string model, a custom layer, a predict-only
-    module: optimize serves them on TensorFlow; REST rows and columns in the original dtypes (strings as JSON
-    strings) and TF Serving's own gRPC client get the original model's answers."""
+    """A GRU over variable-length sequences and a TextVectorization string model (no plain .tflite: served on
+    TensorFlow), a custom layer loaded with --import and a predict-only module (whatever optimize measured
+    fastest): REST rows and columns in the original dtypes (strings as JSON strings) and TF Serving's own gRPC
+    client get the original model's answers."""
     grpc = pytest.importorskip("grpc")
     tf = pytest.importorskip("tensorflow")
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -174,7 +180,9 @@ def test_what_only_tensorflow_runs_is_served_to_a_client_of_the_original_unchang
     model = zoo_models[name]
     out = optimized(name, "host")
     report = Report.load(out)
-    assert report.gate.passed and report.chosen_runtime == "tensorflow", (report.chosen, report.chosen_runtime)
+    assert report.gate.passed, report.gate
+    if name in ("gru_sequence", "text_classifier"):  # no plain .tflite can be made of these
+        assert (report.chosen, report.chosen_runtime) == ("saved_model", "tensorflow")
     x, want = _original(model)
     outputs = list(model.outputs)
     client = httpx.Client(timeout=60)
@@ -183,7 +191,7 @@ def test_what_only_tensorflow_runs_is_served_to_a_client_of_the_original_unchang
         meta = client.get(f"{running.url}/v1/models/m/metadata").json()
         signature = meta["metadata"]["signature_def"]["signature_def"][model.signature]
         assert {k: v["dtype"] for k, v in signature["inputs"].items()} == {
-            k: TF_DTYPES[d][0] for k, (d, _) in model.inputs.items()}, "input names or dtypes changed"
+            k: _tf_dtype(d) for k, (d, _) in model.inputs.items()}, "input names or dtypes changed"
         rows = len(next(iter(x.values())))
         bodies = []
         for i in range(rows):
