@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from builder.errors import IncompatibleError, InputError
+from builder.hardware import reference as _reference
 from builder.target_types import BuildTarget
 
 MANIFEST_SCHEMA = 1
@@ -176,35 +177,14 @@ class BuildMachine:
 
 # The fixed, recorded machine the canonical dockerfiles/ are rendered for, so they do not change with
 # whichever host runs `make dockerfiles`. A modest CI runner: 16 cores, 64 GiB.
-REFERENCE_BUILD_MACHINE = BuildMachine(cpus=16, memory_bytes=64 * 1024**3, name="reference: 16 cores, 64 GiB")
+REFERENCE_BUILD_MACHINE = BuildMachine(cpus=_reference.CPUS, memory_bytes=_reference.MEMORY_BYTES,
+                                       name=_reference.NAME)
 
 
 def reference_build_facts(arch: str) -> Any:
-    """Host facts of the reference build machine for `arch`: a conservative generic CPU (x86-64-v2, or
-    plain armv8-a) so the host-tool flags of canonical Dockerfiles suit any build machine of that family.
-    Fixed data, never this host, so `make dockerfiles` gives the same bytes everywhere."""
-    from archspec.cpu import TARGETS
-
-    from builder.hardware.facts import CpuFacts, HostFacts
-
-    generic = {"x86_64": "x86_64_v2", "aarch64": "aarch64"}
-    if arch not in generic:
-        raise InputError(f"no reference build machine for architecture {arch!r}")
-    level = TARGETS[generic[arch]]
-    return HostFacts(
-        cpu=CpuFacts(
-            arch=arch,
-            vendor="generic",
-            model_name=REFERENCE_BUILD_MACHINE.name,
-            microarchitecture=level.name,
-            level="x86-64-v2" if arch == "x86_64" else "armv8-a",
-            features=frozenset(level.features),
-            logical_cpus=REFERENCE_BUILD_MACHINE.cpus,
-            usable_cpus=REFERENCE_BUILD_MACHINE.cpus,
-            total_memory_bytes=REFERENCE_BUILD_MACHINE.memory_bytes,
-            usable_memory_bytes=REFERENCE_BUILD_MACHINE.memory_bytes,
-        )
-    )
+    """Host facts of the reference build machine for `arch` (`builder.hardware.reference`, the one
+    definition): fixed data, never this host, so `make dockerfiles` gives the same bytes everywhere."""
+    return _reference.reference_build_facts(arch)
 
 
 class _CpuFacts(Protocol):
