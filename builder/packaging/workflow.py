@@ -76,12 +76,18 @@ def package_model(
     from builder.server.backends import RUNTIMES, model_for_runtime
 
     options.check()
+    if options.runtime in ("tfserving", "tensorflow-serving"):
+        raise InputError("tfserving is an image kind, not a runtime: use --kind tfserving")
     if options.runtime is not None and options.runtime not in (*RUNTIMES, "auto"):
         raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
     artifact = resolve_artifact(artifact_path, model_name)
     target = resolve_target(options.target, cuda_cc)
     kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
     kind = kind_named(kind_name)
+    if artifact.runtime == "tensorflow" and kind.name == "litert":
+        what = "a SavedModel" if artifact.model_path.is_dir() else "a .tflite optimize measured on TensorFlow"
+        raise InputError(f"{artifact.model_path} is {what}: only TensorFlow runs it, and a litert image has none; "
+                         "use --kind tensorflow (or --kind auto)")
     if engine is None:
         from builder.engine import default_engine
 

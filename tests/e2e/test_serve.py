@@ -440,6 +440,10 @@ def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path
         (["{models}/image.tflite", "--runtime", "onnx"], "unknown --runtime"),
         (["{models}/image.tflite", "--max-batch", "0"], "at least 1"),
         (["{models}/image.tflite", "--target", "no-such-cpu-target"], ""),
+        (["{models}/image.tflite", "--runtime", "tfserving"], "use --kind tfserving"),
+        (["{models}/saved_model", "--kind", "litert"], "use --kind tensorflow"),
+        (["{models}/saved_model", "--kind", "tensorflow"], "pass --target"),
+        (["{models}/image.tflite", "--cuda-cc", "8.0"], "--cuda-cc needs --target"),
     ],
 )
 def test_bad_package_input_is_one_line_and_exit_2(models: Path, args: list[str], needle: str) -> None:
