@@ -135,7 +135,8 @@ def compare(model: str, report: dict, bench_json: dict, optimize_s: float = 0.0,
 
 
 def accepted_candidates(report: dict) -> set[str]:
-    """Bench runtimes for the (artifact, runtime) pairs optimize accepted and timed (report.json `selection`);
+    """Bench runtimes for the (artifact, runtime) pairs optimize accepted and timed (report.json `selection`; a
+    pair with an error, e.g. a runtime whose own numbers fail the gate, is not a candidate);
     without that list, every accepted artifact on LiteRT."""
     from builder.bench.models import shipped_runtime
 
@@ -143,7 +144,7 @@ def accepted_candidates(report: dict) -> set[str]:
     timed = (report.get("selection") or {}).get("candidates")
     if timed:
         pairs = [(c.get("artifact"), c.get("runtime")) for c in timed
-                 if c.get("p50_us") is not None and c.get("artifact") in accepted]
+                 if c.get("p50_us") is not None and not c.get("error") and c.get("artifact") in accepted]
     else:
         pairs = [(path, "litert") for path in accepted]
     names = {shipped_runtime(artifact, None if runtime == "tensorflow" else runtime) for artifact, runtime in pairs}
