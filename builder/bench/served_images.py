@@ -107,7 +107,8 @@ def compare_served_images(model: Path, first: str, second: str, *, threads: int 
                           engine: Engine | None = None, say: Say = print) -> ServedComparison:
     """Package the SavedModel FROM each image, serve both, time them interleaved; an image that cannot serve
     the model is reported with its reason (no ratio is invented)."""
-    from builder.bench import recommend, stats
+    from builder.measure import stats
+    from builder.measure.loop import time_interleaved
     from builder.bench.images import find_saved_model
     from builder.packaging.plan import GRPC_PORT, PackageOptions
     from builder.packaging.smoke import reference_backend, served_signature, smoke_inputs, wait_healthy
@@ -159,7 +160,7 @@ def compare_served_images(model: Path, first: str, second: str, *, threads: int 
                 stack.callback(close)
                 runners[image] = call
             say(f"timing {', '.join(runners)} through gRPC for {budget_s:g} s, interleaved")
-            samples = recommend.time_interleaved(runners, budget_s) if runners else {}
+            samples = time_interleaved(runners, budget_s) if runners else {}
     finally:
         for tag in tags.values():
             engine.remove_image(tag)
