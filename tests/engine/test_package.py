@@ -56,7 +56,7 @@ def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def litert_image(engine: DockerEngine, base_image: str, artifact_dir: Path) -> str:
     """Built and smoke-tested by the CLI exactly as a user runs it."""
     done = subprocess.run(
-        [str(TFSMITH), "package", str(artifact_dir), "--runtime", "litert", "--base-image", base_image,
+        [str(TFSMITH), "package", str(artifact_dir), "--kind", "litert", "--base-image", base_image,
          "--tag", LITERT_TAG, "--model-name", "digits", "--smoke"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
