@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -23,11 +21,11 @@ import pytest
 from builder.config import BuildConfig
 from builder.engine.base import BuildRequest, Engine
 from builder.engine.docker import DockerEngine
-from builder.engine.local import STATE_DIR
 from builder.guard import missing_features, read_cpu_flags
 from builder.plan import BuildPlan, reference_build_facts
 from builder.planning import plan_from_settings
 from builder.render import render_context
+from tests import tf_image
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 IMAGE = "tfsmith-test-render-runtime"
@@ -75,21 +73,7 @@ def base_python(engine: DockerEngine, base_image: str) -> str:
 @pytest.fixture(scope="module")
 def stand_in_wheel(base_python: str) -> Path:
     """The PyPI tensorflow 2.21.0 manylinux x86_64 wheel for the base image's Python (cached across runs)."""
-    tag = "cp" + base_python.replace(".", "")
-    cache = STATE_DIR / "wheels"
-    pattern = f"tensorflow-2.21.0-{tag}-{tag}-manylinux*_x86_64.whl"
-    found = sorted(cache.glob(pattern))
-    if not found:
-        cache.mkdir(parents=True, exist_ok=True)
-        download = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "tensorflow==2.21.0", "--no-deps", "--only-binary=:all:",
-             "--python-version", base_python, "--platform", "manylinux_2_27_x86_64", "-d", str(cache), "-q"],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
-        assert download.returncode == 0, download.stderr[-2000:]
-        found = sorted(cache.glob(pattern))
-    assert found, f"no {pattern} in {cache}"
-    return found[-1]
+    return tf_image.stand_in_wheel(base_python)
 
 
 @pytest.fixture(scope="module")
