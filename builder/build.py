@@ -26,7 +26,7 @@ from typing import Any
 from builder.config import BuildConfig
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
 from builder.engine.buildlog import StepTracker
-from builder.planning import wheel_facts
+from builder.settings_to_plan import wheel_facts
 from builder.staging import staged_file
 from builder.say import Say
 from builder.errors import SourceUnreachable
@@ -97,7 +97,7 @@ class Builder:
 
     def resolve(self, only: str | None = None) -> Any:
         """The BuildPlan for this config (and `--only ID`): the same path `render` takes."""
-        from builder.planning import plan_from_settings
+        from builder.settings_to_plan import plan_from_settings
 
         return plan_from_settings(self.config, only=only, host=(self.detect or _detect_host)())
 

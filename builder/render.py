@@ -20,14 +20,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.errors import InputError
-from builder.plan import (
+from builder.build_plan import (
     CA_SECRET_ID,
     LLVM_PREFIX,
     WHEEL_OUTPUT_DIR,
     WHEEL_TARGET,
     BuildPlan,
 )
+from builder.errors import InputError
 from builder.resources import template_environment
 from builder.staging import staged_dir
 

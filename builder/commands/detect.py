@@ -1,6 +1,6 @@
 """`tfsmith detect`, `target` and `check`: what this machine is, what a target resolves to, can it run here.
 
-Thin: parse flags, call builder.hardware / builder.planning / builder.guard, print a rich table or stable
+Thin: parse flags, call builder.hardware / builder.settings_to_plan / builder.guard, print a rich table or stable
 JSON. archspec, pynvml and rich are imported inside the command bodies so `tfsmith --help` and the other
 commands never pay for them (`tfsmith detect` does not even import typer: see builder/cli.py).
 
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
         """Resolve a build target: compiler flags, host-tool flags, CUDA capabilities and the image tag."""
         from builder.config import load_config
         from builder.hardware import load_facts
-        from builder.planning import resolve_settings_target
+        from builder.settings_to_plan import resolve_settings_target
         from builder.targets import can_run, target_names
 
         if list_names:

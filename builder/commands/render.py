@@ -2,7 +2,7 @@
 
 Thin on purpose: the flags go through the same settings path as `tfsmith build` (flags > TFSMITH_*
 environment > tfsmith.toml > defaults, `builder.config`) and the same settings -> plan path
-(`builder.planning`), so `render --dry-run` and `build --dry-run` show the same plan. Planning and
+(`builder.settings_to_plan`), so `render --dry-run` and `build --dry-run` show the same plan. Planning and
 rendering modules are imported inside the command bodies so `tfsmith detect` never pays for Jinja.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 if TYPE_CHECKING:
-    from builder.plan import BuildPlan
+    from builder.build_plan import BuildPlan
 
 DEFAULT_OUT_ROOT = Path("tfsmith-contexts")
 
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write a Docker build context that compiles TensorFlow for a target (or packages a --wheel)."""
         from builder.config import load_config
-        from builder.planning import plan_from_settings
+        from builder.settings_to_plan import plan_from_settings
         from builder.render import render_context, render_dockerfile
 
         flags = {
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         """Regenerate the canonical build contexts (CPU x86-64-v3/v4, sapphirerapids, neoverse_v1, CUDA 8.0+9.0)."""
         import tempfile
 
-        from builder.planning import canonical_plans
+        from builder.settings_to_plan import canonical_plans
         from builder.render import render_set
 
         plans = canonical_plans()

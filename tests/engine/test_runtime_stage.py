@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import pytest
 
+from builder.build_plan import BuildPlan, reference_build_facts
 from builder.config import BuildConfig
 from builder.engine.base import BuildRequest, Engine
 from builder.engine.docker import DockerEngine
 from builder.guard import missing_features, read_cpu_flags
-from builder.plan import BuildPlan, reference_build_facts
-from builder.planning import plan_from_settings
 from builder.render import render_context
+from builder.settings_to_plan import plan_from_settings
 from tests import tf_image
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

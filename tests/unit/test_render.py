@@ -11,8 +11,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from builder.build_plan import BuildOptions, BuildPlan, plan_build
 from builder.errors import InputError
-from builder.plan import BuildOptions, BuildPlan, plan_build
 from builder.render import (
     GUARD_SOURCE,
     environment,
@@ -22,7 +22,7 @@ from builder.render import (
     render_dockerfile,
     render_set,
 )
-from builder.planning import canonical_plans
+from builder.settings_to_plan import canonical_plans
 from builder.target_types import BuildTarget, CudaSpec
 
 V3 = BuildTarget(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.build_plan import BuildOptions, plan_build
 from builder.errors import InputError, TfsmithError
-from builder.plan import BuildOptions, plan_build
 from builder.render import render_bazelrc, render_dockerfile
 from builder.target_types import BuildTarget, CudaSpec
 

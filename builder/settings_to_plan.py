@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from builder.build_plan import BuildMachine, BuildOptions, BuildPlan, plan_build
 from builder.config import BuildConfig
 from builder.digest import sha256_file
 from builder.errors import InputError
-from builder.plan import BuildMachine, BuildOptions, BuildPlan, plan_build
 from builder.target_types import BuildTarget
 
 _WHEEL_FILE = re.compile(
@@ -145,7 +145,7 @@ def canonical_plans() -> list[tuple[str, BuildPlan]]:
     depends on the host or the user that runs it."""
     from archspec.cpu import TARGETS
 
-    from builder.plan import REFERENCE_BUILD_MACHINE, reference_build_facts
+    from builder.build_plan import REFERENCE_BUILD_MACHINE, reference_build_facts
     from builder.targets import archspec_name
 
     plans = []

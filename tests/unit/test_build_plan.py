@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from builder import compat
-from builder.errors import IncompatibleError, InputError
-from builder.plan import (
+from builder.build_plan import (
     REFERENCE_BUILD_MACHINE,
     BuildMachine,
     BuildOptions,
@@ -18,6 +17,7 @@ from builder.plan import (
     reference_build_facts,
     toolchain_for,
 )
+from builder.errors import IncompatibleError, InputError
 from builder.target_types import BuildTarget, CudaSpec
 from builder.targets import resolve_target
 
