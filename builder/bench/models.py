@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from builder.bench.runtimes import bench_row
 from builder.errors import InputError
 
 TFLITE_VARIANTS = ("fp32", "dynamic", "fp16", "int8")
@@ -257,13 +258,8 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
                       notes=notes, source=str(directory), shipped=shipped, signature=key)
 
 
-#: optimize's runtime names (report.json `chosen_runtime`, `package --server-runtime`) -> bench's prefix
-_RUNTIME_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-", "openvino-tflite": "openvino-tflite-"}
-_NNCF_RUNTIMES = ("openvino-nncf", "openvino-tflite-nncf")
-
-
 def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signature: str | None = None) -> str | None:
-    """The bench runtime that serves optimize's choice: artifact (report.json `chosen`) x runtime
+    """The bench row (`runtimes.bench_row`) that times optimize's choice: artifact (report.json `chosen`) x runtime
     (`chosen_runtime`; LiteRT when the report names none, as `package` serves a .tflite by default) x signature
     (a SavedModel served by its `serving_xla` is bench's savedmodel-xla). None when bench has no such runtime
     (a Select-TF-ops .tflite on TensorFlow's interpreter)."""
@@ -271,12 +267,8 @@ def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signa
         return None
     path = Path(chosen)
     if path.suffix != ".tflite":
-        return "savedmodel-xla" if chosen_signature == "serving_xla" else "savedmodel"
-    runtime = (chosen_runtime or "litert").lower()
-    if runtime in _NNCF_RUNTIMES:
-        return "openvino-tflite-nncf"
-    prefix = _RUNTIME_PREFIX.get(runtime)
-    return None if prefix is None else prefix + _variant_of(path)
+        return bench_row("tensorflow", None, chosen_signature)
+    return bench_row((chosen_runtime or "litert").lower(), _variant_of(path))
 
 
 def _optimize_report(directory: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from builder.bench.results import ROLE_BASELINE, ROLE_TFSMITH, Recommendation, RuntimeResult
+from builder.bench.runtimes import serving_runtime
 from builder.measure.decide import Timed, choose_fastest_runtime, pick, within_noise
 from builder.measure.loop import time_interleaved
 from builder.measure.stats import ratio, summarize
@@ -31,38 +32,26 @@ MIN_AGREEMENT = 0.97
 MAX_RELATIVE_ERROR = 0.05
 
 
-#: How each tfsmith runtime serves the .tflite contract, said in the recommendation.
+#: How each serving runtime serves the .tflite contract, said in the recommendation.
 HOW_SERVED = {
     "litert": "LiteRT (XNNPACK) runs the .tflite",
-    "openvino-tflite-nncf": "OpenVINO reads the fp32 .tflite and quantizes it to int8 with NNCF at load, from "
-                            "calibration samples shipped beside it (e.g. optimize's samples.npz)",
-    "openvino-tflite": "OpenVINO reads the .tflite directly",
+    "openvino": "OpenVINO reads the .tflite directly",
+    "openvino-nncf": "OpenVINO reads the fp32 .tflite and quantizes it to int8 with NNCF at load, from "
+                     "calibration samples shipped beside it (e.g. optimize's samples.npz)",
 }
 
 
 def how_served(name: str) -> str:
-    for prefix, how in HOW_SERVED.items():
-        if name.startswith(prefix):
-            return how
-    return ""
-
-
-def served_by(name: str) -> str:
-    """The serving runtime behind a bench row name (`litert-int8` -> litert, `openvino-tflite-nncf` ->
-    openvino-nncf), for the shared tie order."""
-    if name.startswith("litert"):
-        return "litert"
-    if name.startswith("openvino-tflite-nncf"):
-        return "openvino-nncf"
-    if name.startswith("openvino"):
-        return "openvino"
-    return "tensorflow" if name in ("savedmodel", "xla", "keras") else name
+    """How the serving runtime behind bench row `name` serves the .tflite ("" for rows no image serves)."""
+    return HOW_SERVED.get(serving_runtime(name) or "", "")
 
 
 def _timed(result: RuntimeResult) -> Timed:
-    """A measured row as the shared decision sees it (batch-1 median, its CI, the file it serves)."""
+    """A measured row as the shared decision sees it (batch-1 median, its CI, the file it serves, the serving
+    runtime for the shared tie order: a peer row no image serves keeps its own name and ranks last)."""
     assert result.latency is not None
-    return Timed.of(result.name, result.latency, size_bytes=result.size_bytes or 0, runtime=served_by(result.name))
+    return Timed.of(result.name, result.latency, size_bytes=result.size_bytes or 0,
+                    runtime=serving_runtime(result.name) or result.name)
 
 
 def _reference_accuracy(results: Sequence[RuntimeResult]) -> float | None:

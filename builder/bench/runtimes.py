@@ -21,7 +21,9 @@ from builder.bench.results import ROLE_BASELINE, ROLE_PEER, ROLE_TFSMITH
 
 Runner = Callable[[], Any]
 
-#: Every runtime the bench knows, in report order.
+#: Every runtime the bench knows, in report order. A row names an engine and the artifact it reads, so OpenVINO
+#: reading the .tflite (`openvino-tflite-*`, what a tfsmith image serves) and OpenVINO reading the SavedModel
+#: (`openvino-fp32`, `openvino-int8`: a peer) are different rows.
 ALL_RUNTIMES = (
     "keras", "savedmodel", "savedmodel-xla",
     "litert-fp32", "litert-dynamic", "litert-fp16", "litert-int8",
@@ -30,11 +32,45 @@ ALL_RUNTIMES = (
     "onnxruntime-fp32", "onnxruntime-int8",
 )
 
+# --- bench rows <-> serving runtimes (the server's names: report.json `chosen_runtime`, `serve --runtime`) ----
+#: The rows that run a .tflite the way a serving runtime does: the prefix, then the file's variant (`litert-int8`).
+TFLITE_ROW_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-"}
+#: openvino-nncf always quantizes the fp32 .tflite at load: one row, no variant.
+NNCF_ROW = "openvino-tflite-nncf"
+#: The rows that run a SavedModel on TensorFlow: by the signature it serves, and by its XLA-compiled `serving_xla`.
+SAVEDMODEL_ROW, SAVEDMODEL_XLA_ROW = "savedmodel", "savedmodel-xla"
+
+
+def serving_runtime(row: str) -> str | None:
+    """The serving runtime a bench row stands for (`openvino-tflite-int8` -> openvino, `openvino-tflite-nncf` ->
+    openvino-nncf); None for the peers no tfsmith image serves (Keras eager, OpenVINO on the SavedModel, ORT)."""
+    if row == NNCF_ROW:
+        return "openvino-nncf"
+    for runtime, prefix in TFLITE_ROW_PREFIX.items():
+        if row.startswith(prefix):
+            return runtime
+    return "tensorflow" if row in (SAVEDMODEL_ROW, SAVEDMODEL_XLA_ROW) else None
+
+
+def bench_row(runtime: str, tflite_variant: str | None, signature: str | None = None) -> str | None:
+    """The bench row that times `runtime` serving one artifact: a .tflite of `tflite_variant` (fp32, int8, ...),
+    or a SavedModel (variant None) by `signature`. None when the bench has no such row (a .tflite on TensorFlow's
+    interpreter)."""
+    if tflite_variant is None:
+        if runtime != "tensorflow":
+            return None
+        return SAVEDMODEL_XLA_ROW if signature == "serving_xla" else SAVEDMODEL_ROW
+    if runtime == "openvino-nncf":
+        return NNCF_ROW
+    prefix = TFLITE_ROW_PREFIX.get(runtime)
+    return None if prefix is None else prefix + tflite_variant
+
 
 def role_of(name: str) -> str:
-    if name == "savedmodel":
+    """savedmodel is the baseline; the rows a tfsmith image serves a .tflite with are tfsmith's; the rest peers."""
+    if name == SAVEDMODEL_ROW:
         return ROLE_BASELINE
-    if name.startswith("litert-") or name.startswith("openvino-tflite-"):
+    if serving_runtime(name) in ("litert", "openvino", "openvino-nncf"):
         return ROLE_TFSMITH
     return ROLE_PEER
 
@@ -342,7 +378,7 @@ def build_adapters(names: list[str], bench: Any, threads: int, workdir: Path
             else:
                 calib = bench.x_calib if name.endswith("int8") else None
                 adapters.append(OpenVINOAdapter(name, bench.saved_model, threads, calib, workdir / "openvino"))
-        elif name == "openvino-tflite-nncf":
+        elif name == NNCF_ROW:
             # The fp32 .tflite read by OpenVINO and quantized by NNCF at load time from calibration samples:
             # the shipped artifact stays the .tflite (plus samples), the int8 graph is OpenVINO's own.
             path = bench.tflite.get("fp32")
@@ -350,12 +386,12 @@ def build_adapters(names: list[str], bench: Any, threads: int, workdir: Path
                 missing[name] = ("", failures.get("tflite-fp32", "no fp32 .tflite"))
             else:
                 adapters.append(OpenVINOAdapter(name, path, threads, bench.x_calib, workdir / "openvino"))
-        elif name.startswith("litert-") or name.startswith("openvino-tflite-"):
+        elif serving_runtime(name) in TFLITE_ROW_PREFIX:
             variant = name.rsplit("-", 1)[1]
             path = bench.tflite.get(variant)
             if path is None:
                 missing[name] = ("", failures.get(f"tflite-{variant}", f"no {variant} .tflite"))
-            elif name.startswith("litert-"):
+            elif serving_runtime(name) == "litert":
                 adapters.append(LiteRTAdapter(name, path, threads))
             else:
                 adapters.append(OpenVINOAdapter(name, path, threads))

@@ -129,6 +129,25 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
     assert shipped_runtime(chosen, runtime) == expected
 
 
+def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
+    from builder.bench.runtimes import ALL_RUNTIMES, bench_row, role_of, serving_runtime
+    from builder.measure.decide import RUNTIME_ORDER
+    from builder.server.backends import RUNTIMES
+
+    assert set(RUNTIME_ORDER) == set(RUNTIMES)  # optimize's tie order names exactly the runtimes images serve
+    served = {row: serving_runtime(row) for row in ALL_RUNTIMES}
+    assert {runtime for runtime in served.values() if runtime} == set(RUNTIMES)
+    assert served["openvino-tflite-nncf"] == "openvino-nncf" and served["openvino-tflite-int8"] == "openvino"
+    assert served["openvino-int8"] is None and served["keras"] is None  # peers: OpenVINO on the SavedModel, eager
+    for row, runtime in served.items():
+        if runtime is not None and runtime != "tensorflow" and row != "openvino-tflite-nncf":
+            assert bench_row(runtime, row.rsplit("-", 1)[1]) == row
+        assert (role_of(row) == ROLE_TFSMITH) == (runtime in ("litert", "openvino", "openvino-nncf"))
+    assert bench_row("openvino-nncf", "int8") == "openvino-tflite-nncf"  # it always quantizes the fp32 file
+    assert bench_row("tensorflow", None, "serving_xla") == "savedmodel-xla"
+    assert bench_row("tensorflow", None, "predict") == "savedmodel"
+
+
 def test_a_saved_model_served_by_serving_xla_is_benchs_xla_runtime() -> None:
     from builder.bench.models import shipped_runtime
 
