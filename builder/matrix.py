@@ -51,14 +51,11 @@ def platform_of(arch: str) -> str:
 
 def arch_of(target: str) -> str:
     """Architecture family of a target name (archspec when it knows the name, else by name)."""
-    try:
-        import archspec.cpu
+    import archspec.cpu
 
-        known = archspec.cpu.TARGETS.get(target.replace("-", "_")) or archspec.cpu.TARGETS.get(target)
-        if known is not None:
-            return str(known.family)
-    except ImportError:  # pragma: no cover - archspec is a core dependency
-        pass
+    known = archspec.cpu.TARGETS.get(target.replace("-", "_")) or archspec.cpu.TARGETS.get(target)
+    if known is not None:
+        return str(known.family)
     return "aarch64" if target.lower().startswith(_ARM_PREFIXES) else "x86_64"
 
 
