@@ -590,15 +590,6 @@ def contract_kept(contract: ModelContract, inputs: tuple[TensorSpec, ...], outpu
         f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in differ[:4])
 
 
-@dataclass
-class Evaluated:
-    kind: str
-    path: Path
-    rel: str
-    runtime: str
-    result: ArtifactResult
-
-
 def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan, contract: ModelContract,
                       reference: Mapping[str, np.ndarray], options: Options) -> tuple[ArtifactResult, Any]:
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
