@@ -13,7 +13,10 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_STALE = 1  # `tfsmith dockerfiles --check`: the committed contexts differ from a fresh render
 EXIT_USAGE = 2  # a problem the user can fix: a flag, a file, a name, an engine that is not there
-EXIT_CANNOT_RUN = 3  # this CPU/GPU cannot run the target (check, target, the guard); optimize: the chosen artifact failed the gate
+EXIT_CANNOT_RUN = 3  # this CPU/GPU cannot run the target (check, target, the guard)
+#: optimize: the chosen artifact failed the quality gate. The same code as EXIT_CANNOT_RUN on purpose: what was
+#: asked for cannot be delivered as asked, and the input was fine (not EXIT_USAGE); scripts already test for 3.
+EXIT_GATE_FAILED = EXIT_CANNOT_RUN
 EXIT_SOURCE_UNREACHABLE = 4  # a from-source build cannot fetch TensorFlow (make build falls back on it)
 
 

@@ -7,7 +7,7 @@ select -> samples.npz -> report -> publish.
 
 Everything is built in a staging folder next to `--out` and moved into place in one rename at the end, so a
 bad input or a crash leaves `--out` as it was. The quality gate runs after publication: rejected artifacts are
-kept (and marked) so the user can inspect them, and the command exits with GATE_FAILED.
+kept (and marked) so the user can inspect them, and the command exits with EXIT_GATE_FAILED (3).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from builder.errors import EXIT_GATE_FAILED
 from builder.optimize import recipe as recipes
 from builder.optimize.recipe import Recipe
 from builder.report import (SAMPLES_NPZ, ArtifactResult, Candidate, DataInfo, Gate, Latency, ModelContract, ModelInfo,
                             OutputSpec, Report, Selection, TensorSpec)
 from builder.say import Say
 
-GATE_FAILED = 3  # exit status when the chosen artifact fails the quality gate (bad input is 2)
 SAMPLES_NAME = SAMPLES_NPZ
 SAMPLE_ROWS = 32
 FILE_NAMES = {
@@ -1019,7 +1019,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
                          max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
                          latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR,
                          signature: str | None = None, imports: tuple[str, ...] = ()) -> int:
-    """What `tfsmith optimize` does; returns the exit status (0, or GATE_FAILED)."""
+    """What `tfsmith optimize` does; returns the exit status (0, or EXIT_GATE_FAILED)."""
     import os
     import sys
 
@@ -1068,5 +1068,5 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     if not outcome.gate_passed:
         sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "
                          f"artifacts kept in {outcome.out}, marked rejected\n")
-        return GATE_FAILED
+        return EXIT_GATE_FAILED
     return 0

@@ -7,7 +7,9 @@ each step prints one plain line when it starts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+
+from builder.say import Say
 
 
 def announce(console: Any, status: Any, text: str) -> None:
@@ -17,7 +19,7 @@ def announce(console: Any, status: Any, text: str) -> None:
         console.print(text, markup=False, highlight=False)
 
 
-def step_say(console: Any, status: Any) -> Callable[[str], None]:
+def step_say(console: Any, status: Any) -> Say:
     """optimize's `say`: "... <step>" starts a step (announced), "ok  <step> (<s> s)" ends it (always printed)."""
 
     def say(text: str) -> None:
