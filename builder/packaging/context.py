@@ -31,7 +31,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 
 #: What the server needs in every image: REST (FastAPI on uvicorn), gRPC on 8500 and metrics, plus the runtime.
 SERVER_BASE = ("numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client",
-               "msgspec")
+               "msgspec", "pysimdjson")
 RUNTIME_DISTRIBUTIONS = {
     "litert": ("ai-edge-litert",),
     "openvino": ("ai-edge-litert", "openvino"),

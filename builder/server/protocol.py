@@ -137,7 +137,7 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
             raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
-    elif want.kind == "f" and raw.dtype.kind == "f" and raw.size and want.itemsize < raw.dtype.itemsize:
+    elif want.kind == "f" and raw.dtype.kind in "fiu" and raw.size and want.itemsize < raw.dtype.itemsize:
         # Finite values beyond the dtype's largest are refused, also those a cast would round down to it
         # (two reductions first: the exact test with its temporaries runs only when one is out of range).
         limit = np.finfo(want).max

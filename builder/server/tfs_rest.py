@@ -4,9 +4,10 @@ Routes (TF Serving's, so existing clients and probes work unchanged):
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
-The body is decoded and validated into numpy arrays (`protocol.parse_predict`, JSON by `jsoncodec`) on a
-worker thread when large (`DataPlane.decode`); resolving, readiness, batching and bookkeeping are the data
-plane's (`dataplane`); the answer is encoded by `jsoncodec`.
+The body is decoded and validated into numpy arrays (`tensor_json` for one numeric input, else
+`protocol.parse_predict` with JSON by `jsoncodec`) on a worker thread when large (`DataPlane.decode`);
+resolving, readiness, batching and bookkeeping are the data plane's (`dataplane`); the answer is encoded by
+`jsoncodec`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from builder.server import jsoncodec
+from builder.server import jsoncodec, tensor_json
 from builder.server.bodies import read_limited
 from builder.server.dataplane import DataPlane
 from builder.server.protocol import (
@@ -59,9 +60,10 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_
             raw = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
                                      request.headers.get("content-encoding"))
             served = plane.resolve_path(name, version, label)
-            call = await plane.decode(len(raw), lambda: parse_predict(parse_json(raw), served.signatures,
-                                                                 max_request_batch, may_hold_booleans(raw),
-                                                                 served.default_signature))
+            call = await plane.decode(len(raw), lambda: tensor_json.parse_predict(
+                raw, served.signatures, max_request_batch, served.default_signature) or parse_predict(
+                parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
+                served.default_signature))
             outputs = await plane.predict(served, call)
             return JSONBody(format_outputs(outputs, served.signatures[call.signature], call.row_format))
 

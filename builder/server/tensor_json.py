@@ -1,0 +1,134 @@
+"""A TF Serving JSON predict body read straight into numpy, for the common case: one numeric input.
+
+Decoding a nested list of numbers into Python lists and then into an array is most of a JSON predict's
+cost: ~37 ms for a 1x224x224x3 MobileNetV2 body (3.2 MB) with msgspec, where the model itself takes ~7 ms.
+simdjson validates the whole document and copies the numbers into one flat buffer of doubles without
+making a Python object per number; measured on this kind of host (2 cores, median of 21):
+
+    MobileNetV2 body (3.2 MB)     msgspec + np.asarray 27-37 ms    simdjson + structure check 5.3 ms
+
+simdjson flattens ragged lists silently (`[[1, 2, 3], [4]]` gives four numbers), so the structure is
+checked separately and exactly: with every digit, sign, dot, exponent and blank deleted, the body must be
+byte for byte the body of a rectangular tensor of the signature's shape (`[[,,],[,,]]` for 2x3) inside
+the envelope simdjson found. That one `bytes.translate` pass costs ~1.8 ms on the same body.
+
+This is only a faster route to the same answer. Whatever it does not recognise with certainty (several or
+named inputs, string, boolean or dynamic-shaped inputs, booleans among numbers, integers beyond what the
+dtype holds, numbers a double cannot hold, escaped keys, NaN literals, anything malformed) returns None and
+the request takes the general path (`protocol.parse_predict`), which accepts or refuses it with the message
+it always did. A tensor returned here equals the general path's, element for element and in dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from builder.server.protocol import STRING, PredictCall, RequestError, SignatureSpec, choose_signature
+
+try:
+    import simdjson
+except ImportError:  # an image whose wheels predate it: every body takes the general path, same answers
+    simdjson = None  # type: ignore[assignment]
+
+#: What a JSON number (and blank space) is made of; deleting these leaves a numeric body's structure.
+NUMBER_BYTES = b"0123456789.eE+- \t\r\n"
+#: Integers up to this magnitude are exact as doubles (larger ones would be rounded differently than the
+#: general path's int64-then-cast does).
+EXACT_INTEGER = 2.0**53
+_KEYS = {"instances", "inputs", "signature_name"}
+_local = threading.local()
+
+
+def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
+                  default: str | None = None) -> PredictCall | None:
+    """The request's one numeric input as an array of its dtype, or None where the general path must decide."""
+    if simdjson is None:
+        return None
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = simdjson.Parser()
+    try:
+        return _parse(parser, body, signatures, max_batch, default)
+    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, RequestError):  # the general path's
+        return None
+
+
+def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
+           default: str | None) -> PredictCall | None:
+    document = parser.parse(body)
+    try:
+        if not isinstance(document, simdjson.Object):
+            return None
+        keys = list(document.keys())
+        if len(keys) != len(set(keys)) or not set(keys) <= _KEYS or ("instances" in keys) == ("inputs" in keys):
+            return None
+        envelope = {"signature_name": document["signature_name"]} if "signature_name" in keys else {}
+        if not isinstance(envelope.get("signature_name", ""), str):
+            return None
+        signature = choose_signature(envelope, signatures, default)
+        if len(signature.inputs) != 1:
+            return None
+        spec = signature.inputs[0]
+        dims = spec.shape[1:]
+        if spec.dtype == STRING or any(d is None for d in dims) or not len(spec.shape):
+            return None
+        want = np.dtype(spec.dtype)
+        if want.kind not in "fiu" or want == np.uint64:  # uint64 beyond int64 is the general path's
+            return None
+        key = "instances" if "instances" in keys else "inputs"
+        value = document[key]
+        if not isinstance(value, simdjson.Array):
+            return None
+        flat = np.frombuffer(value.as_buffer(of_type="d" if want.kind == "f" else "i"),
+                             dtype=np.float64 if want.kind == "f" else np.int64)
+    finally:
+        del document  # the parser can be reused only once nothing refers to its last document
+    per_row = int(np.prod(dims, dtype=np.int64))
+    if per_row == 0 or flat.size == 0 or flat.size % per_row:
+        return None
+    batch = flat.size // per_row
+    if batch > max_batch or not _holds(flat, want):
+        return None
+    expected = _envelope_skeleton(keys, key, envelope.get("signature_name"), _tensor_skeleton((batch, *dims)))
+    if expected is None or body.translate(None, NUMBER_BYTES) != expected:
+        return None
+    array = flat.reshape((batch, *dims)).astype(want, copy=False)
+    return PredictCall(signature=signature.name, inputs={spec.name: array}, row_format=key == "instances",
+                       batch=batch)
+
+
+def _holds(flat: np.ndarray, want: np.dtype) -> bool:
+    """True when every value reaches `want` exactly as the general path would carry it there."""
+    if flat.dtype.kind == "f":
+        largest = float(np.max(np.abs(flat)))
+        return largest < EXACT_INTEGER and (want.itemsize == 8 or largest <= float(np.finfo(want).max))
+    info = np.iinfo(want)
+    return int(flat.min()) >= info.min and int(flat.max()) <= info.max
+
+
+def _tensor_skeleton(shape: tuple[int, ...]) -> bytes:
+    """What is left of a rectangular tensor's JSON once the numbers are deleted: `[[,,],[,,]]` for 2x3."""
+    text = b"[" + b"," * (shape[-1] - 1) + b"]"
+    for size in reversed(shape[:-1]):
+        text = b"[" + b",".join([text] * size) + b"]"
+    return text
+
+
+def _envelope_skeleton(keys: list[str], key: str, signature_name: str | None, tensor: bytes) -> bytes | None:
+    """The whole body's skeleton, keys in the order the client sent them; None when a key or the signature
+    name is spelled in a way this cannot reproduce (escapes)."""
+    parts = []
+    for name in keys:
+        if name == key:
+            parts.append(b'"' + name.encode() + b'":' + tensor)
+        else:  # signature_name
+            text = json.dumps(signature_name, ensure_ascii=False)
+            if "\\" in text:
+                return None
+            parts.append(b'"signature_name":' + text.encode())
+    return (b"{" + b",".join(parts) + b"}").translate(None, NUMBER_BYTES)

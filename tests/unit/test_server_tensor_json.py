@@ -1,0 +1,157 @@
+"""The numeric fast path of a JSON predict answers exactly what the general path answers, or stands aside.
+
+Differential: every body goes through both `tensor_json.parse_predict` and `protocol.parse_predict`; where the
+fast path takes a body, the arrays (dtype, shape, values), the signature and the row/column form must equal
+the general path's; where the general path refuses a body, the fast path must not take it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builder.report import TensorSpec
+from builder.server import tensor_json
+from builder.server.protocol import PredictCall, RequestError, SignatureSpec, parse_json, parse_predict
+
+
+def signatures(dtype: str = "float32", shape: tuple[int | None, ...] = (None, 2, 3), *, inputs: int = 1,
+               name: str = "serving_default") -> dict[str, SignatureSpec]:
+    specs = tuple(TensorSpec(f"x{i}", dtype, shape) for i in range(inputs))
+    out = (TensorSpec("y", "float32", (None, 1)),)
+    return {name: SignatureSpec(name, specs, out), "other": SignatureSpec("other", specs, out)}
+
+
+def general(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> PredictCall | RequestError:
+    try:
+        return parse_predict(parse_json(body), sigs, max_batch)
+    except RequestError as error:
+        return error
+
+
+def assert_same(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> PredictCall | None:
+    fast = tensor_json.parse_predict(body, sigs, max_batch)
+    slow = general(body, sigs, max_batch)
+    if fast is None:
+        return None
+    assert not isinstance(slow, RequestError), f"fast path took a body the general path refuses: {slow}"
+    assert (fast.signature, fast.row_format, fast.batch) == (slow.signature, slow.row_format, slow.batch)
+    assert fast.inputs.keys() == slow.inputs.keys()
+    for name, array in fast.inputs.items():
+        assert array.dtype == slow.inputs[name].dtype and array.shape == slow.inputs[name].shape
+        np.testing.assert_array_equal(array, slow.inputs[name])
+    return fast
+
+
+def test_rows_and_columns_take_the_fast_path_with_the_general_answer() -> None:
+    x = np.random.default_rng(0).random((3, 2, 3), dtype=np.float32)
+    for body in ({"instances": x.tolist()}, {"inputs": x.tolist()},
+                 {"signature_name": "other", "instances": x.tolist()}, {"instances": x.tolist(), "signature_name": ""}):
+        encoded = json.dumps(body).encode()
+        call = assert_same(encoded, signatures())
+        assert call is not None, body.keys()
+        np.testing.assert_array_equal(call.inputs["x0"], x)
+    pretty = json.dumps({"instances": x.tolist()}, indent=2).encode()
+    assert assert_same(pretty, signatures()) is not None
+
+
+@pytest.mark.parametrize("body", [
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5]]]}',          # ragged innermost
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3,4],[5,6]]]}',       # ragged, same count of numbers
+    b'{"instances": [[[1,2,3],[4,5,6,7,8,9]]]}',                     # 9 numbers, wrong nesting
+    b'{"instances": [[1,2,3,4,5,6]]}',                               # right count, too shallow
+    b'{"instances": [[[1,2,3],[4,5,[6]]]]}',                         # too deep at one leaf
+    b'{"instances": [[[1,2,3],[4,5,true]]]}',                        # a boolean among numbers
+    b'{"instances": [[[1,2,3],[4,5,NaN]]]}',                         # a literal only the standard library reads
+    b'{"instances": [[[1,2,3],[4,5,1e400]]]}',                       # beyond a double
+    b'{"instances": [[[1,2,3],[4,5,3.5e38]]]}',                      # beyond float32
+    b'{"instances": [[[1,2,3],[4,5,6]]], "instances": [[[1,2,3],[4,5,6]]]}',  # duplicate key
+    b'{"instances": [[[1,2,3],[4,5,6]]], "inputs": [[[1,2,3],[4,5,6]]]}',
+    b'{"instances": [[[1,2,3],[4,5,6]]], "extra": 1}',
+    b'{"\\u0069nstances": [[[1,2,3],[4,5,6]]]}',                     # an escaped key
+    b'{"instances": [[[1,2,3],[4,5,6]]], "signature_name": "nope"}',
+    b'{"instances": [[[1,2,3],[4,5,6]]], "signature_name": 7}',
+    b'{"instances": []}',
+    b'{"instances": [[[1,2,3],[4,5,6]]]',                            # truncated
+    b'[[[1,2,3],[4,5,6]]]',
+    b'{"instances": {"x0": [[1,2,3],[4,5,6]]}}',
+])
+def test_what_the_fast_path_cannot_be_sure_of_goes_to_the_general_path(body: bytes) -> None:
+    assert tensor_json.parse_predict(body, signatures(), 64) is None
+    assert_same(body, signatures())
+
+
+def test_a_batch_over_the_limit_is_left_to_the_general_refusal() -> None:
+    body = json.dumps({"instances": np.zeros((5, 2, 3)).tolist()}).encode()
+    assert tensor_json.parse_predict(body, signatures(), 4) is None
+    assert isinstance(general(body, signatures(), 4), RequestError)
+
+
+@pytest.mark.parametrize(("dtype", "values", "taken"), [
+    ("int32", [[[1, 2, 3], [4, 5, -6]]], True),
+    ("int8", [[[1, 2, 3], [4, 5, 300]]], False),        # out of range: the general path's refusal
+    ("uint8", [[[1, 2, 3], [4, 5, -1]]], False),
+    ("int64", [[[1, 2, 3], [4, 5, 2**62]]], True),
+    ("int32", [[[1, 2, 3], [4, 5, 6.0]]], False),        # 6.0 for an integer input: general path decides
+    ("float16", [[[1, 2, 3], [4, 5, 6.5]]], True),
+    ("float64", [[[0.1, 2, 3], [4, 5, 6]]], True),
+    ("float32", [[[1, 2, 3], [4, 5, 2**60]]], False),    # beyond exact doubles: the general path's rounding
+    ("bool", [[[True, False, True], [True, True, False]]], False),
+    ("object", [[["a", "b", "c"], ["d", "e", "f"]]], False),
+])
+def test_dtypes(dtype: str, values: Any, taken: bool) -> None:
+    body = json.dumps({"instances": values}).encode()
+    assert (assert_same(body, signatures(dtype)) is not None) is taken
+
+
+def test_signatures_it_does_not_take() -> None:
+    body = json.dumps({"instances": np.zeros((1, 2, 3)).tolist()}).encode()
+    assert tensor_json.parse_predict(body, signatures(shape=(None, None, 3)), 64) is None  # dynamic dimension
+    assert tensor_json.parse_predict(body, signatures(inputs=2), 64) is None
+
+
+def test_scalar_rows() -> None:
+    call = assert_same(b'{"instances": [1.5, 2, -3e2]}', signatures(shape=(None,)))
+    assert call is not None and call.inputs["x0"].tolist() == [1.5, 2.0, -300.0]
+
+
+def test_the_parser_is_reusable_after_a_refusal() -> None:
+    good = json.dumps({"instances": np.ones((2, 2, 3)).tolist()}).encode()
+    assert tensor_json.parse_predict(b'{"instances": [[[1,2,3],[4,5,[6]]]]}', signatures(), 64) is None
+    assert tensor_json.parse_predict(good, signatures(), 64) is not None
+    assert tensor_json.parse_predict(good, signatures(), 64) is not None
+
+
+numbers = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False, width=64),
+                    st.booleans())
+leaf_lists = st.recursive(numbers, lambda inner: st.lists(inner, min_size=0, max_size=4), max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=leaf_lists, key=st.sampled_from(["instances", "inputs"]), indent=st.sampled_from([None, 1]),
+       dtype=st.sampled_from(["float32", "float64", "int32", "uint8", "float16"]),
+       shape=st.sampled_from([(None,), (None, 2), (None, 2, 3), (None, 1, 1)]))
+def test_any_body_gets_the_general_answer(value: Any, key: str, indent: int | None, dtype: str,
+                                          shape: tuple[int | None, ...]) -> None:
+    assert_same(json.dumps({key: value}, indent=indent).encode(), signatures(dtype, shape))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 3), seed=st.integers(0, 2**16), shape=st.sampled_from([(2,), (2, 3), (1, 4, 2)]),
+       dtype=st.sampled_from(["float32", "float64", "float16"]))
+def test_rectangular_numbers_are_always_taken(rows: int, seed: int, shape: tuple[int, ...], dtype: str) -> None:
+    x = np.random.default_rng(seed).standard_normal((rows, *shape)) * 100
+    body = json.dumps({"instances": x.tolist()}).encode()
+    assert assert_same(body, signatures(dtype, (None, *shape))) is not None
+
+
+def test_integers_beyond_a_narrower_float_are_refused_not_made_infinite() -> None:
+    answer = general(b'{"instances": [70000, 1]}', signatures("float16", (None,)))
+    assert isinstance(answer, RequestError) and "out of range for float16" in str(answer)
+    taken = general(b'{"instances": [60000, 1]}', signatures("float16", (None,)))
+    assert isinstance(taken, PredictCall) and np.isfinite(taken.inputs["x0"]).all()
