@@ -23,7 +23,7 @@ STABLE_REL_HALF_WIDTH = 0.02
 #: Relative CI width (high-low)/median above which a run is flagged noisy.
 NOISY_REL_CI_WIDTH = 0.10
 #: Robust coefficient of variation (1.4826*MAD/median) above which a run is flagged noisy (sub-10 us
-#: kernels on a shared 2-core host routinely show 30-45% here while their medians stay within 1%).
+#: kernels on a shared 2-core host routinely show 30-45% while their medians stay within 1%).
 NOISY_ROBUST_COV = 0.50
 #: Fewer samples than this never count as stable.
 MIN_SAMPLES = 20

@@ -4,12 +4,12 @@ THE converter of tfsmith: `tfsmith optimize` and `tfsmith bench` both call `conv
 measures exactly the files optimize ships. Every mode converts a SavedModel's `serving_default`, so the .tflite
 keeps that signature: LiteRT's `get_signature_list()` shows the original input and output names, dtypes and
 dynamic batch. `EXPERIMENTAL_SPARSITY` is never set: it makes XNNPACK refuse the model ("failed to prepare")
-on this stack. QAT uses tfmot; after pruning it uses the pruning-preserving scheme so fine-tuning does not
-refill the zeros.
+with the TensorFlow 2.21 converter tfsmith pins. QAT uses tfmot; after pruning it uses the pruning-preserving
+scheme so fine-tuning does not refill the zeros.
 
 Full int8 keeps FLOAT inputs and outputs (the converter's default when `inference_input_type` is not set):
 clients keep sending what the original model takes, and integer id inputs stay integer. Measured against int8
-I/O with numpy (de)quantization at the server edge (LiteRT, 2 threads, batch 1, p50, interleaved on this
+I/O with numpy (de)quantization at the server edge (LiteRT, 2 threads, batch 1, p50, interleaved on a
 2-core VNNI/AMX host): digits CNN 9.9 us float-I/O vs 17.1 us int8-I/O + edge; MobileNetV2 (224x224, random
 weights) 3.84 ms vs 4.13 ms. The float-I/O file is faster as well as API-preserving, so it is what ships.
 """
