@@ -234,7 +234,9 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     tfs_rest.add_routes(app, plane, config.max_body_bytes, config.max_request_batch)
     v2.add_routes(app, plane, config.max_body_bytes)
-    if config.access_log:
+    app.add_middleware(tfs_rest.PredictLane, plane=plane, max_body_bytes=config.max_body_bytes,
+                       max_request_batch=config.max_request_batch)
+    if config.access_log:  # outside the predict lane: it logs those requests too
         app.add_middleware(AccessLog)
 
     def openapi() -> dict[str, Any]:

@@ -12,15 +12,20 @@ resolving, readiness, batching and bookkeeping are the data plane's (`dataplane`
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from builder.server import jsoncodec, tensor_json
 from builder.server.bodies import read_limited
 from builder.server.dataplane import DataPlane
 from builder.server.protocol import (
+    RequestError,
     format_outputs,
     may_hold_booleans,
     model_metadata,
@@ -31,6 +36,7 @@ from builder.server.protocol import (
 )
 
 ENTRYPOINT = "REST"
+log = logging.getLogger("tfsmith.serve")
 
 
 class JSONBody(Response):
@@ -40,6 +46,79 @@ class JSONBody(Response):
 
     def render(self, content: Any) -> bytes:
         return jsoncodec.dumps(content)
+
+
+#: The three predict paths (latest, a version, a label), as the routes below match them (`segment`: no '/'
+#: and no ':'). The lane answers exactly these POSTs; everything else goes through the routes.
+PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/([^/:]+)|/labels/([^/:]+))?:predict")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body was read: nobody is left to answer."""
+
+
+async def predict_answer(plane: DataPlane, chunks: AsyncIterator[bytes], content_length: str | None,
+                         content_encoding: str | None, max_body_bytes: int, max_request_batch: int, name: str,
+                         version: str | None, label: str | None) -> dict[str, Any]:
+    """A predict's JSON answer: the body read under the limit, decoded, batched and formatted."""
+    async with plane.request(ENTRYPOINT, "predict", name):
+        # read first: an unread body resets the socket
+        raw = await read_limited(chunks, max_body_bytes, content_length, content_encoding)
+        served = plane.resolve_path(name, version, label)
+        call = await plane.decode(len(raw), lambda: tensor_json.parse_predict(
+            raw, served.signatures, max_request_batch, served.default_signature) or parse_predict(
+            parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
+            served.default_signature))
+        outputs = await plane.predict(served, call)
+        return format_outputs(outputs, served.signatures[call.signature], call.row_format)
+
+
+class PredictLane:
+    """Plain ASGI in front of the app for TF Serving's predict POSTs, the hot path.
+
+    The framework's routing, request objects and middleware cost ~0.1 ms of CPU a request, a third of a
+    small model's whole request here (digits CNN: 0.37 ms with it); this answers the three predict paths
+    directly, with the same body limits, answers and error bodies as the routes (which stay, for the API
+    document and for every other method on these paths)."""
+
+    def __init__(self, app: ASGIApp, plane: DataPlane, max_body_bytes: int, max_request_batch: int) -> None:
+        self.app, self.plane = app, plane
+        self.max_body_bytes, self.max_request_batch = max_body_bytes, max_request_batch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = (PREDICT_PATH.fullmatch(scope["path"])
+                 if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path") else None)
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        headers = {key: value for key, value in scope["headers"] if key in (b"content-length", b"content-encoding")}
+        length, encoding = headers.get(b"content-length"), headers.get(b"content-encoding")
+        try:
+            answer = await predict_answer(self.plane, _chunks(receive), None if length is None else length.decode(
+                "latin-1"), None if encoding is None else encoding.decode("latin-1"), self.max_body_bytes,
+                self.max_request_batch, *match.groups())
+            status, body = 200, jsoncodec.dumps(answer)
+        except ClientGone:
+            return
+        except RequestError as error:
+            status, body = error.status, jsoncodec.dumps({"error": str(error)})
+        except Exception as error:  # noqa: BLE001 - the routes' 500 answer, the server keeps serving
+            log.exception("request failed")
+            status, body = 500, jsoncodec.dumps({"error": f"internal error: {type(error).__name__}: {error}"})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """The request body's chunks as the ASGI server delivers them."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
 
 
 def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_batch: int) -> None:
@@ -55,17 +134,9 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_
         return JSONBody(model_metadata(name, served.version, served.signatures))
 
     async def predict(request: Request, name: str, version: str | None, label: str | None = None) -> JSONBody:
-        async with plane.request(ENTRYPOINT, "predict", name):
-            # read first: an unread body resets the socket
-            raw = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
-                                     request.headers.get("content-encoding"))
-            served = plane.resolve_path(name, version, label)
-            call = await plane.decode(len(raw), lambda: tensor_json.parse_predict(
-                raw, served.signatures, max_request_batch, served.default_signature) or parse_predict(
-                parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
-                served.default_signature))
-            outputs = await plane.predict(served, call)
-            return JSONBody(format_outputs(outputs, served.signatures[call.signature], call.row_format))
+        return JSONBody(await predict_answer(plane, request.stream(), request.headers.get("content-length"),
+                                             request.headers.get("content-encoding"), max_body_bytes,
+                                             max_request_batch, name, version, label))
 
     @app.get("/v1/models/{name:segment}", summary="Model status: every served version")
     async def status(name: str) -> JSONBody:
