@@ -24,6 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# matplotlib builds its font cache on first import (it runs fc-list); done here, not inside a test
+	@MPLBACKEND=Agg $(PY) -c "import matplotlib.pyplot"
 	@touch $@
 
 venv: $(VENV)/.installed
