@@ -17,6 +17,7 @@ and 500 for our own failures; no request, however malformed, stops the server.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -257,6 +258,21 @@ def set_ready(app: FastAPI, ready: bool) -> None:
     app.state.plane.set_ready(ready)
 
 
+#: How much of a request body uvicorn buffers before it stops reading and waits for the app (its own
+#: default is 64 KiB). The server reads every body whole anyway (up to --max-body-bytes), and at 64 KiB a
+#: 3.2 MB JSON image arrives in ~50 pause/resume round trips through the event loop.
+BODY_READ_AHEAD_BYTES = 1 << 20
+
+
+def read_bodies_in_large_pieces() -> None:
+    """Raise uvicorn's read-ahead for request bodies to `BODY_READ_AHEAD_BYTES` (a module setting of its
+    HTTP protocol implementations; each imports the value under the same name)."""
+    from uvicorn.protocols.http import flow_control, h11_impl, httptools_impl
+
+    for module in (flow_control, h11_impl, httptools_impl):
+        module.HIGH_WATER_LIMIT = BODY_READ_AHEAD_BYTES  # type: ignore[attr-defined]
+
+
 class DrainingServer:
     """uvicorn's Server, told on SIGTERM/SIGINT to report not-ready first, stop gRPC from taking new calls,
     wait `shutdown_delay_seconds` (load balancers see the readiness change) and then shut down gracefully:
@@ -267,6 +283,8 @@ class DrainingServer:
         import asyncio
 
         import uvicorn
+
+        read_bodies_in_large_pieces()
 
         class _Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: Any) -> None:
@@ -289,17 +307,16 @@ def run_server(
     config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info", processes: int = 1
 ) -> None:
     """Serve until SIGTERM/SIGINT, then drain. One process by default (concurrency from the interpreter pool's
-    threads); `processes` > 1 runs that many uvicorn worker processes on the same socket (gRPC shares its
-    port the same way, SO_REUSEPORT), each with its own pool, for throughput beyond one core (Python's GIL caps
-    one process at about one core of HTTP handling). Ports another process holds are refused (`ports.PortTaken`)
-    before any model loads; only our own workers share them."""
-    import inspect
+    threads); `processes` > 1 runs that many copies of the one-process server on the same socket (`workers`;
+    gRPC shares its port the same way, SO_REUSEPORT), each with its own pool and each draining as one process
+    does, for throughput beyond one core (Python's GIL caps one process at about one core of HTTP handling).
+    Ports another process holds are refused (`ports.PortTaken`) before any model loads; only our own workers
+    share them."""
     import os
 
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
-    from builder.server import ports
+    from builder.server import ports, workers
 
     sock = ports.bind_rest(host, port)  # ours from here on: the workers inherit it
     try:
@@ -318,14 +335,9 @@ def run_server(
             return
         os.environ[CONFIG_ENV] = config_to_json(config)
         ports.share_with_workers()
-        workers = uvicorn.Config("builder.server.app:app_from_env", factory=True, workers=processes, **common)
-        # uvicorn before 0.51 wants the worker's entry point (what its own `run` passed); later ones make it
-        target = ({"target": uvicorn.Server(workers).run}
-                  if "target" in inspect.signature(Multiprocess).parameters else {})
-        try:  # what uvicorn.run does for workers, on the socket bound above
-            Multiprocess(workers, sockets=[sock], **target).run()
-        except KeyboardInterrupt:
-            pass
+        status = workers.run_workers(processes, functools.partial(serve_worker, common), sock)
+        if status:
+            raise SystemExit(status)
     finally:
         sock.close()
 
@@ -362,10 +374,19 @@ def config_from_json(text: str) -> ServerConfig:
 
 
 def app_from_env() -> FastAPI:
-    """uvicorn factory for worker processes."""
+    """The app of a worker process, from the configuration its supervisor left in the environment."""
     import os
 
     return create_app(config_from_json(os.environ[CONFIG_ENV]))
+
+
+def serve_worker(uvicorn_options: dict[str, Any], sock: Any) -> None:
+    """One worker of `--processes N`: the one-process server, draining included, on the shared socket."""
+    import uvicorn
+
+    logging.basicConfig(level=str(uvicorn_options["log_level"]).upper(), format="%(levelname)s: %(message)s")
+    app = app_from_env()
+    DrainingServer.create(app, uvicorn.Config(app, **uvicorn_options)).run(sockets=[sock])
 
 
 def configure(

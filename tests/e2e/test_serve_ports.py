@@ -247,3 +247,52 @@ def gone(process: psutil.Process) -> bool:
         return process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def readiness(server: Server) -> int | str:
+    """The readiness status a fresh connection gets (whichever worker accepts it), or why there was none."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("GET", "/v2/health/ready")
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        connection.close()
+
+
+def test_processes_report_not_ready_through_the_shutdown_delay(models: Path) -> None:  # noqa: F811
+    """After SIGTERM every worker answers 503 on readiness and still answers predicts while the delay runs
+    (what a load balancer needs to take it out of rotation first), as one process does."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2",
+                     "--shutdown-delay-seconds", "600", "--drain-seconds", "5", grpc=True)
+    try:
+        workers = wait_for(lambda: (found := listening_workers(running)) and len(found) == 2 and found,
+                           "two workers listening")
+        assert {readiness(running) for _ in range(8)} == {200}
+        running.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: all(readiness(running) == 503 for _ in range(8)), "every fresh connection told 503")
+        assert len(listening_workers(running)) == 2  # both still there, both not ready
+        body = json.dumps({"instances": inputs(1, seed=62).tolist()}).encode()
+        for _ in range(4):
+            connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
+            connection.request("POST", "/v1/models/digits:predict", body, {"content-type": "application/json"})
+            assert connection.getresponse().status == 200
+            connection.close()
+        for worker in workers:  # a second signal: stop now, without the rest of the delay
+            worker.send_signal(signal.SIGTERM)
+        assert running.process.wait(timeout=120) in STOPPED
+    finally:
+        if running.alive():
+            running.stop()
+
+
+def test_workers_stop_when_their_supervisor_is_killed(models: Path) -> None:  # noqa: F811
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2", grpc=True)
+    workers = wait_for(lambda: (found := listening_workers(running)) and len(found) == 2 and found,
+                       "two workers listening")
+    running.process.kill()
+    running.process.wait(timeout=60)
+    wait_for(lambda: all(gone(worker) for worker in workers), "both workers stopped", deadline_s=120)
