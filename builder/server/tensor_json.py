@@ -132,3 +132,99 @@ def _envelope_skeleton(keys: list[str], key: str, signature_name: str | None, te
                 return None
             parts.append(b'"signature_name":' + text.encode())
     return (b"{" + b",".join(parts) + b"}").translate(None, NUMBER_BYTES)
+
+
+# --- the Open Inference Protocol's JSON body --------------------------------------------------------------
+
+#: How the skeleton of a body writes an input's `data` key just before its list (see `v2_document`).
+_DATA_KEY = b'"data":'
+
+
+def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
+    """The JSON document of a v2 infer body as `json.loads` reads it, except that each input's flat list of
+    numbers in `data` arrives as a flat numpy array (float64 for a float datatype, int64 for an integer one):
+    the values the general path would make of that list. `dtypes` maps v2 datatypes to numpy dtype names.
+    None where the general path must decide, as for `parse_predict`.
+
+    A `data` list is taken only when the body's skeleton shows it flat: with no backslash in the body no
+    string can hold a quote, so every `"data":` in the skeleton is a key, one per input that has one, in
+    order; each must be followed by `[` and one comma fewer than the numbers simdjson found, then `]`."""
+    if simdjson is None or b"\\" in body:
+        return None
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = simdjson.Parser()
+    try:
+        return _v2(parser, body, dtypes)
+    except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
+        return None
+
+
+def _v2(parser: Any, body: bytes, dtypes: Mapping[str, str]) -> Any | None:
+    document = parser.parse(body)
+    counts: list[int | None] = []  # per input with `data`: how many numbers it was read as, None if not numbers
+    try:
+        if not isinstance(document, simdjson.Object) or not _unique_keys(document):
+            return None
+        result = {}
+        for key in document.keys():
+            value = document[key]
+            if key != "inputs" or not isinstance(value, simdjson.Array):
+                result[key] = _plain(value)
+                continue
+            tensors = []
+            for tensor in value:
+                if not isinstance(tensor, simdjson.Object) or not _unique_keys(tensor):
+                    return None
+                plain = {name: (_numbers(tensor[name], dtypes.get(_datatype(tensor))) if name == "data"
+                                else _plain(tensor[name])) for name in tensor.keys()}
+                if "data" in plain:
+                    counts.append(plain["data"].size if isinstance(plain["data"], np.ndarray) else None)
+                tensors.append(plain)
+            result[key] = tensors
+    finally:
+        del document
+    skeleton = body.translate(None, NUMBER_BYTES)
+    if skeleton.count(_DATA_KEY) != len(counts):
+        return None
+    at = 0
+    for count in counts:
+        at = skeleton.index(_DATA_KEY, at) + len(_DATA_KEY)
+        if count is not None and not skeleton.startswith(b"[" + b"," * (count - 1) + b"]" if count else b"[]", at):
+            return None
+    return result
+
+
+def _datatype(tensor: Any) -> Any:
+    return tensor["datatype"] if "datatype" in tensor else None
+
+
+def _numbers(data: Any, dtype: str | None) -> Any:
+    """A numeric input's `data` as a flat array the general path would make of it; other data as Python values."""
+    if dtype is None or dtype == STRING or not isinstance(data, simdjson.Array):
+        return _plain(data)
+    want = np.dtype(dtype)
+    if want.kind not in "fiu" or want == np.uint64:
+        return _plain(data)
+    try:
+        flat = np.frombuffer(data.as_buffer(of_type="d" if want.kind == "f" else "i"),
+                             dtype=np.float64 if want.kind == "f" else np.int64)
+    except (TypeError, ValueError):  # booleans, strings, fractions for an integer type: the general path's
+        return _plain(data)
+    if want.kind == "f" and flat.size and float(np.max(np.abs(flat))) >= EXACT_INTEGER:
+        return _plain(data)
+    return flat
+
+
+def _unique_keys(value: Any) -> bool:
+    keys = list(value.keys())
+    return len(keys) == len(set(keys))
+
+
+def _plain(value: Any) -> Any:
+    """A simdjson value as the standard library's Python value."""
+    if isinstance(value, simdjson.Object):
+        return value.as_dict()
+    if isinstance(value, simdjson.Array):
+        return value.as_list()
+    return value

@@ -23,7 +23,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from builder.server import jsoncodec
+from builder.server import jsoncodec, tensor_json
 from builder.server.bodies import read_limited
 from builder.server.dataplane import DataPlane
 from builder.server.protocol import (
@@ -173,7 +173,7 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
             continue
         if "data" not in tensor:
             raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
-        if not isinstance(tensor["data"], list):
+        if not isinstance(tensor["data"], (list, np.ndarray)):  # an array: numbers read by `tensor_json`
             raise RequestError(f"{where}: 'data' must be a list of values")
         flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where, booleans).reshape(-1)
         if flat.size != size:
@@ -300,7 +300,8 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
             header_length = request.headers.get(HEADER_LENGTH)
 
             def decode() -> tuple[Any, dict[str, np.ndarray]]:
-                document, tail = split_body(body, header_length)
+                fast = None if header_length is not None else tensor_json.v2_document(body, DATATYPES)
+                document, tail = (fast, memoryview(b"")) if fast is not None else split_body(body, header_length)
                 return document, parse_inputs(document, signature, tail,
                                               may_hold_booleans(body[:len(body) - len(tail)]))
 

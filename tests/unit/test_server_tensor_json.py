@@ -155,3 +155,90 @@ def test_integers_beyond_a_narrower_float_are_refused_not_made_infinite() -> Non
     assert isinstance(answer, RequestError) and "out of range for float16" in str(answer)
     taken = general(b'{"instances": [60000, 1]}', signatures("float16", (None,)))
     assert isinstance(taken, PredictCall) and np.isfinite(taken.inputs["x0"]).all()
+
+
+# --- v2 (Open Inference Protocol) JSON bodies --------------------------------------------------------------
+
+from builder.server import v2  # noqa: E402
+
+
+def v2_signature(dtype: str = "float32", inputs: tuple[str, ...] = ("x",)) -> SignatureSpec:
+    return SignatureSpec("serving_default", tuple(TensorSpec(n, dtype, (None, 3)) for n in inputs),
+                         (TensorSpec("y", "float32", (None, 1)),))
+
+
+def v2_general(body: bytes, signature: SignatureSpec) -> dict[str, np.ndarray] | str:
+    try:
+        return v2.parse_inputs(parse_json(body), signature, memoryview(b""))
+    except RequestError as error:
+        return f"error: {error}"
+
+
+def v2_same(body: bytes, signature: SignatureSpec) -> bool:
+    """True when the fast path took the body; asserts it answers exactly what the general path answers."""
+    document = tensor_json.v2_document(body, v2.DATATYPES)
+    if document is None:
+        return False
+    plain = parse_json(body)
+    assert {k: v for k, v in document.items() if k != "inputs"} == {k: v for k, v in plain.items() if k != "inputs"}
+    try:
+        fast: dict[str, np.ndarray] | str = v2.parse_inputs(document, signature, memoryview(b""))
+    except RequestError as error:
+        fast = f"error: {error}"
+    slow = v2_general(body, signature)
+    if isinstance(slow, str) or isinstance(fast, str):
+        assert fast == slow
+    else:
+        assert fast.keys() == slow.keys()
+        for name, array in fast.items():
+            assert array.dtype == slow[name].dtype and array.shape == slow[name].shape
+            np.testing.assert_array_equal(array, slow[name])
+    return True
+
+
+def test_v2_flat_numbers_take_the_fast_path() -> None:
+    x = np.random.default_rng(3).random((2, 3), dtype=np.float32)
+    body = json.dumps({"id": "a", "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                                              "data": x.ravel().tolist()}], "outputs": [{"name": "y"}]}).encode()
+    assert v2_same(body, v2_signature())
+    document = tensor_json.v2_document(body, v2.DATATYPES)
+    assert isinstance(document["inputs"][0]["data"], np.ndarray)
+    two = json.dumps({"inputs": [{"name": n, "shape": [1, 3], "datatype": "INT32", "data": [1, 2, -3]}
+                                 for n in ("a", "b")]}, indent=1).encode()
+    assert v2_same(two, v2_signature("int32", ("a", "b")))
+    named_data = json.dumps({"inputs": [{"name": "data", "shape": [1, 3], "datatype": "FP32",
+                                         "data": [1, 2, 3]}]}).encode()
+    assert v2_same(named_data, v2_signature(inputs=("data",)))  # an input called "data" is still a string
+
+
+@pytest.mark.parametrize("data", [
+    [[1, 2, 3], [4, 5, 6]],   # nested: the general path reads it too, and decides
+    [[1], 2, 3, 4, 5, 6],     # ragged: refused by the general path
+    [1, 2, 3, 4, 5, True],
+    [1, 2, 3, 4, 5, "6"],
+    [1, 2, 3, 4, 5, 2**60],
+])
+def test_v2_what_is_not_flat_numbers_gets_the_general_answer(data: Any) -> None:
+    body = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": data}]}).encode()
+    v2_same(body, v2_signature())
+    document = tensor_json.v2_document(body, v2.DATATYPES)
+    assert document is None or not isinstance(document["inputs"][0]["data"], np.ndarray)
+
+
+def test_v2_bodies_with_escapes_or_stray_data_keys_take_the_general_path() -> None:
+    escaped = b'{"inputs": [{"name": "x\\u0020", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}'
+    assert tensor_json.v2_document(escaped, v2.DATATYPES) is None
+    stray = b'{"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3], ' \
+            b'"parameters": {"d1ata": [[1]]}}]}'
+    assert tensor_json.v2_document(stray, v2.DATATYPES) is None
+    assert v2_general(stray, v2_signature()).startswith("error:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.lists(numbers, max_size=8) | leaf_lists, datatype=st.sampled_from(["FP32", "FP64", "INT32", "UINT8",
+                                                                               "FP16", "INT64", "BOOL"]),
+       shape=st.sampled_from([[2, 3], [1, 3], [0, 3]]), indent=st.sampled_from([None, 2]))
+def test_v2_any_body_gets_the_general_answer(data: Any, datatype: str, shape: list[int], indent: int | None) -> None:
+    body = json.dumps({"inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": data}]},
+                      indent=indent).encode()
+    v2_same(body, v2_signature(v2.DATATYPES[datatype]))
