@@ -13,7 +13,7 @@ TFSMITH := $(VENV)/bin/tfsmith
 EXTRAS ?= optimize,serve,bench,dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: build test unit dockerfiles bench demo engine venv clean help
+.PHONY: build test unit dockerfiles bench demo engine venv clean help mlserver-venv
 
 help:
 	@sed -n '2,7p' Makefile
@@ -126,7 +126,7 @@ dockerfiles: venv
 # the package); the target fails when one is missed. Tables on the terminal; JSON, markdown, charts in build/bench/.
 BENCH_OUT ?= build/bench
 BENCH_THREADS ?= 2
-bench: venv
+bench: venv mlserver-venv
 	@$(TFSMITH) example --out $(BENCH_OUT)/example
 	@$(TFSMITH) bench $(BENCH_OUT)/example/digits_cnn.keras --data $(BENCH_OUT)/example/digits.npz \
 		--threads $(BENCH_THREADS) --budget-s 45 --out $(BENCH_OUT)/example_bench
@@ -134,7 +134,17 @@ bench: venv
 		--budget-s 60 --out $(BENCH_OUT)/deploy_choice; deploy=$$?; \
 	$(PY) -m tests.benchmarks.bench_goals $(BENCH_OUT)/example_bench \
 		$(BENCH_OUT)/deploy_choice/mobilenet_v2/bench $(BENCH_OUT)/deploy_choice/resnet50/bench; goals=$$?; \
-	exit $$(( deploy || goals ))
+	serving=0; $(PY) -m tests.benchmarks.serve_peers --rounds 3 --out $(BENCH_OUT)/serve_peers --judge \
+		$$(test -f $(MLSERVER_VENV)/.installed && echo --mlserver-python $(MLSERVER_VENV)/bin/python) || serving=1; \
+	exit $$(( deploy || goals || serving ))
+
+# The serving benchmark's peer: MLServer with the same LiteRT interpreter, in a venv of its own (without it,
+# its floors are reported as not judged).
+MLSERVER_VENV ?= $(BENCH_OUT)/mlserver-venv
+mlserver-venv:
+	@test -f $(MLSERVER_VENV)/.installed || { echo "==> MLServer (the serving benchmark's peer) in $(MLSERVER_VENV)" \
+		&& $(PYTHON) -m venv $(MLSERVER_VENV) && $(MLSERVER_VENV)/bin/python -m pip install -q mlserver ai-edge-litert \
+		&& touch $(MLSERVER_VENV)/.installed; } || echo "MLServer could not be installed: its serving floors are not judged"
 
 # The five-minute tour, each step short and saying where its artifacts are (all under $(DEMO_OUT)/).
 DEMO_OUT ?= build/demo

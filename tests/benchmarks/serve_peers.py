@@ -1,7 +1,11 @@
 """tfsmith serve against its peers and against itself before the protocol work (a benchmark, not a test).
 
     python -m tests.benchmarks.serve_peers [--models DIR] [--rounds 3] [--requests 1500] [--out DIR]
-        [--before-src DIR [--before-protocols]] [--mlserver-python PATH]
+        [--before-src DIR [--before-protocols]] [--mlserver-python PATH] [--judge]
+
+With `--judge` (what `make bench` runs) it ends with one line per serving floor and exits 1 when one is
+missed: MobileNetV2 REST JSON p50 at most 0.5x MLServer's JSON p50; digits REST req/s at 16 clients at least
+2x MLServer's; digits REST server CPU per request at most 1.3x the bare Starlette endpoint's.
 
 The same .tflite in the same interpreter (LiteRT) behind every server, loopback load from `loadgen` (lean
 keep-alive HTTP/1.1; gRPC from grpc.aio with pre-serialized requests), rounds interleaved so machine noise
@@ -320,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "snapshot keeps edits made during the run out of it)")
     parser.add_argument("--mlserver-python", type=Path, help="python of a venv with mlserver + ai-edge-litert")
     parser.add_argument("--only", choices=("digits", "mobilenet_v2"), help="one model only")
+    parser.add_argument("--judge", action="store_true", help="judge the serving floors; exit 1 when one is missed")
     parser.add_argument("--rest-ab", action="store_true",
                         help="REST only: before (--before-src) vs now with gRPC on vs now with gRPC off")
     args = parser.parse_args(argv)
@@ -387,7 +392,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "serve_peers.md").write_text(table)
     print(table)
     chart(summaries, args.out / "serve_peers.png")
-    return 0
+    if not args.judge:
+        return 0
+    verdicts = judge_floors(summaries)
+    for goal, met, detail in verdicts:
+        print(f"{'met' if met else 'MISSED' if met is False else 'not judged'}: {goal}: {detail}")
+    return 1 if any(met is False for _, met, _ in verdicts) else 0
+
+
+def judge_floors(summaries: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    """Pure: the serving floors on one run's summaries, as (goal, met or None when not measured, detail)."""
+    rows = {(s["server"], s["model"]): s for s in summaries}
+
+    def ratio(goal: str, server: str, peer: str, model: str, key: str, floor: float, at_most: bool
+              ) -> tuple[str, bool | None, str]:
+        mine, theirs = rows.get((server, model)), rows.get((peer, model))
+        if not mine or not theirs or not mine[key] or not theirs[key]:
+            return goal, None, f"{server} or {peer} not measured on {model}"
+        value = mine[key] / theirs[key]
+        return goal, value <= floor if at_most else value >= floor, \
+            f"{mine[key]} vs {theirs[key]} ({key}): {value:.2f}x"
+
+    return [
+        ratio("MobileNetV2 REST JSON p50 <= 0.5x MLServer JSON", "tfsmith REST", "MLServer v2 JSON", "mobilenet_v2",
+              "p50_ms", 0.5, True),
+        ratio("digits REST req/s at 16 clients >= 2x MLServer", "tfsmith REST", "MLServer v2 JSON", "digits", "rps",
+              2.0, False),
+        ratio("digits REST CPU per request <= 1.3x bare Starlette", "tfsmith REST", "bare Starlette", "digits",
+              "cpu_ms_per_request", 1.3, True),
+    ]
 
 
 def _input_name(running: Running) -> str:
