@@ -74,20 +74,24 @@ def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any
 
 # --- the server's code, the model and the wheels ------------------------------------------------------
 
-#: What a serving image runs: the server package and the small standard-library modules it imports (with the
-#: package's __init__), nothing else of tfsmith.
+#: What a serving image runs: the server package, the measurement package its start-up self-test times with
+#: (standard library only), and the small modules they import (with the package's __init__); nothing else.
 SERVER_PACKAGE = "server"
+SERVER_PACKAGES = (SERVER_PACKAGE, "measure")
 SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py", "report.py")
 
 
 def copy_server_code(dest: Path) -> None:
-    """`builder/server` plus the few modules it imports and the stdlib-only guard, as /opt/tfsmith."""
+    """`builder/server` and `builder/measure` plus the few modules they import and the stdlib-only guard, as
+    /opt/tfsmith."""
     package = dest / "builder"
-    (package / SERVER_PACKAGE).mkdir(parents=True, exist_ok=True)
+    package.mkdir(parents=True, exist_ok=True)
     for name in SERVER_SUPPORT:
         shutil.copy2(PACKAGE_ROOT / name, package / name)
-    for source in sorted((PACKAGE_ROOT / SERVER_PACKAGE).glob("*.py")):
-        shutil.copy2(source, package / SERVER_PACKAGE / source.name)
+    for folder in SERVER_PACKAGES:
+        (package / folder).mkdir(exist_ok=True)
+        for source in sorted((PACKAGE_ROOT / folder).glob("*.py")):
+            shutil.copy2(source, package / folder / source.name)
     guard = PACKAGE_ROOT / "guard.py"
     if not guard.is_file():
         raise TfsmithError(f"{guard} is missing: the preflight guard ships with tfsmith (reinstall it)")

@@ -8,13 +8,13 @@ use. The in-image server is always told a named runtime.
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import InputError
 from builder.measure.decide import choose_fastest_runtime
+from builder.measure import stats
 from builder.measure.loop import time_interleaved
 from builder.server.backends import RUNTIMES, create_backend, model_for_runtime, nncf_inputs, sample_inputs
 
@@ -93,6 +93,6 @@ def choose_runtime(
     samples, errors = measure(candidates, threads)
     sizes = {name: path.stat().st_size if path.is_file() else 0 for name, path in candidates.items()}
     runtime, why = choose_fastest_runtime(samples, {**refused, **errors}, sizes)
-    p50_us = {name: statistics.median(s) * 1e6 for name, s in samples.items() if s}
+    p50_us = {name: stats.median(s) * 1e6 for name, s in samples.items() if s}
     reason = f"auto ({threads} thread{'s' if threads != 1 else ''}): {why}"
     return RuntimeChoice(runtime, reason, p50_us)

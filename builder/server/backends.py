@@ -17,7 +17,6 @@ import functools
 import logging
 import os
 import queue
-import statistics
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
+from builder.measure import loop, stats
 from builder.server.interpreters import Backend, LiteRTBackend, _litert_signatures, _open_litert
 from builder.server.protocol import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
 from builder.server.protocol import batched as is_batched
@@ -283,16 +283,20 @@ def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: i
     return sample_inputs(signature, batch)
 
 
-def measure_pool(pool: BackendPool, samples_path: Path | None, runs: int = 30,
+#: The start-up self-test's time budget: it stops earlier once the median is pinned down (`measure.stats`).
+SELF_TEST_BUDGET_S = 2.0
+SELF_TEST_MIN_SAMPLES = 30
+
+
+def measure_pool(pool: BackendPool, samples_path: Path | None, budget_s: float = SELF_TEST_BUDGET_S,
                  signature_name: str | None = None) -> float | None:
-    """Warm every backend and time batch-1 calls of the default signature on the model's example inputs.
+    """Warm every backend and time batch-1 calls of the default signature on the model's example inputs,
+    with the timing loop and median every tfsmith measurement uses (`builder.measure`).
 
     Returns the median in microseconds, or None when the model could not be run on them (then it is still
     served, and requests say what is wrong): start-up never fails on its own self-test. A model with string
     inputs and no samples is not run at all (said in the log): made-up text proves nothing about it.
     """
-    import time
-
     signature = pool.signatures.get(signature_name or DEFAULT_SIGNATURE) or next(iter(pool.signatures.values()))
     try:
         inputs = example_inputs(signature, samples_path)
@@ -304,16 +308,13 @@ def measure_pool(pool: BackendPool, samples_path: Path | None, runs: int = 30,
         for _ in range(pool.size):
             with pool.checkout() as backend:
                 backend.predict(signature.name, inputs)
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            pool.predict(signature.name, inputs)
-            times.append(time.perf_counter() - start)
+        times = loop.interleave({"model": lambda: pool.predict(signature.name, inputs)}, budget_s, warmup=0,
+                                min_samples=SELF_TEST_MIN_SAMPLES)[0]["model"]
     except Exception as error:  # noqa: BLE001 - a model that cannot be timed is still served
         logging.getLogger("tfsmith.serve").warning("start-up self-test could not run the model (%s: %s); "
                                                    "serving without it", type(error).__name__, error)
         return None
-    return statistics.median(times) * 1e6
+    return stats.median(times) * 1e6
 
 
 def cpu_count() -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from builder.packaging.context import SERVER_PACKAGE, SERVER_SUPPORT
+from builder.packaging.context import SERVER_PACKAGE, SERVER_PACKAGES, SERVER_SUPPORT
 
 PACKAGE = Path(__file__).resolve().parents[2] / "builder"
 
@@ -100,6 +100,8 @@ def test_the_server_imports_only_what_images_carry() -> None:
     graph = import_graph()
     server = {m: deps for m, deps in graph.items() if m.startswith(f"builder.{SERVER_PACKAGE}")}
     assert server, "no server modules found"
-    outside = {m: sorted(d for d in deps if not d.startswith(f"builder.{SERVER_PACKAGE}") and d not in carried)
-               for m, deps in server.items()}
+    packages = tuple(f"builder.{folder}" for folder in SERVER_PACKAGES)
+    shipped = {m: deps for m, deps in graph.items() if m.startswith(packages)}
+    outside = {m: sorted(d for d in deps if not d.startswith(packages) and d not in carried)
+               for m, deps in shipped.items()}
     assert all(not deps for deps in outside.values()), outside
