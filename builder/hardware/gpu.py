@@ -211,12 +211,8 @@ def detect_gpus(gpu_csv: Path | None = None, *, nvml: Any = None, run: SmiRunner
             raise InputError(f"cannot read GPU facts {gpu_csv}: {error.strerror}") from None
         return parse_smi_csv(text, source="recorded")
     if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            nvml = None
-    if nvml is not None:
-        report = report_from_nvml(nvml)
-        if report is not None:
-            return report
+        import pynvml as nvml  # nvidia-ml-py, a dependency; without NVML's library, nvidia-smi is tried next
+    report = report_from_nvml(nvml)
+    if report is not None:
+        return report
     return report_from_smi(run or _run_smi)
