@@ -230,10 +230,8 @@ def load_recipe(path: Path) -> Recipe:
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+            import tomllib
+
             data = tomllib.loads(text)
         elif suffix in (".yaml", ".yml"):
             import yaml
