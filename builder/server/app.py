@@ -43,7 +43,7 @@ from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from builder.server.metrics import PATH as METRICS_PATH
 from builder.server.metrics import Metrics
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
-from builder.server.protocol import RequestError, SignatureSpec, batched, default_signature
+from builder.server.protocol import RequestError, SignatureSpec, batched, default_signature, internal_error_message
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.served import ModelSet, ServedModel
 from builder.server.tfs_rest import JSONBody
@@ -206,7 +206,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     @app.exception_handler(Exception)
     async def internal_error(_: Request, error: Exception) -> JSONBody:
         log.exception("request failed")
-        return _error(500, f"internal error: {type(error).__name__}: {error}")
+        return _error(500, internal_error_message(error))
 
     @app.get("/healthz", summary="Liveness and what is served")
     async def healthz() -> JSONBody:

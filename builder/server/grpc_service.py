@@ -21,7 +21,7 @@ import grpc
 from builder.server import ports
 from builder.server import tfs_proto as pb
 from builder.server.dataplane import DataPlane
-from builder.server.protocol import PREDICT_METHOD, RequestError, wire_shape
+from builder.server.protocol import PREDICT_METHOD, RequestError, internal_error_message, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
 
@@ -48,7 +48,7 @@ class Servicer:
             raise
         except Exception as error:  # noqa: BLE001 - one failed call, the server lives on
             log.exception("gRPC %s failed", api)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+            await context.abort(grpc.StatusCode.INTERNAL, internal_error_message(error))
 
     def _served(self, spec: Any) -> ServedModel:
         version = spec.version.value if spec.HasField("version") else None

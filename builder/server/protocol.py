@@ -63,6 +63,11 @@ __all__ = ["TensorSpec"]
 WIRE_DYNAMIC = -1
 
 
+def internal_error_message(error: BaseException) -> str:
+    """What every protocol answers for a failure of the server's own (HTTP 500, gRPC INTERNAL)."""
+    return f"internal error: {type(error).__name__}: {error}"
+
+
 def batched(spec: TensorSpec) -> bool:
     """True when the leading dimension takes any batch size (what dynamic batching needs)."""
     return len(spec.shape) > 0 and spec.shape[0] is None

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.server.protocol import STRING, PredictCall, RequestError, SignatureSpec, choose_signature
+from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature
 
 try:
     import simdjson
@@ -49,13 +49,38 @@ def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batc
     """The request's one numeric input as an array of its dtype, or None where the general path must decide."""
     if simdjson is None:
         return None
+    try:
+        return _parse(_parser(), body, signatures, max_batch, default)
+    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, RequestError):  # the general path's
+        return None
+
+
+def _parser() -> Any:
+    """This thread's simdjson parser (one may parse only one document at a time; its buffers are reused)."""
     parser = getattr(_local, "parser", None)
     if parser is None:
         parser = _local.parser = simdjson.Parser()
-    try:
-        return _parse(parser, body, signatures, max_batch, default)
-    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, RequestError):  # the general path's
-        return None
+    return parser
+
+
+def _fast_dtype(dtype: str) -> np.dtype | None:
+    """The dtype when its numbers can be read as doubles or int64s; None for the general path's (strings,
+    booleans, and uint64, which may go beyond int64)."""
+    want = np.dtype(dtype)
+    return want if want.kind in "fiu" and want != np.uint64 else None
+
+
+def _flat(array: Any, want: np.dtype) -> np.ndarray:
+    """Every number of a simdjson array, flattened: doubles for a float dtype, int64 for an integer one
+    (TypeError when one is not a number of that kind)."""
+    floats = want.kind == "f"
+    return np.frombuffer(array.as_buffer(of_type="d" if floats else "i"), dtype=np.float64 if floats else np.int64)
+
+
+def _exact(flat: np.ndarray) -> bool:
+    """False when a double's magnitude reaches 2**53, beyond which integers are not all exact (the general
+    path would have carried an integer there as int64, rounded differently)."""
+    return flat.dtype.kind != "f" or not flat.size or max(-float(flat.min()), float(flat.max())) < EXACT_INTEGER
 
 
 def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
@@ -75,17 +100,14 @@ def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], ma
             return None
         spec = signature.inputs[0]
         dims = spec.shape[1:]
-        if spec.dtype == STRING or any(d is None for d in dims) or not len(spec.shape):
-            return None
-        want = np.dtype(spec.dtype)
-        if want.kind not in "fiu" or want == np.uint64:  # uint64 beyond int64 is the general path's
+        want = _fast_dtype(spec.dtype)
+        if want is None or any(d is None for d in dims) or not len(spec.shape):
             return None
         key = "instances" if "instances" in keys else "inputs"
         value = document[key]
         if not isinstance(value, simdjson.Array):
             return None
-        flat = np.frombuffer(value.as_buffer(of_type="d" if want.kind == "f" else "i"),
-                             dtype=np.float64 if want.kind == "f" else np.int64)
+        flat = _flat(value, want)
     finally:
         del document  # the parser can be reused only once nothing refers to its last document
     per_row = int(np.prod(dims, dtype=np.int64))
@@ -105,8 +127,8 @@ def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], ma
 def _holds(flat: np.ndarray, want: np.dtype) -> bool:
     """True when every value reaches `want` exactly as the general path would carry it there."""
     if flat.dtype.kind == "f":
-        largest = float(np.max(np.abs(flat)))
-        return largest < EXACT_INTEGER and (want.itemsize == 8 or largest <= float(np.finfo(want).max))
+        largest = max(-float(flat.min()), float(flat.max()))
+        return _exact(flat) and (want.itemsize == 8 or largest <= float(np.finfo(want).max))
     info = np.iinfo(want)
     return int(flat.min()) >= info.min and int(flat.max()) <= info.max
 
@@ -151,11 +173,8 @@ def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
     order; each must be followed by `[` and one comma fewer than the numbers simdjson found, then `]`."""
     if simdjson is None or b"\\" in body:
         return None
-    parser = getattr(_local, "parser", None)
-    if parser is None:
-        parser = _local.parser = simdjson.Parser()
     try:
-        return _v2(parser, body, dtypes)
+        return _v2(_parser(), body, dtypes)
     except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
         return None
 
@@ -201,19 +220,14 @@ def _datatype(tensor: Any) -> Any:
 
 def _numbers(data: Any, dtype: str | None) -> Any:
     """A numeric input's `data` as a flat array the general path would make of it; other data as Python values."""
-    if dtype is None or dtype == STRING or not isinstance(data, simdjson.Array):
-        return _plain(data)
-    want = np.dtype(dtype)
-    if want.kind not in "fiu" or want == np.uint64:
+    want = None if dtype is None else _fast_dtype(dtype)
+    if want is None or not isinstance(data, simdjson.Array):
         return _plain(data)
     try:
-        flat = np.frombuffer(data.as_buffer(of_type="d" if want.kind == "f" else "i"),
-                             dtype=np.float64 if want.kind == "f" else np.int64)
+        flat = _flat(data, want)
     except (TypeError, ValueError):  # booleans, strings, fractions for an integer type: the general path's
         return _plain(data)
-    if want.kind == "f" and flat.size and float(np.max(np.abs(flat))) >= EXACT_INTEGER:
-        return _plain(data)
-    return flat
+    return flat if _exact(flat) else _plain(data)
 
 
 def _unique_keys(value: Any) -> bool:

@@ -27,6 +27,7 @@ from builder.server.dataplane import DataPlane
 from builder.server.protocol import (
     RequestError,
     format_outputs,
+    internal_error_message,
     may_hold_booleans,
     model_metadata,
     model_status,
@@ -104,7 +105,7 @@ class PredictLane:
             status, body = error.status, jsoncodec.dumps({"error": str(error)})
         except Exception as error:  # noqa: BLE001 - the routes' 500 answer, the server keeps serving
             log.exception("request failed")
-            status, body = 500, jsoncodec.dumps({"error": f"internal error: {type(error).__name__}: {error}"})
+            status, body = 500, jsoncodec.dumps({"error": internal_error_message(error)})
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
