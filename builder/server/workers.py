@@ -10,6 +10,8 @@ SIGTERM or SIGINT on to each of them once, and waits:
 - A worker whose supervisor is gone (killed with SIGKILL) stops itself instead of serving unsupervised.
 - A worker that exits unasked stops the others and the server exits 1: an orchestrator then restarts the
   whole server, where a half-size server would answer slower with nobody told.
+- A worker that refuses what it was given (a model that does not load: a `TfsmithError`) hands the error to
+  the supervisor, which raises it: the user reads one line, as from one process, not a traceback per worker.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from builder.errors import TfsmithError
+
 log = logging.getLogger("tfsmith.serve")
 
 #: How often a worker checks that its supervisor is still there.
@@ -32,10 +36,11 @@ ORPHAN_CHECK_SECONDS = 1.0
 
 def run_workers(processes: int, serve: Callable[[socket.socket], None], sock: socket.socket) -> int:
     """Run `serve(sock)` in `processes` spawned processes until they stop; the exit status for the server
-    (0 when they stopped because they were asked to). `serve` must be picklable (a module-level function,
-    or a functools.partial of one)."""
+    (0 when they stopped because they were asked to); the `TfsmithError` a worker refused to start with is
+    raised. `serve` must be picklable (a module-level function, or a functools.partial of one)."""
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_worker, args=(serve, sock, os.getpid()), name=f"tfsmith-worker-{n}")
+    refusals = context.SimpleQueue()
+    workers = [context.Process(target=_worker, args=(serve, sock, os.getpid(), refusals), name=f"tfsmith-worker-{n}")
                for n in range(processes)]
     asked = threading.Event()
 
@@ -56,20 +61,27 @@ def run_workers(processes: int, serve: Callable[[socket.socket], None], sock: so
             for worker in workers:
                 worker.join(timeout=0.2)
                 if worker.exitcode is not None and not asked.is_set():
-                    log.error("worker %s exited with status %s unasked; stopping the others", worker.pid,
-                              worker.exitcode)
+                    if refusals.empty():
+                            log.error("worker %s exited with status %s unasked; stopping the others", worker.pid,
+                                  worker.exitcode)
                     status = 1
                     stop(signal.SIGTERM)
+        if not refusals.empty():
+            raise refusals.get()
         return status
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _worker(serve: Callable[[socket.socket], None], sock: socket.socket, supervisor: int) -> None:
+def _worker(serve: Callable[[socket.socket], None], sock: socket.socket, supervisor: int, refusals: Any) -> None:
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which passes it on once
     threading.Thread(target=_stop_when_orphaned, args=(supervisor,), daemon=True).start()
-    serve(sock)
+    try:
+        serve(sock)
+    except TfsmithError as error:
+        refusals.put(error)
+        raise SystemExit(error.exit_code) from None
 
 
 def _stop_when_orphaned(supervisor: int) -> None:

@@ -296,3 +296,12 @@ def test_workers_stop_when_their_supervisor_is_killed(models: Path) -> None:  # 
     running.process.kill()
     running.process.wait(timeout=60)
     wait_for(lambda: all(gone(worker) for worker in workers), "both workers stopped", deadline_s=120)
+
+
+def test_workers_refusing_a_model_say_so_in_one_line(tmp_path: Path, models: Path) -> None:  # noqa: F811
+    broken = tmp_path / "broken.tflite"
+    broken.write_bytes((models / "image.tflite").read_bytes()[:1000])
+    port = free_port()
+    line = one_error_line(refused(broken, "--port", str(port), "--grpc-port", str(free_port()), "--processes", "2",
+                                  own_port=port))
+    assert f"{broken}: not a loadable .tflite model" in line, line
