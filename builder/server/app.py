@@ -33,7 +33,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from builder.errors import InputError
-from builder.server import grpc_service, reload, tfs_rest, v2
+from builder.server import decode_helper, grpc_service, reload, tfs_rest, v2
 from builder.server.access_log import AccessLog
 from builder.server.backends import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
@@ -76,6 +76,9 @@ class ServerConfig:
     shutdown_delay_seconds: float = 0.0
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: read large JSON bodies on two cores where a helper process measures faster (`decode_helper`); off for
+    #: `--processes N`, whose workers already share the cores
+    decode_helper: bool = True
     #: the signature a request naming none gets: --signature-name (required to exist) or the report's choice
     #: (used when the model has it); None: serving_default, else the model's only signature
     signature_name: str | None = None
@@ -152,7 +155,9 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     metrics = Metrics()
     models = load_models(config, pool, metrics)
     first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
-    plane = DataPlane(models, metrics, config.access_log)
+    halves = decode_helper.start_for(s for served in models.all() for s in served.signatures.values()) \
+        if config.decode_helper else None
+    plane = DataPlane(models, metrics, config.access_log, halves=halves)
     servicer = grpc_service.Servicer(plane)
 
     @asynccontextmanager
@@ -333,7 +338,7 @@ def run_server(
                      f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "")
             DrainingServer.create(app, uvicorn.Config(app, **common)).run(sockets=[sock])
             return
-        os.environ[CONFIG_ENV] = config_to_json(config)
+        os.environ[CONFIG_ENV] = config_to_json(replace(config, decode_helper=False))
         ports.share_with_workers()
         status = workers.run_workers(processes, functools.partial(serve_worker, common), sock)
         if status:
@@ -352,7 +357,7 @@ def config_to_json(config: ServerConfig) -> str:
                                             "threads", "max_body_bytes", "max_request_batch", "dispatch",
                                             "grpc_port", "host", "access_log", "drain_seconds",
                                             "shutdown_delay_seconds", "poll_seconds", "signature_name",
-                                            "signature_required")},
+                                            "signature_required", "decode_helper")},
         "sources": [{**asdict(s), "base_path": str(s.base_path)} for s in config.sources],
         "model_path": str(config.model_path),
         "tls_cert": None if config.tls_cert is None else str(config.tls_cert),

@@ -9,8 +9,9 @@ exception leaving the block carries (`RequestError.status`, 500 for anything els
 forget to count a failure. (REST's access log is the ASGI middleware, `access_log.AccessLog`: it also
 sees the requests no route matched.)
 
-Large JSON bodies are decoded on a worker thread (`DataPlane.decode`): a 3 MB image body takes tens of
-milliseconds to decode, and on the event loop every small request arriving meanwhile would wait for it.
+Large JSON bodies are decoded on a worker thread (`DataPlane.decode`): a 3 MB image body takes milliseconds
+to decode, and on the event loop every small request arriving meanwhile would wait for it. Where a decoding
+helper measured faster at start-up (`decode_helper`), the plane holds it as `halves` for the adapters.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TypeVar
 import numpy as np
 
 from builder.server.access_log import log_request
+from builder.server.decode_helper import DecodeHelper
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import PredictCall, RequestError, parse_version
 from builder.server.served import ModelSet, ServedModel
@@ -47,11 +49,12 @@ class DataPlane:
     """The served models plus the bookkeeping around every call to them."""
 
     def __init__(self, models: ModelSet, metrics: Metrics, access_log: bool = False,
-                 offload_bytes: int = OFFLOAD_BYTES) -> None:
+                 offload_bytes: int = OFFLOAD_BYTES, halves: DecodeHelper | None = None) -> None:
         self.models = models
         self.metrics = metrics
         self.access_log = access_log
         self.offload_bytes = offload_bytes
+        self.halves = halves  # reads half of a large JSON tensor on another core (`tensor_json.HalfReader`)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfsmith-decode")
 
     def resolve(self, name: str, version: int | None = None, label: str | None = None) -> ServedModel:
@@ -115,3 +118,5 @@ class DataPlane:
 
     def close(self) -> None:
         self._decoder.shutdown(wait=False)
+        if self.halves is not None:
+            self.halves.close()

@@ -67,7 +67,7 @@ async def predict_answer(plane: DataPlane, chunks: AsyncIterator[bytes], content
         raw = await read_limited(chunks, max_body_bytes, content_length, content_encoding)
         served = plane.resolve_path(name, version, label)
         call = await plane.decode(len(raw), lambda: tensor_json.parse_predict(
-            raw, served.signatures, max_request_batch, served.default_signature) or parse_predict(
+            raw, served.signatures, max_request_batch, served.default_signature, plane.halves) or parse_predict(
             parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
             served.default_signature))
         outputs = await plane.predict(served, call)

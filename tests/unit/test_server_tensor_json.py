@@ -242,3 +242,159 @@ def test_v2_any_body_gets_the_general_answer(data: Any, datatype: str, shape: li
     body = json.dumps({"inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": data}]},
                       indent=indent).encode()
     v2_same(body, v2_signature(v2.DATATYPES[datatype]))
+
+
+# --- a large body read in two halves at once ------------------------------------------------------------------
+
+class InlineHalves:
+    """A `HalfReader` that reads the second half in this thread (the helper process's work, `read_half`): the
+    decisions around it are `tensor_json`'s, and those are what these tests are about."""
+
+    def __init__(self, accept: bool = True, answer: bool = True) -> None:
+        self.accept, self.answer = accept, answer
+        self.text: bytes | None = None
+        self.floats = True
+        self.submitted = 0
+
+    def submit(self, text: bytes, floats: bool) -> bool:
+        if not self.accept:
+            return False
+        self.text, self.floats, self.submitted = text, floats, self.submitted + 1
+        return True
+
+    def collect(self) -> tuple[np.ndarray, bytes] | None:
+        assert self.text is not None, "collected without a submitted text"
+        text, self.text = self.text, None
+        if not self.answer:
+            return None
+        try:
+            return tensor_json.read_half(text, self.floats, first=False)
+        except (ValueError, TypeError):
+            return None
+
+
+@pytest.fixture
+def split_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small bodies are read in halves too, so generated bodies exercise the cut."""
+    monkeypatch.setattr(tensor_json, "SPLIT_MIN_BYTES", 0)
+
+
+def assert_same_in_halves(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64
+                          ) -> tuple[PredictCall | None, InlineHalves]:
+    """The halves' answer equals the general path's (as `assert_same`), and the one-core fast path's."""
+    halves = InlineHalves()
+    fast = tensor_json.parse_predict(body, sigs, max_batch, halves=halves)
+    whole = tensor_json.parse_predict(body, sigs, max_batch)
+    assert halves.text is None, "submitted but never collected"
+    if fast is None:
+        return None, halves
+    slow = general(body, sigs, max_batch)
+    assert not isinstance(slow, RequestError), f"halves took a body the general path refuses: {slow}"
+    for other in (slow, whole):
+        if other is None:
+            continue
+        assert (fast.signature, fast.row_format, fast.batch) == (other.signature, other.row_format, other.batch)
+        for name, array in fast.inputs.items():
+            assert array.dtype == other.inputs[name].dtype and array.shape == other.inputs[name].shape
+            np.testing.assert_array_equal(array, other.inputs[name])
+    return fast, halves
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_a_rectangular_body_is_read_in_halves_with_the_general_answer() -> None:
+    x = np.random.default_rng(7).standard_normal((3, 2, 3)).astype(np.float32)
+    for body in ({"instances": x.tolist()}, {"inputs": x.tolist()},
+                 {"signature_name": "other", "instances": x.tolist()},
+                 {"signature_name": "", "inputs": x.tolist()}):
+        for indent in (None, 2):
+            call, halves = assert_same_in_halves(json.dumps(body, indent=indent).encode(), signatures())
+            assert call is not None and halves.submitted == 1, (body.keys(), indent)
+            np.testing.assert_array_equal(call.inputs["x0"], x)
+    tokens = json.dumps({"instances": [[[1, 2, 3], [4, 5, -6]]] * 4}).encode()
+    call, halves = assert_same_in_halves(tokens, signatures("int32"))
+    assert call is not None and halves.submitted == 1 and call.inputs["x0"].dtype == np.int32
+
+
+def test_the_real_size_is_read_in_halves_with_the_one_core_answer() -> None:
+    x = np.random.default_rng(8).random((2, 128, 128, 3), dtype=np.float32)
+    body = json.dumps({"instances": x.tolist()}).encode()
+    assert len(body) >= tensor_json.SPLIT_MIN_BYTES
+    call, halves = assert_same_in_halves(body, signatures(shape=(None, 128, 128, 3)))
+    assert call is not None and halves.submitted == 1
+    np.testing.assert_array_equal(call.inputs["x0"], x)
+    small = json.dumps({"instances": x[:, :8, :8].tolist()}).encode()
+    call, halves = assert_same_in_halves(small, signatures(shape=(None, 8, 8, 3)))
+    assert call is not None and halves.submitted == 0  # below SPLIT_MIN_BYTES: read whole
+
+
+@pytest.mark.usefixtures("split_everything")
+@pytest.mark.parametrize("body", [
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]], "signature_name": "other"}',  # tensor not last
+    b'{"\\u0069nstances": [[[1,2,3],[4,5,6]]]}',                  # escaped key: the standard library reads it
+    b'{"signature_name": "a[b", "instances": [[[1,2,3],[4,5,6]]]}',  # a bracket before the tensor
+    b'{"signature_name": "x]", "instances": [[[1,2,3],[4,5,6]]]}',  # unknown signature (the general refusal)
+])
+def test_what_halves_cannot_read_still_gets_the_general_answer(body: bytes) -> None:
+    assert_same_in_halves(body, signatures())
+    assert_same(body, signatures())
+
+
+@pytest.mark.usefixtures("split_everything")
+@pytest.mark.parametrize("body", [
+    b'{"instances": -[[[1,2,3],[4,5,6]]]}',                        # a sign before the tensor
+    b'{"instances": [[[1,2,3],[4,5,6]]]}\x0c',                     # a blank JSON does not allow
+    b'{"instances": [[[1,2,3],[4,5,6]]]} x',
+    b'{"instances": [[[1,2,3],[4,5,6]]]}}',
+    b'{"instances": [[[1,2,3],[4,5,6]]]',
+    b'{"instances": [[[1,2,3],[4,,6]]]}',                          # an empty slot at the cut
+    b'{"instances": [[[1,2,3],[4,5 6]]]}',
+    b'{"instances": [[[1,2,3],[4],[5,6]]]}',                       # ragged across the cut, same count
+    b'{"instances": [[[1,2],[3,4,5,6]]]}',
+    b'{"instances": [[[1,2,3],[4,5,"6"]]]}',
+    b'{"instances": [[[1,2,3],[4,5,NaN]]]}',
+    b'{"instances": [[[1,2,3],[4,5,true]]]}',
+    b'{"instances": [[[1,2,3],[4,5,1e400]]]}',
+    b'{"instances": [[[1,2,3],[4,5,6]]], "instances": [[[1,2,3],[4,5,6]]]}',
+    b'{"instances": 1, "inputs": [[[1,2,3],[4,5,6]]]}',
+    b'{"signature_name": 7, "instances": [[[1,2,3],[4,5,6]]]}',
+    b'{"extra": 1, "instances": [[[1,2,3],[4,5,6]]]}',
+    b'\xef\xbb\xbf{"instances": [[[1,2,3],[4,5,6]]]}',               # a byte order mark
+])
+def test_halves_take_nothing_the_general_path_refuses(body: bytes) -> None:
+    call, _ = assert_same_in_halves(body, signatures())
+    assert call is None or not isinstance(general(body, signatures()), RequestError)
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_a_reader_that_is_busy_or_fails_leaves_the_body_to_one_core() -> None:
+    x = np.random.default_rng(9).random((2, 2, 3))
+    body = json.dumps({"instances": x.tolist()}).encode()
+    for halves in (InlineHalves(accept=False), InlineHalves(answer=False)):
+        call = tensor_json.parse_predict(body, signatures("float64"), 64, halves=halves)
+        assert call is not None and np.array_equal(call.inputs["x0"], x)
+        assert halves.text is None
+
+
+@pytest.mark.usefixtures("split_everything")
+@settings(max_examples=400, deadline=None)
+@given(value=leaf_lists, key=st.sampled_from(["instances", "inputs"]), indent=st.sampled_from([None, 1]),
+       dtype=st.sampled_from(["float32", "float64", "int32", "uint8", "float16"]),
+       shape=st.sampled_from([(None,), (None, 2), (None, 2, 3), (None, 1, 1)]), named=st.booleans())
+def test_any_body_read_in_halves_gets_the_general_answer(value: Any, key: str, indent: int | None, dtype: str,
+                                                        shape: tuple[int | None, ...], named: bool) -> None:
+    body = {"signature_name": "serving_default", key: value} if named else {key: value}
+    assert_same_in_halves(json.dumps(body, indent=indent).encode(), signatures(dtype, shape))
+
+
+@pytest.mark.usefixtures("split_everything")
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 4), seed=st.integers(0, 2**16), shape=st.sampled_from([(2,), (2, 3), (1, 4, 2), (3, 1)]),
+       dtype=st.sampled_from(["float32", "float64", "float16", "int32"]), indent=st.sampled_from([None, 1]))
+def test_rectangular_numbers_are_always_read_in_halves(rows: int, seed: int, shape: tuple[int, ...], dtype: str,
+                                                       indent: int | None) -> None:
+    x = np.random.default_rng(seed).standard_normal((rows, *shape)) * 100
+    values = x.round().astype(int).tolist() if dtype == "int32" else x.tolist()
+    body = json.dumps({"instances": values}, indent=indent).encode()
+    call, halves = assert_same_in_halves(body, signatures(dtype, (None, *shape)))
+    if rows * int(np.prod(shape)) > 1:  # one number has no comma to cut at
+        assert call is not None and halves.submitted == 1

@@ -1,0 +1,274 @@
+"""A second core for large JSON bodies: a helper process reads half of a tensor's text while the request's
+thread reads the other half (`tensor_json.parse_predict` with `halves`).
+
+Reading a 1x224x224x3 image from JSON (3.2 MB, 150,528 numbers) is as slow as running MobileNetV2 on it, and
+it is pure CPU in simdjson, which holds the GIL: two threads of one process would take turns. A process of
+its own does not. One helper per server process, started at start-up when a batch-1 body of a served model
+is large enough for it to matter (`start_for`), and kept only where it measured faster there, with the one
+timing loop (`builder.measure`): on one core, or a busy machine, it is not.
+
+The server and the helper share one memory file (memfd) and talk over two pipes: the server copies the
+second half's text into the shared memory and sends its length (24 bytes); the helper answers with how many
+numbers and skeleton bytes it wrote after the text (16 bytes), or -1 when it could not read them. Everything
+that decides a request's answer (the envelope, the structure, the dtype checks) stays with the server; an
+answer the helper cannot give (a parse error, a crash, a timeout) only makes that body be read on one core.
+The helper ends when the server's end of its pipe closes: when the server stops, or dies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from builder.server import tensor_json
+from builder.server.protocol import SignatureSpec
+
+log = logging.getLogger("tfsmith.serve")
+
+#: The server's request: shared memory size, text length, floats (1) or integers (0).
+REQUEST = struct.Struct("<QQQ")
+#: The helper's answer: numbers written (-1: could not read the text), skeleton bytes written.
+ANSWER = struct.Struct("<qq")
+#: Longest wait for the helper's answer before the body is read on one core and the helper is stopped.
+ANSWER_TIMEOUT_S = 30.0
+#: The start-up measurement's time budget (it stops earlier once both medians are pinned down).
+MEASURE_BUDGET_S = 1.5
+
+
+def _numbers_at(length: int) -> int:
+    """Where the answer's numbers start in the shared memory: after the text, 8-byte aligned."""
+    return (length + 7) // 8 * 8
+
+
+def _needed(length: int) -> int:
+    """Shared memory for a text of `length` bytes: the text, its numbers (a number takes at least one byte and
+    a comma, so at most length // 2 + 1 of them, 8 bytes each) and its skeleton (at most the text)."""
+    return _numbers_at(length) + 8 * (length // 2 + 1) + length
+
+
+class DecodeHelper:
+    """The server's side of one helper process; a `tensor_json.HalfReader` for one body at a time."""
+
+    def __init__(self) -> None:
+        self._memory_fd = os.memfd_create("tfsmith-json-halves")
+        self._size = 0
+        self._memory: mmap.mmap | None = None
+        request_read, self._requests = os.pipe()
+        self._answers, answer_write = os.pipe()
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding `builder`, in images and checkouts
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "builder.server.decode_helper", str(self._memory_fd), str(request_read),
+                 str(answer_write)], pass_fds=(self._memory_fd, request_read, answer_write), env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            os.close(request_read)
+            os.close(answer_write)
+        self._lock = threading.Lock()
+        self._pending: tuple[int, bool] | None = None
+        self.broken = False
+
+    def submit(self, text: bytes, floats: bool) -> bool:
+        if self.broken or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._grow(_needed(len(text)))
+            assert self._memory is not None
+            self._memory[:len(text)] = text
+            os.write(self._requests, REQUEST.pack(self._size, len(text), int(floats)))
+        except (OSError, ValueError) as error:
+            self._fail(f"could not hand it a body ({error})")
+            self._lock.release()
+            return False
+        self._pending = (len(text), floats)
+        return True
+
+    def collect(self) -> tuple[np.ndarray, bytes] | None:
+        if self._pending is None:
+            return None
+        length, floats = self._pending
+        self._pending = None
+        try:
+            answer = self._answer()
+            if answer is None:
+                return None
+            count, skeleton_length = answer
+            if count < 0:
+                return None
+            assert self._memory is not None
+            at = _numbers_at(length)
+            numbers = np.frombuffer(self._memory, np.float64 if floats else np.int64, count, at).copy()
+            skeleton = self._memory[at + 8 * count:at + 8 * count + skeleton_length]
+            return numbers, skeleton
+        finally:
+            self._lock.release()
+
+    def _answer(self) -> tuple[int, int] | None:
+        try:
+            ready, _, _ = select.select([self._answers], [], [], ANSWER_TIMEOUT_S)
+            message = os.read(self._answers, ANSWER.size) if ready else b""
+        except OSError as error:
+            self._fail(f"its answer could not be read ({error})")
+            return None
+        if len(message) != ANSWER.size:
+            self._fail("it did not answer in time" if not ready else "it stopped")
+            return None
+        count, skeleton_length = ANSWER.unpack(message)
+        return count, skeleton_length
+
+    def _grow(self, size: int) -> None:
+        """The shared memory at least `size` bytes (a new mapping: the helper maps it anew when told the size)."""
+        if size <= self._size:
+            return
+        size = max(size, 2 * self._size)
+        os.ftruncate(self._memory_fd, size)
+        if self._memory is not None:
+            self._memory.close()
+        self._memory, self._size = mmap.mmap(self._memory_fd, size), size
+
+    def _fail(self, why: str) -> None:
+        """Stop using the helper: every body is read on one core from now on, as without it."""
+        if not self.broken:
+            log.warning("JSON decoding helper: %s; large JSON bodies are read on one core from now on", why)
+        self.broken = True
+        self._process.kill()
+
+    def close(self) -> None:
+        """Stop the helper (closing its pipe ends it) and free the shared memory."""
+        self.broken = True
+        for fd in (self._requests, self._answers):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        if self._memory is not None:
+            self._memory.close()
+        os.close(self._memory_fd)
+
+
+def largest_input(signatures: Iterable[SignatureSpec]) -> tuple[int, ...] | None:
+    """The per-example shape of the largest input a body can carry as numbers read here (one numeric input
+    of static shape: `tensor_json`'s fast path), or None when there is none."""
+    shapes = [spec.shape[1:] for signature in signatures if len(signature.inputs) == 1
+              for spec in signature.inputs
+              if len(spec.shape) and all(d is not None for d in spec.shape[1:])
+              and tensor_json.fast_dtype(spec.dtype) is not None]
+    return max(shapes, key=lambda shape: int(np.prod(shape, dtype=np.int64)), default=None)
+
+
+def example_body(signature: SignatureSpec) -> bytes:
+    """A batch-1 TF Serving body for the signature's one input, as a client writes it: random doubles for a
+    float input (~20 bytes a number), integers below 1000 for an integer one (token ids, ~5 bytes)."""
+    spec = signature.inputs[0]
+    shape = (1, *spec.shape[1:])
+    want = tensor_json.fast_dtype(spec.dtype)
+    rng = np.random.default_rng(0)
+    values = rng.random(shape) if want is not None and want.kind == "f" else rng.integers(0, min(1000, int(
+        np.iinfo(want).max) + 1 if want is not None else 1000), shape)
+    return json.dumps({"signature_name": signature.name, "instances": values.tolist()}).encode()
+
+
+def start_for(signatures: Iterable[SignatureSpec], budget_s: float = MEASURE_BUDGET_S) -> DecodeHelper | None:
+    """A helper when a batch-1 body of one of the served signatures (its one numeric input of static shape, as
+    `tensor_json` reads it: `largest_input`) is at least `tensor_json.SPLIT_MIN_BYTES`, and reading it on two
+    cores measured faster beyond noise than on one (said in the log either way); None otherwise. Start-up
+    never fails on it: a helper that cannot start is said, and the server serves without."""
+    from builder.measure import decide, loop, stats
+    from builder.server.backends import cpu_count
+
+    signatures = list(signatures)
+    shape = largest_input(signatures)
+    if shape is None or tensor_json.simdjson is None:
+        return None
+    signature = next(s for s in signatures if len(s.inputs) == 1 and s.inputs[0].shape[1:] == shape)
+    body = example_body(signature)
+    if len(body) < tensor_json.SPLIT_MIN_BYTES:
+        return None
+    if cpu_count() < 2:
+        log.info("large JSON bodies are read on one core: this process may run on one core only")
+        return None
+    signatures_by_name = {signature.name: signature}
+    try:
+        helper = DecodeHelper()
+    except (OSError, subprocess.SubprocessError) as error:
+        log.warning("large JSON bodies are read on one core: the decoding helper did not start (%s)", error)
+        return None
+    runners = {"one core": lambda: tensor_json.parse_predict(body, signatures_by_name, 1),
+               "two cores": lambda: tensor_json.parse_predict(body, signatures_by_name, 1, halves=helper)}
+    try:
+        if runners["two cores"]() is None or helper.broken:
+            raise RuntimeError("it could not read an example body")
+        samples = loop.interleave(runners, budget_s, warmup=2, min_samples=15)[0]
+    except Exception as error:  # noqa: BLE001 - the server serves without it
+        log.warning("large JSON bodies are read on one core: the decoding helper failed its start-up test (%s)",
+                    error)
+        helper.close()
+        return None
+    one, two = (decide.Timed.of(name, stats.summarize(samples[name], min_samples=1)) for name in runners)
+    said = (f"a {len(body) / 2**20:.1f} MiB batch-1 body of {signature.name}: {two.p50 * 1e3:.2f} ms on two cores, "
+            f"{one.p50 * 1e3:.2f} ms on one (p50, measured at start-up)")
+    if not decide.faster_beyond_noise(two, one):
+        log.info("large JSON bodies are read on one core, not faster on two here: %s", said)
+        helper.close()
+        return None
+    log.info("JSON bodies from %d KiB are read on two cores (a helper process): %s",
+             tensor_json.SPLIT_MIN_BYTES // 1024, said)
+    return helper
+
+
+# --- the helper process ----------------------------------------------------------------------------------
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def serve(memory_fd: int, requests: int, answers: int) -> None:
+    """The helper's loop: read each submitted half (`tensor_json.read_half`) until the server closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C stops the server, which then closes the pipe
+    memory: mmap.mmap | None = None
+    size = 0
+    while (message := _read_exactly(requests, REQUEST.size)) is not None:
+        new_size, length, floats = REQUEST.unpack(message)
+        if new_size != size:
+            if memory is not None:
+                memory.close()
+            memory, size = mmap.mmap(memory_fd, new_size), new_size
+        assert memory is not None
+        try:
+            numbers, skeleton = tensor_json.read_half(memory[:length], bool(floats), first=False)
+        except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
+            os.write(answers, ANSWER.pack(-1, 0))
+            continue
+        at = _numbers_at(length)
+        end = at + numbers.nbytes
+        memory[at:end] = numbers.data.cast("B")
+        memory[end:end + len(skeleton)] = skeleton
+        os.write(answers, ANSWER.pack(numbers.size, len(skeleton)))
+
+
+if __name__ == "__main__":
+    serve(*map(int, sys.argv[1:4]))
