@@ -186,6 +186,7 @@ def test_serve_reads_large_bodies_with_the_models_answers(models: Path, tmp_path
         assert two or "read on one core" in said, said  # the start-up measurement's verdict is said
         helpers = server.helper_pids()
         assert len(helpers) == (1 if two else 0)
+        assert HTTP.get(f"{server.url}/healthz").json()["json_cores"] == (2 if two else 1)
         for batch, seed, envelope, key in ((1, 10, {}, "instances"), (3, 11, {"signature_name": "serving_default"},
                                                                          "instances"), (2, 12, {}, "inputs")):
             x = np.random.default_rng(seed).random((batch, 160, 160, 3), dtype=np.float32)
@@ -208,6 +209,7 @@ def test_serve_reads_large_bodies_with_the_models_answers(models: Path, tmp_path
             assert answer.status_code == 200, answer.text
             np.testing.assert_allclose(np.asarray(answer.json()["predictions"], dtype=np.float32),
                                        local.predict("serving_default", {"image": x})["scores"], rtol=1e-5, atol=1e-6)
+            assert HTTP.get(f"{server.url}/healthz").json()["json_cores"] == 1
     finally:
         assert server.stop() in (0, -signal.SIGTERM)
     if helpers:
