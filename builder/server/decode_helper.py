@@ -8,8 +8,9 @@ is large enough for it to matter (`start_for`), and kept only where it measured 
 timing loop (`builder.measure`): on one core, or a busy machine, it is not.
 
 The server and the helper share one memory file (memfd) and talk over two pipes: the server copies the
-second half's text into the shared memory and sends its length (24 bytes); the helper answers with how many
-numbers and skeleton bytes it wrote after the text (16 bytes), or -1 when it could not read them. Everything
+second half's text into the shared memory and sends its length (32 bytes, numbered); the helper answers,
+with the same number, how many numbers and skeleton bytes it wrote after the text (24 bytes), or -1 when it
+could not read them. Everything
 that decides a request's answer (the envelope, the structure, the dtype checks) stays with the server; an
 answer the helper cannot give (a parse error, a crash, a timeout) only makes that body be read on one core.
 The helper ends when the server's end of its pipe closes: when the server stops, or dies.
@@ -37,10 +38,10 @@ from builder.server.protocol import SignatureSpec
 
 log = logging.getLogger("tfsmith.serve")
 
-#: The server's request: shared memory size, text length, floats (1) or integers (0).
-REQUEST = struct.Struct("<QQQ")
-#: The helper's answer: numbers written (-1: could not read the text), skeleton bytes written.
-ANSWER = struct.Struct("<qq")
+#: The server's request: its number, shared memory size, text length, floats (1) or integers (0).
+REQUEST = struct.Struct("<QQQQ")
+#: The helper's answer: the request's number, numbers written (-1: could not read the text), skeleton bytes.
+ANSWER = struct.Struct("<Qqq")
 #: Longest wait for the helper's answer before the body is read on one core and the helper is stopped.
 ANSWER_TIMEOUT_S = 30.0
 #: The start-up measurement's time budget (it stops earlier once both medians are pinned down).
@@ -59,7 +60,10 @@ def _needed(length: int) -> int:
 
 
 class DecodeHelper:
-    """The server's side of one helper process; a `tensor_json.HalfReader` for one body at a time."""
+    """The server's side of one helper process; a `tensor_json.HalfReader` for one body at a time.
+
+    Every request is numbered and every answer must carry its request's number: an answer out of step (or
+    late, or missing) stops the helper for good rather than risk reading another body's numbers."""
 
     def __init__(self) -> None:
         self._memory_fd = os.memfd_create("tfsmith-json-halves")
@@ -77,8 +81,11 @@ class DecodeHelper:
         finally:
             os.close(request_read)
             os.close(answer_write)
+        self._poll = select.poll()
+        self._poll.register(self._answers, select.POLLIN)
         self._lock = threading.Lock()
         self._pending: tuple[int, bool] | None = None
+        self._sent = 0
         self.broken = False
 
     def submit(self, text: bytes, floats: bool) -> bool:
@@ -88,7 +95,8 @@ class DecodeHelper:
             self._grow(_needed(len(text)))
             assert self._memory is not None
             self._memory[:len(text)] = text
-            os.write(self._requests, REQUEST.pack(self._size, len(text), int(floats)))
+            self._sent += 1
+            os.write(self._requests, REQUEST.pack(self._sent, self._size, len(text), int(floats)))
         except (OSError, ValueError) as error:
             self._fail(f"could not hand it a body ({error})")
             self._lock.release()
@@ -102,31 +110,29 @@ class DecodeHelper:
         length, floats = self._pending
         self._pending = None
         try:
-            answer = self._answer()
-            if answer is None:
-                return None
-            count, skeleton_length = answer
+            count, skeleton_length = self._answer()
             if count < 0:
                 return None
             assert self._memory is not None
             at = _numbers_at(length)
             numbers = np.frombuffer(self._memory, np.float64 if floats else np.int64, count, at).copy()
-            skeleton = self._memory[at + 8 * count:at + 8 * count + skeleton_length]
-            return numbers, skeleton
+            return numbers, self._memory[at + 8 * count:at + 8 * count + skeleton_length]
+        except Exception as error:  # noqa: BLE001 - whatever it was, this body is read on one core
+            self._fail(str(error))
+            return None
         finally:
             self._lock.release()
 
-    def _answer(self) -> tuple[int, int] | None:
-        try:
-            ready, _, _ = select.select([self._answers], [], [], ANSWER_TIMEOUT_S)
-            message = os.read(self._answers, ANSWER.size) if ready else b""
-        except OSError as error:
-            self._fail(f"its answer could not be read ({error})")
-            return None
+    def _answer(self) -> tuple[int, int]:
+        """The answer to the last request (RuntimeError when none came in time, or one out of step)."""
+        if not self._poll.poll(ANSWER_TIMEOUT_S * 1000):
+            raise RuntimeError(f"it did not answer in {ANSWER_TIMEOUT_S:.0f} s")
+        message = os.read(self._answers, ANSWER.size)
         if len(message) != ANSWER.size:
-            self._fail("it did not answer in time" if not ready else "it stopped")
-            return None
-        count, skeleton_length = ANSWER.unpack(message)
+            raise RuntimeError("it stopped")
+        number, count, skeleton_length = ANSWER.unpack(message)
+        if number != self._sent:
+            raise RuntimeError(f"its answer was out of step (to request {number}, not {self._sent})")
         return count, skeleton_length
 
     def _grow(self, size: int) -> None:
@@ -147,21 +153,25 @@ class DecodeHelper:
         self._process.kill()
 
     def close(self) -> None:
-        """Stop the helper (closing its pipe ends it) and free the shared memory."""
+        """Stop the helper (closing its pipe ends it) and free the shared memory, once no body is being read
+        (its descriptors must not close under a reading thread)."""
         self.broken = True
-        for fd in (self._requests, self._answers):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        if not self._lock.acquire(timeout=ANSWER_TIMEOUT_S):
             self._process.kill()
-            self._process.wait()
-        if self._memory is not None:
-            self._memory.close()
-        os.close(self._memory_fd)
+            return
+        try:
+            os.close(self._requests)
+            os.close(self._answers)
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            if self._memory is not None:
+                self._memory.close()
+            os.close(self._memory_fd)
+        finally:
+            self._lock.release()
 
 
 def largest_input(signatures: Iterable[SignatureSpec]) -> tuple[int, ...] | None:
@@ -252,7 +262,7 @@ def serve(memory_fd: int, requests: int, answers: int) -> None:
     memory: mmap.mmap | None = None
     size = 0
     while (message := _read_exactly(requests, REQUEST.size)) is not None:
-        new_size, length, floats = REQUEST.unpack(message)
+        number, new_size, length, floats = REQUEST.unpack(message)
         if new_size != size:
             if memory is not None:
                 memory.close()
@@ -261,13 +271,13 @@ def serve(memory_fd: int, requests: int, answers: int) -> None:
         try:
             numbers, skeleton = tensor_json.read_half(memory[:length], bool(floats), first=False)
         except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
-            os.write(answers, ANSWER.pack(-1, 0))
+            os.write(answers, ANSWER.pack(number, -1, 0))
             continue
         at = _numbers_at(length)
         end = at + numbers.nbytes
         memory[at:end] = numbers.data.cast("B")
         memory[end:end + len(skeleton)] = skeleton
-        os.write(answers, ANSWER.pack(numbers.size, len(skeleton)))
+        os.write(answers, ANSWER.pack(number, numbers.size, len(skeleton)))
 
 
 if __name__ == "__main__":

@@ -129,6 +129,19 @@ def test_a_helper_that_dies_leaves_every_body_to_one_core(helper: decode_helper.
     assert call is not None and np.array_equal(call.inputs["image"], x)
 
 
+def test_an_answer_out_of_step_stops_the_helper(helper: decode_helper.DecodeHelper,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """An answer to another request than the one waited for is never read as this body's numbers."""
+    signatures = {"serving_default": IMAGE}
+    x, body = image_body(1, 6)
+    assert tensor_json.parse_predict(body, signatures, 64, halves=helper) is not None and not helper.broken
+    # a request the server never waits for: its answer comes first, as an extra or stale answer would
+    os.write(helper._requests, decode_helper.REQUEST.pack(99, helper._size, 16, 1))
+    call = tensor_json.parse_predict(body, signatures, 64, halves=helper)
+    assert call is not None and np.array_equal(call.inputs["image"], x)
+    assert helper.broken and "out of step" in caplog.text
+
+
 def test_closing_ends_the_helper_process() -> None:
     started = decode_helper.DecodeHelper()
     process = started._process
