@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from builder.server.protocol import RequestError
 
@@ -21,9 +21,11 @@ ENCODINGS = ("identity", "gzip", "x-gzip")
 
 
 async def read_limited(stream: AsyncIterator[bytes], limit: int, content_length: str | None = None,
-                       content_encoding: str | None = None) -> bytes:
+                       content_encoding: str | None = None,
+                       observe: Callable[[bytes], None] | None = None) -> bytes:
     """The decoded body; RequestError 413 when it (sent or decoded) exceeds `limit` bytes, 400/415 when the
-    framing or encoding is wrong. `stream` is the ASGI body stream (Starlette's `request.stream()`)."""
+    framing or encoding is wrong. `stream` is the ASGI body stream (Starlette's `request.stream()`);
+    `observe` sees each piece of a body within the limit as it arrives (before any decoding)."""
     encoding = (content_encoding or "identity").strip().lower() or "identity"
     if encoding not in ENCODINGS:
         await _drain(stream)
@@ -44,6 +46,8 @@ async def read_limited(stream: AsyncIterator[bytes], limit: int, content_length:
             await _drain(stream)
             raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
         chunks.append(chunk)
+        if observe is not None:
+            observe(chunk)
     body = b"".join(chunks)
     return body if encoding == "identity" else gunzip_limited(body, limit)
 

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from builder.server import tensor_json
 from builder.server.access_log import log_request
 from builder.server.decode_helper import DecodeHelper
 from builder.server.metrics import Metrics, Timer
@@ -105,6 +106,25 @@ class DataPlane:
             if self.access_log and peer is not None:
                 log_request(protocol=entrypoint.lower(), method=api, path=f"/{name}", status=outcome.status,
                             duration_ms=round(elapsed * 1e3, 3), remote=peer)
+
+    def read_ahead(self, name: str, version: str | None, label: str | None, content_length: str | None,
+                   content_encoding: str | None) -> tensor_json.ReadAhead | None:
+        """A read-ahead for a large TF Serving body still arriving (`tensor_json.ReadAhead`), when the helper is
+        here and free and the path names a model; None otherwise (the body is then read as it always is)."""
+        if self.halves is None:
+            return None
+        try:
+            served = self.resolve_path(name, version, label)
+        except RequestError:  # answered once the body is read, as without a read-ahead
+            return None
+        return tensor_json.ReadAhead.begin(self.halves, content_length, content_encoding, served.signatures,
+                                           served.default_signature)
+
+    def dismiss(self, ahead: tensor_json.ReadAhead) -> None:
+        """Free the helper of a read-ahead whose body was never decoded (refused, client gone): on the decode
+        thread, after whatever it is doing, since it may wait for the helper's answer."""
+        if ahead.pending:
+            self._decoder.submit(ahead.close)
 
     async def decode(self, size: int, parse: Callable[[], T]) -> T:
         """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large, else right here."""

@@ -38,8 +38,10 @@ from builder.server.protocol import SignatureSpec
 
 log = logging.getLogger("tfsmith.serve")
 
-#: The server's request: its number, shared memory size, text length, floats (1) or integers (0).
-REQUEST = struct.Struct("<QQQQ")
+#: The server's request: its number, the shared memory's size, where the text is and how long, where the
+#: answer goes, and flags (`FLOATS`: doubles, else int64; `FIRST`: the text is a tensor's first half).
+REQUEST = struct.Struct("<QQQQQQ")
+FLOATS, FIRST = 1, 2
 #: The helper's answer: the request's number, numbers written (-1: could not read the text), skeleton bytes.
 ANSWER = struct.Struct("<Qqq")
 #: Longest wait for the helper's answer before the body is read on one core and the helper is stopped.
@@ -84,37 +86,62 @@ class DecodeHelper:
         self._poll = select.poll()
         self._poll.register(self._answers, select.POLLIN)
         self._lock = threading.Lock()
-        self._pending: tuple[int, bool] | None = None
+        self._pending: tuple[int, bool] | None = None  # where the answer goes, and whether it is doubles
+        self._reserved = 0
         self._sent = 0
         self.broken = False
 
-    def submit(self, text: bytes, floats: bool) -> bool:
+    def reserve(self, length: int) -> mmap.mmap | None:
+        """The shared memory, large enough for a body of `length` bytes and the answer about any part of it,
+        to write text into; the helper is then the caller's until `collect` (after `start`) or `release`.
+        None when it is busy or broken."""
         if self.broken or not self._lock.acquire(blocking=False):
-            return False
+            return None
         try:
-            self._grow(_needed(len(text)))
-            assert self._memory is not None
-            self._memory[:len(text)] = text
-            self._sent += 1
-            os.write(self._requests, REQUEST.pack(self._sent, self._size, len(text), int(floats)))
+            self._grow(_needed(length))
         except (OSError, ValueError) as error:
-            self._fail(f"could not hand it a body ({error})")
+            self._fail(f"its shared memory could not grow ({error})")
             self._lock.release()
+            return None
+        self._reserved = length
+        return self._memory
+
+    def start(self, offset: int, length: int, floats: bool, first: bool) -> bool:
+        """Have the helper read `memory[offset:offset + length]` of the reserved memory (`tensor_json.read_half`
+        with `first`); False (and the reservation released) when it could not be asked."""
+        out = _numbers_at(self._reserved)
+        self._sent += 1
+        try:
+            os.write(self._requests, REQUEST.pack(self._sent, self._size, offset, length, out,
+                                                  (FLOATS if floats else 0) | (FIRST if first else 0)))
+        except OSError as error:
+            self._fail(f"could not hand it a body ({error})")
+            self.release()
             return False
-        self._pending = (len(text), floats)
+        self._pending = (out, floats)
         return True
+
+    def release(self) -> None:
+        """Give up a reservation that was never started."""
+        self._lock.release()
+
+    def submit(self, text: bytes, floats: bool) -> bool:
+        memory = self.reserve(len(text))
+        if memory is None:
+            return False
+        memory[:len(text)] = text
+        return self.start(0, len(text), floats, first=False)
 
     def collect(self) -> tuple[np.ndarray, bytes] | None:
         if self._pending is None:
             return None
-        length, floats = self._pending
+        at, floats = self._pending
         self._pending = None
         try:
             count, skeleton_length = self._answer()
             if count < 0:
                 return None
             assert self._memory is not None
-            at = _numbers_at(length)
             numbers = np.frombuffer(self._memory, np.float64 if floats else np.int64, count, at).copy()
             return numbers, self._memory[at + 8 * count:at + 8 * count + skeleton_length]
         except Exception as error:  # noqa: BLE001 - whatever it was, this body is read on one core
@@ -262,18 +289,18 @@ def serve(memory_fd: int, requests: int, answers: int) -> None:
     memory: mmap.mmap | None = None
     size = 0
     while (message := _read_exactly(requests, REQUEST.size)) is not None:
-        number, new_size, length, floats = REQUEST.unpack(message)
+        number, new_size, offset, length, at, flags = REQUEST.unpack(message)
         if new_size != size:
             if memory is not None:
                 memory.close()
             memory, size = mmap.mmap(memory_fd, new_size), new_size
         assert memory is not None
         try:
-            numbers, skeleton = tensor_json.read_half(memory[:length], bool(floats), first=False)
+            numbers, skeleton = tensor_json.read_half(memory[offset:offset + length], bool(flags & FLOATS),
+                                                      first=bool(flags & FIRST))
         except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
             os.write(answers, ANSWER.pack(number, -1, 0))
             continue
-        at = _numbers_at(length)
         end = at + numbers.nbytes
         memory[at:end] = numbers.data.cast("B")
         memory[end:end + len(skeleton)] = skeleton

@@ -4,6 +4,7 @@ Routes (TF Serving's, so existing clients and probes work unchanged):
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
+A large body's first part is handed to the decoding helper while the rest arrives (`tensor_json.ReadAhead`).
 The body is decoded and validated into numpy arrays (`tensor_json` for one numeric input, else
 `protocol.parse_predict` with JSON by `jsoncodec`) on a worker thread when large (`DataPlane.decode`);
 resolving, readiness, batching and bookkeeping are the data plane's (`dataplane`); the answer is encoded by
@@ -63,13 +64,20 @@ async def predict_answer(plane: DataPlane, chunks: AsyncIterator[bytes], content
                          version: str | None, label: str | None) -> dict[str, Any]:
     """A predict's JSON answer: the body read under the limit, decoded, batched and formatted."""
     async with plane.request(ENTRYPOINT, "predict", name):
-        # read first: an unread body resets the socket
-        raw = await read_limited(chunks, max_body_bytes, content_length, content_encoding)
-        served = plane.resolve_path(name, version, label)
-        call = await plane.decode(len(raw), lambda: tensor_json.parse_predict(
-            raw, served.signatures, max_request_batch, served.default_signature, plane.halves) or parse_predict(
-            parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
-            served.default_signature))
+        ahead = plane.read_ahead(name, version, label, content_length, content_encoding)
+        try:
+            # read first: an unread body resets the socket
+            raw = await read_limited(chunks, max_body_bytes, content_length, content_encoding,
+                                     None if ahead is None else ahead.feed)
+            served = plane.resolve_path(name, version, label)
+            call = await plane.decode(len(raw), lambda: (ahead is not None and ahead.finish(
+                raw, served.signatures, max_request_batch, served.default_signature)) or tensor_json.parse_predict(
+                raw, served.signatures, max_request_batch, served.default_signature, plane.halves) or parse_predict(
+                parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
+                served.default_signature))
+        finally:
+            if ahead is not None:
+                plane.dismiss(ahead)
         outputs = await plane.predict(served, call)
         return format_outputs(outputs, served.signatures[call.signature], call.row_format)
 

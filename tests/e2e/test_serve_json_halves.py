@@ -136,7 +136,7 @@ def test_an_answer_out_of_step_stops_the_helper(helper: decode_helper.DecodeHelp
     x, body = image_body(1, 6)
     assert tensor_json.parse_predict(body, signatures, 64, halves=helper) is not None and not helper.broken
     # a request the server never waits for: its answer comes first, as an extra or stale answer would
-    os.write(helper._requests, decode_helper.REQUEST.pack(99, helper._size, 16, 1))
+    os.write(helper._requests, decode_helper.REQUEST.pack(99, helper._size, 0, 16, 16, decode_helper.FLOATS))
     call = tensor_json.parse_predict(body, signatures, 64, halves=helper)
     assert call is not None and np.array_equal(call.inputs["image"], x)
     assert helper.broken and "out of step" in caplog.text
