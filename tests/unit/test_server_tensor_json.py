@@ -247,29 +247,49 @@ def test_v2_any_body_gets_the_general_answer(data: Any, datatype: str, shape: li
 # --- a large body read in two halves at once ------------------------------------------------------------------
 
 class InlineHalves:
-    """A `HalfReader` that reads the second half in this thread (the helper process's work, `read_half`): the
-    decisions around it are `tensor_json`'s, and those are what these tests are about."""
+    """A `HalfReader` that reads its part in this thread (the helper process's work, `read_half`): the
+    decisions around it are `tensor_json`'s, and those are what these tests are about. It checks that it is
+    used one body at a time and always freed."""
 
     def __init__(self, accept: bool = True, answer: bool = True) -> None:
         self.accept, self.answer = accept, answer
+        self.memory = bytearray()
+        self.busy = False
         self.text: bytes | None = None
-        self.floats = True
+        self.floats, self.first = True, False
         self.submitted = 0
 
-    def submit(self, text: bytes, floats: bool) -> bool:
-        if not self.accept:
-            return False
-        self.text, self.floats, self.submitted = text, floats, self.submitted + 1
+    def reserve(self, length: int) -> bytearray | None:
+        if not self.accept or self.busy:
+            return None
+        self.busy, self.memory = True, bytearray(length)
+        return self.memory
+
+    def start(self, offset: int, length: int, floats: bool, first: bool) -> bool:
+        assert self.busy, "started without a reservation"
+        self.text, self.floats, self.first = bytes(self.memory[offset:offset + length]), floats, first
+        self.submitted += 1
         return True
 
+    def release(self) -> None:
+        assert self.busy and self.text is None, "released what was not reserved, or was started"
+        self.busy = False
+
+    def submit(self, text: bytes, floats: bool) -> bool:
+        memory = self.reserve(len(text))
+        if memory is None:
+            return False
+        memory[:] = text
+        return self.start(0, len(text), floats, first=False)
+
     def collect(self) -> tuple[np.ndarray, bytes] | None:
-        assert self.text is not None, "collected without a submitted text"
-        text, self.text = self.text, None
+        assert self.text is not None, "collected without a started text"
+        text, self.text, self.busy = self.text, None, False
         if not self.answer:
             return None
         try:
-            return tensor_json.read_half(text, self.floats, first=False)
-        except (ValueError, TypeError):
+            return tensor_json.read_half(text, self.floats, first=self.first)
+        except (ValueError, TypeError, RuntimeError, KeyError, IndexError):  # what the helper answers -1 for
             return None
 
 
@@ -285,7 +305,7 @@ def assert_same_in_halves(body: bytes, sigs: dict[str, SignatureSpec], max_batch
     halves = InlineHalves()
     fast = tensor_json.parse_predict(body, sigs, max_batch, halves=halves)
     whole = tensor_json.parse_predict(body, sigs, max_batch)
-    assert halves.text is None, "submitted but never collected"
+    assert not halves.busy, "reserved but never freed"
     if fast is None:
         return None, halves
     slow = general(body, sigs, max_batch)
@@ -372,7 +392,7 @@ def test_a_reader_that_is_busy_or_fails_leaves_the_body_to_one_core() -> None:
     for halves in (InlineHalves(accept=False), InlineHalves(answer=False)):
         call = tensor_json.parse_predict(body, signatures("float64"), 64, halves=halves)
         assert call is not None and np.array_equal(call.inputs["x0"], x)
-        assert halves.text is None
+        assert not halves.busy
 
 
 @pytest.mark.usefixtures("split_everything")
@@ -398,3 +418,108 @@ def test_rectangular_numbers_are_always_read_in_halves(rows: int, seed: int, sha
     call, halves = assert_same_in_halves(body, signatures(dtype, (None, *shape)))
     if rows * int(np.prod(shape)) > 1:  # one number has no comma to cut at
         assert call is not None and halves.submitted == 1
+
+
+# --- the first part read ahead while the rest arrives -----------------------------------------------------------
+
+def read_ahead(body: bytes, sigs: dict[str, SignatureSpec], pieces: int, halves: InlineHalves, *,
+               declared: int | None = None, encoding: str | None = None) -> PredictCall | None:
+    """What the REST lane does: begin with the declared length, feed the body in `pieces`, finish (or close)."""
+    ahead = tensor_json.ReadAhead.begin(halves, str(len(body) if declared is None else declared), encoding, sigs, None)
+    if ahead is None:
+        return None
+    size = -(-len(body) // pieces)
+    for at in range(0, len(body), size):
+        ahead.feed(body[at:at + size])
+    call = ahead.finish(body, sigs, 64, None)
+    ahead.close()
+    assert not halves.busy and not ahead.pending, "the reader was not freed"
+    return call
+
+
+@pytest.mark.usefixtures("split_everything")
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 4), seed=st.integers(0, 2**16), shape=st.sampled_from([(2, 3), (1, 4, 2), (5,), (3, 1)]),
+       dtype=st.sampled_from(["float32", "float64", "int32"]), pieces=st.integers(1, 9),
+       named=st.booleans(), indent=st.sampled_from([None, 1]))
+def test_a_body_read_ahead_gets_the_general_answer(rows: int, seed: int, shape: tuple[int, ...], dtype: str,
+                                                   pieces: int, named: bool, indent: int | None) -> None:
+    x = np.random.default_rng(seed).standard_normal((rows, *shape)) * 100
+    values = x.round().astype(int).tolist() if dtype == "int32" else x.tolist()
+    body = json.dumps({"signature_name": "serving_default", "inputs": values} if named else {"instances": values},
+                      indent=indent).encode()
+    halves = InlineHalves()
+    call = read_ahead(body, signatures(dtype, (None, *shape)), pieces, halves)
+    if call is not None:
+        assert halves.submitted == 1 and halves.first
+        slow = general(body, signatures(dtype, (None, *shape)))
+        assert isinstance(slow, PredictCall) and slow.row_format == call.row_format and slow.batch == call.batch
+        np.testing.assert_array_equal(call.inputs["x0"], slow.inputs["x0"])
+        assert call.inputs["x0"].dtype == slow.inputs["x0"].dtype
+
+
+def test_a_large_body_is_read_ahead_in_the_pieces_it_arrives_in() -> None:
+    x = np.random.default_rng(4).random((1, 160, 160, 3), dtype=np.float32)
+    body = json.dumps({"instances": x.tolist()}).encode()
+    halves = InlineHalves()
+    call = read_ahead(body, signatures(shape=(None, 160, 160, 3)), 3, halves)
+    assert call is not None and halves.submitted == 1 and np.array_equal(call.inputs["x0"], x)
+
+
+@pytest.mark.usefixtures("split_everything")
+@settings(max_examples=300, deadline=None)
+@given(value=leaf_lists, key=st.sampled_from(["instances", "inputs"]), pieces=st.integers(1, 6),
+       dtype=st.sampled_from(["float32", "int32", "uint8"]), shape=st.sampled_from([(None,), (None, 2), (None, 2, 3)]))
+def test_any_body_read_ahead_gets_the_general_answer(value: Any, key: str, pieces: int, dtype: str,
+                                                    shape: tuple[int | None, ...]) -> None:
+    body = json.dumps({key: value}).encode()
+    call = read_ahead(body, signatures(dtype, shape), pieces, InlineHalves())
+    if call is not None:
+        slow = general(body, signatures(dtype, shape))
+        assert isinstance(slow, PredictCall), f"read ahead, refused whole: {slow}"
+        np.testing.assert_array_equal(call.inputs["x0"], slow.inputs["x0"])
+
+
+@pytest.mark.usefixtures("split_everything")
+@pytest.mark.parametrize("body", [
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]], "signature_name": "other"}',
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]]}\x0c',
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4],[5,6]]]}',
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,NaN]]]}',
+    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]]',
+    b'{"instances": -[[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]]}',
+    b'{"signature_name": "nope", "instances": [[[1,2,3],[4,5,6]], [[1,2,3],[4,5,6]]]}',
+])
+def test_read_ahead_takes_nothing_in_doubt(body: bytes) -> None:
+    for pieces in (1, 2, 5):
+        assert read_ahead(body, signatures(), pieces, InlineHalves()) is None
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_read_ahead_stands_aside_and_always_frees_the_reader() -> None:
+    x = np.random.default_rng(5).random((2, 2, 3))
+    body = json.dumps({"instances": x.tolist()}).encode()
+    sigs = signatures("float64")
+    assert tensor_json.ReadAhead.begin(InlineHalves(), str(len(body)), "gzip", sigs, None) is None
+    assert tensor_json.ReadAhead.begin(InlineHalves(), None, None, sigs, None) is None
+    assert tensor_json.ReadAhead.begin(InlineHalves(accept=False), str(len(body)), None, sigs, None) is None
+    assert tensor_json.ReadAhead.begin(None, str(len(body)), None, sigs, None) is None
+    # declared longer or shorter than it is: nothing is read ahead, and the reader is free again
+    halves = InlineHalves()
+    assert read_ahead(body, sigs, 2, halves, declared=len(body) - 5) is None and not halves.busy
+    assert read_ahead(body, sigs, 2, halves, declared=len(body) + 500) is None and not halves.busy
+    # a body that never reaches finish (refused, client gone): close frees the reader, started or not
+    for pieces in (1, 9):
+        halves = InlineHalves()
+        ahead = tensor_json.ReadAhead.begin(halves, str(len(body)), None, sigs, None)
+        assert ahead is not None
+        ahead.feed(body[:len(body) // pieces])
+        ahead.close()
+        assert not halves.busy and not ahead.pending
+    # a reader that cannot answer: the body is left to parse_predict
+    assert read_ahead(body, sigs, 1, InlineHalves(answer=False)) is None
+
+
+def test_small_bodies_are_not_read_ahead() -> None:
+    body = json.dumps({"instances": np.zeros((1, 2, 3)).tolist()}).encode()
+    assert tensor_json.ReadAhead.begin(InlineHalves(), str(len(body)), None, signatures(), None) is None
