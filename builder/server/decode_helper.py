@@ -1,5 +1,5 @@
-"""A second core for large JSON bodies: a helper process reads half of a tensor's text while the request's
-thread reads the other half (`tensor_json.parse_predict` with `halves`).
+"""A second core for large JSON bodies: a helper process reads part of a tensor's text while the request's
+thread reads the rest (`tensor_json.ReadAhead`, and `tensor_json.parse_predict` with `halves`).
 
 Reading a 1x224x224x3 image from JSON (3.2 MB, 150,528 numbers) is as slow as running MobileNetV2 on it, and
 it is pure CPU in simdjson, which holds the GIL: two threads of one process would take turns. A process of
@@ -7,13 +7,15 @@ its own does not. One helper per server process, started at start-up when a batc
 is large enough for it to matter (`start_for`), and kept only where it measured faster there, with the one
 timing loop (`builder.measure`): on one core, or a busy machine, it is not.
 
-The server and the helper share one memory file (memfd) and talk over two pipes: the server copies the
-second half's text into the shared memory and sends its length (32 bytes, numbered); the helper answers,
-with the same number, how many numbers and skeleton bytes it wrote after the text (24 bytes), or -1 when it
-could not read them. Everything
-that decides a request's answer (the envelope, the structure, the dtype checks) stays with the server; an
-answer the helper cannot give (a parse error, a crash, a timeout) only makes that body be read on one core.
-The helper ends when the server's end of its pipe closes: when the server stops, or dies.
+The server and the helper share one memory file (memfd) and talk over two pipes: the server copies text
+into the shared memory (a body as it arrives, or a second half) and says where it is (48 bytes, numbered);
+the helper answers, with the same number, how many numbers and skeleton bytes it wrote where it was told
+(24 bytes), or -1 when it could not read them. Everything that decides a request's answer (the envelope,
+the structure, the dtype checks) stays with the server; an answer the helper cannot give (a parse error, a
+crash, a timeout) only makes that body be read on one core.
+The helper ends when the server's end of its pipe closes: when the server stops, or dies. The shared
+memory grows to fit the largest body handed over, about 6x its size at most (text, up to one 8-byte number
+per two bytes, skeleton), so at most about 6x `--max-body-bytes`, and stays that size.
 """
 
 from __future__ import annotations

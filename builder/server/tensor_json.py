@@ -18,11 +18,13 @@ dtype holds, numbers a double cannot hold, escaped keys, NaN literals, anything 
 the request takes the general path (`protocol.parse_predict`), which accepts or refuses it with the message
 it always did. A tensor returned here equals the general path's, element for element and in dtype.
 
-Large bodies can be read on two cores (`parse_predict`'s `halves`, a `decode_helper.DecodeHelper`): the
-tensor's text is cut at a comma near its middle, the helper process reads the second half while this thread
-reads the first, and the two halves' numbers and skeletons are joined and checked exactly as one body's
-are. simdjson holds the GIL, so two threads of one process could only take turns. The envelope around the
-tensor (the keys before it, and nothing after it but `}`) is read by the standard library.
+Large bodies can be read on two cores (a `HalfReader`: `decode_helper.DecodeHelper`, a process of its own,
+since simdjson holds the GIL and two threads of one process could only take turns). The tensor's text is cut
+at a comma between two values; one half is read by the helper and the other by this thread, and the two
+halves' numbers and skeletons are joined and checked exactly as one body's are. The envelope around the
+tensor (the keys before it, and nothing after it but `}`) is read by the standard library. A body still
+arriving has its first part read by the helper meanwhile (`ReadAhead`); a body already whole has its second
+half read by the helper (`parse_predict`'s `halves`).
 """
 
 from __future__ import annotations
@@ -245,10 +247,11 @@ class ReadAhead:
 
     The request's body is copied into the helper's memory as it arrives (`feed`, on the event loop; about
     0.1 ms a MiB). Once `AHEAD_SHARE` of its declared length is there, the text before the tensor is read
-    (`_head`), the tensor is cut at a comma near the end of what arrived, and the helper starts on the first
-    half. When the body is complete, `finish` (on the decode thread) reads the second half and joins the two
-    exactly as `_parse_in_halves` does, checking everything again against the whole body. Anything in doubt
-    leaves the body to `parse_predict`."""
+    (`_head`), the tensor is cut at the first comma between two values from there on, and the helper starts
+    on the first half. When the body is complete, `finish` (on the decode thread) reads the second half and
+    joins the two exactly as `_parse_in_halves` does, checking everything again against the whole body.
+    Anything in doubt leaves the body to `parse_predict`; `close` frees the helper of a body that never got
+    to `finish`."""
 
     def __init__(self, halves: HalfReader, memory: Any, length: int, signatures: Mapping[str, SignatureSpec],
                  default: str | None) -> None:
