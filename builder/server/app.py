@@ -228,7 +228,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": primary.batcher.inline,
                 "model_p50_us": None if p50 is None else round(p50, 1),
-                "json_cores": 2 if plane.halves is not None and not plane.halves.broken else 1,
+                "json_cores": plane.decode_cores,
                 "ready": models.ready,
                 "grpc_port": app.state.grpc_port or None,
                 "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},

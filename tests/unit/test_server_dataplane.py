@@ -95,3 +95,33 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
+
+
+class _Helper:
+    broken = False
+
+    def close(self) -> None:
+        self.broken = True
+
+
+def test_the_decoding_helper_is_offered_only_to_a_request_alone_in_flight() -> None:
+    helper = _Helper()
+    models = ModelSet()
+    models.set("m", {1: ServedModel(name="m", version=1, signatures={}, batcher=None,  # type: ignore[arg-type]
+                                    runtime="litert")})
+    plane = DataPlane(models, Metrics(), halves=helper)  # type: ignore[arg-type]
+    assert plane.decode_cores == 2
+
+    async def scenario() -> None:
+        async with plane.request("REST", "predict", "m"):
+            assert plane.halves is helper
+            async with plane.request("gRPC", "Predict", "m"):
+                assert plane.halves is None  # two in flight: each keeps to its core
+            assert plane.halves is helper
+        assert plane.in_flight == 0
+
+    asyncio.run(scenario())
+    helper.broken = True
+    assert plane.decode_cores == 1
+    plane.close()
+    assert _plane().halves is None and _plane().decode_cores == 1
