@@ -203,41 +203,36 @@ class DecodeHelper:
             self._lock.release()
 
 
-def largest_input(signatures: Iterable[SignatureSpec]) -> tuple[int, ...] | None:
-    """The per-example shape of the largest input a body can carry as numbers read here (one numeric input
-    of static shape: `tensor_json`'s fast path), or None when there is none."""
-    shapes = [spec.shape[1:] for signature in signatures if len(signature.inputs) == 1
-              for spec in signature.inputs
-              if len(spec.shape) and all(d is not None for d in spec.shape[1:])
-              and tensor_json.fast_dtype(spec.dtype) is not None]
-    return max(shapes, key=lambda shape: int(np.prod(shape, dtype=np.int64)), default=None)
+def largest_input(signatures: Iterable[SignatureSpec]) -> SignatureSpec | None:
+    """The signature whose one input takes the most numbers an example, among those whose bodies are read
+    here (`tensor_json.numeric_input`: one numeric input of static shape); None when there is none."""
+    readable = [s for s in signatures if tensor_json.numeric_input(s) is not None]
+    return max(readable, key=lambda s: int(np.prod(s.inputs[0].shape[1:], dtype=np.int64)), default=None)
 
 
 def example_body(signature: SignatureSpec) -> bytes:
-    """A batch-1 TF Serving body for the signature's one input, as a client writes it: random doubles for a
-    float input (~20 bytes a number), integers below 1000 for an integer one (token ids, ~5 bytes)."""
-    spec = signature.inputs[0]
-    shape = (1, *spec.shape[1:])
-    want = tensor_json.fast_dtype(spec.dtype)
+    """A batch-1 TF Serving body for the signature's one numeric input, as a client writes it: random doubles
+    for a float input (~20 bytes a number), integers below 1000 for an integer one (token ids, ~5 bytes)."""
+    numeric = tensor_json.numeric_input(signature)
+    assert numeric is not None, "only for signatures largest_input chose"
+    _, dims, want = numeric
     rng = np.random.default_rng(0)
-    values = rng.random(shape) if want is not None and want.kind == "f" else rng.integers(0, min(1000, int(
-        np.iinfo(want).max) + 1 if want is not None else 1000), shape)
+    values = rng.random((1, *dims)) if want.kind == "f" else \
+        rng.integers(0, min(1000, int(np.iinfo(want).max) + 1), (1, *dims))
     return json.dumps({"signature_name": signature.name, "instances": values.tolist()}).encode()
 
 
 def start_for(signatures: Iterable[SignatureSpec], budget_s: float = MEASURE_BUDGET_S) -> DecodeHelper | None:
-    """A helper when a batch-1 body of one of the served signatures (its one numeric input of static shape, as
-    `tensor_json` reads it: `largest_input`) is at least `tensor_json.SPLIT_MIN_BYTES`, and reading it on two
-    cores measured faster beyond noise than on one (said in the log either way); None otherwise. Start-up
-    never fails on it: a helper that cannot start is said, and the server serves without."""
+    """A helper when a batch-1 body of the served signature with the largest input (`largest_input`) is at
+    least `tensor_json.SPLIT_MIN_BYTES`, and reading it on two cores measured faster beyond noise than on one
+    (said in the log either way); None otherwise. Start-up never fails on it: a helper that cannot start is
+    said, and the server serves without."""
     from builder.measure import decide, loop, stats
     from builder.server.backends import cpu_count
 
-    signatures = list(signatures)
-    shape = largest_input(signatures)
-    if shape is None or tensor_json.simdjson is None:
+    signature = largest_input(signatures)
+    if signature is None or tensor_json.simdjson is None:
         return None
-    signature = next(s for s in signatures if len(s.inputs) == 1 and s.inputs[0].shape[1:] == shape)
     body = example_body(signature)
     if len(body) < tensor_json.SPLIT_MIN_BYTES:
         return None
@@ -300,7 +295,7 @@ def serve(memory_fd: int, requests: int, answers: int) -> None:
         try:
             numbers, skeleton = tensor_json.read_half(memory[offset:offset + length], bool(flags & FLOATS),
                                                       first=bool(flags & FIRST))
-        except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
+        except tensor_json.READ_ERRORS:
             os.write(answers, ANSWER.pack(number, -1, 0))
             continue
         end = at + numbers.nbytes

@@ -56,6 +56,8 @@ BLANKS = b" \t\r\n"
 #: 2-core host with requests paced as one client sends them (median of 30, one core vs two): 565 KiB
 #: 2.77 vs 3.04 ms, 1005 KiB 4.50 vs 4.48 ms, 1571 KiB 6.35 vs 4.75 ms, 3078 KiB 8.59 vs 7.51 ms.
 SPLIT_MIN_BYTES = 1024 * 1024
+#: What simdjson and the checks raise for a body they cannot read (the general path decides about it).
+READ_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, IndexError)
 _local = threading.local()
 
 
@@ -85,7 +87,7 @@ def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batc
     With `halves`, a large body is read on two cores where it can be (the same answer either way)."""
     if simdjson is None:
         return None
-    errors = (ValueError, TypeError, RuntimeError, KeyError, IndexError, RequestError)  # the general path's
+    errors = (*READ_ERRORS, RequestError)  # the general path's
     if halves is not None and len(body) >= SPLIT_MIN_BYTES:
         try:
             call = _parse_in_halves(body, signatures, max_batch, default, halves)
@@ -140,7 +142,7 @@ def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], ma
         if not isinstance(envelope.get("signature_name", ""), str):
             return None
         signature = choose_signature(envelope, signatures, default)
-        numeric = _numeric_input(signature)
+        numeric = numeric_input(signature)
         if numeric is None:
             return None
         spec, dims, want = numeric
@@ -160,7 +162,7 @@ def _parse(parser: Any, body: bytes, signatures: Mapping[str, SignatureSpec], ma
     return _call(signature, spec, flat, batch, dims, want, key)
 
 
-def _numeric_input(signature: SignatureSpec) -> tuple[Any, tuple[int, ...], np.dtype] | None:
+def numeric_input(signature: SignatureSpec) -> tuple[Any, tuple[int, ...], np.dtype] | None:
     """(spec, per-example dims, dtype) of a signature's one input when its numbers can be read here."""
     if len(signature.inputs) != 1:
         return None
@@ -201,18 +203,10 @@ def _parse_in_halves(body: bytes, signatures: Mapping[str, SignatureSpec], max_b
     `read_half`; the halves' skeletons joined by that comma must be the skeleton of a rectangular tensor of
     the signature's shape, and their numbers, joined, exactly the examples it holds: then the tensor's text
     is what one body's checks accept (every slot of the skeleton holds exactly one number)."""
-    start, end = body.find(b"["), body.rfind(b"]")
-    if start < 0 or end < start or body[end + 1:].strip(BLANKS) != b"}":
+    around = _around_tensor(body, signatures, default)
+    if around is None:
         return None
-    head = _head(body[:start])
-    if head is None:
-        return None
-    key, envelope = head
-    signature = choose_signature(envelope, signatures, default)
-    numeric = _numeric_input(signature)
-    if numeric is None:
-        return None
-    spec, dims, want = numeric
+    start, end, key, signature, (spec, dims, want) = around
     cut = _cut(body, start, end)
     if cut is None:
         return None
@@ -224,6 +218,24 @@ def _parse_in_halves(body: bytes, signatures: Mapping[str, SignatureSpec], max_b
     finally:
         second = halves.collect()  # always: the reader is free for the next body only once collected
     return None if second is None else _joined(first, second, signature, spec, dims, want, key, max_batch)
+
+
+def _around_tensor(body: bytes, signatures: Mapping[str, SignatureSpec], default: str | None
+                   ) -> tuple[int, int, str, SignatureSpec, tuple[Any, tuple[int, ...], np.dtype]] | None:
+    """(tensor's first `[`, its last `]`, tensor key, signature, `numeric_input`) of a body whose tensor is its
+    last value: the text before it read by `_head`, only `}` after it; None for any other body."""
+    start, end = body.find(b"["), body.rfind(b"]")
+    if start < 0 or end < start or body[end + 1:].strip(BLANKS) != b"}":
+        return None
+    head = _head(body[:start])
+    if head is None:
+        return None
+    try:
+        signature = choose_signature(head[1], signatures, default)
+    except RequestError:  # the general path's refusal
+        return None
+    numeric = numeric_input(signature)
+    return None if numeric is None else (start, end, head[0], signature, numeric)
 
 
 def _joined(first: tuple[np.ndarray, bytes], second: tuple[np.ndarray, bytes], signature: SignatureSpec, spec: Any,
@@ -294,7 +306,7 @@ class ReadAhead:
         try:
             start = self.memory.find(b"[", 0, self.received)
             head = _head(self.memory[:start]) if start >= 0 else None
-            numeric = None if head is None else _numeric_input(choose_signature(head[1], self.signatures,
+            numeric = None if head is None else numeric_input(choose_signature(head[1], self.signatures,
                                                                                 self.default))
             cut = None if numeric is None else _cut(self.memory, start, self.received - _CUT_REACH - 1,
                                                     at=int(self.length * AHEAD_SHARE))
@@ -334,23 +346,15 @@ class ReadAhead:
     def _second_half(self, body: bytes, start: int, cut: int, floats: bool, signatures: Mapping[str, SignatureSpec],
                      default: str | None) -> tuple[str, SignatureSpec, Any, tuple[np.ndarray, bytes]] | None:
         """What `_parse_in_halves` checks of the whole body, and the second half read here."""
-        end = body.rfind(b"]")
-        if len(body) != self.length or end <= cut or body[end + 1:].strip(BLANKS) != b"}" \
-                or body.find(b"[") != start:
+        around = _around_tensor(body, signatures, default) if len(body) == self.length else None
+        if around is None:
             return None
-        head = _head(body[:start])
-        if head is None:
-            return None
-        try:
-            signature = choose_signature(head[1], signatures, default)
-        except RequestError:
-            return None
-        numeric = _numeric_input(signature)
-        if numeric is None or (numeric[2].kind == "f") != floats:
+        found_start, end, key, signature, numeric = around
+        if found_start != start or end <= cut or (numeric[2].kind == "f") != floats:
             return None
         try:
-            return head[0], signature, numeric, read_half(body[cut + 1:end + 1], floats, first=False)
-        except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
+            return key, signature, numeric, read_half(body[cut + 1:end + 1], floats, first=False)
+        except READ_ERRORS:
             return None
 
     @property

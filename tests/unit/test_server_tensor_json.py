@@ -289,7 +289,7 @@ class InlineHalves:
             return None
         try:
             return tensor_json.read_half(text, self.floats, first=self.first)
-        except (ValueError, TypeError, RuntimeError, KeyError, IndexError):  # what the helper answers -1 for
+        except tensor_json.READ_ERRORS:  # what the helper answers -1 for
             return None
 
 
