@@ -1,5 +1,5 @@
 """A second core for large JSON bodies: a helper process reads part of a tensor's text while the request's
-thread reads the rest (`tensor_json.ReadAhead`, and `tensor_json.parse_predict` with `halves`).
+thread reads the rest (`tensor_json.ReadAhead`, and `tensor_json.parse_predict` or `v2_document` with `halves`).
 
 Reading a 1x224x224x3 image from JSON (3.2 MB, 150,528 numbers) is as slow as running MobileNetV2 on it, and
 it is pure CPU in simdjson, which holds the GIL: two threads of one process would take turns. A process of

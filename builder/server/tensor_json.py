@@ -24,7 +24,8 @@ at a comma between two values; one half is read by the helper and the other by t
 halves' numbers and skeletons are joined and checked exactly as one body's are. The envelope around the
 tensor (the keys before it, and nothing after it but `}`) is read by the standard library. A body still
 arriving has its first part read by the helper meanwhile (`ReadAhead`); a body already whole has its second
-half read by the helper (`parse_predict`'s `halves`).
+half read by the helper (`parse_predict`'s `halves`). An Open Inference Protocol body's longest `data` list
+is read the same way once the body is whole (`v2_document`'s `halves`).
 """
 
 from __future__ import annotations
@@ -478,21 +479,95 @@ def _envelope_skeleton(keys: list[str], key: str, signature_name: str | None, te
 _DATA_KEY = b'"data":'
 
 
-def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
+def v2_document(body: bytes, dtypes: Mapping[str, str], halves: HalfReader | None = None) -> Any | None:
     """The JSON document of a v2 infer body as `json.loads` reads it, except that each input's flat list of
     numbers in `data` arrives as a flat numpy array (float64 for a float datatype, int64 for an integer one):
     the values the general path would make of that list. `dtypes` maps v2 datatypes to numpy dtype names.
-    None where the general path must decide, as for `parse_predict`.
+    None where the general path must decide, as for `parse_predict`. With `halves`, the longest `data` list
+    of a large body is read on two cores where it can be (`_v2_in_halves`; the same document either way).
 
     A `data` list is taken only when the body's skeleton shows it flat: with no backslash in the body no
     string can hold a quote, so every `"data":` in the skeleton is a key, one per input that has one, in
     order; each must be followed by `[` and one comma fewer than the numbers simdjson found, then `]`."""
     if simdjson is None or b"\\" in body:
         return None
+    if halves is not None and len(body) >= SPLIT_MIN_BYTES:
+        try:
+            document = _v2_in_halves(body, dtypes, halves)
+        except READ_ERRORS:
+            document = None
+        if document is not None:
+            return document
     try:
         return _v2(_parser(), body, dtypes)
-    except (ValueError, TypeError, RuntimeError, KeyError, IndexError):
+    except READ_ERRORS:
         return None
+
+
+def _v2_in_halves(body: bytes, dtypes: Mapping[str, str], halves: HalfReader) -> Any | None:
+    """`_v2`'s document for a body whose longest `data` list holds most of it, that list read in two halves at
+    once; None where this cannot be sure (the caller then reads the body whole).
+
+    The rest of the body, with that list written `[]`, is read by `_v2` (every check on keys, inputs and
+    other `data` lists included); it must take the list's input as numbers of a datatype read here. The list
+    (from its `[` to the first `]` after it) is cut at a comma between two numbers and each part read by
+    `read_half`: the parts' skeletons joined by that comma must be `[`, one comma fewer than their numbers,
+    and `]`, so the list held only numbers, flat, every slot filled."""
+    span = _longest_data(body)
+    if span is None:
+        return None
+    start, end, index = span
+    if 2 * (end - start) < len(body):
+        return None
+    document = _v2(_parser(), body[:start] + b"[]" + body[end + 1:], dtypes)
+    inputs = None if document is None else document.get("inputs")
+    if not isinstance(inputs, list):
+        return None
+    with_data = [tensor for tensor in inputs if "data" in tensor]
+    if len(with_data) <= index or not isinstance(with_data[index]["data"], np.ndarray):
+        return None
+    floats = with_data[index]["data"].dtype.kind == "f"
+    cut = _cut(body, start, end)
+    if cut is None or not halves.submit(body[cut + 1:end + 1], floats):
+        return None
+    try:
+        first = read_half(body[start:cut], floats, first=True)
+    finally:
+        second = halves.collect()  # always: the reader is free for the next body only once collected
+    if second is None:
+        return None
+    flat = np.concatenate((first[0], second[0]))
+    if first[1] + b"," + second[1] != b"[" + b"," * (flat.size - 1) + b"]" or not _exact(flat):
+        return None
+    with_data[index]["data"] = flat
+    return document
+
+
+def _longest_data(body: bytes) -> tuple[int, int, int] | None:
+    """(its `[`, the first `]` after it, how many `data` keys come before it) of the longest list written
+    after a `"data"` key in a body with no backslash (where `"data"` followed by `:` can only be a key, the
+    skeleton's `"data":`); None when there is none. Quotes are few in such a body and found by one-byte
+    searches, which are ~20x faster than searching for `"data"` itself (0.1 vs 1.9 ms through 3 MB)."""
+    spans, at = [], body.find(b'"')
+    while at >= 0:
+        colon = _past_blanks(body, at + len(b'"data"')) if body.startswith(b'"data"', at) else -1
+        if colon >= 0 and body[colon:colon + 1] == b":":
+            start = _past_blanks(body, colon + 1)
+            end = body.find(b"]", start)
+            if body[start:start + 1] == b"[" and end > start:
+                spans.append((end - start, start, end, len(spans)))
+            else:
+                spans.append((-1, start, start, len(spans)))  # a key whose value is not a list: counted only
+        at = body.find(b'"', at + 1)
+    longest = max(spans, default=None)
+    return None if longest is None or longest[0] < 0 else longest[1:]
+
+
+def _past_blanks(body: bytes, at: int) -> int:
+    """The first position from `at` on that is not JSON blank space."""
+    while at < len(body) and body[at] in BLANKS:
+        at += 1
+    return at
 
 
 def _v2(parser: Any, body: bytes, dtypes: Mapping[str, str]) -> Any | None:

@@ -300,7 +300,7 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
             header_length = request.headers.get(HEADER_LENGTH)
 
             def decode() -> tuple[Any, dict[str, np.ndarray]]:
-                fast = None if header_length is not None else tensor_json.v2_document(body, DATATYPES)
+                fast = None if header_length is not None else tensor_json.v2_document(body, DATATYPES, plane.halves)
                 document, tail = (fast, memoryview(b"")) if fast is not None else split_body(body, header_length)
                 return document, parse_inputs(document, signature, tail,
                                               may_hold_booleans(body[:len(body) - len(tail)]))

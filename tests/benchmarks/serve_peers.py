@@ -16,6 +16,7 @@ Servers:
   tfsmith REST       `python -m builder.server` (2 interpreters), TF Serving row JSON
   tfsmith gRPC       the same process, TF Serving Predict with tensor_content
   tfsmith v2 binary  the same process, Open Inference Protocol with the binary tensor data extension
+  tfsmith v2 JSON    the same process, Open Inference Protocol JSON: MLServer's protocol, body for body
   tfsmith REST before  the server as it was before gRPC/v2/metrics (`--before-src`: a `git archive` of that
                      commit's builder/), for the REST overhead of the new protocols
   bare Starlette     a 20-line endpoint around the same interpreter: the floor for Python HTTP
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import socket
@@ -213,8 +215,8 @@ def rest_bodies(x: np.ndarray) -> list[bytes]:
     return [json.dumps({"instances": x[i:i + 1].tolist()}).encode() for i in range(len(x))]
 
 
-def v2_json_bodies(x: np.ndarray) -> list[bytes]:
-    return [json.dumps({"inputs": [{"name": "image", "shape": [1, *x.shape[1:]], "datatype": "FP32",
+def v2_json_bodies(x: np.ndarray, input_name: str = "image") -> list[bytes]:
+    return [json.dumps({"inputs": [{"name": input_name, "shape": [1, *x.shape[1:]], "datatype": "FP32",
                                     "data": x[i:i + 1].ravel().tolist()}]}).encode() for i in range(len(x))]
 
 
@@ -339,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale = 1 if model_name == "digits" else 30  # MobileNetV2 JSON is ~1 MB a request
         total, single = max(64, args.requests // scale), max(32, 400 // scale)
         rest, v2json = rest_bodies(x), v2_json_bodies(x)
+        named_v2json = functools.lru_cache(maxsize=2)(lambda name, x=x: v2_json_bodies(x, name))
         ok = lambda i, body: True  # noqa: E731 - correctness is the tests' job; a 200 is checked by loadgen
         for round_number in range(args.rounds):
             print(f"{model_name}: round {round_number + 1}/{args.rounds}", file=sys.stderr)
@@ -348,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ("tfsmith gRPC tensor_content",
                      lambda r: lambda n, c: grpc_load(r.grpc_port, x, r.extra["input"], n, c)),
                     ("tfsmith v2 binary", lambda r: lambda n, c: _run_v2_binary(r, x, n, c)),
+                    ("tfsmith v2 JSON", lambda r: lambda n, c: run_load(
+                        f"{r.url}/v2/models/m/infer", named_v2json(r.extra["input"]), ok, n, c)),
                 ]),
                 ("bare", lambda: start_bare(model, args.out), [
                     ("bare Starlette", lambda r: lambda n, c: run_load(f"{r.url}/v1/models/m:predict", rest, ok, n, c)),

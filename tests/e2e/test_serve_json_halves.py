@@ -93,6 +93,39 @@ def test_the_helper_reads_the_second_half_and_the_answer_is_the_whole_bodys(
     np.testing.assert_array_equal(call.inputs["ids"], ids)
 
 
+class Counted:
+    """The helper, counting the halves handed to it (so a test knows the body was read on two cores)."""
+
+    def __init__(self, helper: decode_helper.DecodeHelper) -> None:
+        self.helper, self.submitted = helper, 0
+
+    def submit(self, text: bytes, floats: bool) -> bool:
+        self.submitted += 1
+        return self.helper.submit(text, floats)
+
+    def collect(self) -> tuple[np.ndarray, bytes] | None:
+        return self.helper.collect()
+
+
+def test_the_helper_reads_half_of_a_v2_data_list(helper: decode_helper.DecodeHelper) -> None:
+    from builder.server.v2 import DATATYPES
+
+    x = np.random.default_rng(4).random((2, 160, 160, 3), dtype=np.float32)
+    ids = np.random.default_rng(5).integers(0, 1000, 250000)
+    for data, datatype in ((x.ravel().tolist(), "FP32"), (ids.tolist(), "INT32")):
+        body = json.dumps({"id": "r", "inputs": [{"name": "in", "shape": [len(data)], "datatype": datatype,
+                                                  "data": data}], "outputs": [{"name": "out"}]}).encode()
+        counted = Counted(helper)
+        document = tensor_json.v2_document(body, DATATYPES, counted)  # type: ignore[arg-type]
+        assert counted.submitted == 1 and not helper.broken
+        whole = tensor_json.v2_document(body, DATATYPES)
+        assert {k: v for k, v in document.items() if k != "inputs"} == {k: v for k, v in whole.items() if k != "inputs"}
+        fast, one = document["inputs"][0].pop("data"), whole["inputs"][0].pop("data")
+        assert document == whole and fast.dtype == one.dtype
+        np.testing.assert_array_equal(fast, one)
+        np.testing.assert_array_equal(fast, np.asarray(data, dtype=one.dtype))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**16), spot=st.floats(0.3, 0.8),
        damage=st.sampled_from([b"", b"]", b"[", b",", b" ", b"NaN", b"true", b'"1"', b"1e999", b"--1", b"0x1", b"],[",
@@ -209,6 +242,18 @@ def test_serve_reads_large_bodies_with_the_models_answers(models: Path, tmp_path
             want = np.concatenate([local.predict("serving_default", {"image": x[i:i + 1]})["scores"]
                                    for i in range(batch)])
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        x = np.random.default_rng(15).random((2, 160, 160, 3), dtype=np.float32)
+        v2_body = json.dumps({"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
+                                          "data": x.ravel().tolist()}]})
+        answer = HTTP.post(f"{server.url}/v2/models/m/infer", content=v2_body)
+        assert answer.status_code == 200, answer.text
+        output = answer.json()["outputs"][0]
+        want = np.concatenate([local.predict("serving_default", {"image": x[i:i + 1]})["scores"] for i in range(2)])
+        np.testing.assert_allclose(np.asarray(output["data"], dtype=np.float32).reshape(output["shape"]), want,
+                                   rtol=1e-5, atol=1e-6)
+        at = v2_body.index(",", len(v2_body) * 6 // 10)
+        nested = HTTP.post(f"{server.url}/v2/models/m/infer", content=v2_body[:at] + ", [0.5]" + v2_body[at:])
+        assert nested.status_code == 400 and "error" in nested.json(), nested.text
         _, body = image_body(1, 13)
         at = body.index(b",", len(body) * 6 // 10)
         ragged = body[:at] + b"],[" + body[at + 1:]

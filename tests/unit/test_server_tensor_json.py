@@ -420,6 +420,141 @@ def test_rectangular_numbers_are_always_read_in_halves(rows: int, seed: int, sha
         assert call is not None and halves.submitted == 1
 
 
+# --- the Open Inference Protocol's `data` list read in two halves ---------------------------------------------
+
+def assert_same_document(fast: Any, whole: Any) -> None:
+    """Two v2 documents are the same: equal values, and arrays of one dtype holding the same numbers."""
+    if isinstance(whole, np.ndarray):
+        assert isinstance(fast, np.ndarray) and fast.dtype == whole.dtype
+        np.testing.assert_array_equal(fast, whole)
+    elif isinstance(whole, dict):
+        assert isinstance(fast, dict) and list(fast) == list(whole)
+        for key in whole:
+            assert_same_document(fast[key], whole[key])
+    elif isinstance(whole, list):
+        assert isinstance(fast, list) and len(fast) == len(whole)
+        for a, b in zip(fast, whole):
+            assert_same_document(a, b)
+    else:
+        assert type(fast) is type(whole) and fast == whole
+
+
+def v2_in_halves(body: bytes, signature: SignatureSpec, halves: InlineHalves | None = None) -> tuple[Any, InlineHalves]:
+    """The document read with a reader for halves equals the one-core document (and, through `v2_same`, the
+    general path's answer); the reader is free afterwards."""
+    halves = halves or InlineHalves()
+    fast = tensor_json.v2_document(body, v2.DATATYPES, halves)
+    assert not halves.busy, "reserved but never freed"
+    whole = tensor_json.v2_document(body, v2.DATATYPES)
+    assert (fast is None) == (whole is None)
+    if whole is not None:
+        assert_same_document(fast, whole)
+        v2_same(body, signature)
+    return fast, halves
+
+
+def v2_body(data: Any, datatype: str = "FP32", name: str = "x", indent: int | None = None, **more: Any) -> bytes:
+    rows = len(data) // 3 if len(data) % 3 == 0 else 2
+    return json.dumps({"inputs": [{"name": name, "shape": [rows, 3], "datatype": datatype, "data": data}], **more},
+                      indent=indent).encode()
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_a_v2_data_list_is_read_in_halves_with_the_one_core_document() -> None:
+    x = np.random.default_rng(5).standard_normal(6)
+    document, halves = v2_in_halves(v2_body(x.tolist(), id="a", outputs=[{"name": "y"}]), v2_signature("float64"))
+    assert halves.submitted == 1 and np.array_equal(document["inputs"][0]["data"], x)
+    document, halves = v2_in_halves(v2_body(list(range(-30, 30)), "INT32", indent=2), v2_signature("int32"))
+    assert halves.submitted == 1 and document["inputs"][0]["data"].tolist() == list(range(-30, 30))
+    # blanks between the key, its colon and the list
+    numbers = ", ".join(map(str, range(60))).encode()
+    spaced = b'{"inputs": [{"name": "x", "shape": [20, 3], "datatype": "FP32", "data" :\n [' + numbers + b"]}]}"
+    _, halves = v2_in_halves(spaced, v2_signature())
+    assert halves.submitted == 1
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_the_longest_of_several_data_lists_is_read_in_halves_and_stays_with_its_input() -> None:
+    short, long = [7.0, 8.0, 9.0], np.random.default_rng(6).random(40).tolist()
+    for first, second in ((short, long), (long, short)):
+        body = json.dumps({"inputs": [{"name": "a", "shape": [1, len(first)], "datatype": "FP64", "data": first},
+                                      {"name": "b", "shape": [1, len(second)], "datatype": "FP64", "data": second}],
+                           "parameters": {"note": "data"}}).encode()
+        document, halves = v2_in_halves(body, v2_signature("float64", ("a", "b")))
+        assert halves.submitted == 1
+        assert document["inputs"][0]["data"].tolist() == first and document["inputs"][1]["data"].tolist() == second
+
+
+#: A v2 body whose `data` list (60 numbers) is most of it, and damage put at that list's middle (`{}`).
+V2_DAMAGED = ('{{"inputs": [{{"name": "x", "shape": [20, 3], "datatype": "FP32", "data": [' + ", ".join(
+    map(str, range(30))) + "{}, " + ", ".join(map(str, range(30, 60))) + ']}}]{}}}')
+
+
+@pytest.mark.usefixtures("split_everything")
+@pytest.mark.parametrize("damage, after", [
+    (", [30]", ""),           # nested
+    (", [30, 31]", ""),
+    (", true", ""),
+    (', "30"', ""),
+    (", null", ""),
+    (", 1152921504606846976", ""),  # 2**60: beyond what a double holds exactly
+    (", 0.5", ""),            # a fraction: taken for FP32 here, refused for an integer type below
+    (",", ""),               # an empty slot
+    (" 29", ""),             # two numbers without a comma
+    ("]", ""),
+    ("], [", ""),
+    (", {}", ""),
+    ("", ', "parameters": {"data": [1]}'),   # a stray data key
+    ("", ', "inputs": []'),                  # a repeated key
+    ("", ', "data": 1'),
+    ("", "}"),
+])
+def test_v2_bodies_in_doubt_are_not_taken_in_halves(damage: str, after: str) -> None:
+    clean = V2_DAMAGED.format("", "").encode()
+    taken, halves = v2_in_halves(clean, v2_signature())
+    assert taken is not None and halves.submitted == 1  # undamaged, it is read in halves
+    damaged = V2_DAMAGED.format(damage, after).encode()
+    for body in (damaged, damaged.replace(b'"FP32"', b'"INT32"')):
+        halves = InlineHalves()
+        try:
+            in_halves = tensor_json._v2_in_halves(body, v2.DATATYPES, halves)
+        except tensor_json.READ_ERRORS:
+            in_halves = None
+        assert not halves.busy
+        # still flat lists of numbers of the type: a fraction for FP32, 2**60 for INT32 (as int64, which
+        # the general path then refuses for int32, as it does the one-core document)
+        assert (in_halves is not None) == ((damage, b'"FP32"' in body) in {(", 0.5", True),
+                                                                          (", 1152921504606846976", False)})
+        v2_in_halves(body, v2_signature("int32" if b'"INT32"' in body else "float32"))
+
+
+@pytest.mark.usefixtures("split_everything")
+def test_a_reader_that_is_busy_or_fails_leaves_a_v2_body_to_one_core() -> None:
+    x = np.random.default_rng(8).random(6)
+    for halves in (InlineHalves(accept=False), InlineHalves(answer=False)):
+        document, _ = v2_in_halves(v2_body(x.tolist()), v2_signature("float64"), halves)
+        assert np.array_equal(document["inputs"][0]["data"], x)
+
+
+def test_a_v2_list_that_is_not_most_of_the_body_is_read_whole() -> None:
+    halves = InlineHalves()
+    body = v2_body(list(range(6)), parameters={"padding": "x" * tensor_json.SPLIT_MIN_BYTES})
+    assert tensor_json.v2_document(body, v2.DATATYPES, halves) is not None and halves.submitted == 0
+
+
+@pytest.mark.usefixtures("split_everything")
+@settings(max_examples=400, deadline=None)
+@given(data=st.lists(numbers, max_size=40) | leaf_lists,
+       datatype=st.sampled_from(["FP32", "FP64", "INT32", "UINT8", "FP16", "INT64", "BOOL"]),
+       indent=st.sampled_from([None, 2]), others=st.integers(0, 2))
+def test_any_v2_body_read_in_halves_gets_the_one_core_document(data: Any, datatype: str, indent: int | None,
+                                                              others: int) -> None:
+    tensors = [{"name": "x", "shape": [2, 3], "datatype": datatype, "data": data}]
+    tensors += [{"name": f"o{i}", "shape": [1, 2], "datatype": "FP32", "data": [i, 0.5]} for i in range(others)]
+    body = json.dumps({"inputs": tensors}, indent=indent).encode()
+    v2_in_halves(body, v2_signature(v2.DATATYPES[datatype], tuple(t["name"] for t in tensors)))
+
+
 # --- the first part read ahead while the rest arrives -----------------------------------------------------------
 
 def read_ahead(body: bytes, sigs: dict[str, SignatureSpec], pieces: int, halves: InlineHalves, *,
