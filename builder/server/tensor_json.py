@@ -444,7 +444,7 @@ def _holds(flat: np.ndarray, want: np.dtype) -> bool:
     """True when every value reaches `want` exactly as the general path would carry it there."""
     if flat.dtype.kind == "f":
         largest = max(-float(flat.min()), float(flat.max()))
-        return _exact(flat) and (want.itemsize == 8 or largest <= float(np.finfo(want).max))
+        return largest < EXACT_INTEGER and (want.itemsize == 8 or largest <= float(np.finfo(want).max))
     info = np.iinfo(want)
     return int(flat.min()) >= info.min and int(flat.max()) <= info.max
 
