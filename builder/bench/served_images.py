@@ -88,7 +88,7 @@ def grpc_caller(host: str, port: int, model_name: str, signature: str,
     """A zero-argument Predict call on one persistent channel (the request built once), and its closer."""
     import grpc
 
-    from builder.server import tfs_proto as pb
+    import builder.server.tfs_proto as pb
     from builder.server.tensors import fill_proto
 
     channel = grpc.insecure_channel(f"{host}:{port}")
@@ -113,7 +113,7 @@ def compare_served_images(model: Path, first: str, second: str, *, threads: int 
     from builder.packaging.plan import GRPC_PORT, PackageOptions
     from builder.packaging.smoke import reference_backend, served_signature, smoke_inputs, wait_healthy
     from builder.packaging.workflow import package_model
-    from builder.server.artifacts import resolve_artifact
+    from builder.model.artifact import resolve_artifact
 
     if engine is None:
         from builder.engine import default_engine

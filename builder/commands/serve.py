@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         from builder.server.__main__ import main
 
         def measured(requested: str, model: Path, threads: int) -> tuple[str, str]:
-            from builder.server.artifacts import resolve_artifact
+            from builder.model.artifact import resolve_artifact
 
             choice = choose_runtime(requested, resolve_artifact(model).model_path, threads)
             return choice.runtime, choice.reason

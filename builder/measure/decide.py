@@ -5,7 +5,8 @@ not overlap (`stats.median_ci`): a fixed tie band would call a real 14% differen
 noise-sized one a win on a busy host; the measured intervals say how much each run can be trusted.
 
 Among the candidates within noise of the fastest (their interval overlaps the fastest's), the choice is the
-smaller file, then the smaller runtime (`RUNTIME_ORDER`: LiteRT first, TensorFlow last), then a caller's
+smaller file, then the runtime's tie rank (`builder.model.registry`: LiteRT first, exact before approximate,
+TensorFlow last), then a caller's
 preference, then the name: never the noisy order of two p50s, so identical runs choose the same thing.
 """
 
@@ -15,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from builder.measure.stats import Summary, summarize
+from builder.model import registry
 
-#: Runtimes from the smallest to serve to the biggest: the order a tie breaks in.
-RUNTIME_ORDER = ("litert", "openvino", "openvino-nncf", "tensorflow")
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,8 @@ class Timed:
 
 
 def runtime_rank(runtime: str) -> int:
-    """Position in RUNTIME_ORDER (unknown runtimes last)."""
-    return RUNTIME_ORDER.index(runtime) if runtime in RUNTIME_ORDER else len(RUNTIME_ORDER)
+    """The runtime's tie rank in the registry (unknown names last)."""
+    return registry.rank(runtime)
 
 
 def faster_beyond_noise(a: Timed, b: Timed) -> bool:

@@ -94,7 +94,7 @@ class Runner:
             self.inputs, self.outputs = self._interpreter.inputs, self._interpreter.outputs
             self.signatures, self.signature = self._interpreter.signatures, self._interpreter.key
         else:
-            from builder.server.backends import create_backend
+            from builder.model.create import create_backend
 
             self._backend = create_backend(runtime, Path(path), threads)
             sigs = self._backend.signatures

@@ -318,8 +318,8 @@ def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
 
 
 def _from_tflite(facts: ModelFacts) -> LoadedModel:
-    from builder.server.backends import LiteRTBackend
-    from builder.server.protocol import DEFAULT_SIGNATURE
+    from builder.model.backend import LiteRTBackend
+    from builder.model.signature import DEFAULT_SIGNATURE
 
     try:
         backend = LiteRTBackend(facts.path, threads=1)

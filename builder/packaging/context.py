@@ -23,7 +23,8 @@ from typing import Any
 from builder.engine.base import BuildRequest, Engine, Image
 from builder.errors import InputError, TfsmithError
 from builder.packaging.plan import ServePlan
-from builder.server.artifacts import Artifact
+from builder.model import registry
+from builder.model.artifact import Artifact
 from builder.staging import staged_dir
 from builder.say import Say
 
@@ -32,21 +33,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 #: What the server needs in every image: REST (FastAPI on uvicorn), gRPC on 8500 and metrics, plus the runtime.
 SERVER_BASE = ("numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client",
                "msgspec", "pysimdjson")
-RUNTIME_DISTRIBUTIONS = {
-    "litert": ("ai-edge-litert",),
-    "openvino": ("ai-edge-litert", "openvino"),
-    # nncf (and its dependencies) only in images that quantize at start: it is big
-    "openvino-nncf": ("ai-edge-litert", "openvino", "nncf"),
-    # TensorFlow itself comes with the base image (the one `tfsmith build` made); numpy and protobuf are pinned
-    # to the versions that run beside TensorFlow here. LiteRT too: the same image can serve a plain .tflite.
-    "tensorflow": ("ai-edge-litert",),
-}
 
 
 def server_requirements(runtime: str) -> tuple[str, ...]:
-    """The server's distributions for `runtime`, pinned to the versions installed here (what the tests ran)."""
+    """The server's distributions for `runtime` (the registry's: nncf only in images that quantize at start,
+    it is big; TensorFlow comes with a TensorFlow image's base), pinned to the versions installed here (what the
+    tests ran)."""
     pins = []
-    for name in (*SERVER_BASE, *RUNTIME_DISTRIBUTIONS.get(runtime, RUNTIME_DISTRIBUTIONS["litert"])):
+    for name in (*SERVER_BASE, *registry.distributions(runtime)):
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -77,12 +71,12 @@ def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any
 #: What a serving image runs: the server package, the measurement package its start-up self-test times with
 #: (standard library only), and the small modules they import (with the package's __init__); nothing else.
 SERVER_PACKAGE = "server"
-SERVER_PACKAGES = (SERVER_PACKAGE, "measure")
+SERVER_PACKAGES = (SERVER_PACKAGE, "model", "measure")
 SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py", "report.py")
 
 
 def copy_server_code(dest: Path) -> None:
-    """`builder/server` and `builder/measure` plus the few modules they import and the stdlib-only guard, as
+    """`builder/server`, `builder/model` and `builder/measure` plus the few modules they import and the stdlib-only guard, as
     /opt/tfsmith."""
     package = dest / "builder"
     package.mkdir(parents=True, exist_ok=True)
@@ -101,7 +95,7 @@ def copy_server_code(dest: Path) -> None:
 def copy_model(plan: ServePlan, artifact: Artifact, model_dir: Path) -> None:
     """The served model (a .tflite file or a SavedModel folder) under its in-image name, with its report; the
     samples only where the runtime needs them (openvino-nncf calibrates on them at start): they can be large."""
-    from builder.server.backends import nncf_inputs
+    from builder.model.openvino import nncf_inputs
 
     model_dir.mkdir(parents=True, exist_ok=True)
     if artifact.model_path.is_dir():
@@ -110,7 +104,7 @@ def copy_model(plan: ServePlan, artifact: Artifact, model_dir: Path) -> None:
         shutil.copy2(artifact.model_path, model_dir / plan.model_file)
     if artifact.report is not None:
         (model_dir / "report.json").write_text(artifact.report.to_json())
-    if plan.runtime == "openvino-nncf":
+    if registry.calibrates(plan.runtime):
         _, samples = nncf_inputs(artifact.model_path)  # refuses in one line when there are no calibration samples
         shutil.copy2(samples, model_dir / samples.name)
 

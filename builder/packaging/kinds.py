@@ -21,7 +21,8 @@ from typing import Any
 from builder.engine.base import Engine, Image, ImageNotFound
 from builder.errors import InputError
 from builder.packaging.plan import LABEL_PREFIX, BaseImage, PackageOptions, ServePlan
-from builder.server.artifacts import Artifact
+from builder.model import registry
+from builder.model.artifact import Artifact
 from builder.say import Say, quiet
 
 
@@ -60,7 +61,7 @@ class ImageKind(ABC):
     def check_runtime(self, runtime: str) -> None:
         if runtime not in self.runtimes:
             raise InputError(f"a {self.name} image runs {', '.join(self.runtimes)}, not {runtime}; "
-                             f"{'use --kind tensorflow' if runtime == 'tensorflow' else 'choose another --runtime'}")
+                             f"{'use --kind tensorflow' if runtime in registry.engine_runtimes('tensorflow') else 'choose another --runtime'}")
 
 
 def image_python(engine: Engine, ref: str, python_bin: str = "python3") -> str:
@@ -82,8 +83,8 @@ class LiteRTKind(ImageKind):
     """A slim Python base with tfsmith's server and LiteRT (or OpenVINO reading the same .tflite)."""
 
     name = "litert"
-    runtimes = ("litert", "openvino", "openvino-nncf")
-    default_runtime = "litert"
+    runtimes = registry.TFLITE_RUNTIMES
+    default_runtime = registry.TFLITE_DEFAULT
 
     def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         if options.base_image:
@@ -132,8 +133,8 @@ class TensorFlowKind(ImageKind):
     """
 
     name = "tensorflow"
-    runtimes = ("tensorflow", "litert")
-    default_runtime = "tensorflow"
+    runtimes = (*registry.engine_runtimes("tensorflow"), registry.TFLITE_DEFAULT)
+    default_runtime = registry.TENSORFLOW_DEFAULT
 
     def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         if options.base_image:
@@ -219,9 +220,9 @@ def kind_named(name: str) -> ImageKind:
 def needs_tensorflow(artifact: Artifact, runtime: str | None) -> bool:
     """Whether serving this artifact takes TensorFlow: a SavedModel, a runtime asked or measured as
     tensorflow (a Select-TF-ops .tflite optimize measured on TensorFlow)."""
-    if runtime is not None and runtime != "auto":
-        return runtime == "tensorflow"
-    return artifact.runtime == "tensorflow"
+    if runtime is not None and runtime != registry.AUTO:
+        return registry.on_tensorflow(runtime)
+    return artifact.runtime is not None and registry.on_tensorflow(artifact.runtime)
 
 
 def choose_kind(requested: str, artifact: Artifact, runtime: str | None) -> tuple[str, str]:

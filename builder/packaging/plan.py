@@ -19,7 +19,7 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.build_plan import LABEL_PREFIX
-from builder.server.artifacts import Artifact
+from builder.model.artifact import Artifact
 
 #: Labels that mark a TensorFlow image made by `tfsmith build` (its spec, wheel and tag). An image built FROM
 #: one inherits them, so a serving image blanks them: it must never be taken for its base (the build's cache

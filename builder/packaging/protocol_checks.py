@@ -28,7 +28,7 @@ def check_grpc(host: str, port: int, model_name: str, version: int | None,
     Also asks `ModelService/GetModelStatus` first: the version must be AVAILABLE."""
     import grpc
 
-    from builder.server import tfs_proto as pb
+    import builder.server.tfs_proto as pb
     from builder.server.tensors import fill_proto, to_array
 
     with grpc.insecure_channel(f"{host}:{port}") as channel:

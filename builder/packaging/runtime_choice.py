@@ -16,7 +16,9 @@ from builder.errors import InputError
 from builder.measure.decide import choose_fastest_runtime
 from builder.measure import stats
 from builder.measure.loop import time_interleaved
-from builder.server.backends import RUNTIMES, create_backend, model_for_runtime, nncf_inputs, sample_inputs
+from builder.model import registry
+from builder.model.create import create_backend, model_for_runtime
+from builder.model.inputs import sample_inputs
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: flo
         try:
             backend = create_backend(runtime, path, threads)
         except Exception as error:  # noqa: BLE001 - any failure means: not a candidate, and say why
-            if runtime == "litert":
+            if runtime == AUTO_BASELINE:
                 raise
             errors[runtime] = _first_line(error)
             continue
@@ -60,15 +62,36 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {cause(error)}"
 
 
+#: The runtime every other must beat beyond noise (it runs the .tflite exactly as optimize evaluated it).
+AUTO_BASELINE = registry.TFLITE_DEFAULT
+
+
 def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """What `auto` measures: LiteRT and OpenVINO on the chosen .tflite, plus openvino-nncf on the fp32 one
-    when calibration samples exist (else its refusal, said in the reason)."""
-    candidates = {"litert": model_path, "openvino": model_path}
+    """What `auto` measures: every registry runtime that reads a .tflite, each on the file it serves (the
+    chosen .tflite; the float one for a runtime that quantizes at load, when calibration samples exist, else
+    its refusal, said in the reason). The same names and settings optimize times."""
+    candidates: dict[str, Path] = {}
+    refused: dict[str, str] = {}
+    kind = _kind_of(model_path)
+    for entry in registry.RUNTIMES:
+        if not entry.tflite or not (kind is None or entry.serves(kind) or registry.calibrates(entry.name)):
+            continue
+        try:
+            candidates[entry.name] = model_for_runtime(entry.name, model_path)
+        except InputError as error:
+            refused[entry.name] = str(error)
+    return candidates, refused
+
+
+def _kind_of(model_path: Path) -> str | None:
+    """The artifact kind the optimize report beside the file gives it (tflite_int8, ...), None without one."""
+    from builder.model.artifact import resolve_artifact
+
     try:
-        candidates["openvino-nncf"] = model_for_runtime("openvino-nncf", model_path)
-    except InputError as error:
-        return candidates, {"openvino-nncf": str(error)}
-    return candidates, {}
+        entry = resolve_artifact(model_path)._entry()
+    except InputError:
+        return None
+    return entry.kind if entry is not None else None
 
 
 def choose_runtime(
@@ -79,16 +102,18 @@ def choose_runtime(
     beyond noise (non-overlapping median confidence intervals); within noise the smaller file, then LiteRT
     (the .tflite contract, what the optimizer evaluated, the smallest runtime) wins.
     """
+    registry.check(requested, allow_auto=True)
     if model_path.is_dir():  # a SavedModel: only TensorFlow runs it, whatever was asked
-        if requested not in ("auto", "tensorflow"):
-            raise InputError(f"{model_path} is a SavedModel: it runs on --runtime tensorflow, not {requested}")
-        return RuntimeChoice("tensorflow", "a SavedModel runs on TensorFlow", {})
-    if requested in RUNTIMES:
-        if requested == "openvino-nncf":
-            nncf_inputs(model_path)
+        if requested == registry.AUTO:
+            return RuntimeChoice(registry.TENSORFLOW_DEFAULT, "a SavedModel runs on TensorFlow", {})
+        if not registry.runtime(requested).serves(registry.SAVED_MODEL_KIND):
+            raise InputError(f"{model_path} is a SavedModel: it runs on --runtime "
+                             f"{' or '.join(r.name for r in registry.serving(registry.SAVED_MODEL_KIND))}, "
+                             f"not {requested}")
         return RuntimeChoice(requested, "requested", {})
-    if requested != "auto":
-        raise InputError(f"unknown runtime {requested!r}; choose one of: auto, {', '.join(RUNTIMES)}")
+    if requested != registry.AUTO:
+        model_for_runtime(requested, model_path)  # refused up front when it cannot serve this file
+        return RuntimeChoice(requested, "requested", {})
     candidates, refused = auto_candidates(model_path)
     samples, errors = measure(candidates, threads)
     sizes = {name: path.stat().st_size if path.is_file() else 0 for name, path in candidates.items()}

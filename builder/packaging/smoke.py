@@ -24,7 +24,7 @@ import numpy as np
 from builder.engine.base import Engine
 from builder.errors import TfsmithError
 from builder.packaging.plan import GRPC_PORT, ServePlan
-from builder.server.artifacts import Artifact, Samples, load_samples
+from builder.model.artifact import Artifact, Samples, load_samples
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 from builder.say import Say
@@ -81,7 +81,7 @@ def smoke_inputs(artifact: Artifact, signature: Any, count: int = 16) -> tuple[d
     """What a client of the original model sends (its held-out rows, in its own dtypes, every input), and the
     samples they came from (with the original model's answers). Without samples (a bare .tflite),
     deterministic generated inputs stand in and there is nothing to judge fidelity against."""
-    from builder.server.backends import sample_inputs
+    from builder.model.inputs import sample_inputs
 
     if artifact.samples_path is not None:
         samples = load_samples(artifact.samples_path).head(count)
@@ -302,7 +302,8 @@ def _columnar_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
 def reference_backend(artifact: Artifact, runtime: str) -> Any:
     """What the served answers are checked against, run here on the same artifact: TensorFlow for what runs on
     TensorFlow (a SavedModel, a Select-TF-ops .tflite), else the LiteRT interpreter on the .tflite."""
-    from builder.server.backends import LiteRTBackend, create_backend
+    from builder.model.backend import LiteRTBackend
+    from builder.model.create import create_backend
 
     if runtime == "tensorflow" or artifact.model_path.is_dir():
         return create_backend("tensorflow", artifact.model_path, 1)

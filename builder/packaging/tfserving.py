@@ -21,8 +21,9 @@ import numpy as np
 from builder.engine.base import Engine
 from builder.packaging.context import environment
 from builder.packaging.plan import PackageOptions, ServePlan
-from builder.server.artifacts import Artifact
-from builder.server.protocol import DEFAULT_SIGNATURE, TF_DTYPES
+from builder.model.artifact import Artifact
+from builder.model.signature import DEFAULT_SIGNATURE
+from builder.server.protocol import TF_DTYPES
 from builder.packaging.warmup import Tensor, encode_prediction_log, write_warmup
 from builder.say import Say
 
@@ -78,7 +79,7 @@ def warmup_inputs(artifact: Artifact, count: int = 10) -> dict[str, np.ndarray]:
     the served .tflite are the ones TF Serving's SavedModel signature takes too.
     """
     from builder.packaging.smoke import reference_backend
-    from builder.server.backends import example_inputs
+    from builder.model.inputs import example_inputs
 
     backend = reference_backend(artifact, "tensorflow" if artifact.model_path.is_dir() else "litert")
     signature = next(iter(backend.signatures.values()))

@@ -18,7 +18,7 @@ from builder.errors import InputError
 from builder.packaging.kinds import ImageKind, choose_kind, kind_named
 from builder.packaging.plan import PackageOptions, ServePlan, plan_package
 from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
-from builder.server.artifacts import Artifact, resolve_artifact
+from builder.model.artifact import TENSORFLOW_RUNTIMES, Artifact, resolve_artifact
 from builder.say import Say
 
 __all__ = ["PackageOptions", "package_model", "resolve_target"]
@@ -36,6 +36,15 @@ def resolve_target(name: str | None, cuda_cc: str | None = None) -> Any | None:
     return resolve(name, cuda_cc=cuda_cc)
 
 
+def recorded_target(artifact: Artifact) -> str | None:
+    """The target `tfsmith optimize` recorded in the report beside the model (`host` when it optimized for the
+    host it ran on), None without a report."""
+    target = artifact.report.target if artifact.report is not None else {}
+    if not target or not target.get("name"):
+        return None
+    return "host" if target.get("is_host") else str(target["name"])
+
+
 def serving_runtime(requested: str | None, artifact: Artifact, kind: ImageKind, threads: int) -> RuntimeChoice:
     """The runtime the image's server runs: as asked, else the one `tfsmith optimize` measured fastest for
     this very artifact on this host (its report's `chosen_runtime`), else the kind's own."""
@@ -45,7 +54,7 @@ def serving_runtime(requested: str | None, artifact: Artifact, kind: ImageKind, 
             how = artifact.report.selection.how if artifact.report else ""
             return RuntimeChoice(measured, f"chosen by tfsmith optimize{': ' + how if how else ''}", {})
         requested = kind.default_runtime
-    if requested == "tensorflow" or kind.name == "tfserving":
+    if kind.name == "tfserving" or requested in kind.runtimes and requested in TENSORFLOW_RUNTIMES:
         kind.check_runtime(requested)
         return RuntimeChoice(requested, "requested" if requested != kind.default_runtime else
                              f"what a {kind.name} image runs", {})
@@ -73,18 +82,24 @@ def package_model(
     cuda_cc: str | None = None,
 ) -> tuple[ServePlan, Image]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
-    from builder.server.backends import RUNTIMES, model_for_runtime
+    from builder.model import registry
+    from builder.model.create import model_for_runtime
 
     options.check()
     if options.runtime in ("tfserving", "tensorflow-serving"):
         raise InputError("tfserving is an image kind, not a runtime: use --kind tfserving")
-    if options.runtime is not None and options.runtime not in (*RUNTIMES, "auto"):
-        raise InputError(f"unknown --runtime {options.runtime!r}; choose one of: {', '.join(RUNTIMES)}, auto")
+    if options.runtime is not None:
+        registry.check(options.runtime, allow_auto=True, what="--runtime")
     artifact = resolve_artifact(artifact_path, model_name)
-    target = resolve_target(options.target, cuda_cc)
     kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
     kind = kind_named(kind_name)
-    if artifact.runtime == "tensorflow" and kind.name == "litert":
+    target_name = options.target
+    if target_name is None and kind.name == "tensorflow":  # its base is the TensorFlow image built for a target
+        target_name = recorded_target(artifact)
+        if target_name is not None:
+            say(f"target: {target_name} (recorded by tfsmith optimize in the report)")
+    target = resolve_target(target_name, cuda_cc)
+    if artifact.runtime is not None and registry.on_tensorflow(artifact.runtime) and kind.name == "litert":
         what = "a SavedModel" if artifact.model_path.is_dir() else "a .tflite optimize measured on TensorFlow"
         raise InputError(f"{artifact.model_path} is {what}: only TensorFlow runs it, and a litert image has none; "
                          "use --kind tensorflow (or --kind auto)")
@@ -96,7 +111,7 @@ def package_model(
     kind.check_runtime(choice.runtime)
     say(f"image kind: {kind.name} ({kind_reason}); runtime: {choice.runtime} ({choice.reason})")
     # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
-    if choice.runtime in RUNTIMES and not artifact.model_path.is_dir():
+    if choice.runtime in registry.NAMES and not artifact.model_path.is_dir():
         artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
     base = kind.base(options, target, engine, say)
     say(f"base image: {base.ref} ({base.why})")

@@ -82,7 +82,7 @@ def needed_runtime(model: Path | None) -> tuple[str, str] | None:
     optimize measured on TensorFlow (Select TF ops), runs only on TensorFlow; None when there is a choice."""
     if model is None:
         return None
-    from builder.server.artifacts import resolve_artifact
+    from builder.model.artifact import resolve_artifact
 
     artifact = resolve_artifact(model)
     if artifact.runtime != "tensorflow":

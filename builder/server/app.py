@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from builder.errors import InputError
 from builder.server import decode_helper, grpc_service, reload, tfs_rest, v2
 from builder.server.access_log import AccessLog
-from builder.server.backends import BackendPool, measure_pool
+from builder.server.pool import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
 from builder.server.contract import allowed_methods, finish_document
 from builder.server.dataplane import DataPlane
@@ -140,7 +140,7 @@ def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics
 
 def load_version(config: ServerConfig, source: ModelSource, version: int, folder: Path, metrics: Metrics) -> ServedModel:
     """One version folder (`<base>/<version>/`: a .tflite or an optimize output) loaded and warmed."""
-    from builder.server.artifacts import resolve_artifact
+    from builder.model.artifact import resolve_artifact
 
     artifact = resolve_artifact(folder, source.name, config.runtime)
     return load_model(replace(config, model_path=artifact.model_path, model_name=source.name, version=version,
@@ -425,8 +425,10 @@ def configure(
     litert. With runtime tensorflow, TensorFlow is prepared here (threads, the one-line device report, the
     GPU requirement) so a server that cannot serve as asked refuses before it listens."""
     from builder.errors import InputError
-    from builder.server.artifacts import resolve_artifact
-    from builder.server.backends import RUNTIMES, model_for_runtime, nncf_inputs
+    from builder.model.artifact import resolve_artifact
+    from builder.model import registry
+    from builder.model.create import model_for_runtime
+    from builder.model.openvino import nncf_inputs
 
     if workers < 1 or threads < 1:
         raise InputError("--workers and --threads must be at least 1")
@@ -445,8 +447,8 @@ def configure(
     for tls_file in (tls_cert, tls_key):
         if tls_file is not None and not tls_file.is_file():
             raise InputError(f"{tls_file}: no such TLS certificate/key file")
-    if runtime is not None and runtime not in RUNTIMES:
-        raise InputError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+    if runtime is not None:
+        registry.check(runtime)
     if signature_name is not None and not signature_name:
         raise InputError("--signature-name must not be empty")
     try:
@@ -460,7 +462,7 @@ def configure(
     if poll_seconds < 0:
         raise InputError("--file-system-poll-wait-seconds must not be negative")
     if artifact is None:
-        from builder.server.artifacts import model_name_for
+        from builder.model.artifact import model_name_for
         from builder.server.model_config import ModelSource, check_sources, read_config_file
 
         if model_config_file is not None:
@@ -469,10 +471,10 @@ def configure(
             assert model_base_path is not None
             sources = check_sources([ModelSource(model_name or model_name_for(model_base_path), model_base_path)],
                                     str(model_base_path))
-        if runtime == "openvino-nncf":
-            raise InputError("runtime openvino-nncf serves one model file; name it instead of a base path")
+        if runtime is not None and registry.calibrates(runtime):
+            raise InputError(f"runtime {runtime} serves one model file; name it instead of a base path")
         runtime = runtime or sources_runtime(sources)
-        if runtime == "tensorflow":
+        if registry.on_tensorflow(runtime):
             prepare(threads, workers)
         return ServerConfig(
             model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
@@ -486,12 +488,13 @@ def configure(
     resolved = resolve_artifact(artifact, model_name, runtime)
     if runtime is None:
         runtime = resolved.runtime or "litert"
-    elif resolved.saved_model and runtime != "tensorflow":
-        raise InputError(f"{resolved.model_path}: a SavedModel runs only on TensorFlow; use --runtime tensorflow "
-                         f"(not {runtime})")
-    if runtime == "openvino-nncf":
+    elif resolved.saved_model and not registry.runtime(runtime).serves(registry.SAVED_MODEL_KIND):
+        serving = ", ".join(r.name for r in registry.serving(registry.SAVED_MODEL_KIND))
+        raise InputError(f"{resolved.model_path}: a SavedModel runs only on TensorFlow; use --runtime "
+                         f"{serving} (not {runtime})")
+    if registry.calibrates(runtime):
         nncf_inputs(resolved.model_path)  # refused up front without calibration samples
-    if runtime == "tensorflow":
+    if registry.on_tensorflow(runtime):
         prepare(threads, workers)
     return ServerConfig(
         model_path=model_for_runtime(runtime, resolved.model_path),
@@ -519,14 +522,14 @@ def configure(
 
 def prepare(threads: int, workers: int) -> None:
     """TensorFlow set up before the server listens (tensorflow_backend.prepare_tensorflow)."""
-    from builder.server.tensorflow_backend import prepare_tensorflow
+    from builder.model.tensorflow import prepare_tensorflow
 
     prepare_tensorflow(threads, workers)
 
 
 def sources_runtime(sources: Sequence[ModelSource]) -> str:
     """tensorflow when a served version folder holds a SavedModel (TF Serving's usual layout), else litert."""
-    from builder.server.artifacts import is_saved_model
+    from builder.model.artifact import is_saved_model
 
     for source in sources:
         if any(is_saved_model(folder) for folder in version_folders(source.base_path).values()):

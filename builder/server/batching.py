@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.server.backends import BackendPool
+from builder.server.pool import BackendPool
 from builder.server.protocol import PredictCall
 
 BatchKey = tuple[object, ...]

@@ -228,7 +228,7 @@ def start_for(signatures: Iterable[SignatureSpec], budget_s: float = MEASURE_BUD
     (said in the log either way); None otherwise. Start-up never fails on it: a helper that cannot start is
     said, and the server serves without."""
     from builder.measure import decide, loop, stats
-    from builder.server.backends import cpu_count
+    from builder.server.pool import cpu_count
 
     signature = largest_input(signatures)
     if signature is None or tensor_json.simdjson is None:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from builder.model import registry
+
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-RUNTIME_CHOICES = ("auto", "litert", "openvino", "openvino-nncf", "tensorflow")
+RUNTIME_CHOICES = registry.CHOICES
 
 
 @dataclass(frozen=True)

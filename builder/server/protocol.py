@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from builder.report import TensorSpec
+from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec, batched
 from builder.server import jsoncodec
 
-DEFAULT_SIGNATURE = "serving_default"
 PREDICT_METHOD = "tensorflow/serving/predict"
 
 # numpy dtype name -> TensorFlow DataType enum name and number (tensorflow/core/framework/types.proto).
@@ -40,8 +39,6 @@ TF_DTYPES: dict[str, tuple[str, int]] = {
     "object": ("DT_STRING", 7),  # see STRING
 }
 
-#: The numpy dtype name of a string tensor (TensorFlow's `.numpy()` answers object arrays of bytes).
-STRING = "object"
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
 
@@ -58,7 +55,7 @@ class RequestError(Exception):
 #: the optimize report the server reads: a model's signature means the same thing in the report and on the
 #: wire. The wire formats (TF Serving's metadata, the v2 metadata, gRPC's TensorShapeProto) spell a dynamic
 #: dimension -1; `wire_shape` is the one place that converts.
-__all__ = ["TensorSpec"]
+__all__ = ["DEFAULT_SIGNATURE", "STRING", "SignatureSpec", "TensorSpec", "batched"]
 #: How the wire formats spell a dimension of any size.
 WIRE_DYNAMIC = -1
 
@@ -68,29 +65,9 @@ def internal_error_message(error: BaseException) -> str:
     return f"internal error: {type(error).__name__}: {error}"
 
 
-def batched(spec: TensorSpec) -> bool:
-    """True when the leading dimension takes any batch size (what dynamic batching needs)."""
-    return len(spec.shape) > 0 and spec.shape[0] is None
-
-
 def wire_shape(spec: TensorSpec) -> list[int]:
     """The shape as the wire formats write it: -1 for a dimension of any size."""
     return [WIRE_DYNAMIC if d is None else d for d in spec.shape]
-
-
-@dataclass(frozen=True)
-class SignatureSpec:
-    """A callable signature of the model: its named inputs and outputs, in the model's order."""
-
-    name: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def input(self, name: str) -> TensorSpec:
-        for spec in self.inputs:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
 
 
 @dataclass(frozen=True)

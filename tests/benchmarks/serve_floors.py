@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.server.artifacts import resolve_artifact
-from builder.server.backends import LiteRTBackend
+from builder.model.artifact import resolve_artifact
+from builder.model.backend import LiteRTBackend
 from tests.benchmarks.loadgen import LoadResult, run_load
 from builder.packaging.smoke import smoke_inputs
 

@@ -54,7 +54,7 @@ def test_detect_recorded_avx512_guest_shows_avx512_not_amx() -> None:
     present_text = " ".join(lines[present:absent])
     assert "avx512f" in present_text and "avx512_fp16" in present_text and "amx" not in present_text
     assert "amx_tile" in " ".join(lines[absent : absent + 3])
-    assert "icelake" in result.stdout and "x86-64-v4" in result.stdout
+    assert "sapphirerapids" in result.stdout and "x86-64-v4" in result.stdout  # AMX is intrinsic-only
     assert "H100" in result.stdout and "9.0" in result.stdout
 
 
@@ -76,7 +76,7 @@ def test_target_auto_from_recorded_gpus(tmp_path: Path) -> None:
     path.write_text(facts.stdout)
     result = tfsmith("target", "host", "--cuda-cc", "auto", "--facts", str(path), "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["tag"] == "icelake-cu12.5-cc80-cc90-ptx90"
+    assert json.loads(result.stdout)["tag"] == "sapphirerapids-cu12.5-cc80-cc90-ptx90"
 
 
 @pytest.mark.parametrize(
@@ -105,13 +105,28 @@ def test_target_against_another_machine(tmp_path: Path) -> None:
     assert tfsmith("target", "sandybridge", "--against", str(path)).returncode == 0
 
 
-def test_check_names_the_amx_features() -> None:
-    result = tfsmith("check", "--target", "sapphirerapids", "--cpuinfo", str(SPR_GUEST))
+@pytest.mark.parametrize(
+    "dump", ["xeon-spr-guest-amx-hidden", "xeon-spr-vm-amx-hints-hidden", "gcp-c3-xeon-spr-no-vpmu-pdcm-hidden"]
+)
+def test_check_accepts_a_sapphire_rapids_guest_hiding_hints(dump: str) -> None:
+    result = tfsmith("check", "--target", "sapphirerapids", "--cpuinfo", str(FIXTURES / "cpuinfo" / dump))
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == ""
+
+
+def test_check_refuses_a_machine_lacking_what_the_code_needs_and_names_it(tmp_path: Path) -> None:
+    text = (FIXTURES / "cpuinfo" / "xeon-spr-vm-amx-hints-hidden").read_text()
+    no_fp16 = tmp_path / "cpuinfo"
+    no_fp16.write_text(text.replace(" avx512_fp16", ""))
+    assert "avx512_fp16" in text and "avx512_fp16" not in no_fp16.read_text()
+    result = tfsmith("check", "--target", "sapphirerapids", "--cpuinfo", str(no_fp16))
     assert result.returncode == 3
-    assert result.stderr.count("\n") == 1
-    assert "amx_bf16, amx_int8, amx_tile" in result.stderr and "'sapphirerapids'" in result.stderr
-    ok = tfsmith("check", "--target", "icelake", "--cpuinfo", str(SPR_GUEST))
-    assert ok.returncode == 0 and ok.stdout == "" and ok.stderr == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "lacks avx512_fp16." in result.stderr and "'sapphirerapids'" in result.stderr
+
+
+def test_check_neoverse_v1_does_not_ask_for_dgh() -> None:
+    result = tfsmith("check", "--target", "neoverse_v1", "--cpuinfo", str(FIXTURES / "cpuinfo" / "neoverse-v1-vm-dgh-hidden"))
+    assert result.returncode == 0 and result.stderr == ""
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="baseline x86-64 check only means something on x86")

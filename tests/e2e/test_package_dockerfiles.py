@@ -9,7 +9,7 @@ import pytest
 
 from builder.packaging.context import render_dockerfile, server_requirements
 from builder.packaging.plan import BaseImage, PackageOptions, plan_package
-from builder.server.artifacts import Artifact
+from builder.model.artifact import Artifact
 
 REPO = Path(__file__).resolve().parents[2]
 

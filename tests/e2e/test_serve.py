@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.server.backends import LiteRTBackend, sample_inputs
+from builder.model.backend import LiteRTBackend
+from builder.model.inputs import sample_inputs
 from tests.benchmarks.loadgen import run_load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -409,7 +410,7 @@ def test_rendered_serving_dockerfiles_pass_hadolint(models: Path, tmp_path: Path
     from builder.packaging.context import render_server_context
     from builder.packaging.plan import BaseImage, PackageOptions, plan_package
     from builder.packaging.tfserving import batching_for, render_tfserving_context
-    from builder.server.artifacts import resolve_artifact
+    from builder.model.artifact import resolve_artifact
 
     hadolint = REPO / ".venv" / "bin" / "hadolint"
     if not hadolint.exists():

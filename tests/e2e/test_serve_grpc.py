@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.server.backends import LiteRTBackend
+from builder.model.backend import LiteRTBackend
 from tests.e2e.test_serve import STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from builder.report import TensorSpec
 from builder.server import decode_helper, tensor_json
-from builder.server.backends import LiteRTBackend
+from builder.model.backend import LiteRTBackend
 from builder.server.protocol import PredictCall, RequestError, SignatureSpec, parse_json, parse_predict
 from tests.e2e.test_serve import HTTP, TFSMITH, free_port
 

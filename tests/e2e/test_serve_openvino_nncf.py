@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from builder.report import Report
-from builder.server.artifacts import load_samples, resolve_artifact
+from builder.model.artifact import load_samples, resolve_artifact
 from tests.report_fixture import write_report
-from builder.server.backends import LiteRTBackend, model_for_runtime
+from builder.model.backend import LiteRTBackend
+from builder.model.create import model_for_runtime
 from builder.packaging.smoke import MIN_AGREEMENT as MIN_APPROXIMATE_AGREEMENT, check_server
 from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
 

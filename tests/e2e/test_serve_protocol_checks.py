@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
-from builder.server.backends import LiteRTBackend, sample_inputs
+from builder.model.backend import LiteRTBackend
+from builder.model.inputs import sample_inputs
 from tests.e2e.test_serve import STOPPED, Server, models  # noqa: F401 - models is a fixture
 
 

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from builder.server.backends import LiteRTBackend
+from builder.model.backend import LiteRTBackend
 from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
 
 MAKE_VERSIONS = r"""

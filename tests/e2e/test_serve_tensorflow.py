@@ -412,8 +412,8 @@ def test_select_ops_tflite_on_tensorflow(tf_models: Path, loaded: dict[str, Any]
 
 def test_plain_tflite_on_tensorflow_interpreter(tf_models: Path) -> None:
     """The .tflite path of the TensorFlow runtime, in process: same interface and answers as LiteRT."""
-    from builder.server.backends import LiteRTBackend
-    from builder.server.tensorflow_backend import TFLiteOnTensorFlowBackend
+    from builder.model.backend import LiteRTBackend
+    from builder.model.tensorflow import TFLiteOnTensorFlowBackend
 
     on_tf = TFLiteOnTensorFlowBackend(tf_models / "plain.tflite")
     on_litert = LiteRTBackend(tf_models / "plain.tflite")

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.server.backends import LiteRTBackend, sample_inputs
+from builder.model.backend import LiteRTBackend
+from builder.model.inputs import sample_inputs
 from tests.e2e.test_serve import HTTP, STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
 
 httpclient = pytest.importorskip("tritonclient.http")

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from builder.engine.docker import DockerEngine
-from builder.server.artifacts import load_samples
-from builder.server.backends import LiteRTBackend
+from builder.model.artifact import load_samples
+from builder.model.backend import LiteRTBackend
 from builder.packaging.plan import PackageOptions
 from builder.packaging.smoke import _http, wait_healthy
 from builder.packaging.workflow import package_model
@@ -155,7 +155,7 @@ def test_warmup_file_is_read_by_tensorflow_itself(engine: DockerEngine, base_ima
     """TensorFlow's own TFRecord reader (CRC-checked) and TensorProto parser accept what we wrote."""
     pytest.importorskip("tensorflow")
     from builder.packaging.tfserving import render_tfserving_context, batching_for
-    from builder.server.artifacts import resolve_artifact
+    from builder.model.artifact import resolve_artifact
     from builder.packaging.plan import BaseImage, plan_package
 
     artifact = resolve_artifact(artifact_dir, "digits")

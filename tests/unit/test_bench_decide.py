@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from builder.measure.decide import RUNTIME_ORDER, Timed, choose_fastest_runtime, faster_beyond_noise, pick, within_noise
+from builder.measure.decide import Timed, choose_fastest_runtime, faster_beyond_noise, pick, within_noise
 
 
 def test_faster_only_when_the_intervals_do_not_overlap() -> None:
@@ -20,7 +20,13 @@ def test_ties_break_by_file_size_then_runtime_then_preference_then_name_in_any_o
              Timed("m-small", 1.01, 0.9, 1.1, size_bytes=100, runtime="litert", preference=1),
              Timed("b-small", 1.02, 0.9, 1.1, size_bytes=100, runtime="litert")]
     assert {pick(list(order)).name for order in itertools.permutations(items)} == {"b-small"}
-    assert RUNTIME_ORDER[0] == "litert" and RUNTIME_ORDER[-1] == "tensorflow"
+    from builder.model import registry
+
+    ranks = [registry.rank(name) for name in registry.NAMES]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)  # one tie order, the registry's
+    assert registry.rank("litert") < registry.rank("tensorflow") < registry.rank("no-such-runtime")
+    exact = [r.rank for r in registry.RUNTIMES if not r.approximate and r.engine == "openvino"]
+    assert all(e < r.rank for e in exact for r in registry.RUNTIMES if r.approximate and r.engine == "openvino")
 
 
 def test_the_fastest_beyond_noise_wins_whatever_its_size() -> None:

@@ -132,7 +132,7 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
 def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
     from builder.bench.runtimes import ALL_RUNTIMES, bench_row, role_of, serving_runtime
     from builder.measure.decide import RUNTIME_ORDER
-    from builder.server.backends import RUNTIMES
+    from builder.model.registry import NAMES as RUNTIMES
 
     assert set(RUNTIME_ORDER) == set(RUNTIMES)  # optimize's tie order names exactly the runtimes images serve
     served = {row: serving_runtime(row) for row in ALL_RUNTIMES}

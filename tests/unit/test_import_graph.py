@@ -105,3 +105,21 @@ def test_the_server_imports_only_what_images_carry() -> None:
     outside = {m: sorted(d for d in deps if not d.startswith(packages) and d not in carried)
                for m, deps in shipped.items()}
     assert all(not deps for deps in outside.values()), outside
+
+
+#: What the rest of tfsmith may use of the server: its command line (to tell an image how to serve) and its
+#: wire formats (to speak to one as a client does). Models, runtimes and backends are `builder.model`'s.
+SERVER_SURFACE = {"builder.server.options", "builder.server.protocol", "builder.server.tfs_proto",
+                  "builder.server.tensors"}
+
+
+def test_packaging_optimize_and_bench_use_the_model_layer_not_server_internals() -> None:
+    graph = import_graph()
+    reaching = {m: sorted(d for d in deps if d.startswith("builder.server") and d not in SERVER_SURFACE)
+                for m, deps in graph.items() if m.split(".")[1:2] and m.split(".")[1] in ("packaging", "optimize", "bench")}
+    assert not any(reaching.values()), {m: d for m, d in reaching.items() if d}
+
+
+def test_the_model_layer_stands_below_the_server() -> None:
+    deps = {d for m, ds in import_graph().items() if m.startswith("builder.model") for d in ds}
+    assert not {d for d in deps if d.split(".")[1] in ("server", "packaging", "optimize", "bench", "commands")}, deps

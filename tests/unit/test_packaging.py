@@ -17,7 +17,7 @@ from builder.packaging.context import environment, render_dockerfile
 from builder.packaging.plan import BaseImage, PackageOptions, plan_package
 from builder.packaging.tfserving import BatchingParameters, build_options, server_flags, warmup_records
 from builder.report import Latency, Report
-from builder.server.artifacts import Artifact, model_name_for, resolve_artifact
+from builder.model.artifact import Artifact, model_name_for, resolve_artifact
 from tests.report_fixture import make_report, write_report
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.tflite"
@@ -182,7 +182,8 @@ def test_tfserving_package_builds_the_layout_context(tmp_path: Path) -> None:
 
 
 def test_litert_backend_reads_the_recorded_model() -> None:
-    from builder.server.backends import LiteRTBackend, sample_inputs
+    from builder.model.backend import LiteRTBackend
+    from builder.model.inputs import sample_inputs
 
     backend = LiteRTBackend(TINY)
     sig = backend.signatures["serving_default"]

@@ -16,7 +16,7 @@ from builder.packaging.context import render_dockerfile, server_requirements
 from builder.packaging.kinds import TensorFlowKind, choose_kind, kind_named, tensorflow_image_for
 from builder.packaging.plan import BaseImage, PackageOptions, plan_package
 from builder.packaging.workflow import default_signature
-from builder.server.artifacts import Artifact
+from builder.model.artifact import Artifact
 from tests.report_fixture import make_report
 
 

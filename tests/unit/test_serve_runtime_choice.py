@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from builder.errors import InputError
-from builder.server.artifacts import Artifact, resolve_artifact
+from builder.model.artifact import Artifact, resolve_artifact
 from builder.packaging.runtime_choice import auto_candidates, choose_runtime
-from builder.server.backends import model_for_runtime
+from builder.model.create import model_for_runtime
 from tests.report_fixture import write_report
 from builder.packaging.context import render_server_context as render_context
 from builder.packaging.context import server_requirements as pinned_requirements

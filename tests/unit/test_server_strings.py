@@ -210,7 +210,7 @@ def test_contract_describes_string_inputs() -> None:
 
 
 def test_self_test_uses_text_samples_and_never_invents_text(tmp_path: Path) -> None:
-    from builder.server.backends import example_inputs, sample_inputs
+    from builder.model.inputs import example_inputs, sample_inputs
 
     samples = tmp_path / "samples.npz"
     np.savez(samples, **{"x/text": np.array(["good movie", "bad"]), "x/ids": np.array([1, 2])})

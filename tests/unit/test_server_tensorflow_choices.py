@@ -11,9 +11,9 @@ from builder.errors import InputError
 from builder.server import options
 from builder.server.__main__ import needed_runtime
 from builder.server.app import configure
-from builder.server.artifacts import Artifact, model_name_for, resolve_artifact
+from builder.model.artifact import Artifact, model_name_for, resolve_artifact
 from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, choose_signature, default_signature
-from builder.server.tensorflow_backend import device_line
+from builder.model.tensorflow import device_line
 from tests.report_fixture import write_report
 
 ONE = (TensorSpec("x", "float32", (None, 2)),)

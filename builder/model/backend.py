@@ -1,8 +1,11 @@
-"""The backend interface and a TensorFlow Lite interpreter behind it: LiteRT's (TensorFlow's own interpreter,
-in `tensorflow_backend`, is the same class on another interpreter).
+"""The backend interface every runtime implements, and LiteRT's interpreter behind it (TensorFlow's own
+interpreter, in `builder.model.tensorflow`, is the same class on another interpreter).
 
-Kept apart from `backends` (the pool, the factory, the other runtimes) so the TensorFlow backend can build
-on it while `backends` still chooses among all of them, without the two importing each other.
+A backend is allocated at the shapes it is called with: a .tflite stores a placeholder size (often 1) for each
+dimension of any size, and a Conv1D with a kernel of 5 cannot prepare at length 1, while the same file answers
+exactly at the lengths it is really called with. So a model whose inputs have open dimensions is allocated at
+its first call when its placeholder shapes do not prepare; only a failure at shapes that are the model's own
+is a refusal at load.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from builder.errors import InputError
-from builder.server.protocol import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
 
 #: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
 SELECT_OPS_MARKER = "Select TensorFlow op(s)"
@@ -136,14 +139,27 @@ class LiteRTBackend(Backend):
     def __init__(self, model_path: Path, threads: int = 1) -> None:
         self._interpreter = _open_litert(model_path, threads, self._interpreter_class())
         self.signatures, self._indices = _litert_signatures(self._interpreter)
-        try:
-            self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
-        except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
-            raise InputError(self._refusal(model_path, error)) from None
+        self._model_path = model_path
         self._shapes: dict[int, tuple[int, ...]] = {
             int(d["index"]): tuple(int(x) for x in d["shape"])
             for d in self._interpreter.get_input_details()  # type: ignore[attr-defined]
         }
+        self._allocated = self._allocate(load=True)
+
+    def _allocate(self, load: bool = False) -> bool:
+        """Prepare the interpreter at the current input shapes. At load, a model with open dimensions whose
+        placeholder shapes do not prepare is left for its first call (False); any other failure is refused
+        in one line keeping the interpreter's own words."""
+        try:
+            self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+        except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
+            if load and self._open_dimensions() and SELECT_OPS_MARKER not in str(error):
+                return False
+            raise InputError(self._refusal(self._model_path, error)) from None
+        return True
+
+    def _open_dimensions(self) -> bool:
+        return any(d is None for sig in self.signatures.values() for spec in sig.inputs for d in spec.shape[1:])
 
     def _interpreter_class(self) -> type:
         from ai_edge_litert.interpreter import Interpreter
@@ -163,8 +179,8 @@ class LiteRTBackend(Backend):
                 it.resize_tensor_input(i, list(value.shape))  # type: ignore[attr-defined]
                 self._shapes[i] = value.shape
                 resized = True
-        if resized:
-            it.allocate_tensors()  # type: ignore[attr-defined]
+        if resized or not self._allocated:
+            self._allocated = self._allocate()
         for name, value in inputs.items():
             it.set_tensor(index[name], np.ascontiguousarray(value))  # type: ignore[attr-defined]
         it.invoke()  # type: ignore[attr-defined]

@@ -20,13 +20,13 @@ import numpy as np
 
 from builder.digest import sha256_file
 from builder.errors import InputError
+from builder.model.registry import TFLITE_RUNTIMES, engine_runtimes
 from builder.report import REPORT_JSON, SAMPLES_NPZ, ArtifactResult, Report, ReportError
 
 
 SAVED_MODEL_PB = "saved_model.pb"
 TENSORFLOW = "tensorflow"
-#: Runtimes that execute a .tflite (a chosen SavedModel falls back to the report's best .tflite for them).
-TFLITE_RUNTIMES = ("litert", "openvino", "openvino-nncf")
+TENSORFLOW_RUNTIMES = engine_runtimes(TENSORFLOW)
 
 
 def is_saved_model(path: Path) -> bool:
@@ -52,10 +52,13 @@ class Artifact:
     def runtime(self) -> str | None:
         """The runtime this model needs: tensorflow for a SavedModel or for a .tflite optimize measured on
         TensorFlow (it needs Select TF ops); None when any .tflite runtime can serve it."""
+        chosen = self.chosen_runtime
+        if chosen in TENSORFLOW_RUNTIMES:  # what optimize measured this file on (tensorflow-bf16, say)
+            return chosen
         if self.saved_model:
             return TENSORFLOW
         entry = self._entry()
-        return TENSORFLOW if entry is not None and entry.runtime == TENSORFLOW else None
+        return TENSORFLOW if entry is not None and entry.runtime not in TFLITE_RUNTIMES else None
 
     @property
     def signature(self) -> str | None:
