@@ -40,9 +40,13 @@ class BuildTarget:
     """What one TensorFlow build is compiled for.
 
     `name` is the canonical target name (`x86-64-v3`, `icelake`, `neoverse_v1`, ...). `features` are the CPU
-    feature flags (Linux /proc/cpuinfo spelling: `avx2`, `avx512_vnni`, `asimd`, `sve`, ...) a machine must
-    have to run code built with `copts`; the preflight guard checks exactly these. `host_copts` are for the
-    tools bazel runs during the build, on the build machine, and are never newer than that machine.
+    feature flags (Linux /proc/cpuinfo spelling: `avx2`, `avx512_vnni`, `asimd`, `sve`, ...) the compiler may
+    emit from `copts`, so a machine must have them to run the code; the preflight guard checks exactly these.
+    `hints` are the features archspec lists for the microarchitecture that compilers never emit unasked
+    (waitpkg, AMX, dgh, ...): shown, never required. `extras` are code-generating features a host target
+    adds beyond its microarchitecture with one `-m` flag each (also in `features` and `copts`).
+    `host_copts` are for the tools bazel runs during the build, on the build machine, and are never newer
+    than that machine.
     """
 
     name: str
@@ -55,11 +59,14 @@ class BuildTarget:
     python: str = "3.12"
     compiler: str = "clang"
     compiler_version: str = "18.1.8"
+    hints: frozenset[str] = frozenset()
+    extras: tuple[str, ...] = ()
 
     @property
     def tag_token(self) -> str:
-        """Image-tag token: `x86-64-v3-cpu`, `icelake-cu12.5-cc80-cc90-ptx90`, ..."""
+        """Image-tag token: `x86-64-v3-cpu`, `icelake-cu12.5-cc80-cc90-ptx90`, `zen4-avxvnni-cpu` (extras), ..."""
         name = self.name.replace("_", "-") if self.name.startswith("x86_64") else self.name
+        name += "".join(f"-{extra.replace('_', '')}" for extra in self.extras)
         return f"{name}-{self.cuda.tag_token}" if self.cuda else f"{name}-cpu"
 
     @property

@@ -3,7 +3,9 @@
 Public API (other stages call these):
 - `resolve_target(name="host", *, cuda_cc=None, facts=None, tf_version="2.21.0", python="3.12",
   build_machine=None) -> BuildTarget`
-    name: "host" (the best named archspec target whose features this host has; never -march=native),
+    name: "host" (the newest named archspec target whose code-generating features this host has, plus
+          `-m` flags for code-generating features it has beyond that target, with a server part's tuning
+          on a server part; never -march=native),
           "x86-64-v2|v3|v4" (also "x86_64_v3"), "x86-64", "aarch64", or any archspec microarchitecture of the
           x86_64/aarch64 families ("haswell", "icelake", "sapphirerapids", "zen4", "neoverse_v1", ...).
     cuda_cc: None (CPU-only), "auto" (every distinct capability of the host's GPUs), or a list such as
@@ -20,6 +22,10 @@ Public API (other stages call these):
   combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
   CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
 - `can_run(target, facts) -> tuple[str, ...]`: features the machine lacks (empty: an image for `target` runs).
+
+A target's `features` are those its flags let the compiler emit (`builder.hardware.codegen`, from the table
+builder/data/cpu_features.json): the guard, `check` and node affinity require exactly these, never the hints
+and intrinsic-only features (waitpkg, AMX, dgh, ...) that archspec also lists and hypervisors hide.
 - `target_names() -> tuple[str, ...]`: every accepted name; `check_target_name(name)` refuses others.
 """
 
@@ -33,17 +39,12 @@ from archspec.cpu import TARGETS, Microarchitecture, UnsupportedMicroarchitectur
 from builder import compat
 from builder.errors import IncompatibleError, InputError
 from builder.guard import canonical_features, missing_features, parse_capability
+from builder.hardware.codegen import code_features, feature_option, hint_features, is_server_part, server_flags
 from builder.hardware.facts import HostFacts
 from builder.hardware.reference import reference_build_facts
 from builder.target_types import BuildTarget, CudaSpec
 
 FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
-
-# Linux hwcaps archspec lists for ARM targets that say nothing about instructions compiled code may use
-# (the timer event stream, the kernel's emulation of ID registers). Some VMs hide them; the guard must not
-# refuse an image for their absence.
-NOT_INSTRUCTION_FEATURES = frozenset({"evtstrm", "cpuid"})
-
 
 def canonical_name(archspec_name: str) -> str:
     """archspec name -> tfsmith name: generic x86 levels use the psABI spelling (x86-64-v3), others stay."""
@@ -116,7 +117,7 @@ def _best_generic(facts: HostFacts) -> Microarchitecture:
     have = canonical_features(facts.cpu.features)
     generic = [
         t for t in TARGETS.values()
-        if t.vendor == "generic" and t.family.name == arch and t.features <= have
+        if t.vendor == "generic" and t.family.name == arch and code_features(t) <= have
         and (arch != "aarch64" or t.name == "aarch64")  # archspec lists no hwcaps for armv8.x generics
     ]
     return max(generic, key=lambda t: (len(t.ancestors), len(t.features)), default=TARGETS[arch])
@@ -128,7 +129,8 @@ def host_copts(build_machine: HostFacts, clang: str) -> tuple[str, ...]:
 
 
 def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
-    """Best named target whose features the host has AND that this clang can target (zen5 -> zen4 on clang 18)."""
+    """Newest named target whose code-generating features the host has AND that this clang can target
+    (zen5 -> zen4 on clang 18)."""
     from builder.hardware.cpu import ranked_targets
 
     if facts.cpu.arch not in FAMILIES:
@@ -142,7 +144,7 @@ def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
         key=lambda t: (-len(t.ancestors), -len(t.features), t.name),  # name: a stable tie-break
     )
     have = canonical_features(facts.cpu.features)
-    ancestors = [a for a in ancestors if a.features <= have]
+    ancestors = [a for a in ancestors if code_features(a) <= have]
     for candidate in [*named, *ancestors, *(t for t in ranked if t.vendor == "generic")]:
         try:
             candidate.optimization_flags("clang", clang)
@@ -150,6 +152,23 @@ def _host_target(facts: HostFacts, clang: str) -> Microarchitecture:
         except UnsupportedMicroarchitecture:
             continue
     raise IncompatibleError(f"no named target fits host CPU {facts.cpu.microarchitecture} ({facts.cpu.arch})")
+
+
+def host_extras(micro: Microarchitecture, facts: HostFacts) -> tuple[str, ...]:
+    """Code-generating x86 features this host has beyond `micro` that one compiler flag enables, sorted:
+    a host named x86-64-v4 (or zen4) that also has AVX512-BF16 builds with `-mavx512bf16` too."""
+    if micro.family.name != "x86_64":
+        return ()
+    have = canonical_features(facts.cpu.features)
+    return tuple(sorted(f for f in have - code_features(micro) if feature_option(f) is not None))
+
+
+def _host_copts(micro: Microarchitecture, facts: HostFacts, copts: tuple[str, ...], extras: tuple[str, ...]) -> tuple[str, ...]:
+    """The host target's flags: a server spelling of the tuning on a server part, then one flag per extra."""
+    if facts.cpu.vendor == "GenuineIntel" and is_server_part(facts.cpu.model_name):
+        copts = server_flags(copts)
+    options = [feature_option(f) for f in extras]
+    return (*copts, *(option for option in options if option))
 
 
 def parse_capabilities(value: str) -> tuple[str, ...]:
@@ -225,12 +244,15 @@ def resolve_target(
         from builder.hardware import detect_host
 
         facts = detect_host()
+    extras: tuple[str, ...] = ()
     if name.strip().lower() == "host":
         assert facts is not None
         micro = _host_target(facts, row.clang)
+        extras = host_extras(micro, facts)
+        copts = _host_copts(micro, facts, _flags(micro, row.clang), extras)
     else:
         micro = _microarchitecture(name)
-    copts = _flags(micro, row.clang)
+        copts = _flags(micro, row.clang)
     if build_machine is None:
         build_machine = reference_build_facts(micro.family.name)
     cuda = None
@@ -244,7 +266,9 @@ def resolve_target(
     return BuildTarget(
         name=canonical_name(micro.name),
         arch=micro.family.name,
-        features=frozenset(micro.features) - NOT_INSTRUCTION_FEATURES,
+        features=code_features(micro) | frozenset(extras),
+        hints=hint_features(micro),
+        extras=extras,
         copts=copts,
         host_copts=host_copts(build_machine, row.clang),
         cuda=cuda,

@@ -93,7 +93,7 @@ def _print_facts(host: Any) -> None:
     table.add_column()
     table.add_row("model", f"{cpu.model_name or '?'} ({cpu.vendor or '?'})")
     table.add_row("architecture", cpu.arch)
-    table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec)")
+    table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec target whose compiled code runs here)")
     table.add_row("level", cpu.level or "-")
     if cpu.total_memory_bytes is None:  # a recorded dump: counts and memory were not recorded
         table.add_row("CPUs", f"{cpu.logical_cpus} processor(s) in the dump; limits and memory not recorded")
@@ -130,6 +130,8 @@ def _target_dict(target: Any) -> dict[str, Any]:
         "name": target.name,
         "arch": target.arch,
         "features": sorted(target.features),
+        "hints": sorted(target.hints),
+        "extras": list(target.extras),
         "copts": list(target.copts),
         "host_copts": list(target.host_copts),
         "cuda": None
@@ -250,7 +252,9 @@ def _print_target(result: dict[str, Any]) -> None:
     table.add_row("TensorFlow", f"{result['tf_version']} (Python {result['python']}, {result['compiler']})")
     table.add_row("copts", " ".join(result["copts"]))
     table.add_row("host_copts", " ".join(result["host_copts"]) + "  (reference build machine; a build plans its own)")
-    table.add_row("features", " ".join(result["features"]))
+    table.add_row("features", " ".join(result["features"]) + "  (what the compiler may emit: required)")
+    if result["hints"]:
+        table.add_row("not required", " ".join(result["hints"]) + "  (hints and intrinsic-only: never emitted)")
     if result["cuda"]:
         cuda = result["cuda"]
         table.add_row("CUDA", f"{cuda['version']} (cuDNN {cuda['cudnn']})")

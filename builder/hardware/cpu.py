@@ -21,6 +21,7 @@ from archspec.cpu import TARGETS, Microarchitecture
 from archspec.cpu import detect as archspec_detect
 
 from builder.guard import canonical_features, parse_cpuinfo
+from builder.hardware.codegen import code_features
 from builder.hardware.facts import CpuFacts
 
 # Features TensorFlow's kernels (Eigen, oneDNN, XNNPACK) care about, in display order.
@@ -73,28 +74,47 @@ def vendor_of(data: dict[str, str], arch: str) -> str:
 
 
 def ranked_targets(arch: str, vendor: str, flags: frozenset[str], cpu_part: str = "") -> list[Microarchitecture]:
-    """Named targets a CPU with these raw flags can run, best first (archspec's host() ranking), then generics.
+    """Named targets a CPU with these raw flags can run, best first, then the generic levels.
 
-    Mirrors archspec.cpu.host(): keep only descendants of the best generic level (so one niche feature
-    disabled in a BIOS does not knock the CPU back years), prefer an exact ARM `CPU part` match, and rank
-    by depth of ancestry then number of features. The generic levels follow as fallbacks, so a caller can
-    walk down the list until the toolchain can target one.
+    archspec's host() ranking, with one difference: a target fits when the machine has every feature its
+    compiler flags may emit (`codegen.code_features`), not every feature archspec lists, so a cloud guest
+    whose hypervisor hides hints and intrinsic-only features (waitpkg, serialize, cldemote, movdir*, pdcm,
+    umip, dgh) is still named for its chip. As in archspec: only descendants of the best generic level
+    count (one niche feature disabled in a BIOS does not knock the CPU back years), an exact ARM `CPU part`
+    match wins, and more code-generating features rank first, then an exact match of archspec's list,
+    deeper ancestry and more features. The generic levels follow as fallbacks,
+    so a caller can walk down the list until the toolchain can target one.
     """
-    check = archspec_detect.COMPATIBILITY_CHECKS.get(arch)
-    if check is None or arch not in TARGETS:
+    if arch not in TARGETS or arch not in ("x86_64", "aarch64"):
         return []
-    info = archspec_detect.partial_uarch(vendor=vendor or "generic", features=set(flags), cpu_part=cpu_part)
-    compatible = [target for target in TARGETS.values() if check(info, target)]
+    root = TARGETS[arch]
+    have = canonical_features(flags)
+    vendor = vendor or "generic"
 
-    def rank(target: Microarchitecture) -> tuple[int, int]:
-        return len(target.ancestors), len(target.features)
+    def fits(target: Microarchitecture) -> bool:
+        if not (target == root or root in target.ancestors):
+            return False
+        if target.vendor not in (vendor, "generic"):
+            return False
+        if arch == "aarch64" and target.vendor == "generic" and target.name != arch:
+            return False  # archspec lists no hwcaps for the armv8.x generics
+        return code_features(target) <= have
+
+    compatible = [target for target in TARGETS.values() if fits(target)]
+
+    def rank(target: Microarchitecture) -> tuple[int, bool, int, int]:
+        # More code-generating features first; among targets that emit the same, the one whose every
+        # archspec feature the machine has (a Broadwell is `broadwell`, though -march=skylake adds only
+        # clflushopt and xsavec, which compilers never emit), then archspec's depth and feature count.
+        exact = canonical_features(target.features) <= have
+        return len(code_features(target)), exact, len(target.ancestors), len(target.features)
 
     generic = sorted((t for t in compatible if t.vendor == "generic"), key=rank, reverse=True)
     if not generic:
-        generic = [TARGETS[arch]]
+        generic = [root]
     named = compatible
-    if info.cpu_part and any(t.cpu_part == info.cpu_part for t in named):
-        named = [t for t in named if t.cpu_part == info.cpu_part]
+    if cpu_part and any(t.cpu_part == cpu_part for t in named):
+        named = [t for t in named if t.cpu_part == cpu_part]
     named = sorted((t for t in named if t > generic[0]), key=rank, reverse=True)
     return [*named, *generic]
 
