@@ -49,10 +49,11 @@ ENGINE = Requirement("dockerd", "docker.io", "the Docker daemon (and /usr/bin/do
 BUILDKIT_CLI = Requirement("/usr/bin/docker", "docker.io", "builds with RUN --mount without the buildx plugin")
 DEBOOTSTRAP = Requirement("debootstrap", "debootstrap", "creates the base image when no registry can be reached")
 REGISTRY = Requirement("docker-registry", "docker-registry", "a local registry to push to and pull from")
-QEMU = Requirement("qemu-aarch64-static", "qemu-user-static", "runs arm64 programs (and containers) on x86 hosts")
-BINFMT = Requirement("update-binfmts", "binfmt-support", "registers QEMU with the kernel's binfmt_misc")
-#: Everything beyond a bare Debian machine that tfsmith's engine set-up and its test suite run.
-REQUIREMENTS: tuple[Requirement, ...] = (ENGINE, BUILDKIT_CLI, DEBOOTSTRAP, REGISTRY, QEMU, BINFMT)
+#: Everything beyond a bare Debian machine that tfsmith's engine set-up and its test suite run. (QEMU is not
+#: here: Debian's own is too old for LiteRT; `ensure_qemu` fetches trixie's without installing it.)
+REQUIREMENTS: tuple[Requirement, ...] = (ENGINE, BUILDKIT_CLI, DEBOOTSTRAP, REGISTRY)
+#: Where trixie's qemu-aarch64 is kept (its private apt state beside it): one 16 MB static binary.
+QEMU_DIR = STATE_DIR / "qemu"
 #: This machine's architecture in Docker's (and Debian's) words: amd64, arm64.
 DOCKER_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
@@ -188,9 +189,10 @@ def image_exists(ref: str) -> bool:
 def ensure_emulation(arch: str = "arm64", say: Say = _quiet) -> None:
     """Make `arch` programs (and containers) run on this machine through QEMU user mode; no-op when native.
 
-    Installs qemu-user-static and binfmt-support when missing, mounts binfmt_misc where it is not mounted,
-    registers `qemu-<arch>` with the F flag (re-registering an entry that lacks it), then proves it by
-    running a tiny arm64 program. Every step needs root, as `ensure_engine` does; nothing is done twice.
+    Fetches a QEMU new enough for what tfsmith ships (`ensure_qemu`), mounts binfmt_misc where it is not
+    mounted, registers `qemu-aarch64` with the F flag (replacing an entry that lacks F or runs an older QEMU,
+    such as bookworm's 7.2), then proves it by running a tiny arm64 program. Every step needs root, as
+    `ensure_engine` does; nothing is done twice: a ready entry is left alone.
     """
     wanted = docker_arch(arch)
     if wanted == host_arch():
@@ -200,35 +202,127 @@ def ensure_emulation(arch: str = "arm64", say: Say = _quiet) -> None:
     entry_file = emulation.entry_path(wanted)
     if _entry_ready(entry_file) and _probe_runs():
         return
-    ensure_programs((QEMU, BINFMT), say)
+    interpreter = ensure_qemu(say)
     if not (emulation.BINFMT_DIR / "register").exists():
         say(f"mounting binfmt_misc on {emulation.BINFMT_DIR}")
         _root(["mount", "-t", "binfmt_misc", "binfmt_misc", str(emulation.BINFMT_DIR)], "mount binfmt_misc")
-    if entry_file.exists() and not _entry_ready(entry_file):
-        say(f"re-registering {entry_file.name}: it lacks the F flag containers need")
-        entry_file.write_text("-1\n")  # the kernel's way to remove an entry
-    if not entry_file.exists():
-        say(f"registering {entry_file.name} with binfmt_misc")
-        _root(["update-binfmts", "--enable", entry_file.name], f"update-binfmts --enable {entry_file.name}")
-    if not entry_file.exists():  # binfmt-support thought it was enabled already: import Debian's entry again
-        _root(["update-binfmts", "--import", entry_file.name], f"update-binfmts --import {entry_file.name}")
+    if entry_file.exists():
+        old = emulation.parse_entry(entry_file.read_text())
+        say(f"replacing {entry_file.name} ({old.interpreter or '?'}, flags {old.flags or '-'}) with {interpreter}")
+        _write_root(entry_file, "-1", f"remove {entry_file}")  # the kernel's way to remove an entry
+    say(f"registering {interpreter} for arm64 programs with binfmt_misc (flag F)")
+    _write_root(emulation.BINFMT_DIR / "register", emulation.register_line(str(interpreter)), "register qemu-aarch64")
     state = emulation.parse_entry(entry_file.read_text()) if entry_file.exists() else None
     if state is None or not state.enabled or not state.fixed:
         raise EngineUnavailable(
-            f"{entry_file} is {'missing' if state is None else f'flags {state.flags!r}'}; arm64 containers need it "
-            "enabled with the F flag (qemu-user-static registers it so)"
+            f"{entry_file} is {'missing' if state is None else f'flags {state.flags!r}'} after registering it; "
+            "arm64 containers need it enabled with the F flag"
         )
     if not _probe_runs():
         raise EngineUnavailable(f"{entry_file.name} is registered but an arm64 program still does not run here")
     say(f"arm64 emulation ready ({state.interpreter}, flags {state.flags})")
 
 
+def ensure_qemu(say: Say = _quiet) -> Path:
+    """A static qemu-aarch64 at least `emulation.MIN_QEMU` (Debian trixie's), fetched once into QEMU_DIR.
+
+    Only this one binary is taken: `apt-get download` through a private sources file naming trixie (its own
+    lists and cache; the system's sources and installed packages are untouched), then `dpkg-deb` extracts
+    /usr/bin/qemu-aarch64, a static-pie binary that runs on bookworm. Needs root only to be registered."""
+    binary = QEMU_DIR / "qemu-aarch64"
+    if _qemu_version(str(binary)) >= emulation.MIN_QEMU:
+        return binary
+    for program in ("apt-get", "dpkg-deb"):
+        if shutil.which(program) is None:
+            raise EngineUnavailable(
+                f"{program} is missing: arm64 emulation needs QEMU >= {'.'.join(map(str, emulation.MIN_QEMU))} "
+                f"(Debian {emulation.QEMU_SUITE}'s {emulation.QEMU_PACKAGE}); install it by hand, then retry"
+            )
+    state = QEMU_DIR / "apt"
+    for directory in (state / "lists" / "partial", state / "cache" / "archives" / "partial", QEMU_DIR / "deb"):
+        directory.mkdir(parents=True, exist_ok=True)
+    (state / "sources.list").write_text(emulation.sources_list(DEBIAN_MIRROR), encoding="utf-8")
+    options = emulation.apt_options(state)
+    say(f"fetching {emulation.QEMU_PACKAGE} from Debian {emulation.QEMU_SUITE} (a QEMU that runs LiteRT; the system is not upgraded)")
+    _run_apt([*options, "-q", "update"], QEMU_DIR, f"apt-get update ({emulation.QEMU_SUITE} only)")
+    for old in (QEMU_DIR / "deb").glob("*.deb"):
+        old.unlink()
+    _run_apt([*options, "-q", "download", emulation.QEMU_PACKAGE], QEMU_DIR / "deb", f"apt-get download {emulation.QEMU_PACKAGE}")
+    debs = sorted((QEMU_DIR / "deb").glob("*.deb"))
+    if not debs:
+        raise EngineUnavailable(f"apt-get download {emulation.QEMU_PACKAGE} wrote no package into {QEMU_DIR / 'deb'}")
+    _extract(debs[-1], "./usr/bin/qemu-aarch64", binary)
+    for deb in debs:
+        deb.unlink()
+    version = _qemu_version(str(binary))
+    if version < emulation.MIN_QEMU:
+        raise EngineUnavailable(
+            f"{binary} from {emulation.QEMU_SUITE}'s {emulation.QEMU_PACKAGE} is QEMU {'.'.join(map(str, version))}, "
+            f"older than {'.'.join(map(str, emulation.MIN_QEMU))}"
+        )
+    say(f"QEMU {'.'.join(map(str, version))} ready at {binary}")
+    return binary
+
+
+def _run_apt(args: list[str], cwd: Path, what: str) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    result = subprocess.run(["apt-get", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+        raise EngineUnavailable(f"{what} failed: {' '.join(tail) or f'exit {result.returncode}'}")
+
+
+def _extract(deb: Path, member: str, dest: Path) -> None:
+    """One file of a .deb, through `dpkg-deb --fsys-tarfile` (the whole package is ~450 MB unpacked)."""
+    import tarfile
+
+    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for info in tar:
+                if info.name == member and info.isfile():
+                    handle = tar.extractfile(info)
+                    assert handle is not None
+                    partial = dest.with_suffix(".partial")
+                    partial.write_bytes(handle.read())
+                    partial.chmod(0o755)
+                    partial.replace(dest)
+                    break
+        proc.stdout.read()  # let dpkg-deb finish writing
+    if not dest.exists():
+        raise EngineUnavailable(f"{deb.name} has no {member.lstrip('.')}")
+
+
+def _qemu_version(binary: str) -> tuple[int, int]:
+    """QEMU's version as (major, minor); (0, 0) when the binary is missing or says something else."""
+    return _qemu_version_cached(binary, _mtime(binary))
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return -1.0
+
+
+@cache
+def _qemu_version_cached(binary: str, _mtime: float) -> tuple[int, int]:
+    if _mtime < 0:
+        return (0, 0)
+    try:
+        ran = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    return emulation.parse_qemu_version(ran.stdout) or (0, 0)
+
+
 def _entry_ready(entry_file: Path) -> bool:
+    """Registered, enabled, with F, and its interpreter a QEMU new enough for what tfsmith ships."""
     try:
         state = emulation.parse_entry(entry_file.read_text())
     except OSError:
         return False
-    return state.enabled and state.fixed
+    return state.enabled and state.fixed and _qemu_version(state.interpreter) >= emulation.MIN_QEMU
 
 
 def _probe_runs() -> bool:
@@ -242,6 +336,16 @@ def _probe_runs() -> bool:
         except (OSError, subprocess.SubprocessError):  # Exec format error: nothing handles arm64 binaries
             return False
     return ran.returncode == emulation.PROBE_EXIT
+
+
+def _write_root(path: Path, text: str, what: str) -> None:
+    """Write to a kernel control file (binfmt_misc): root only, one clear line when refused."""
+    if os.geteuid() != 0:
+        raise EngineUnavailable(f"{what} needs root; run it as root (or ask an administrator), then retry")
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise EngineUnavailable(f"{what} failed: {error.strerror}") from None
 
 
 def _root(argv: list[str], what: str) -> None:

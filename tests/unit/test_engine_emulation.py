@@ -1,8 +1,9 @@
 """arm64 emulation set-up: the probe program, binfmt entries, and what `ensure_emulation` does on a bare machine.
 
-The probe is checked against the magic and mask Debian's qemu-user-static registers for arm64, so the kernel
-hands it to QEMU exactly as it hands a container's arm64 programs. The set-up runs against a recorded bare
-machine (a temporary binfmt_misc folder; apt-get, mount and update-binfmts recorded, not run).
+The probe and the entry tfsmith registers are checked against the magic and mask Debian's qemu-user-static
+registers for arm64, so the kernel hands both to QEMU exactly as it hands a container's arm64 programs. The
+set-up runs against a recorded bare machine (a temporary binfmt_misc folder that behaves as the kernel's;
+apt-get, dpkg-deb and mount recorded, not run).
 """
 
 from __future__ import annotations
@@ -95,29 +96,60 @@ def test_the_load_archive_carries_the_architecture(tmp_path: Path) -> None:
     assert config["rootfs"]["diff_ids"] == [f"sha256:{hashlib.sha256(layer.read_bytes()).hexdigest()}"]
 
 
-class _BareX86:
-    """An x86 machine without QEMU: binfmt_misc unmounted until `mount`, entries appear on update-binfmts."""
+def _decoded(escaped: str) -> bytes:
+    """binfmt_misc's `\\xHH` escapes (mixed with plain characters, as in `\\x7fELF`) -> bytes."""
+    return escaped.encode("ascii").decode("unicode_escape").encode("latin-1")
 
-    def __init__(self, root: Path, flags: str = "PF") -> None:
+
+def test_the_registered_magic_is_debians_and_matches_the_probe() -> None:
+    line = emulation.register_line("/opt/qemu/qemu-aarch64")
+    _, name, kind, offset, magic, mask, interpreter, flags = line.split(":")
+    assert (name, kind, offset, interpreter, flags) == ("qemu-aarch64", "M", "", "/opt/qemu/qemu-aarch64", "F")
+    assert _decoded(magic) == DEBIAN_MAGIC and _decoded(mask) == DEBIAN_MASK
+    with pytest.raises(ValueError, match="':'"):
+        emulation.register_line("/odd:path/qemu")
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("qemu-aarch64 version 10.0.13 (Debian 1:10.0.13+ds-0+deb13u1)\nCopyright (c) 2003-2025", (10, 0)),
+     ("qemu-aarch64 version 7.2.15 (Debian 1:7.2+dfsg-7+deb12u13)", (7, 2)), ("Illegal option", None)],
+)
+def test_qemu_versions_are_read_from_its_banner(text: str, version: tuple[int, int] | None) -> None:
+    assert emulation.parse_qemu_version(text) == version
+
+
+def test_the_private_apt_configuration_names_only_trixie(tmp_path: Path) -> None:
+    assert emulation.sources_list("http://deb.debian.org/debian") == "deb http://deb.debian.org/debian trixie main\n"
+    options = emulation.apt_options(tmp_path)
+    assert options[1::2] == [f"Dir::Etc::SourceList={tmp_path / 'sources.list'}", "Dir::Etc::SourceParts=/dev/null",
+                             f"Dir::State::Lists={tmp_path / 'lists'}", f"Dir::Cache={tmp_path / 'cache'}"]
+    assert set(options[::2]) == {"-o"}
+
+
+OLD_QEMU = "/usr/libexec/qemu-binfmt/aarch64-binfmt-P"  # bookworm's qemu-user-static: QEMU 7.2
+
+
+class _BareX86:
+    """An x86 machine without a new QEMU: binfmt_misc unmounted until `mount`; the kernel's register file
+    creates entries and "-1" removes one; apt-get and dpkg-deb are recorded, not run."""
+
+    def __init__(self, root: Path, qemu_dir: Path) -> None:
         self.root = root
-        self.flags = flags
-        self.installed: set[str] = set()
+        self.qemu_dir = qemu_dir
         self.calls: list[list[str]] = []
+        self.versions = {OLD_QEMU: (7, 2)}
 
     def which(self, program: str) -> str | None:
-        provides = {"qemu-user-static": "qemu-aarch64-static", "binfmt-support": "update-binfmts"}
-        if program == "apt-get":
-            return "/usr/bin/apt-get"
-        return f"/usr/bin/{program}" if any(provides[p] == program for p in self.installed) else None
+        return f"/usr/bin/{program}" if program in ("apt-get", "dpkg-deb", "mount") else None
 
-    def run(self, argv: list[str], **_: object) -> object:
+    def run(self, argv: list[str], cwd: Path | None = None, **_: object) -> object:
         self.calls.append(list(argv))
-        if argv[:2] == ["apt-get", "install"]:
-            self.installed.update(a for a in argv[2:] if not a.startswith("-"))
+        if argv[0] == "apt-get" and "download" in argv:
+            assert cwd is not None
+            (Path(cwd) / "qemu-user_1%3a10.0.13+ds-0+deb13u1_amd64.deb").write_bytes(b"!<arch>")
         elif argv[0] == "mount":
             (self.root / "register").write_text("")
-        elif argv[:2] == ["update-binfmts", "--enable"]:
-            (self.root / argv[2]).write_text(ENTRY_TEXT.replace("flags: PF", f"flags: {self.flags}"))
 
         class Done:
             returncode = 0
@@ -125,40 +157,81 @@ class _BareX86:
 
         return Done()
 
+    def extract(self, deb: Path, member: str, dest: Path) -> None:
+        self.calls.append(["dpkg-deb", "--fsys-tarfile", deb.name, member])
+        dest.write_text("static qemu-aarch64")
+        self.versions[str(dest)] = (10, 0)
+
+    def write(self, path: Path, text: str, what: str) -> None:
+        if path.name == "register":
+            _, name, *_rest, interpreter, flags = text.split(":")
+            (self.root / name).write_text(f"enabled\ninterpreter {interpreter}\nflags: {flags}\noffset 0\n")
+        elif text == "-1":
+            path.unlink()
+
+    def version(self, binary: str) -> tuple[int, int]:
+        return self.versions.get(binary, (0, 0)) if Path(binary).exists() or binary == OLD_QEMU else (0, 0)
+
+    def probe(self) -> bool:
+        entry = self.root / "qemu-aarch64"
+        return entry.exists() and self.version(emulation.parse_entry(entry.read_text()).interpreter) >= (10, 0)
+
 
 @pytest.fixture()
 def bare(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[_BareX86]:
-    machine = _BareX86(tmp_path)
-    monkeypatch.setattr(emulation, "BINFMT_DIR", tmp_path)
+    binfmt = tmp_path / "binfmt_misc"
+    binfmt.mkdir()
+    machine = _BareX86(binfmt, tmp_path / "qemu")
+    monkeypatch.setattr(emulation, "BINFMT_DIR", binfmt)
+    monkeypatch.setattr(local, "QEMU_DIR", machine.qemu_dir)
     monkeypatch.setattr(local.shutil, "which", machine.which)
     monkeypatch.setattr(local.subprocess, "run", machine.run)
     monkeypatch.setattr(local.os, "geteuid", lambda: 0)
     monkeypatch.setattr(local, "host_arch", lambda: "amd64")
-    monkeypatch.setattr(local, "_probe_runs", lambda: (tmp_path / "qemu-aarch64").exists())
-    local._apt_update.cache_clear()
+    monkeypatch.setattr(local, "_extract", machine.extract)
+    monkeypatch.setattr(local, "_write_root", machine.write)
+    monkeypatch.setattr(local, "_qemu_version", machine.version)
+    monkeypatch.setattr(local, "_probe_runs", machine.probe)
     yield machine
-    local._apt_update.cache_clear()
 
 
-def test_a_bare_machine_gets_qemu_binfmt_mounted_and_the_entry_enabled(bare: _BareX86) -> None:
+def test_a_bare_machine_gets_trixies_qemu_without_touching_the_systems_packages(bare: _BareX86) -> None:
     said: list[str] = []
     local.ensure_emulation("arm64", say=said.append)
+    options = emulation.apt_options(bare.qemu_dir / "apt")
+    binary = bare.qemu_dir / "qemu-aarch64"
     assert bare.calls == [
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "qemu-user-static", "binfmt-support"],
+        ["apt-get", *options, "-q", "update"],
+        ["apt-get", *options, "-q", "download", "qemu-user"],
+        ["dpkg-deb", "--fsys-tarfile", "qemu-user_1%3a10.0.13+ds-0+deb13u1_amd64.deb", "./usr/bin/qemu-aarch64"],
         ["mount", "-t", "binfmt_misc", "binfmt_misc", str(bare.root)],
-        ["update-binfmts", "--enable", "qemu-aarch64"],
     ]
-    assert said[-1] == "arm64 emulation ready (/usr/libexec/qemu-binfmt/aarch64-binfmt-P, flags PF)"
+    assert (bare.qemu_dir / "apt" / "sources.list").read_text() == emulation.sources_list(local.DEBIAN_MIRROR)
+    assert not list((bare.qemu_dir / "deb").glob("*.deb"))  # only the one binary is kept
+    entry = emulation.parse_entry((bare.root / "qemu-aarch64").read_text())
+    assert (entry.interpreter, entry.flags, entry.enabled) == (str(binary), "F", True)
+    assert said[-1] == f"arm64 emulation ready ({binary}, flags F)"
     bare.calls.clear()
     local.ensure_emulation("arm64")
     assert bare.calls == []  # ready now: nothing runs twice
 
 
-def test_an_entry_without_the_f_flag_is_refused(bare: _BareX86) -> None:
-    bare.flags = "P"
-    with pytest.raises(EngineUnavailable, match=r"flags 'P'; arm64 containers need it enabled with the F flag"):
-        local.ensure_emulation("arm64")
+def test_bookworms_qemu_is_replaced_by_one_that_runs_litert(bare: _BareX86) -> None:
+    (bare.root / "register").write_text("")
+    bare.write(bare.root / "register", f":qemu-aarch64:M::x:y:{OLD_QEMU}:PF", "seed")
+    said: list[str] = []
+    local.ensure_emulation("arm64", say=said.append)
+    assert any(line.startswith(f"replacing qemu-aarch64 ({OLD_QEMU}, flags PF)") for line in said)
+    entry = emulation.parse_entry((bare.root / "qemu-aarch64").read_text())
+    assert entry.interpreter == str(bare.qemu_dir / "qemu-aarch64") and entry.fixed
+    assert not any(call[:2] == ["apt-get", "install"] for call in bare.calls)
+
+
+def test_a_fetched_qemu_is_reused(bare: _BareX86) -> None:
+    local.ensure_qemu()
+    bare.calls.clear()
+    assert local.ensure_qemu() == bare.qemu_dir / "qemu-aarch64"
+    assert bare.calls == []
 
 
 def test_the_native_architecture_needs_no_emulation(bare: _BareX86) -> None:
@@ -167,7 +240,6 @@ def test_the_native_architecture_needs_no_emulation(bare: _BareX86) -> None:
 
 
 def test_without_root_binfmt_misc_cannot_be_mounted(bare: _BareX86, monkeypatch: pytest.MonkeyPatch) -> None:
-    bare.installed.update({"qemu-user-static", "binfmt-support"})
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
     with pytest.raises(EngineUnavailable, match=r"^mount binfmt_misc needs root"):
         local.ensure_emulation("arm64")
