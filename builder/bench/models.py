@@ -24,10 +24,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.bench.runtimes import bench_row
+from builder.bench.runtimes import VARIANT_KINDS, bench_row
 from builder.errors import InputError
 
-TFLITE_VARIANTS = ("fp32", "dynamic", "fp16", "int8")
+TFLITE_VARIANTS = tuple(VARIANT_KINDS)
 #: bench's variant name -> the converter's mode name
 CONVERTER_MODES = {"fp32": "fp32", "dynamic": "dynamic", "fp16": "float16", "int8": "int8"}
 BUILTINS = ("example", "mobilenet_v2", "resnet50")

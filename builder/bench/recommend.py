@@ -1,7 +1,7 @@
 """Which artifact + runtime tfsmith recommends for a model on this host, and why.
 
-`recommend` is pure: it reads measured results and picks the fastest runtime that serves tfsmith's contract
-(the .tflite, via LiteRT or OpenVINO reading the same file) among those that keep the model's quality, then
+`recommend` is pure: it reads measured results and picks the fastest row a tfsmith image serves (a runtime of
+`builder.model.registry` on one of the model's artifacts) among those that keep the model's quality, then
 states how it compares with the fastest peer a user would pick instead. Random-weight models are judged on
 latency only: their quantized outputs mean nothing, so no quality filter is claimed for them.
 
@@ -32,18 +32,13 @@ MIN_AGREEMENT = 0.97
 MAX_RELATIVE_ERROR = 0.05
 
 
-#: How each serving runtime serves the .tflite contract, said in the recommendation.
-HOW_SERVED = {
-    "litert": "LiteRT (XNNPACK) runs the .tflite",
-    "openvino": "OpenVINO reads the .tflite directly",
-    "openvino-nncf": "OpenVINO reads the fp32 .tflite and quantizes it to int8 with NNCF at load, from "
-                     "calibration samples shipped beside it (e.g. optimize's samples.npz)",
-}
-
-
 def how_served(name: str) -> str:
-    """How the serving runtime behind bench row `name` serves the .tflite ("" for rows no image serves)."""
-    return HOW_SERVED.get(serving_runtime(name) or "", "")
+    """How the serving runtime behind bench row `name` serves the model, in the registry's own words ("" for
+    rows no image serves)."""
+    from builder.model import registry
+
+    runtime = serving_runtime(name)
+    return registry.runtime(runtime).summary if runtime else ""
 
 
 def _timed(result: RuntimeResult) -> Timed:
@@ -121,14 +116,15 @@ def recommend(
         )
 
     if chosen is None:
-        why = "no .tflite runtime ran" if not rejected else "every .tflite runtime lost quality: " + ", ".join(rejected)
+        why = ("no runtime a tfsmith image serves ran" if not rejected
+               else "every runtime a tfsmith image serves lost quality: " + ", ".join(rejected))
         return tuple(annotated), Recommendation(runtime=None, artifact=None, reason=why,
                                                 fastest_peer=fastest_peer.name if fastest_peer else None)
 
     vs_peer = ratio(chosen.p50, fastest_peer.p50 if fastest_peer else None)
     speedup = ratio(baseline.p50, chosen.p50) if baseline else None
     close = bool(fastest_peer and within_noise(_timed(chosen), _timed(fastest_peer)))
-    parts = [f"{chosen.name}: fastest .tflite runtime that keeps quality at batch 1, within noise "
+    parts = [f"{chosen.name}: fastest runtime a tfsmith image serves that keeps quality at batch 1, within noise "
              f"(p50 {chosen.p50 * 1e3:.3f} ms; {quality}); {how_served(chosen.name)}"]  # type: ignore[operator]
     if speedup is not None:
         parts.append(f"{speedup:.1f}x faster than the SavedModel signature")
@@ -199,17 +195,20 @@ def recommend_tflite_runtime(tflite_path: str | Path, threads: int, budget_s: fl
     runtime_name is "litert" or "openvino". Interleaved repeats on the same random input of the model's
     shape (latency does not depend on the values for these kernels); warm-up excluded.
     """
-    from builder.bench.runtimes import LiteRTAdapter, OpenVINOAdapter, random_input_for_tflite
+    import tempfile
+
+    from builder.bench.runtimes import ServedRow, ServingAdapter, random_input_for_tflite
 
     path = Path(tflite_path)
     x = random_input_for_tflite(path)
-    lite = LiteRTAdapter("litert", path, threads=threads)
+    workdir = Path(tempfile.gettempdir())  # neither runtime writes anything for a .tflite it reads as it is
+    lite = ServingAdapter(ServedRow("litert", "litert", None), path, threads, workdir)
     lite.load()
     run_lite = lite.prepare(x)
     run_ov = None
     ov_error = ""
     try:
-        ov = OpenVINOAdapter("openvino", path, threads=threads)
+        ov = ServingAdapter(ServedRow("openvino", "openvino", None), path, threads, workdir)
         ov.load()
         run_ov = ov.prepare(x)
     except Exception as error:  # noqa: BLE001 - any failure means "serve with LiteRT", with the reason

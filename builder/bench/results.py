@@ -12,9 +12,9 @@ from typing import Any
 from builder.measure.stats import Summary
 
 #: Who a runtime speaks for in the comparison.
-ROLE_TFSMITH = "tfsmith"  # serves the .tflite contract (LiteRT, or OpenVINO reading the same .tflite)
+ROLE_TFSMITH = "tfsmith"  # a serving runtime of builder.model.registry, as an image serves it
 ROLE_BASELINE = "baseline"  # the SavedModel serving signature: what a user has without tfsmith
-ROLE_PEER = "peer"  # what a user would pick instead (XLA, OpenVINO IR/NNCF, ONNX Runtime, eager Keras)
+ROLE_PEER = "peer"  # what a user would pick instead (OpenVINO on the SavedModel, ONNX Runtime, eager Keras)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class RuntimeResult:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The fastest .tflite runtime that keeps this model's quality on this host, and how it compares."""
+    """The fastest runtime a tfsmith image serves that keeps this model's quality on this host, and how it compares."""
 
     runtime: str | None
     artifact: str | None

@@ -1,10 +1,19 @@
-"""One adapter per runtime, all with the same small interface: `load()`, then `prepare(x)` -> a zero-argument
-`run` that executes ONE inference on that prepared input and returns the output as numpy.
+"""Every bench row, with the same small interface: `load()`, then `prepare(x)` -> a zero-argument `run` that
+executes ONE inference on that prepared input and returns the output as numpy.
 
-Every adapter gets the same thread count (TF intra/inter op threads, LiteRT num_threads, OpenVINO
-INFERENCE_NUM_THREADS, ORT intra_op_num_threads) and does the same work per call: input already in the
-runtime's own form, one inference, output back as a numpy array. Conversions (ONNX export, NNCF / ORT int8
-quantization) happen in `load()`, which is timed and reported separately and never counted as latency.
+Two kinds of rows:
+- **tfsmith's rows** stand for a serving runtime of `builder.model.registry` (LiteRT on each .tflite variant,
+  OpenVINO reading the .tflite at f32 or bf16 or quantizing it with NNCF, TensorFlow on the SavedModel at f32,
+  with its XLA `serving_xla`, or with oneDNN bf16). They run through `builder.model.create.create_backend`, the
+  backends the server and optimize use, with the same settings: what bench times is what an image serves. Their
+  names are derived from the registry (`SERVED_ROWS`), so a runtime added there is a bench row here.
+- **peers** tfsmith does not deploy keep an adapter of their own: eager Keras, OpenVINO reading the SavedModel
+  (f32, bf16 as OpenVINO's default gives a user on a bf16 CPU, NNCF int8) and ONNX Runtime.
+
+Every row gets the same thread count (TF intra-op threads, LiteRT num_threads, OpenVINO INFERENCE_NUM_THREADS,
+ORT intra_op_num_threads) and does the same work per call: input already in the runtime's own form, one
+inference, output back as a numpy array. Conversions (ONNX export, NNCF / ORT int8 quantization, the XLA
+signature) happen in `load()`, which is timed and reported separately and never counted as latency.
 Heavy imports live inside the methods so importing this module is cheap.
 """
 
@@ -12,67 +21,117 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from builder.bench.results import ROLE_BASELINE, ROLE_PEER, ROLE_TFSMITH
+from builder.model import registry
+from builder.model.signature import DEFAULT_SIGNATURE
 
 Runner = Callable[[], Any]
 
-#: Every runtime the bench knows, in report order. A row names an engine and the artifact it reads, so OpenVINO
-#: reading the .tflite (`openvino-tflite-*`, what a tfsmith image serves) and OpenVINO reading the SavedModel
-#: (`openvino-fp32`, `openvino-int8`: a peer) are different rows.
-ALL_RUNTIMES = (
-    "keras", "savedmodel", "savedmodel-xla",
-    "litert-fp32", "litert-dynamic", "litert-fp16", "litert-int8",
-    "openvino-tflite-fp32", "openvino-tflite-int8", "openvino-tflite-nncf",
-    "openvino-fp32", "openvino-int8",
-    "onnxruntime-fp32", "onnxruntime-int8",
-)
-
-# --- bench rows <-> serving runtimes (the server's names: report.json `chosen_runtime`, `serve --runtime`) ----
-#: The rows that run a .tflite the way a serving runtime does: the prefix, then the file's variant (`litert-int8`).
+#: bench's .tflite variants -> the artifact kinds optimize writes (what a registry runtime `reads`).
+VARIANT_KINDS = {"fp32": "tflite_fp32", "dynamic": "tflite_dynamic", "fp16": "tflite_float16",
+                 "int8": "tflite_int8"}
+#: How a row names the file an engine reads: OpenVINO reading the .tflite is `openvino-tflite-*`, so that it
+#: differs from the peer rows of OpenVINO reading the SavedModel (`openvino-fp32`, ...).
 TFLITE_ROW_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-"}
-#: openvino-nncf always quantizes the fp32 .tflite at load: one row, no variant.
-NNCF_ROW = "openvino-tflite-nncf"
-#: The rows that run a SavedModel on TensorFlow: by the signature it serves, and by its XLA-compiled `serving_xla`.
+#: The rows that run the SavedModel on TensorFlow: by its own signature, and by its XLA-compiled `serving_xla`.
 SAVEDMODEL_ROW, SAVEDMODEL_XLA_ROW = "savedmodel", "savedmodel-xla"
+XLA_SIGNATURE = "serving_xla"
+#: Peers no tfsmith image serves, each with its own adapter: eager Keras; OpenVINO reading the SavedModel at f32,
+#: at bf16 (OpenVINO's own default on a CPU that computes in bf16) and quantized by NNCF; ONNX Runtime.
+KERAS_ROW = "keras"
+OPENVINO_PEER_ROWS = {"openvino-fp32": "f32", "openvino-bf16": "bf16", "openvino-int8": "int8"}
+ONNX_ROWS = ("onnxruntime-fp32", "onnxruntime-int8")
+
+
+@dataclass(frozen=True)
+class ServedRow:
+    """A bench row that times one serving runtime on one artifact, as an image serves it."""
+
+    name: str
+    #: the registry's runtime name (report.json `chosen_runtime`, `serve --runtime`)
+    runtime: str
+    #: the .tflite variant it runs (fp32, dynamic, fp16, int8); None: the SavedModel
+    variant: str | None
+    #: the SavedModel signature it calls when not the model's own (`serving_xla`)
+    signature: str | None = None
+
+
+def _precision_suffix(entry: registry.Runtime) -> str:
+    """What a runtime's name adds to its engine's (`openvino-nncf` -> nncf, `tensorflow-bf16` -> bf16, litert -> "")."""
+    return entry.name.removeprefix(entry.engine).lstrip("-")
+
+
+def _rows_of(entry: registry.Runtime) -> tuple[ServedRow, ...]:
+    suffix = _precision_suffix(entry)
+    if entry.tflite:
+        prefix = TFLITE_ROW_PREFIX[entry.engine]
+        variants = [v for v, kind in VARIANT_KINDS.items() if entry.serves(kind)]
+        if suffix and len(variants) == 1:  # a precision of its own on the float file: one row (openvino-tflite-bf16)
+            return (ServedRow(prefix + suffix, entry.name, variants[0]),)
+        return tuple(ServedRow(prefix + "-".join(filter(None, (suffix, v))), entry.name, v) for v in variants)
+    if entry.serves(registry.SAVED_MODEL_KIND):
+        rows = [ServedRow("-".join(filter(None, (SAVEDMODEL_ROW, suffix))), entry.name, None)]
+        if not suffix:  # XLA compiles the f32 graph: one more signature of the same runtime
+            rows.append(ServedRow(SAVEDMODEL_XLA_ROW, entry.name, None, XLA_SIGNATURE))
+        return tuple(rows)
+    return ()
+
+
+def _served_rows() -> tuple[ServedRow, ...]:
+    """Every (runtime, artifact) an image can serve and bench can time, from the registry: the SavedModel rows
+    first (the baseline leads the table), then the .tflite rows in the registry's tie order."""
+    rows = [row for entry in registry.RUNTIMES for row in _rows_of(entry)]
+    return (*(r for r in rows if r.variant is None), *(r for r in rows if r.variant is not None))
+
+
+SERVED_ROWS: tuple[ServedRow, ...] = _served_rows()
+_SERVED_BY_NAME = {row.name: row for row in SERVED_ROWS}
+
+#: Every row the bench knows, in report order.
+ALL_RUNTIMES: tuple[str, ...] = (KERAS_ROW, *(r.name for r in SERVED_ROWS), *OPENVINO_PEER_ROWS, *ONNX_ROWS)
+
+
+def served_row(row: str) -> ServedRow | None:
+    """The serving runtime and artifact behind a tfsmith row; None for a peer."""
+    return _SERVED_BY_NAME.get(row)
 
 
 def serving_runtime(row: str) -> str | None:
     """The serving runtime a bench row stands for (`openvino-tflite-int8` -> openvino, `openvino-tflite-nncf` ->
-    openvino-nncf); None for the peers no tfsmith image serves (Keras eager, OpenVINO on the SavedModel, ORT)."""
-    if row == NNCF_ROW:
-        return "openvino-nncf"
-    for runtime, prefix in TFLITE_ROW_PREFIX.items():
-        if row.startswith(prefix):
-            return runtime
-    return "tensorflow" if row in (SAVEDMODEL_ROW, SAVEDMODEL_XLA_ROW) else None
+    openvino-nncf, `savedmodel-bf16` -> tensorflow-bf16); None for the peers no tfsmith image serves (Keras eager,
+    OpenVINO on the SavedModel, ORT)."""
+    found = served_row(row)
+    return found.runtime if found else None
 
 
 def bench_row(runtime: str, tflite_variant: str | None, signature: str | None = None) -> str | None:
     """The bench row that times `runtime` serving one artifact: a .tflite of `tflite_variant` (fp32, int8, ...),
-    or a SavedModel (variant None) by `signature`. None when the bench has no such row (a .tflite on TensorFlow's
-    interpreter)."""
+    or a SavedModel (variant None) by `signature`. A runtime that reads only the float file (openvino-nncf
+    quantizes it, openvino-bf16 computes it in bf16) has one row whatever file the report names. None when the
+    bench has no such row (a .tflite on TensorFlow's interpreter, a name the registry does not know)."""
+    rows = [r for r in SERVED_ROWS if r.runtime == runtime]
     if tflite_variant is None:
-        if runtime != "tensorflow":
-            return None
-        return SAVEDMODEL_XLA_ROW if signature == "serving_xla" else SAVEDMODEL_ROW
-    if runtime == "openvino-nncf":
-        return NNCF_ROW
-    prefix = TFLITE_ROW_PREFIX.get(runtime)
-    return None if prefix is None else prefix + tflite_variant
+        wanted = XLA_SIGNATURE if signature == XLA_SIGNATURE else None
+        return next((r.name for r in rows if r.variant is None and r.signature == wanted), None)
+    tflite_rows = [r for r in rows if r.variant is not None]
+    if len(tflite_rows) == 1:
+        return tflite_rows[0].name
+    return next((r.name for r in tflite_rows if r.variant == tflite_variant), None)
 
 
 def role_of(name: str) -> str:
-    """savedmodel is the baseline; the rows a tfsmith image serves a .tflite with are tfsmith's; the rest peers."""
+    """savedmodel is the baseline (what TF Serving serves); every other row a tfsmith image serves is tfsmith's;
+    the rest are peers."""
     if name == SAVEDMODEL_ROW:
         return ROLE_BASELINE
-    if serving_runtime(name) in ("litert", "openvino", "openvino-nncf"):
-        return ROLE_TFSMITH
-    return ROLE_PEER
+    return ROLE_TFSMITH if served_row(name) is not None else ROLE_PEER
 
 
 def configure_tf_threads(threads: int) -> None:
@@ -164,81 +223,147 @@ class KerasAdapter(Adapter):
         return lambda: model(tensor, training=False).numpy()
 
 
-class SavedModelAdapter(Adapter):
-    """The SavedModel serving signature, called with KEYWORD arguments (positional calls are ~7x slower)."""
+class ServingAdapter(Adapter):
+    """A tfsmith row: the model layer's backend for a registry runtime (`builder.model.create.create_backend`),
+    created and called as the server creates and calls it, by signature with named inputs.
 
-    xla = False
-    signature = "serving_default"  # which signature to call (build_adapters sets the model's)
+    One backend per batch size for the engines that allocate at a shape (LiteRT, OpenVINO), so neither
+    timing pays a re-allocation when bench alternates batch 1 and the larger batch (a server worker sees
+    one shape after another too, but that cost is the shape cost optimize reports, not the model's latency);
+    TensorFlow's SavedModel is one backend for every shape, as in the server.
+    """
 
-    def load(self) -> None:
-        import tensorflow as tf
+    def __init__(self, row: ServedRow, artifact: Path, threads: int, workdir: Path,
+                 signature: str = DEFAULT_SIGNATURE, calib: np.ndarray | None = None) -> None:
+        super().__init__(row.name, artifact, threads)
+        self.row = row
+        self.workdir = workdir
+        #: the model's own signature (the contract's), and the one this row calls (`serving_xla` for XLA)
+        self.model_signature = signature
+        self.signature = row.signature or signature
+        self.calib = calib
+        self.in_quant: tuple[float, int] = (0.0, 0)
+        self.out_quant: tuple[float, int] = (0.0, 0)
 
-        self.loaded = tf.saved_model.load(str(self.artifact))
-        signature = self.loaded.signatures[self.signature]
-        self.input_name = next(iter(signature.structured_input_signature[1]))
-        self.output_name = next(iter(signature.structured_outputs))
-        self.fn = tf.function(signature, jit_compile=True) if self.xla else signature
-
-    def prepare(self, x: np.ndarray) -> Runner:
-        import tensorflow as tf
-
-        kwargs = {self.input_name: tf.constant(x)}
-        fn, out = self.fn, self.output_name
-        return lambda: fn(**kwargs)[out].numpy()
-
-
-class XLAAdapter(SavedModelAdapter):
-    """The same signature compiled with XLA (`tf.function(jit_compile=True)`)."""
-
-    xla = True
-
-
-class LiteRTAdapter(Adapter):
-    """LiteRT (`ai_edge_litert` Interpreter, XNNPACK delegate by default); one interpreter per batch shape."""
+    @property
+    def _per_shape(self) -> bool:
+        return registry.runtime(self.row.runtime).engine != "tensorflow"
 
     def load(self) -> None:
-        interpreter = _tflite_interpreter(self.artifact, self.threads)
-        interpreter.allocate_tensors()
-        self.input = interpreter.get_input_details()[0]
-        self.output = interpreter.get_output_details()[0]
-        self._interpreters: dict[tuple[int, ...], Any] = {tuple(self.input["shape"]): interpreter}
+        path = self._model_path()
+        self._path = path
+        self._backends: dict[tuple[int, ...], Any] = {}
+        backend = self._create(path)
+        if self.signature not in backend.signatures and self.row.signature is None:
+            self.signature = DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in backend.signatures else next(
+                iter(backend.signatures))
+        spec = backend.signatures[self.signature]
+        self.input, self.output = spec.inputs[0], spec.outputs[0]
+        self._first = backend
+        if self.artifact.suffix == ".tflite":  # a user's .tflite may take and give int8: the file says how
+            interpreter = _tflite_interpreter(self.artifact, 1)
+            self.in_quant = _quantization(interpreter.get_input_details()[0])
+            self.out_quant = _quantization(interpreter.get_output_details()[0])
 
-    def _interpreter_for(self, shape: tuple[int, ...]) -> Any:
-        if shape not in self._interpreters:
-            interpreter = _tflite_interpreter(self.artifact, self.threads)
-            interpreter.resize_tensor_input(self.input["index"], list(shape))
-            interpreter.allocate_tensors()
-            self._interpreters[shape] = interpreter
-        return self._interpreters[shape]
+    def _create(self, path: Path) -> Any:
+        from builder.model.create import create_backend
+
+        return create_backend(self.row.runtime, path, self.threads)
+
+    def _model_path(self) -> Path:
+        """What the runtime is given: the artifact itself, or what the server would find beside it (the
+        SavedModel with its `serving_xla`, the float .tflite with calibration samples for openvino-nncf)."""
+        if self.row.signature == XLA_SIGNATURE:
+            return self._with_xla_signature()
+        if registry.calibrates(self.row.runtime):
+            return self._with_calibration_samples()
+        return self.artifact
+
+    def _with_xla_signature(self) -> Path:
+        """The SavedModel when it carries `serving_xla` (an optimize folder exported with xla), else a copy to
+        which optimize's own step adds it (`builder.optimize.model_io.add_xla_signature`)."""
+        if _has_signature(self.artifact, XLA_SIGNATURE):
+            return self.artifact
+        copy = self.workdir / "savedmodel-xla" / "saved_model"
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(self.artifact, copy)
+        from builder.optimize.model_io import add_xla_signature
+
+        add_xla_signature(copy, self.model_signature)
+        self.size_artifact = copy
+        return copy
+
+    def _with_calibration_samples(self) -> Path:
+        """The float .tflite where the server finds its calibration samples: as it is when an optimize folder
+        ships samples beside it, else staged with bench's calibration rows as `x/<input>` in samples.npz."""
+        from builder.errors import InputError
+        from builder.model.openvino import FP32_TFLITE, nncf_inputs
+
+        try:
+            nncf_inputs(self.artifact)
+            return self.artifact
+        except InputError:
+            if self.calib is None:
+                raise
+        from builder.model.backend import read_signatures
+        from builder.report import SAMPLES_NPZ
+
+        folder = self.workdir / self.name
+        folder.mkdir(parents=True, exist_ok=True)
+        staged = folder / FP32_TFLITE
+        shutil.copyfile(self.artifact, staged)
+        spec = next(iter(read_signatures(staged).values())).inputs[0]
+        np.savez(folder / SAMPLES_NPZ, **{f"x/{spec.name}": self.calib.astype(spec.dtype)})
+        return staged
+
+    def _backend_for(self, shape: tuple[int, ...]) -> Any:
+        if not self._per_shape:
+            return self._first
+        if not self._backends:
+            self._backends[shape] = self._first
+        if shape not in self._backends:
+            self._backends[shape] = self._create(self._path)
+        return self._backends[shape]
 
     def prepare(self, x: np.ndarray) -> Runner:
-        interpreter = self._interpreter_for(tuple(x.shape))
-        prepared = _quantize(x, self.input["dtype"], self.input["quantization"])
-        in_index, out_index = self.input["index"], self.output["index"]
-
-        def run() -> np.ndarray:
-            interpreter.set_tensor(in_index, prepared)
-            interpreter.invoke()
-            return interpreter.get_tensor(out_index)
-
-        return run
+        backend = self._backend_for(tuple(x.shape))
+        prepared = np.ascontiguousarray(_quantize(x, np.dtype(self.input.dtype), self.in_quant))
+        feed, signature, output = {self.input.name: prepared}, self.signature, self.output.name
+        return lambda: backend.predict(signature, feed)[output]
 
     def to_float(self, y: Any) -> np.ndarray:
-        return _dequantize(np.asarray(y), self.output["quantization"])
+        return _dequantize(np.asarray(y), self.out_quant)
+
+
+def _quantization(detail: dict[str, Any]) -> tuple[float, int]:
+    scale, zero = detail["quantization"]
+    return float(scale), int(zero)
+
+
+def _has_signature(saved_model: Path, key: str) -> bool:
+    """Whether a SavedModel carries a signature, read from its saved_model.pb without loading it."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((saved_model / "saved_model.pb").read_bytes())
+    return any(key in graph.signature_def for graph in proto.meta_graphs)
 
 
 class OpenVINOAdapter(Adapter):
-    """OpenVINO reading a SavedModel or a .tflite directly; f32 inference precision (its bf16 default on
-    AVX-512 BF16 CPUs measured 1.5x slower here); optional NNCF post-training int8 with a calibration set."""
+    """A peer: OpenVINO reading the SavedModel directly, as a user of OpenVINO would, at an explicit inference
+    precision (`f32`; `bf16`, which is OpenVINO's own default on a CPU that computes in bf16); with `calib`,
+    NNCF post-training int8 on those samples, its IR saved so that its size is what is reported."""
 
-    def __init__(self, name: str, artifact: Path, threads: int, calib: np.ndarray | None = None,
-                 workdir: Path | None = None) -> None:
+    def __init__(self, name: str, artifact: Path, threads: int, precision: str = "f32",
+                 calib: np.ndarray | None = None, workdir: Path | None = None) -> None:
         super().__init__(name, artifact, threads)
+        self.precision = precision
         self.calib = calib
         self.workdir = workdir
 
     def _config(self) -> dict[str, Any]:
-        return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": self.threads,
+        return {"INFERENCE_PRECISION_HINT": self.precision, "INFERENCE_NUM_THREADS": self.threads,
                 "PERFORMANCE_HINT": "LATENCY"}
 
     def load(self) -> None:
@@ -246,25 +371,13 @@ class OpenVINOAdapter(Adapter):
 
         self.core = ov.Core()
         self.model = self.core.read_model(str(self.artifact))
-        self.in_quant: tuple[float, int] = (0.0, 0)
-        self.out_quant: tuple[float, int] = (0.0, 0)
-        # Feed what OpenVINO's graph takes: an int8-I/O .tflite may come in as i8 (quantize with the file's
-        # parameters) or as f32 (OpenVINO folded the (de)quantization in).
         self.in_dtype = self.model.inputs[0].get_element_type().to_dtype()
-        if self.artifact.suffix == ".tflite":
-            interpreter = _tflite_interpreter(self.artifact, 1)
-            if not np.issubdtype(self.in_dtype, np.floating):
-                self.in_quant = interpreter.get_input_details()[0]["quantization"]
-            if not np.issubdtype(self.model.outputs[0].get_element_type().to_dtype(), np.floating):
-                self.out_quant = interpreter.get_output_details()[0]["quantization"]
         if self.calib is not None:
             import nncf
 
             samples = [self.calib[i : i + 1] for i in range(len(self.calib))]
             self.model = nncf.quantize(self.model, nncf.Dataset(samples), subset_size=len(samples))
-            if self.workdir is not None and self.artifact.suffix != ".tflite":
-                # the int8 IR a user of OpenVINO would ship: its size is what we report (for the .tflite +
-                # NNCF-at-load path the shipped file stays the .tflite, so its size is reported instead)
+            if self.workdir is not None:  # the int8 IR a user of OpenVINO would ship: its size is what we report
                 folder = self.workdir / self.name
                 folder.mkdir(parents=True, exist_ok=True)
                 ov.save_model(self.model, str(folder / "model.xml"))
@@ -283,7 +396,7 @@ class OpenVINOAdapter(Adapter):
 
         compiled = self._compiled_for(tuple(x.shape))
         request = compiled.create_infer_request()
-        prepared = np.ascontiguousarray(_quantize(x, self.in_dtype, self.in_quant))
+        prepared = np.ascontiguousarray(x.astype(self.in_dtype))
         # Bind the input once (shared memory): `infer([array])` re-wraps the input on every call and measured
         # ~3x slower per call on a tiny CNN here (0.24 vs 0.08 ms), which would charge OpenVINO for glue.
         request.set_input_tensor(ov.Tensor(prepared, shared_memory=True))
@@ -293,9 +406,6 @@ class OpenVINOAdapter(Adapter):
             return request.get_output_tensor(0).data.copy()
 
         return run
-
-    def to_float(self, y: Any) -> np.ndarray:
-        return _dequantize(np.asarray(y), self.out_quant)
 
 
 class ONNXRuntimeAdapter(Adapter):
@@ -358,44 +468,39 @@ class ONNXRuntimeAdapter(Adapter):
 
 def build_adapters(names: list[str], bench: Any, threads: int, workdir: Path
                    ) -> tuple[list[Adapter], dict[str, tuple[str, str]]]:
-    """Adapters for the requested runtimes, and (artifact, reason) for those that cannot even be built."""
+    """Adapters for the requested rows, and (artifact, reason) for those that cannot even be built."""
     adapters: list[Adapter] = []
     missing: dict[str, tuple[str, str]] = {}
     failures = bench.failures
     for name in names:
-        if name == "keras":
+        served = served_row(name)
+        if served is not None and served.variant is None:
+            if bench.saved_model is None:
+                missing[name] = ("", failures.get("savedmodel", "no SavedModel"))
+            else:
+                adapters.append(ServingAdapter(served, bench.saved_model, threads, workdir,
+                                               getattr(bench, "signature", DEFAULT_SIGNATURE)))
+        elif served is not None:
+            path = bench.tflite.get(served.variant)
+            if path is None:
+                missing[name] = ("", failures.get(f"tflite-{served.variant}", f"no {served.variant} .tflite"))
+            else:
+                adapters.append(ServingAdapter(served, path, threads, workdir, calib=bench.x_calib))
+        elif name == KERAS_ROW:
             if bench.keras_path is None:
                 missing[name] = ("", failures.get("keras", "no Keras model"))
             else:
                 adapters.append(KerasAdapter(name, bench.keras_path, threads))
-        elif name in ("savedmodel", "savedmodel-xla", "openvino-fp32", "openvino-int8"):
+        elif name in OPENVINO_PEER_ROWS:
+            precision = OPENVINO_PEER_ROWS[name]
             if bench.saved_model is None:
                 missing[name] = ("", failures.get("savedmodel", "no SavedModel"))
-            elif name in ("savedmodel", "savedmodel-xla"):
-                adapter = (SavedModelAdapter if name == "savedmodel" else XLAAdapter)(name, bench.saved_model, threads)
-                adapter.signature = getattr(bench, "signature", "serving_default")
-                adapters.append(adapter)
+            elif precision == "int8":
+                adapters.append(OpenVINOAdapter(name, bench.saved_model, threads, "f32", bench.x_calib,
+                                                workdir / "openvino"))
             else:
-                calib = bench.x_calib if name.endswith("int8") else None
-                adapters.append(OpenVINOAdapter(name, bench.saved_model, threads, calib, workdir / "openvino"))
-        elif name == NNCF_ROW:
-            # The fp32 .tflite read by OpenVINO and quantized by NNCF at load time from calibration samples:
-            # the shipped artifact stays the .tflite (plus samples), the int8 graph is OpenVINO's own.
-            path = bench.tflite.get("fp32")
-            if path is None:
-                missing[name] = ("", failures.get("tflite-fp32", "no fp32 .tflite"))
-            else:
-                adapters.append(OpenVINOAdapter(name, path, threads, bench.x_calib, workdir / "openvino"))
-        elif serving_runtime(name) in TFLITE_ROW_PREFIX:
-            variant = name.rsplit("-", 1)[1]
-            path = bench.tflite.get(variant)
-            if path is None:
-                missing[name] = ("", failures.get(f"tflite-{variant}", f"no {variant} .tflite"))
-            elif serving_runtime(name) == "litert":
-                adapters.append(LiteRTAdapter(name, path, threads))
-            else:
-                adapters.append(OpenVINOAdapter(name, path, threads))
-        elif name.startswith("onnxruntime-"):
+                adapters.append(OpenVINOAdapter(name, bench.saved_model, threads, precision))
+        elif name in ONNX_ROWS:
             if bench.keras_path is None:
                 missing[name] = ("", failures.get("onnx", "no Keras model for tf2onnx"))
             else:

@@ -130,22 +130,29 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
 
 
 def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
-    from builder.bench.runtimes import ALL_RUNTIMES, bench_row, role_of, serving_runtime
-    from builder.measure.decide import RUNTIME_ORDER
-    from builder.model.registry import NAMES as RUNTIMES
+    from builder.bench.runtimes import ALL_RUNTIMES, SERVED_ROWS, VARIANT_KINDS, bench_row, role_of, serving_runtime
+    from builder.model import registry
 
-    assert set(RUNTIME_ORDER) == set(RUNTIMES)  # optimize's tie order names exactly the runtimes images serve
+    assert len(set(ALL_RUNTIMES)) == len(ALL_RUNTIMES)
     served = {row: serving_runtime(row) for row in ALL_RUNTIMES}
-    assert {runtime for runtime in served.values() if runtime} == set(RUNTIMES)
+    assert {runtime for runtime in served.values() if runtime} == set(registry.NAMES)  # every runtime has a row
     assert served["openvino-tflite-nncf"] == "openvino-nncf" and served["openvino-tflite-int8"] == "openvino"
-    assert served["openvino-int8"] is None and served["keras"] is None  # peers: OpenVINO on the SavedModel, eager
+    assert served["openvino-tflite-bf16"] == "openvino-bf16" and served["savedmodel-bf16"] == "tensorflow-bf16"
+    # peers: OpenVINO on the SavedModel (its bf16 row is what OpenVINO's default gives a user), eager Keras, ORT
+    assert {row for row, runtime in served.items() if runtime is None} == {
+        "keras", "openvino-fp32", "openvino-bf16", "openvino-int8", "onnxruntime-fp32", "onnxruntime-int8"}
+    for row in SERVED_ROWS:  # each row is found again from what optimize's report says: runtime x file x signature
+        assert bench_row(row.runtime, row.variant, row.signature) == row.name
+        entry = registry.runtime(row.runtime)
+        assert entry.serves(VARIANT_KINDS[row.variant] if row.variant else registry.SAVED_MODEL_KIND), row
     for row, runtime in served.items():
-        if runtime is not None and runtime != "tensorflow" and row != "openvino-tflite-nncf":
-            assert bench_row(runtime, row.rsplit("-", 1)[1]) == row
-        assert (role_of(row) == ROLE_TFSMITH) == (runtime in ("litert", "openvino", "openvino-nncf"))
+        assert role_of(row) == ("baseline" if row == "savedmodel" else ROLE_TFSMITH if runtime else "peer")
     assert bench_row("openvino-nncf", "int8") == "openvino-tflite-nncf"  # it always quantizes the fp32 file
+    assert bench_row("openvino-bf16", "fp32") == "openvino-tflite-bf16"
     assert bench_row("tensorflow", None, "serving_xla") == "savedmodel-xla"
     assert bench_row("tensorflow", None, "predict") == "savedmodel"
+    assert bench_row("tensorflow-bf16", None) == "savedmodel-bf16"
+    assert bench_row("tensorflow", "fp32") is None and bench_row("no-such-runtime", "fp32") is None
 
 
 def test_a_saved_model_served_by_serving_xla_is_benchs_xla_runtime() -> None:
@@ -160,7 +167,7 @@ def test_no_tflite_runtime_means_no_recommendation() -> None:
     rows = (RuntimeResult(name="savedmodel", role="baseline", artifact="a", ok=True,
                           latency=summarize([1.0] * 30)),)
     _, rec = recommend(rows, trained=True)
-    assert rec.runtime is None and "no .tflite runtime ran" in rec.reason
+    assert rec.runtime is None and "no runtime a tfsmith image serves ran" in rec.reason
 
 
 def test_choose_tflite_runtime_needs_an_openvino_win_beyond_noise() -> None:
@@ -242,13 +249,16 @@ def test_image_comparison_ratio_and_summary() -> None:
 def test_the_reason_says_how_the_tflite_is_served() -> None:
     from builder.bench.recommend import how_served
 
+    from builder.model import registry
+
     assert how_served("litert-int8").startswith("LiteRT")
-    assert "NNCF at load" in how_served("openvino-tflite-nncf")
-    assert how_served("openvino-tflite-int8") == "OpenVINO reads the .tflite directly"
+    assert how_served("openvino-tflite-nncf") == registry.runtime("openvino-nncf").summary
+    assert "bf16" in how_served("openvino-tflite-bf16") and "bf16" in how_served("savedmodel-bf16")
+    assert how_served("openvino-bf16") == ""  # the peer: OpenVINO reading the SavedModel, no image serves it
     row = RuntimeResult(name="openvino-tflite-nncf", role=ROLE_TFSMITH, artifact="m.tflite", ok=True,
                         latency=summarize([1e-3] * 30))
     _, rec = recommend((row,), trained=False)
-    assert rec.runtime == "openvino-tflite-nncf" and "NNCF at load" in rec.reason
+    assert rec.runtime == "openvino-tflite-nncf" and "NNCF" in rec.reason
 
 
 def test_optimize_choice_is_marked_and_round_trips(recorded: BenchRun, tmp_path: Path) -> None:
