@@ -7,7 +7,9 @@ image tfsmith renders and compares the image's target against this machine:
 
     tfsmith-guard --target x86-64-v3 --features avx,avx2,fma,... [--cuda-cc 8.0,9.0 --ptx 9.0] -- CMD ...
 
-- every feature present (and, for CUDA targets, every visible GPU runnable): exit 0 silently, or exec CMD;
+- every feature present (and, for CUDA targets, every visible GPU runnable): exit 0 silently, or exec CMD
+  (as the container's first process, PID 1, it runs CMD as a child instead and exits as it exits: see
+  `supervise`);
 - a feature missing: ONE line on stderr naming the target and the missing features, exit 3;
 - a CUDA target that cannot use a GPU here — no NVIDIA device in the container (`/dev/nvidia*`: the
   NVIDIA Container Toolkit adds them only with `--gpus`), no driver library, or TensorFlow's CUDA libraries
@@ -446,11 +448,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CANNOT_RUN
     if command:
         try:
-            os.execvp(command[0], command)
+            if os.getpid() != 1:
+                os.execvp(command[0], command)
+            return supervise(command)
         except OSError as error:
             sys.stderr.write(f"tfsmith-guard: cannot run {command[0]}: {error.strerror}\n")
             return 127
     return 0
+
+
+# Signals a container's init passes on to the command (docker stop sends SIGTERM, a terminal SIGINT).
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def supervise(command: Sequence[str]) -> int:
+    """Run `command` as a child, pass signals on, reap orphans, exit as it exited (128+N when killed by N).
+
+    Why not exec it when this is the container's first process (PID 1): the kernel ignores a signal PID 1
+    sends itself with the default action, and a program that dies by re-raising its fatal signal (QEMU user
+    mode on an emulated segmentation fault: "uncaught target signal 11") then hangs for ever, so the
+    container stays up, unhealthy and silent, instead of exiting. As a child it dies, and this says why.
+    """
+    import signal
+
+    child = os.posix_spawnp(command[0], list(command), os.environ)
+
+    def forward(number: int, _frame: object) -> None:
+        try:
+            os.kill(child, number)
+        except ProcessLookupError:
+            pass
+
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+    while True:
+        pid, status = os.waitpid(-1, 0)  # reaps orphans the command leaves too
+        if pid == child:
+            break
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        if number not in {getattr(signal, name) for name in FORWARDED}:
+            sys.stderr.write(f"tfsmith-guard: {command[0]} died of signal {number} ({signal.Signals(number).name})\n")
+        return 128 + number
+    return os.WEXITSTATUS(status)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Prove a serving image answers correctly before anyone deploys it.
 
 Start the container with its port published on 127.0.0.1 only, wait until it answers (or the container
-dies: then its log is the error), send the requests a client of the ORIGINAL model sends (its held-out rows,
+dies or its log shows a crash: then its last log lines are the error, at once), send the requests a client of the ORIGINAL model sends (its held-out rows,
 its input names and dtypes) in both TF Serving forms (row and columnar), check every answer against the local
 interpreter on the same artifact and against the original model's own answers with each output's metric,
 and stop the container. Any failure fails the smoke test.
@@ -186,6 +186,25 @@ def _http(url: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[i
 READY_PATH = "/v2/health/ready"
 
 
+#: What a crashed process leaves in a container's log: QEMU on an emulated fault, the guard naming the signal
+#: its command died of, the kernel's words through a shell, Python's own fatal error.
+CRASH_MARKS = ("uncaught target signal", "died of signal", "Segmentation fault", "Illegal instruction",
+               "Fatal Python error")
+
+
+def stopped_or_crashed(running: Any, lines: int = 3) -> str | None:
+    """None while the container may still come up; else why it will not, with its last log lines: it exited,
+    or its log shows a crash and its healthcheck no longer says "starting" (a crashed process that did not
+    exit would otherwise be waited on until the deadline, minutes under emulation)."""
+    dead = running.exited(lines)
+    if dead is not None:
+        return dead
+    tail = [line for line in running.logs(tail=max(lines * 4, 20)).strip().splitlines() if line.strip()]
+    if any(mark in line for line in tail for mark in CRASH_MARKS) and running.health() not in ("starting", "healthy"):
+        return f"crashed while starting ({running.health()}): {' | '.join(tail[-lines:])}"
+    return None
+
+
 def wait_healthy(
     base_url: str, alive: Callable[[], str | None], timeout_s: float = 90.0, path: str = READY_PATH
 ) -> float:
@@ -195,7 +214,8 @@ def wait_healthy(
     while time.monotonic() - start < timeout_s:
         dead = alive()
         if dead is not None:
-            raise SmokeFailed(f"the container exited before answering: {dead}")
+            verb = "crashed" if dead.startswith("crashed") else "exited"
+            raise SmokeFailed(f"the container {verb} before answering: {dead.removeprefix('crashed ')}")
         try:
             status, _ = _http(f"{base_url}{path}", timeout=2.0)
             if status == 200:
@@ -423,7 +443,7 @@ def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) ->
     say(f"smoke: starting {plan.tag}" + (f" ({plan.platform} under emulation: slower)" if emulated else ""))
     with engine.start(plan.tag, ports=(plan.port, GRPC_PORT), platform=plan.platform) as running:
         url = running.url(plan.port)
-        startup = wait_healthy(url, running.exited, timeout_s=900.0 if emulated else
+        startup = wait_healthy(url, lambda: stopped_or_crashed(running), timeout_s=900.0 if emulated else
                                180.0 if plan.kind == "tensorflow" else 90.0)
         say(f"smoke: ready on {url} after {startup:.1f} s")
         result = check_server(url, artifact, plan.model_name, plan.version,

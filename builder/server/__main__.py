@@ -65,15 +65,19 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     except TfsmithError as error:
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
         return error.exit_code
-    logging.getLogger("tfsmith.serve").info("serving %s v%s (%s, runtime %s: %s) on http://%s:%d/v1/models/%s",
-                                            config.model_name, config.version, config.model_path.name,
-                                            config.runtime, config.runtime_reason, args.host, args.port,
-                                            config.model_name)
+    # "serving ... on http://..." is said by run_server once the model has loaded, never before
+    logging.getLogger("tfsmith.serve").info("loading %s v%s (%s, runtime %s: %s)", config.model_name, config.version,
+                                            config.model_path.name, config.runtime, config.runtime_reason)
     try:
         run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
     except TfsmithError as error:  # a port another process holds, refused before any model loads
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
         return error.exit_code
+    except Exception as error:  # a model that fails to load: exit non-zero with the reason, never stay up
+        logging.getLogger("tfsmith.serve").debug("the server stopped", exc_info=True)
+        sys.stderr.write(f"{options.error_prefix(prog)}: error: {config.model_name} v{config.version} could not be "
+                         f"served: {type(error).__name__}: {error}\n")
+        return 1
     return 0
 
 

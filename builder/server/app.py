@@ -388,10 +388,15 @@ def app_from_env() -> FastAPI:
 
 def serve_worker(uvicorn_options: dict[str, Any], sock: Any) -> None:
     """One worker of `--processes N`: the one-process server, draining included, on the shared socket."""
+    import os
+
     import uvicorn
 
     logging.basicConfig(level=str(uvicorn_options["log_level"]).upper(), format="%(levelname)s: %(message)s")
     app = app_from_env()
+    config: ServerConfig = app.state.config
+    log.info("serving %s v%s from %s on http%s://%s:%d (process %d)", config.model_name, config.version,
+             config.model_path, "s" if config.tls else "", uvicorn_options["host"], sock.getsockname()[1], os.getpid())
     DrainingServer.create(app, uvicorn.Config(app, **uvicorn_options)).run(sockets=[sock])
 
 

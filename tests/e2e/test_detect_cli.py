@@ -206,3 +206,17 @@ def test_named_targets_never_ask_this_hosts_gpus(tmp_path: Path) -> None:
     assert live.returncode == 0, live.stderr
     if json.loads(live.stdout)["gpu"]["source"] != "nvml":
         assert mark.exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "says"),
+    [("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", 139, "died of signal 11 (SIGSEGV)"),
+     ("raise SystemExit(7)", 7, "")],
+)
+def test_the_guard_as_a_containers_first_process_exits_as_its_command_did(code: str, status: int, says: str) -> None:
+    """As PID 1 the guard runs the server as a child (a PID 1 that re-raises its fatal signal would hang):
+    its exit status is the child's, and a death by signal is named."""
+    script = f"import sys; from builder import guard; sys.exit(guard.supervise([sys.executable, '-c', {code!r}]))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == status
+    assert (says in result.stderr) if says else result.stderr == ""
