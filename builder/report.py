@@ -17,7 +17,7 @@ from typing import Any, Mapping
 SCHEMA = 2
 REPORT_JSON = "report.json"
 SAMPLES_NPZ = "samples.npz"
-TASKS = ("classification", "regression")
+TASKS = ("classification", "binary", "regression")
 
 
 class ReportError(ValueError):
@@ -196,7 +196,7 @@ class Candidate:
     `p50_us` is None when it was not timed, and a non-empty `error` (why) means it cannot be chosen."""
 
     artifact: str
-    runtime: str  # litert | openvino | openvino-nncf | tensorflow
+    runtime: str  # a name in builder.model.registry
     p50_us: float | None
     samples: int
     size_bytes: int
@@ -206,6 +206,11 @@ class Candidate:
     #: the 95% confidence interval of `p50_us` (None when not timed or read from an older report)
     ci_low_us: float | None = None
     ci_high_us: float | None = None
+    #: what it computes in (f32, bf16, int8, or what the file stores for a runtime that keeps it)
+    precision: str = ""
+    #: the extra cost of the first call at an input shape it had not seen, in microseconds (None: not measured,
+    #: or every input dimension is fixed)
+    new_shape_us: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":

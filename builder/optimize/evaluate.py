@@ -1,10 +1,9 @@
 """Run and time each artifact with the runtime that will serve it, on the held-out rows only.
 
-.tflite files run through the serving backends themselves (`builder.server.backends.create_backend`: LiteRT
-with XNNPACK, or OpenVINO reading the same file), called by signature with named inputs, so what is measured is
-what the server runs. On runtime `tensorflow`, a SavedModel runs through the named signature (the contract's, or
-`serving_xla`) called with keyword arguments (positional calls were 7x slower), and a .tflite (one that needs
-Select TF ops) on TensorFlow's own `tf.lite.Interpreter` by its signature runner. Latency is timed with THE timing loop `tfsmith bench` and
+Every artifact runs through the serving backends themselves (`builder.model.create`: LiteRT with XNNPACK,
+OpenVINO reading the same file at its precision, TensorFlow calling a SavedModel signature with keyword
+arguments or a Select-TF-ops .tflite on its own interpreter), called by signature with named inputs, so what
+is measured is what the server runs. Latency is timed with THE timing loop `tfsmith bench` and
 `--runtime auto` use (`builder.measure.loop`: batch-1 calls in interleaved slices, warm-up excluded, cycling
 through the model's own held-out rows), p50/p99 and the median's confidence interval in microseconds.
 """
@@ -18,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from builder.model import registry
 from builder.optimize import tfenv
 from builder.report import Latency, TensorSpec
 
 Arrays = Mapping[str, np.ndarray]
-TF_RUNTIME = "tensorflow"  # SavedModel signatures and Select-TF-ops .tflite files, on TensorFlow itself
+TF_RUNTIME = registry.TENSORFLOW_DEFAULT  # SavedModel signatures and Select-TF-ops .tflite files
+_TENSORFLOW_RUNTIMES = registry.engine_runtimes("tensorflow")
 DEFAULT_SIGNATURE = "serving_default"
 
 
@@ -38,81 +39,46 @@ def _shape(values: Any) -> tuple[int | None, ...]:
     return tuple(None if d is None or int(d) < 0 else int(d) for d in values)
 
 
+def _as_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Rows in the input's dtype; text stays as it is (every runtime takes numpy str or bytes arrays)."""
+    if np.dtype(dtype).kind == "O" or values.dtype.name == dtype:
+        return values
+    return values.astype(dtype)
+
+
 def _dtype_name(dtype: Any) -> str:
     """numpy's name, except that strings are the contract's `string` (TensorFlow's spelling)."""
     found = np.dtype(dtype)
     return "string" if found.kind in "SUO" else found.name
 
 
-class TFInterpreter:
-    """A .tflite on TensorFlow's own `tf.lite.Interpreter` (the one that can carry the Flex delegate for Select
-    TF ops; ai-edge-litert cannot), called through its signature runner: named inputs, any batch size."""
-
-    def __init__(self, path: Path, threads: int) -> None:
-        import warnings
-
-        tf = tfenv.tensorflow()
-        with warnings.catch_warnings():  # it warns that LiteRT replaces it: here it is meant
-            warnings.simplefilter("ignore")
-            self._interpreter = tf.lite.Interpreter(model_path=str(path), num_threads=threads)
-        self._interpreter.allocate_tensors()  # a missing Flex delegate fails here, with TensorFlow's own words
-        keys = list(self._interpreter.get_signature_list())
-        self.key = DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in keys else keys[0]
-        self._runner = self._interpreter.get_signature_runner(self.key)
-        self.signatures = tuple(sorted(keys))
-
-        def side(details: Mapping[str, Any]) -> tuple[TensorSpec, ...]:
-            return tuple(TensorSpec(n, _dtype_name(d["dtype"]), _shape(d["shape_signature"])) for n, d in details.items())
-
-        self.inputs = side(self._runner.get_input_details())
-        self.outputs = side(self._runner.get_output_details())
-
-    def predict(self, x: Arrays) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self._runner(**x).items()}
-
-
 class Runner:
-    """One artifact on one runtime: `predict(named arrays) -> named arrays`, any batch size.
+    """One artifact on one runtime (`builder.model`: the backend a server runs): `predict(named arrays) ->
+    named arrays`, any batch size.
 
-    `signature`: which SavedModel signature runtime `tensorflow` calls (default serving_default)."""
+    `signature`: which signature to call (a SavedModel's serving_xla, say); default serving_default, else the
+    file's only one."""
 
     def __init__(self, runtime: str, path: Path, threads: int, signature: str | None = None) -> None:
+        from builder.model.create import create_backend
+
         self.runtime, self.path = runtime, Path(path)
-        self._interpreter: TFInterpreter | None = None
-        if runtime == TF_RUNTIME and self.path.is_dir():
-            tf = tfenv.tensorflow()
-            self._tf = tf
-            self._loaded = tf.saved_model.load(str(path))
-            self.signature = signature or DEFAULT_SIGNATURE
-            self._fn = self._loaded.signatures[self.signature]
-            from builder.optimize.model_io import saved_model_contract
-
-            self.inputs, self.outputs = saved_model_contract(self._fn)
-            self.signatures = tuple(sorted(self._loaded.signatures))
-        elif runtime == TF_RUNTIME:
-            self._interpreter = TFInterpreter(self.path, threads)
-            self.inputs, self.outputs = self._interpreter.inputs, self._interpreter.outputs
-            self.signatures, self.signature = self._interpreter.signatures, self._interpreter.key
-        else:
-            from builder.model.create import create_backend
-
-            self._backend = create_backend(runtime, Path(path), threads)
-            sigs = self._backend.signatures
-            self._key = DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in sigs else next(iter(sigs))
-            self.signature = self._key
-            sig = sigs[self._key]
-            self.inputs = tuple(TensorSpec(s.name, s.dtype, _shape(s.shape)) for s in sig.inputs)
-            self.outputs = tuple(TensorSpec(s.name, s.dtype, _shape(s.shape)) for s in sig.outputs)
-            self.signatures = tuple(sorted(sigs))
+        if runtime in _TENSORFLOW_RUNTIMES:
+            tfenv.tensorflow()  # TensorFlow with this process's thread set-up before the backend imports it
+        self._backend = create_backend(runtime, self.path, threads)
+        sigs = self._backend.signatures
+        if signature and signature not in sigs:
+            raise KeyError(f"{self.path.name} has no signature {signature!r} (it has: {', '.join(sorted(sigs))})")
+        self.signature = signature or (DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in sigs else next(iter(sigs)))
+        spec = sigs[self.signature]
+        self.inputs = tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.inputs)
+        self.outputs = tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.outputs)
+        self.signatures = tuple(sorted(sigs))
+        self._dtypes = {s.name: s.dtype for s in spec.inputs}
 
     def predict(self, x: Arrays) -> dict[str, np.ndarray]:
-        if self._interpreter is not None:
-            return self._interpreter.predict({s.name: np.asarray(x[s.name]) for s in self.inputs})
-        if self.runtime == TF_RUNTIME:
-            tf = self._tf
-            feed = {s.name: tf.constant(x[s.name], dtype=tf.as_dtype(s.dtype)) for s in self.inputs}
-            return {k: np.asarray(v) for k, v in self._fn(**feed).items()}
-        return self._backend.predict(self._key, {s.name: np.asarray(x[s.name], dtype=s.dtype) for s in self.inputs})
+        feed = {name: _as_dtype(np.asarray(x[name]), dtype) for name, dtype in self._dtypes.items()}
+        return {k: np.asarray(v) for k, v in self._backend.predict(self.signature, feed).items()}
 
     def predict_all(self, x: Arrays, batch: int = 64) -> dict[str, np.ndarray]:
         fixed = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else None

@@ -160,8 +160,8 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
              f"GPUs: {', '.join(facts.gpu_capabilities) or 'none'}",
              f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[k] for k in kinds_of(recipe))}; "
              f"chosen: {FILE_NAMES[recipe.choose]}"
-             + (" (by rule; on this host auto measures every accepted artifact x runtime and picks the fastest)"
-                if recipe.name == "auto" and facts.is_host and recipe.choose != "saved_model" else "")]
+             + (" (by rule; on this host every accepted artifact x runtime x precision is measured and the fastest "
+                "picked)" if facts.is_host and not recipe.choose_named and recipe.choose != "saved_model" else "")]
     if contract is not None:
         lines.append("contract: inputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.inputs)
                      + "; outputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.outputs))
@@ -356,7 +356,7 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
 def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None) -> None:
     """Labels that cannot be judged with their output's task are one line now, before any work."""
     from builder.errors import InputError
-    from builder.optimize.quality import class_ids
+    from builder.optimize.quality import binary_labels, class_ids
 
     for split, labels in (("y_val", y_val), ("y_train", y_train or {})):
         for spec in contract.outputs:
@@ -366,6 +366,8 @@ def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_tra
             y = np.asarray(labels[spec.name])
             if spec.task == "classification":
                 class_ids(y, int(spec.shape[-1] or 1), f"data: {key} ({spec.name} is {spec.task_why})")
+            elif spec.task == "binary":
+                binary_labels(y, f"data: {key} ({spec.name} is {spec.task_why})")
             elif y.reshape(len(y), -1).shape[1] != int(np.prod([d or 1 for d in spec.shape[1:]])):
                 raise InputError(f"data: {key} has shape {y.shape}; regression output {spec.name!r} is "
                                  f"{_shape_text(spec.shape)}")
@@ -397,7 +399,9 @@ def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarra
     in_specs, out_specs = keras_specs(model)
     labels = training_labels(contract, y)
     tasks = {s.name: s.task for s in contract.outputs}
-    probabilities = {s.name: quality._is_probabilities(reference[s.name]) for s in contract.outputs}
+    probabilities = {s.name: (bool(np.all((reference[s.name] >= 0) & (reference[s.name] <= 1)))
+                              if s.task == "binary" else quality._is_probabilities(reference[s.name]))
+                     for s in contract.outputs}
     losses = prune.losses_for(tasks, probabilities)
     xs = [x[s.name] for s in in_specs]
     if isinstance(getattr(model, "_nested_outputs", None), Mapping):  # a model that returns a dict: its keys
@@ -553,30 +557,10 @@ def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, refe
 # --- step 7: evaluate --------------------------------------------------------------------------------
 
 
-def runtimes_for(kind: str, facts: TargetFacts) -> tuple[str, ...]:
-    """The runtimes that could serve an artifact: LiteRT and (when importable) OpenVINO for .tflite files, plus
-    OpenVINO quantizing the fp32 file to int8 with NNCF at load (when nncf is importable: on plain AVX2 and on
-    MobileNetV2 here it ran faster than any .tflite on LiteRT); TensorFlow for the SavedModel (a serving
-    candidate only on GPU targets)."""
-    if kind in TF_KINDS:
-        return (TF,)
-    if not openvino_available():
-        return ("litert",)
-    if kind == "tflite_fp32" and nncf_available():
-        return ("litert", "openvino", "openvino-nncf")
-    return ("litert", "openvino")
-
-
 def openvino_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("openvino") is not None
-
-
-def nncf_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("nncf") is not None
 
 
 def contract_kept(contract: ModelContract, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> tuple[bool, str]:
@@ -660,91 +644,58 @@ def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, n
 def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
                  say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
-    """Time every artifact x runtime (x signature, for a SavedModel's serving_xla) in ONE interleaved loop
-    (`builder.measure.loop`), on the model's own held-out rows.
-
-    What runs differently from the evaluated path is checked against the gate too: OpenVINO's own int8 before
-    timing; XLA's fused kernels after it, and only when serving_xla was faster beyond noise (the only case where it
-    can be chosen: XLA on CPU can be far slower, MobileNetV2 at batch 64 took 25 s a call here against 4.6 s).
-    A runtime that cannot load or run the file is a candidate with its error, never a crash.
-    """
-    from builder.measure.decide import Timed, faster_beyond_noise
+    """Time every artifact x runtime (x precision, x signature) in ONE interleaved loop, judge what runs
+    differently from the evaluated path by the gate, and record each candidate's cost at a new input shape
+    (`builder.optimize.candidates`); then rows/s of each artifact's own row."""
+    from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
 
-    def _as_timed(latency: Latency) -> Timed:
-        return Timed("", latency.p50, latency.ci_low, latency.ci_high)
+    def judge(outputs: Mapping[str, np.ndarray]) -> tuple[bool, str]:
+        _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                       max_accuracy_drop=options.max_accuracy_drop,
+                                       max_relative_error=options.max_relative_error)
+        return passed, why
 
-    calls: dict[str, Callable[[], Any]] = {}
-    made: dict[str, Any] = {}  # key -> the Runner its batch-1 call uses
-    errors: dict[tuple[str, str, str], str] = {}
-    pairs = [(result, runtime, signature) for result in results for runtime, signature in candidate_pairs(result, contract, plan.facts)]
-    for result, runtime, signature in pairs:
-        trio = (result.path, runtime, signature)
-        if result.extra.get("runnable_here") is False:
-            errors[trio] = result.reason
-            continue
-        try:
-            runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)
-            if runtime not in ("litert", TF):
-                outputs = runner.predict_all(plan.gate_x)
-                _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
-                                               max_accuracy_drop=options.max_accuracy_drop,
-                                               max_relative_error=options.max_relative_error)
-                if not passed:
-                    errors[trio] = f"fails the gate on this runtime ({why})"
-                runner = evaluate.Runner(runtime, staging / result.path, options.threads, signature)  # fresh
-            calls[_key(*trio)] = runner.row_caller(plan.data.x_val)
-            made[_key(*trio)] = runner
-        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
-            errors[trio] = f"{type(error).__name__}: {cause(error)}"
-    baseline_key = None
-    if baseline_dir is not None:
-        baseline_key = "baseline@tensorflow"
-        made[baseline_key] = evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
-        calls[baseline_key] = made[baseline_key].row_caller(plan.data.x_val)
-    budget = min(60.0, max(0.5, len(calls) * min(3.0, max(0.1, options.latency_runs / 100))))
-    with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({budget:.0f} s, interleaved)"):
-        latencies = evaluate.time_runners(calls, budget) if calls else {}
-    for result, runtime, signature in pairs:
-        xla, plain = latencies.get(_key(result.path, runtime, signature)), latencies.get(
-            _key(result.path, runtime, contract.signature))
-        if signature != XLA_SIGNATURE or xla is None or (result.path, runtime, signature) in errors:
-            continue
-        if plain is not None and not faster_beyond_noise(_as_timed(xla), _as_timed(plain)):
-            verdict = "slower than" if xla.p50 >= plain.p50 else "not faster beyond noise than"
-            errors[(result.path, runtime, signature)] = (f"{verdict} {contract.signature} "
-                                                         f"({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged")
-            continue
-        with _stage(say, f"judging {result.path} {signature} on the held-out rows"):
-            outputs = evaluate.Runner(runtime, staging / result.path, options.threads,
-                                      signature).predict_all(plan.gate_x)
-            _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
-                                           max_accuracy_drop=options.max_accuracy_drop,
-                                           max_relative_error=options.max_relative_error)
-        if not passed:
-            errors[(result.path, runtime, signature)] = f"fails the gate on this runtime ({why})"
-    primaries = {r.path: _key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
+    def make(runtime: str, path: Path, signature: str) -> Any:
+        return evaluate.Runner(runtime, path, options.threads, signature or None)
+
+    pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
+    budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
+    baseline_key = "baseline@tensorflow"
+
+    def timer(calls: Mapping[str, Callable[[], Any]], share: float) -> dict[str, Latency]:
+        if baseline_dir is not None:
+            calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
+        with _stage(say, f"timing {len(calls)} artifact x runtime pairs ({share:.0f} s, interleaved)"):
+            return evaluate.time_runners(calls, share)
+
+    baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
+                       if baseline_dir is not None else None)
+    candidates, latencies, made = cands.measure(
+        results, staging, contract, plan.data.x_val, plan.gate_x, allowed_precisions(plan.recipe), make, judge,
+        timer, budget, cause, lambda text: _stage(say, text))
+    if baseline_runner is not None:
+        made[baseline_key] = baseline_runner
+    updated = cands.primary_rows(results, latencies, contract)
+    primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
                  for r in results}
     rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
                                 if k in made and k in latencies}, made, plan, budget, say)
-    updated = []
-    for result in results:
-        primary = primaries[result.path]
-        updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us,
-                               throughput=rows_per_s.get(primary, result.throughput)))
-    candidates = []
-    for result, runtime, signature in pairs:
-        trio = (result.path, runtime, signature)
-        error = errors.get(trio, "")
-        got = latencies.get(_key(*trio))
-        candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
-                                    0 if got is None else got.runs, result.size_bytes, error,
-                                    signature or contract.signature, None if got is None else got.ci_low,
-                                    None if got is None else got.ci_high))
+    updated = [replace(r, throughput=rows_per_s.get(primaries[r.path], r.throughput)) for r in updated]
     extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
-             if baseline_key and baseline_key in latencies else {})
+             if baseline_key in latencies else {})
+    line = cands.shape_line(contract, candidates)
+    if line:
+        plan.notes.append(line)
     return updated, candidates, extra
+
+
+def allowed_precisions(recipe: Recipe) -> tuple[str, ...]:
+    """What the recipe lets a runtime compute in: float always; int8 where the recipe quantizes to int8."""
+    from builder.optimize.candidates import allowed_precisions as allowed
+
+    return allowed("int8" in recipe.quantization.modes or recipe.quantization.qat)
 
 
 def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
@@ -766,21 +717,6 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
     return out
 
 
-def candidate_pairs(result: ArtifactResult, contract: ModelContract, facts: TargetFacts) -> list[tuple[str, str]]:
-    """(runtime, signature) pairs an artifact is timed on: a .tflite on each runtime that reads it (signature
-    "": its own), a SavedModel's contract signature and its serving_xla on TensorFlow."""
-    if result.kind == "saved_model":
-        signatures = [contract.signature]
-        if XLA_SIGNATURE in result.extra.get("signatures", ()) and XLA_SIGNATURE != contract.signature:
-            signatures.append(XLA_SIGNATURE)
-        return [(TF, s) for s in signatures]
-    return [(runtime, "") for runtime in runtimes_for(result.kind, facts)]
-
-
-def _key(path: str, runtime: str, signature: str) -> str:
-    return f"{path}@{runtime}" + (f"#{signature}" if signature else "")
-
-
 # --- step 9: select -----------------------------------------------------------------------------------------
 
 
@@ -799,21 +735,26 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
                 contract_signature: str = "serving_default") -> tuple[Choice, list[str]]:
     """(choice, notes).
 
-    On this host with `--recipe auto`: the fastest accepted candidate (any artifact x runtime x signature) by
-    measured p50; those within noise of the fastest (overlapping median confidence intervals) break the tie by
+    On this host, whatever the recipe: the fastest accepted candidate (any artifact the recipe built x runtime x
+    precision x signature; only the named artifact's when the recipe names `choose`) by measured p50; those within noise of the fastest (overlapping median confidence intervals) break the tie by
     the smaller file, then the smaller runtime (LiteRT first, TensorFlow last), then the contract's own
-    signature over serving_xla, then the name (`pick_fastest`). Elsewhere, or for GPU targets, or explicit
-    recipes: by rule (the recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the
+    signature over serving_xla, then the name (`pick_fastest`). Elsewhere, or for GPU targets: by rule (the recipe's choice, else the first accepted in RULE_ORDER, else the SavedModel), the
     contract's signature.
     """
     accepted = {r.path: r for r in results if r.accepted}
     notes: list[str] = []
     by_kind = {r.kind: r for r in results}
-    if recipe.name == "auto" and facts.is_host and not any(recipes._cc_value(cc) >= 7.0 for cc in facts.gpu_capabilities):
-        usable = [c for c in candidates if c.p50_us is not None and not c.error and c.artifact in accepted]
+    if facts.is_host and not any(recipes._cc_value(cc) >= 7.0 for cc in facts.gpu_capabilities):
+        named = FILE_NAMES.get(recipe.choose, recipe.choose) if recipe.choose_named else None
+        usable = [c for c in candidates if c.p50_us is not None and not c.error and c.artifact in accepted
+                  and (named is None or c.artifact == named)]
         if usable:
             chosen = pick_fastest(usable, contract_signature)
             how = f"measured on this host: {describe_pick(chosen, usable, contract_signature)}"
+            if named is not None:
+                how += f" (the recipe names {named}; its runtime and precision were measured)"
+            elif recipe.name != "auto":
+                how += f" (among what recipe {recipe.name} builds)"
             return Choice(chosen.artifact, chosen.runtime, chosen.signature or contract_signature,
                           Selection(True, how, tuple(candidates))), notes
         notes.append("no accepted artifact could be measured on this host; choosing by rule")
@@ -1063,7 +1004,9 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     if report.sparsity:
         print(f"sparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}")
     signature = "" if report.chosen_signature == "serving_default" else f", signature {report.chosen_signature}"
-    print(f"chosen: {report.chosen} on {report.chosen_runtime}{signature} ({report.selection.how})")
+    pick = reporting.chosen_candidate(report)
+    print(f"chosen: {report.chosen} on {reporting.runtime_text(report.chosen_runtime, pick.precision if pick else '')}"
+          f"{signature} ({report.selection.how})")
     print(f"report: {outcome.out / reporting.REPORT_JSON} ({reporting.REPORT_MD}, {reporting.REPORT_PNG})")
     if not outcome.gate_passed:
         sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "

@@ -44,15 +44,23 @@ class SparsityResult:
 
 def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool]) -> dict[str, Any]:
     """A fine-tuning loss per output: sparse cross-entropy (on probabilities or logits) for classification, whose
-    labels are class ids after DATA checks; mean squared error for regression.
+    labels are class ids after DATA checks; binary cross-entropy for a yes/no column; mean squared error for
+    regression.
 
     Decided from the task and from what the model outputs rather than from its compiled loss, which may expect
     one-hot labels or be missing (models saved without compile).
     """
     keras = tfenv.keras()
-    return {name: (keras.losses.SparseCategoricalCrossentropy(from_logits=not probabilities.get(name, False))
-                   if task == "classification" else keras.losses.MeanSquaredError())
-            for name, task in tasks.items()}
+
+    def loss(name: str, task: str) -> Any:
+        from_logits = not probabilities.get(name, False)
+        if task == "classification":
+            return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
+        if task == "binary":  # labels 0/1; a sigmoid output is a probability, anything else a logit
+            return keras.losses.BinaryCrossentropy(from_logits=from_logits)
+        return keras.losses.MeanSquaredError()
+
+    return {name: loss(name, task) for name, task in tasks.items()}
 
 
 def _one_line(error: BaseException) -> str:

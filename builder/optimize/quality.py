@@ -21,7 +21,12 @@ Every artifact is judged against the ORIGINAL float model (before any pruning), 
 Labels, when given, cover the first rows; rows after them (the all-zero input the gate adds) are judged
 against the original only.
 
-Task per output: several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
+- binary classification (one column, labels that are 0/1 or booleans): each row's answer is the score at or
+  above 0.5 for a probability column, above 0 for a logit; judged like classification (accuracy drop with
+  labels, agreement of those answers with the original's, the same "cannot judge" rule when the original
+  answers one side for nearly every row).
+
+Task per output: one column whose labels are 0/1 or booleans is binary; several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
 class ids / one-hot, or (without labels) whose name says logits, are classification; one column, or anything
 else, is regression (judged by fidelity, which any output can be judged by). A recipe `[tasks]` table overrides
 it per output, and the report states the task and why for every output.
@@ -59,12 +64,43 @@ def _are_class_ids(labels: np.ndarray, columns: int) -> bool:
     return bool(np.all(np.mod(values, 1) == 0) and values.min() >= 0 and values.max() < columns)
 
 
+BINARY = "binary"
+
+
+def _are_binary_labels(labels: np.ndarray) -> bool:
+    values = np.asarray(labels)
+    if values.dtype.kind == "b":
+        return True
+    flat = values.reshape(len(values), -1)
+    return bool(flat.shape[1] == 1 and values.dtype.kind in "iuf" and flat.size
+                and np.all((flat == 0) | (flat == 1)))
+
+
+def binary_answers(scores: np.ndarray, original: np.ndarray) -> np.ndarray:
+    """Each row's yes/no: a probability column (the original's values within [0, 1]) at or above 0.5, a logit
+    column above 0. Decided from the original, so an artifact is read the same way as the model it replaces."""
+    ref = _rows(original)
+    probability = bool(ref.size and np.all(ref >= -1e-6) and np.all(ref <= 1 + 1e-6))
+    rows = _rows(scores)[:, 0]
+    return (rows >= 0.5) if probability else (rows > 0)
+
+
+def binary_labels(labels: np.ndarray, where: str) -> np.ndarray:
+    """0/1 or boolean labels as booleans (N,); InputError otherwise."""
+    if not _are_binary_labels(labels):
+        raise InputError(f"{where}: expected 0/1 or boolean labels for a binary output (got shape "
+                         f"{np.asarray(labels).shape}, dtype {np.asarray(labels).dtype})")
+    return np.asarray(labels).reshape(len(labels)).astype(bool)
+
+
 def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
                override: str | None = None) -> tuple[str, str]:
     """(task, why) for one output from the original model's outputs on the held-out rows and its labels."""
     if override:
         return override, f"set in the recipe ([tasks] {name} = \"{override}\")"
     columns = _rows(outputs).shape[1]
+    if columns == 1 and labels is not None and _are_binary_labels(labels):
+        return BINARY, "one column and labels that are 0/1: a yes/no answer, judged at a 0.5 threshold"
     if columns == 1:
         return "regression", "one column per row: a value, not a choice between classes"
     if _is_probabilities(outputs):
@@ -151,6 +187,9 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
                   max_accuracy_drop: float, max_relative_error: float) -> OutputMetric:
     """One output's metrics and gate verdict vs the original model (see the module docstring)."""
     relative, max_abs = fidelity(outputs, original)
+    if spec.task == BINARY:
+        return _binary_metric(spec, outputs, original, labels, relative, max_abs, max_accuracy_drop=max_accuracy_drop,
+                              max_relative_error=max_relative_error)
     if spec.task == "classification":
         columns = _rows(original).shape[1]
         top, top_orig = top1(outputs), top1(original)
@@ -205,6 +244,48 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
                         f"{relative:.4f} {'<=' if passed else '>'} {max_relative_error:.4f} "
                         f"(max |diff| {max_abs:.4g}){against}",
                         mae=mae, rmse=rmse, original_mae=original_mae, relative_error=relative, max_abs_error=max_abs)
+
+
+def _binary_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None,
+                   relative: float, max_abs: float, *, max_accuracy_drop: float, max_relative_error: float
+                   ) -> OutputMetric:
+    """A yes/no output: accuracy drop with labels, else disagreement with the original's answers; judged by the
+    output error instead where the original answers one side for nearly every row (a constant would agree)."""
+    answers, answers_orig = binary_answers(outputs, original), binary_answers(original, original)
+    agreement = float(np.mean(answers == answers_orig)) if len(answers) else 1.0
+    accuracy = original_accuracy = None
+    if labels is not None:
+        truth = binary_labels(labels, f"labels of {spec.name}")
+        n = len(truth)
+        accuracy = float(np.mean(answers[:n] == truth))
+        original_accuracy = float(np.mean(answers_orig[:n] == truth))
+    drop = None if accuracy is None or original_accuracy is None else original_accuracy - accuracy
+    would_pass = (drop <= max_accuracy_drop + 1e-9) if drop is not None else (1.0 - agreement <= max_accuracy_drop + 1e-9)
+    share = float(max(np.mean(answers_orig), 1 - np.mean(answers_orig))) if len(answers_orig) else 1.0
+    if share >= NEARLY_ALL and would_pass:
+        passed = relative <= max_relative_error + 1e-12
+        side = "yes" if np.mean(answers_orig) >= 0.5 else "no"
+        return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
+                            f"binary, but agreement cannot judge: the original answers {side} for {share:.0%} of the "
+                            f"rows, so a file that answers a constant would agree; judged by the output error "
+                            f"relative to the original's spread {relative:.4f} {'<=' if passed else '>'} "
+                            f"{max_relative_error:.4f} (agreement {agreement:.4f}, not gated)",
+                            accuracy=accuracy, original_accuracy=original_accuracy, agreement=agreement,
+                            relative_error=relative, max_abs_error=max_abs)
+    if drop is not None:
+        passed = drop <= max_accuracy_drop + 1e-9
+        return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
+                            f"binary with labels: accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f} "
+                            f"(drop {drop:+.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f}); agreement with "
+                            f"the original's answers {agreement:.4f}", accuracy=accuracy,
+                            original_accuracy=original_accuracy, agreement=agreement, relative_error=relative,
+                            max_abs_error=max_abs)
+    disagreement = 1.0 - agreement
+    passed = disagreement <= max_accuracy_drop + 1e-9
+    return OutputMetric(spec.name, spec.task, "disagreement", round(disagreement, 6), max_accuracy_drop, passed,
+                        f"binary without labels: agreement with the original's answers {agreement:.4f} "
+                        f"(disagreement {disagreement:.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f})",
+                        agreement=agreement, relative_error=relative, max_abs_error=max_abs)
 
 
 def judge(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],

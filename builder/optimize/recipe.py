@@ -88,6 +88,8 @@ class Recipe:
     quantization: Quantization = field(default_factory=Quantization)
     export: Export = field(default_factory=Export)
     tasks: tuple[tuple[str, str], ...] = ()  # (output name, "classification" | "regression") overrides
+    #: the recipe named `choose` itself: the artifact is fixed, and only its runtime and precision are measured
+    choose_named: bool = False
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -107,7 +109,7 @@ class Recipe:
 # --- parsing -------------------------------------------------------------------------------------------
 
 _TOP = {"name", "choose", "pruning", "quantization", "export", "tasks"}
-TASKS = ("classification", "regression")
+TASKS = ("classification", "binary", "regression")
 _PRUNING = {"sparsity", "schedule", "epochs", "initial_sparsity", "structured", "batch_size"}
 _QUANT = {"modes", "qat", "qat_epochs", "calibration_samples"}
 _EXPORT = {"tflite_fp32", "xla"}
@@ -218,7 +220,8 @@ def recipe_from_mapping(data: Mapping[str, Any], source: str = "recipe") -> Reci
     if choose not in recipe.kinds:
         raise InputError(f"{source}: choose = {choose!r} is not produced by this recipe "
                          f"(it produces: {', '.join(recipe.kinds)})")
-    return Recipe(name=name, choose=choose, pruning=pruning, quantization=quantization, export=export, tasks=tasks)
+    return Recipe(name=name, choose=choose, pruning=pruning, quantization=quantization, export=export, tasks=tasks,
+                  choose_named="choose" in data)
 
 
 def load_recipe(path: Path) -> Recipe:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.report import REPORT_JSON, ArtifactResult, Report
+from builder.report import REPORT_JSON, ArtifactResult, Candidate, Report
 
 REPORT_MD, REPORT_PNG = "report.md", "report.png"
-HEADERS = ["artifact", "kind", "size", "gzip", "quality vs original", "p50 us", "p99 us", "rows/s", "gate"]
+HEADERS = ["artifact", "kind", "runtime (precision)", "size", "gzip", "quality vs original", "p50 us", "p99 us",
+           "rows/s", "gate"]
 #: What the timing columns mean, said next to the table.
 TIMINGS = ("p50/p99 us: one row per call (batch 1), from calls interleaved across every row; rows/s: rows per "
            "second at batch B, shown beside it (B rows per call: 32, fewer when one call would take over 0.25 s "
@@ -27,7 +28,7 @@ def quality_text(artifact: ArtifactResult) -> str:
     """Per output, the gated number and the one beside it (accuracy / agreement / relative error)."""
     parts = []
     for m in artifact.metrics:
-        if m.task == "classification":
+        if m.task in ("classification", "binary"):
             text = (f"acc {m.accuracy:.4f}, " if m.accuracy is not None else "") + f"agree {m.agreement:.4f}"
         else:
             text = (f"MAE {m.mae:.4g}, " if m.mae is not None else "") + f"rel.err {m.relative_error:.4f}"
@@ -50,8 +51,24 @@ def rows_per_s(m: ArtifactResult) -> str:
     return f"{batch * 1e6 / per_call:.0f} (batch {batch:.0f})"
 
 
+def _candidate(report: Report, path: str, runtime: str, signature: str) -> Candidate | None:
+    return next((c for c in report.selection.candidates
+                 if c.artifact == path and c.runtime == runtime and c.signature == signature), None)
+
+
+def runtime_text(runtime: str, precision: str) -> str:
+    return f"{runtime} ({precision})" if precision else runtime
+
+
+def chosen_candidate(report: Report) -> Candidate | None:
+    """The timed candidate optimize chose (artifact x runtime x signature), when it was measured."""
+    return _candidate(report, report.chosen, report.chosen_runtime, report.chosen_signature)
+
+
 def table_rows(report: Report) -> list[list[str]]:
-    """Rows for both the markdown and the rich table: baseline first, then every artifact."""
+    """Rows for both the markdown and the rich table: baseline first, then every artifact on the runtime it
+    was evaluated on; when the choice is that artifact on another runtime, precision or signature, a row of
+    its own with its own figures follows it, marked *."""
     rows = []
     entries: list[tuple[str, ArtifactResult, bool]] = []
     merged = merged_baseline(report)
@@ -59,25 +76,38 @@ def table_rows(report: Report) -> list[list[str]]:
         entries.append(("baseline (original, SavedModel)", report.baseline, False))
     entries += [(a.path + (" (= baseline: the original's weights)" if a is merged else ""), a, True)
                 for a in report.artifacts]
+    contract_signature = report.contract.signature
+    pick = chosen_candidate(report)
     for label, m, is_artifact in entries:
-        chosen = is_artifact and m.path == report.chosen
         status = "" if not is_artifact else ("accepted" if m.accepted else "REJECTED")
         timed = m.latency_us.runs > 0
-        signature = f", {report.chosen_signature}" if chosen and report.chosen_signature != "serving_default" else ""
+        own = _candidate(report, m.path, m.runtime, contract_signature) if is_artifact else None
+        primary = (m.path == report.chosen and m.runtime == report.chosen_runtime
+                   and report.chosen_signature == contract_signature)
         rows.append([
-            label + (f" * ({report.chosen_runtime}{signature})" if chosen else ""), m.kind, _fmt_size(m.size_bytes),
+            label + (" *" if is_artifact and primary else ""), m.kind,
+            runtime_text(m.runtime, own.precision if own else ""), _fmt_size(m.size_bytes),
             _fmt_size(m.gzip_bytes), quality_text(m) or ("not run on this host" if not m.metrics else ""),
             f"{m.latency_us.p50:.1f}" if timed else "-", f"{m.latency_us.p99:.1f}" if timed else "-",
             rows_per_s(m), status,
         ])
+        if is_artifact and m.path == report.chosen and not primary:
+            signature = f" #{report.chosen_signature}" if report.chosen_signature != contract_signature else ""
+            rows.append([
+                f"  {m.path}{signature} *", m.kind,
+                runtime_text(report.chosen_runtime, pick.precision if pick else ""), _fmt_size(m.size_bytes),
+                _fmt_size(m.gzip_bytes), "gate passed on this runtime" if pick and not pick.error else "",
+                f"{pick.p50_us:.1f}" if pick and pick.p50_us is not None else "-", "-", "-", status,
+            ])
     return rows
 
 
 def write_markdown(report: Report, path: Path) -> None:
     lines = [f"# tfsmith optimize: {report.model.source}", ""]
     gate = report.gate
-    lines.append(f"Chosen: `{report.chosen}` on {report.chosen_runtime}, signature `{report.chosen_signature}` "
-                 f"(marked *): {report.selection.how}.")
+    pick = chosen_candidate(report)
+    lines.append(f"Chosen: `{report.chosen}` on {runtime_text(report.chosen_runtime, pick.precision if pick else '')}, "
+                 f"signature `{report.chosen_signature}` (marked *): {report.selection.how}.")
     lines.append("")
     lines.append(f"Quality gate, every artifact vs the ORIGINAL model per output (max accuracy drop "
                  f"{gate.max_accuracy_drop:.4f}, max relative error {gate.max_relative_error:.4f}): "
@@ -95,11 +125,13 @@ def write_markdown(report: Report, path: Path) -> None:
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     lines += ["", TIMINGS]
     if report.selection.candidates:
-        lines += ["", "## Candidates (artifact x runtime, batch-1 p50 on this host)", "",
-                  "| artifact | runtime | signature | p50 us | note |", "|---|---|---|---|---|"]
+        lines += ["", "## Candidates (artifact x runtime x precision, batch-1 p50 on this host)", "",
+                  "| artifact | runtime | precision | signature | p50 us | first call at a new shape | note |",
+                  "|---|---|---|---|---|---|---|"]
         for c in report.selection.candidates:
-            lines.append(f"| {c.artifact} | {c.runtime} | {c.signature} | "
-                         f"{'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | {c.error} |")
+            lines.append(f"| {c.artifact} | {c.runtime} | {c.precision or '-'} | {c.signature} | "
+                         f"{'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | "
+                         f"{'-' if c.new_shape_us is None else f'+{c.new_shape_us / 1e3:.1f} ms'} | {c.error} |")
     lines += ["", "## Why", ""] + [f"- {r}" for r in report.reasons]
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]

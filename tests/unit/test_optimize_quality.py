@@ -34,7 +34,10 @@ def gate(spec_: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: n
         (RNG.normal(size=(50, 4)), None, "regression", "set [tasks] in a recipe if they are logits"),
         (RNG.normal(size=(50, 4)), None, "classification", "named 'class_logits'"),
         (RNG.normal(size=(50, 3)), RNG.normal(size=(50, 3)), "regression", "labels that are values"),
-        (RNG.random((50, 1)), RNG.integers(0, 2, 50), "regression", "one column"),
+        (RNG.random((50, 1)), RNG.normal(size=50), "regression", "one column"),
+        (RNG.random((50, 1)), None, "regression", "one column"),
+        (RNG.random((50, 1)), RNG.integers(0, 2, 50), "binary", "labels that are 0/1"),
+        (RNG.normal(size=(50, 1)), RNG.random(50) > 0.5, "binary", "labels that are 0/1"),
     ],
 )
 def test_task_is_inferred_per_output_and_says_why(outputs, labels, task: str, why: str) -> None:
@@ -173,3 +176,31 @@ def test_a_failing_agreement_has_judged_and_still_names_the_disagreement() -> No
     broken = np.roll(original, 1, axis=1)
     metric = gate(spec("probs", "classification", 5), broken, original)
     assert metric.metric == "disagreement" and not metric.passed and "cannot judge" not in metric.why
+
+
+def test_a_binary_output_is_judged_by_its_answers_at_the_threshold_and_can_fail() -> None:
+    original = RNG.random((200, 1))  # sigmoid scores, both answers common
+    labels = (original[:, 0] + RNG.normal(scale=0.1, size=200)) > 0.5
+    binary = spec("p", "binary", 1)
+    same = gate(binary, original + 1e-4, original, labels)
+    assert same.passed and same.metric == "accuracy_drop" and same.accuracy is not None and "binary" in same.why
+    flipped = gate(binary, 1.0 - original, original, labels)  # every answer changes side
+    assert not flipped.passed and flipped.agreement is not None and flipped.agreement < 0.2
+    unlabelled = gate(binary, 1.0 - original, original)
+    assert not unlabelled.passed and unlabelled.metric == "disagreement"
+
+
+def test_a_binary_original_that_answers_one_side_cannot_vouch_by_agreement() -> None:
+    original = 0.9 + 0.05 * RNG.random((100, 1))  # always "yes"
+    constant = np.full_like(original, 0.99)
+    metric = gate(spec("p", "binary", 1), constant, original)
+    assert metric.metric == "relative_error" and "cannot judge" in metric.why and not metric.passed
+
+
+def test_logit_binary_answers_split_at_zero() -> None:
+    from builder.optimize.quality import binary_answers
+
+    logits = np.array([[-2.0], [0.5], [3.0]])
+    assert binary_answers(logits, logits).tolist() == [False, True, True]
+    probabilities = np.array([[0.2], [0.5], [0.7]])
+    assert binary_answers(probabilities, probabilities).tolist() == [False, True, True]

@@ -1,0 +1,275 @@
+"""The candidates optimize times: every accepted artifact x every runtime (and precision) that can serve it x
+signature, in ONE interleaved loop (`builder.measure.loop`) on the model's own held-out rows, plus what a
+server pays the first time it sees a new input shape.
+
+Which runtimes are candidates comes from the registry (`builder.model.registry`): a runtime that reads the
+artifact's kind, whose modules import here, computing in a precision the recipe allows (a recipe without int8
+quantization never gets an int8 runtime). A runtime other than the one the artifact was evaluated on (OpenVINO
+at bf16, TensorFlow with oneDNN bf16, ...) is judged by the same quality gate against the original before it
+is timed; one that cannot load or run the file is a candidate with its error, never a crash.
+
+Shapes: a server sees the batch sizes its batcher forms and, for inputs with open dimensions, whatever lengths
+clients send. A runtime that compiles per shape (XLA's `serving_xla`) can win at the one shape it was timed at
+and then stall every request of a new shape (a BiLSTM: 738 ms on the first call at each new length against
+3.7 ms without XLA). So every timed candidate is also called at shapes it has not seen (other batch sizes,
+lengths cut from the data), and the first call's extra cost is recorded; where shapes vary, a candidate whose
+first call at a new shape costs more than `STALL_FACTOR` x its p50 (and over `STALL_FLOOR_US`) is not a
+default.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.model import registry
+from builder.report import ArtifactResult, Candidate, Latency, ModelContract
+
+XLA_SIGNATURE = "serving_xla"
+#: A first call at a new shape costing more than this many p50s (and more than STALL_FLOOR_US) is a compile.
+STALL_FACTOR = 10.0
+STALL_FLOOR_US = 50_000.0
+#: Batch sizes a dynamic batcher forms that the timing loop (batch 1) has not used.
+NEW_BATCHES = (3, 5)
+
+
+def importable(entry: registry.Runtime) -> bool:
+    """Every module the runtime needs imports here (OpenVINO and nncf are optional extras)."""
+    return all(importlib.util.find_spec(module) is not None for module in entry.modules)
+
+
+def allowed_precisions(int8_allowed: bool) -> tuple[str, ...]:
+    """Float precisions always (bf16 is still float answers, judged by the gate); int8 only where the recipe
+    quantizes to int8 itself."""
+    return (*registry.FLOAT_PRECISIONS, "int8") if int8_allowed else registry.FLOAT_PRECISIONS
+
+
+def runtimes_for(kind: str, precisions: tuple[str, ...]) -> tuple[str, ...]:
+    """The runtimes that could serve an artifact kind here, in tie order."""
+    return tuple(r.name for r in registry.serving(kind) if r.precision in precisions and importable(r))
+
+
+def candidate_pairs(result: ArtifactResult, contract: ModelContract, precisions: tuple[str, ...]
+                    ) -> list[tuple[str, str]]:
+    """(runtime, signature) pairs an artifact is timed on: a .tflite on each runtime that reads it (signature
+    "": its own); a SavedModel's contract signature on each TensorFlow runtime, and its serving_xla on f32
+    TensorFlow (XLA compiles its own kernels: oneDNN's bf16 rewrite does not reach them)."""
+    pairs = []
+    for runtime in runtimes_for(result.kind, precisions):
+        if result.kind != registry.SAVED_MODEL_KIND:
+            pairs.append((runtime, ""))
+            continue
+        pairs.append((runtime, contract.signature))
+        if (runtime == registry.TENSORFLOW_DEFAULT and XLA_SIGNATURE in result.extra.get("signatures", ())
+                and XLA_SIGNATURE != contract.signature):
+            pairs.append((runtime, XLA_SIGNATURE))
+    return pairs
+
+
+def key(path: str, runtime: str, signature: str) -> str:
+    return f"{path}@{runtime}" + (f"#{signature}" if signature else "")
+
+
+# --- shapes ---------------------------------------------------------------------------------------------
+
+
+def shapes_vary(contract: ModelContract) -> bool:
+    """Some input dimension, the batch included, takes any size: a server sees more than one shape."""
+    return any(d is None for spec in contract.inputs for d in spec.shape)
+
+
+def new_shape_feeds(contract: ModelContract, x: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Inputs at shapes the timing loop has not used: other batch sizes where the batch is open, and where
+    another dimension is open (a sequence length), the data's rows cut shorter along it (a prefix of real
+    token ids or frames is still a valid input). Empty when every dimension is fixed."""
+    rows = len(next(iter(x.values())))
+    open_axes = {spec.name: [i for i, d in enumerate(spec.shape) if d is None and i > 0] for spec in contract.inputs}
+    batch_open = all(spec.shape and spec.shape[0] is None for spec in contract.inputs)
+    feeds = []
+    for n, batch in enumerate(NEW_BATCHES if batch_open else (1, 1)):
+        take = min(batch, rows)
+        feed = {}
+        for spec in contract.inputs:
+            value = np.asarray(x[spec.name])[:take] if batch_open else np.asarray(x[spec.name])[:1]
+            for axis in open_axes.get(spec.name, []):
+                full = value.shape[axis]
+                length = max(1, full - (n + 1) * max(1, full // 4))  # 3/4 and 1/2 of the data's length
+                value = np.take(value, np.arange(length), axis=axis)
+            feed[spec.name] = np.ascontiguousarray(value)
+        if batch_open and take < batch:  # fewer rows than the batch: repeat them
+            feed = {k: np.concatenate([v] * (batch // take + 1))[:batch] for k, v in feed.items()}
+        feeds.append(feed)
+    if not batch_open and not any(open_axes.values()):
+        return []
+    return feeds
+
+
+def first_call_cost_us(runner: Any, feeds: list[dict[str, np.ndarray]]) -> float | None:
+    """The median extra cost, in microseconds, of the first call at each new shape over the next call at the
+    same shape (what one request of a new shape waits for beyond its own work). None without feeds."""
+    costs = []
+    for feed in feeds:
+        start = time.perf_counter()
+        runner.predict(feed)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        runner.predict(feed)
+        again = time.perf_counter() - start
+        costs.append(max(0.0, first - again) * 1e6)
+    return float(np.median(costs)) if costs else None
+
+
+def stalls(new_shape_us: float | None, p50_us: float | None) -> bool:
+    """Whether a first call at a new shape is a compile, not noise: over STALL_FLOOR_US and STALL_FACTOR p50s."""
+    if new_shape_us is None or p50_us is None:
+        return False
+    return new_shape_us > max(STALL_FLOOR_US, STALL_FACTOR * p50_us)
+
+
+def shape_line(contract: ModelContract, candidates: list[Candidate]) -> str | None:
+    """The shape cost in one line for the report, None where every dimension is fixed."""
+    measured = [c for c in candidates if c.new_shape_us is not None]
+    if not shapes_vary(contract) or not measured:
+        return None
+    worst = max(measured, key=lambda c: c.new_shape_us or 0.0)
+    stalled = [c for c in measured if stalls(c.new_shape_us, c.p50_us)]
+    text = (f"shapes: inputs take any {', '.join(_open_dimensions(contract))}; the first call at a new shape costs "
+            f"at most +{worst.new_shape_us / 1e3:.1f} ms ({worst.artifact} on {worst.runtime}"
+            f"{'#' + worst.signature if worst.signature == XLA_SIGNATURE else ''})")
+    if stalled:
+        text += (f"; {len(stalled)} candidate(s) compile per shape and are not chosen as the default: "
+                 + ", ".join(f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on "
+                             f"{c.runtime} +{c.new_shape_us / 1e3:.0f} ms" for c in stalled))  # type: ignore[operator]
+    else:
+        text += "; no candidate compiles per shape"
+    return text
+
+
+def _open_dimensions(contract: ModelContract) -> list[str]:
+    found = []
+    if any(spec.shape and spec.shape[0] is None for spec in contract.inputs):
+        found.append("batch size")
+    if any(d is None for spec in contract.inputs for d in spec.shape[1:]):
+        found.append("length")
+    return found
+
+
+# --- timing ---------------------------------------------------------------------------------------------
+
+
+Judge = Callable[[Mapping[str, np.ndarray]], tuple[bool, str]]
+Make = Callable[[str, Path, str], Any]
+Timer = Callable[[Mapping[str, Callable[[], Any]], float], dict[str, Latency]]
+
+
+def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract, x_val: Mapping[str, np.ndarray],
+            gate_x: Mapping[str, np.ndarray], precisions: tuple[str, ...], make: Make, judge: Judge,
+            timer: Timer, budget: float, cause: Callable[[BaseException], str],
+            stage: Callable[[str], Any]) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
+    """Time every candidate; returns (candidates, latency by key, runner by key).
+
+    `make(runtime, path, signature)` opens a runner (`evaluate.Runner`), `judge(outputs on gate_x)` is the
+    quality gate against the original, `timer` the interleaved loop.
+    """
+    calls: dict[str, Callable[[], Any]] = {}
+    made: dict[str, Any] = {}
+    errors: dict[tuple[str, str, str], str] = {}
+    pairs = [(r, runtime, signature) for r in results for runtime, signature in candidate_pairs(r, contract, precisions)]
+    for result, runtime, signature in pairs:
+        trio = (result.path, runtime, signature)
+        if result.extra.get("runnable_here") is False:
+            errors[trio] = result.reason
+            continue
+        try:
+            runner = make(runtime, folder / result.path, signature)
+            evaluated = runtime == result.runtime and signature in ("", contract.signature)
+            if not evaluated and signature != XLA_SIGNATURE:  # XLA is judged after timing, only if it can win
+                passed, why = judge(runner.predict_all(gate_x))
+                if not passed:
+                    errors[trio] = f"fails the gate on this runtime ({why})"
+                runner = make(runtime, folder / result.path, signature)  # fresh: the gate's shapes are not timed
+            calls[key(*trio)] = runner.row_caller(x_val)
+            made[key(*trio)] = runner
+        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+            errors[trio] = f"{type(error).__name__}: {cause(error)}"
+    latencies = timer(calls, budget) if calls else {}
+    for result, runtime, signature in pairs:
+        trio = (result.path, runtime, signature)
+        xla, plain = latencies.get(key(*trio)), latencies.get(key(result.path, runtime, contract.signature))
+        if signature != XLA_SIGNATURE or xla is None or trio in errors:
+            continue
+        if plain is not None and not _faster(xla, plain):
+            verdict = "slower than" if xla.p50 >= plain.p50 else "not faster beyond noise than"
+            errors[trio] = f"{verdict} {contract.signature} ({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged"
+            continue
+        with stage(f"judging {result.path} {signature} on the held-out rows"):
+            passed, why = judge(make(runtime, folder / result.path, signature).predict_all(gate_x))
+        if not passed:
+            errors[trio] = f"fails the gate on this runtime ({why})"
+    feeds = new_shape_feeds(contract, x_val)
+    new_shape: dict[str, float | None] = {}
+    if feeds and shapes_vary(contract):
+        timed_keys = [k for k in made if k in latencies]
+        with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} candidates)"):
+            for k in timed_keys:
+                try:
+                    new_shape[k] = first_call_cost_us(made[k], feeds)
+                except Exception as error:  # noqa: BLE001 - a candidate that fails at another shape cannot serve it
+                    errors[_trio_of(k, pairs)] = f"fails at another input shape: {type(error).__name__}: {cause(error)}"
+    candidates = []
+    for result, runtime, signature in pairs:
+        trio = (result.path, runtime, signature)
+        got = latencies.get(key(*trio))
+        cost = new_shape.get(key(*trio))
+        error = errors.get(trio, "")
+        if not error and stalls(cost, got.p50 if got else None):
+            error = (f"compiles per input shape: the first call at a new shape took +{cost / 1e3:.0f} ms "  # type: ignore[operator]
+                     f"against p50 {got.p50 / 1e3:.2f} ms, and this model's inputs vary")  # type: ignore[union-attr]
+        entry = registry.runtime(runtime)
+        candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
+                                    0 if got is None else got.runs, result.size_bytes, error,
+                                    signature or contract.signature, None if got is None else got.ci_low,
+                                    None if got is None else got.ci_high, precision=_precision(entry, result.kind),
+                                    new_shape_us=None if cost is None else round(cost, 1)))
+    return candidates, latencies, made
+
+
+def _trio_of(k: str, pairs: list[tuple[ArtifactResult, str, str]]) -> tuple[str, str, str]:
+    return next((r.path, rt, s) for r, rt, s in pairs if key(r.path, rt, s) == k)
+
+
+def _faster(a: Latency, b: Latency) -> bool:
+    from builder.measure.decide import Timed, faster_beyond_noise
+
+    return faster_beyond_noise(Timed("", a.p50, a.ci_low, a.ci_high), Timed("", b.p50, b.ci_low, b.ci_high))
+
+
+#: What a .tflite kind stores, for a runtime that computes in the file's own precision.
+STORED = {"tflite_fp32": "f32", "tflite_original": "as stored", "tflite_float16": "f16 weights, f32 compute",
+          "tflite_dynamic": "int8 weights, f32 activations", "tflite_int8": "int8", "tflite_qat_int8": "int8",
+          "tflite_select_tf": "f32", "saved_model": "f32"}
+
+
+def _precision(entry: registry.Runtime, kind: str) -> str:
+    """What a candidate computes in: the runtime's precision, or the file's own where the runtime keeps it."""
+    if entry.precision != registry.AS_STORED and not (entry.precision == "f32" and kind in STORED and "int8" in STORED[kind]):
+        return entry.precision
+    return STORED.get(kind, registry.AS_STORED)
+
+
+def primary_rows(results: list[ArtifactResult], latencies: Mapping[str, Latency], contract: ModelContract,
+                 ) -> list[ArtifactResult]:
+    """Each artifact's table row with the latency of the runtime it was evaluated on, at the contract's
+    signature (a serving_xla candidate has its own row in the candidates, with its own figures)."""
+    updated = []
+    for result in results:
+        primary = key(result.path, result.runtime,
+                      contract.signature if result.kind == registry.SAVED_MODEL_KIND else "")
+        updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us))
+    return updated
