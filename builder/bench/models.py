@@ -26,6 +26,7 @@ import numpy as np
 
 from builder.bench.runtimes import VARIANT_KINDS, bench_row
 from builder.errors import InputError
+from builder.model.registry import TENSORFLOW_DEFAULT
 
 TFLITE_VARIANTS = tuple(VARIANT_KINDS)
 #: bench's variant name -> the converter's mode name
@@ -261,13 +262,13 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
 def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signature: str | None = None) -> str | None:
     """The bench row (`runtimes.bench_row`) that times optimize's choice: artifact (report.json `chosen`) x runtime
     (`chosen_runtime`; LiteRT when the report names none, as `package` serves a .tflite by default) x signature
-    (a SavedModel served by its `serving_xla` is bench's savedmodel-xla). None when bench has no such runtime
-    (a Select-TF-ops .tflite on TensorFlow's interpreter)."""
+    (a SavedModel served by its `serving_xla` is bench's savedmodel-xla, by tensorflow-bf16 savedmodel-bf16). None
+    when bench has no such runtime (a Select-TF-ops .tflite on TensorFlow's interpreter)."""
     if not chosen:
         return None
     path = Path(chosen)
     if path.suffix != ".tflite":
-        return bench_row("tensorflow", None, chosen_signature)
+        return bench_row((chosen_runtime or TENSORFLOW_DEFAULT).lower(), None, chosen_signature)
     return bench_row((chosen_runtime or "litert").lower(), _variant_of(path))
 
 

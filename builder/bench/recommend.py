@@ -74,6 +74,20 @@ def _quality_ok(
     return False, "no quality measurement"
 
 
+def quality_verdicts(
+    results: Sequence[RuntimeResult],
+    *,
+    trained: bool,
+    max_accuracy_drop: float = MAX_ACCURACY_DROP,
+    min_agreement: float = MIN_AGREEMENT,
+) -> dict[str, tuple[bool, str]]:
+    """(keeps the model's quality, why) for every measured row, tfsmith's and peers' alike: the rule the
+    recommendation applies, so a benchmark can ask which rows anything could deploy without changing answers."""
+    reference = _reference_accuracy(results)
+    return {r.name: _quality_ok(r, trained, reference, max_accuracy_drop, min_agreement)
+            for r in results if r.ok and r.latency is not None}
+
+
 def recommend(
     results: Sequence[RuntimeResult],
     *,

@@ -1,23 +1,29 @@
-"""Is what `make build` deploys within noise of the fastest runtime `tfsmith bench` finds? Measured, never asserted
-in a test:
+"""Does what `tfsmith optimize` deploys come within noise of the fastest thing `tfsmith bench` can run, without
+changing the model's answers? Measured, never asserted in a test:
 
     python -m tests.benchmarks.deploy_choice [--models mobilenet_v2,resnet50] [--out build/deploy_choice]
                                              [--threads 2] [--budget-s 60] [--runtimes all]
 
 For each model (`tf_keras.applications`, weights=None: random weights, which is fine for timing) it does what a
-user does: saves the model, writes a small DATA .npz of random images (x_val, x_calib; no labels, so the gate
-judges fidelity to the original model), runs `tfsmith optimize --recipe auto` on it, then `tfsmith bench` on the
-optimize output. The table puts what optimize chose (report.json `chosen` x `chosen_runtime`) next to the
-fastest runtime bench found: overall, among the runtimes that serve the .tflite (what `package` can deploy),
-and among the candidates optimize accepted and timed (its gate may reject a file bench times anyway: with
-random weights int8 rarely keeps the top-1 answer), as ratios with each median's confidence interval.
+user does: saves the model, writes a small DATA .npz of random images (x_val, x_calib; no labels, so every gate
+judges fidelity to the original model), runs `tfsmith optimize` twice, with `--recipe auto` and with a
+float-only recipe (a file holding `[quantization] modes = []`: the user asks for float answers), then
+`tfsmith bench` once on the auto output. Bench times that folder's files and converts the variants it lacks
+with optimize's own converter (the float .tflite is the same bytes whichever recipe made it), so both choices
+are bench rows of the same interleaved run.
 
-The verdict, and exit status 1, is on the last: optimize's choice slower beyond noise (the two medians'
-confidence intervals do not overlap) than bench's fastest of the same candidates, i.e. the two measurements
-disagree on which deployable choice is fastest. A file the gate rejected is not a choice (deploying it would
-change the model's answers) and a peer runtime tfsmith does not serve is not one either; both stay in the
-table, with their ratios, for what they show.
-Writes deploy_choice.json and each step's folder under --out.
+Per model and recipe, the table puts optimize's choice (report.json `chosen` x `chosen_runtime` x
+`chosen_signature`, and its candidate's `precision`) next to:
+- the fastest row bench measured that keeps the model's answers (bench's quality rule, the one its
+  recommendation applies), peers included: what the user could get with anything bench can run;
+- the fastest such row a tfsmith image serves (what optimize could have deployed);
+- the fastest of the candidates optimize itself accepted and timed: optimize's choice slower than that beyond
+  noise (the medians' confidence intervals apart) means the two measurements disagree, a failure;
+- OpenVINO's bf16 on the SavedModel (the `openvino-bf16` peer: what a user of OpenVINO gets with its default
+  on a CPU that computes in bf16). On such a host, a ResNet50 whose bf16 answers agree with its float answers
+  (that row keeps quality) must deploy within 1.25x of it, with either recipe; otherwise the line says why
+  the rule does not apply.
+Exit status 1 when a verdict fails. Writes deploy_choice.json and each step's folder under --out.
 """
 
 from __future__ import annotations
@@ -35,6 +41,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("mobilenet_v2", "resnet50")
 IMAGE_SHAPE = (224, 224, 3)
+#: The recipes optimize runs with: its own, and one that asks for float answers (no quantized file is built).
+AUTO, FLOAT_ONLY = "auto", "float-only"
+FLOAT_ONLY_RECIPE = "# float answers only: no quantized .tflite; precision is left to measurement\n" \
+                    "[quantization]\nmodes = []\n"
+#: The peer the bf16 rule measures against: OpenVINO reading the SavedModel at bf16.
+BF16_PEER = "openvino-bf16"
+#: On a host that computes in bf16, these models must deploy within this factor of BF16_PEER.
+BF16_RULE_MODELS = ("resnet50",)
+MAX_RATIO_VS_BF16_PEER = 1.25
+#: /proc/cpuinfo flags of bf16 compute (x86: AMX and AVX512-BF16; Arm: the BF16 extension).
+BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16", "bf16"})
 
 
 def _tfsmith() -> list[str]:
@@ -73,29 +90,50 @@ def _run(command: list[str], log: Path, timeout_s: float) -> float:
     return time.perf_counter() - start
 
 
+def host_computes_in_bf16() -> bool:
+    """Whether this CPU has bf16 compute (its flags, as `tfsmith detect` reads them)."""
+    from builder.hardware.cpu import detect_cpu
+
+    try:
+        return bool(BF16_FLAGS & set(detect_cpu().features))
+    except Exception:  # noqa: BLE001 - an unreadable cpuinfo: the bf16 rule is then not applied, and says so
+        return False
+
+
 @dataclass(frozen=True)
 class Row:
-    """One model: optimize's choice against the fastest runtimes bench measured, batch 1 p50 in ms."""
+    """One model under one recipe: optimize's choice against what bench measured, batch-1 p50 in ms."""
 
     model: str
+    recipe: str
     chosen: str
     chosen_runtime: str
-    shipped: str  # bench's name for chosen x chosen_runtime
+    chosen_signature: str
+    chosen_precision: str  # the chosen candidate's `precision` in report.json ("" where the report has none)
+    shipped: str  # bench's row for chosen x chosen_runtime x chosen_signature
     shipped_p50_ms: float | None
     shipped_ci_pct: float | None
-    fastest: str
-    fastest_p50_ms: float
-    fastest_ci_pct: float
-    ratio: float | None
-    within_noise: bool | None
-    fastest_tflite: str | None
-    ratio_vs_fastest_tflite: float | None
-    within_noise_of_fastest_tflite: bool | None
-    fastest_candidate: str | None  # fastest bench runtime among the candidates optimize accepted and timed
+    shipped_keeps_quality: bool | None
+    fastest_passing: str | None  # fastest row of any role that keeps the model's answers
+    fastest_passing_p50_ms: float | None
+    ratio_vs_fastest_passing: float | None
+    within_noise_of_fastest_passing: bool | None
+    fastest_deployable: str | None  # fastest row a tfsmith image serves that keeps the answers
+    ratio_vs_fastest_deployable: float | None
+    within_noise_of_fastest_deployable: bool | None
+    fastest_candidate: str | None  # fastest bench row among the candidates optimize accepted and timed
     ratio_vs_fastest_candidate: float | None
     within_noise_of_fastest_candidate: bool | None
+    bf16_peer_p50_ms: float | None
+    bf16_peer_keeps_quality: bool | None
+    ratio_vs_bf16_peer: float | None
+    bf16_verdict: str  # "pass", "FAIL", or "n/a: why the rule does not apply"
     optimize_s: float
     bench_s: float
+
+    @property
+    def failed(self) -> bool:
+        return self.within_noise_of_fastest_candidate is False or self.bf16_verdict == "FAIL"
 
 
 def _ci_pct(result) -> float:  # noqa: ANN001 - RuntimeResult
@@ -103,56 +141,99 @@ def _ci_pct(result) -> float:  # noqa: ANN001 - RuntimeResult
     return max(lat.p50 - lat.ci_low, lat.ci_high - lat.p50) / lat.p50 * 100
 
 
-def compare(model: str, report: dict, bench_json: dict, optimize_s: float = 0.0, bench_s: float = 0.0) -> Row:
+def _fastest_of(results, shipped: str, names: set[str]):  # noqa: ANN001, ANN202 - RuntimeResults, VersusFastest
+    """(fastest measured row among `names`, optimize's choice against it) -- both None when nothing was measured."""
+    from builder.bench.recommend import versus_fastest
+
+    among = [r for r in results if r.name in names or r.name == shipped]
+    measured = [r for r in among if r.ok and r.latency is not None and r.name in names]
+    if not measured:
+        return None, None
+    fastest = min(measured, key=lambda r: r.p50)
+    return fastest, versus_fastest([r for r in among if r.name in names or r.name == shipped], shipped)
+
+
+def chosen_precision(report: dict) -> str:
+    """The `precision` of the candidate optimize chose (its artifact x runtime x signature), "" when unrecorded."""
+    timed = (report.get("selection") or {}).get("candidates") or []
+    chosen = (report.get("chosen"), report.get("chosen_runtime"), report.get("chosen_signature") or "serving_default")
+    for candidate in timed:
+        if (candidate.get("artifact"), candidate.get("runtime"), candidate.get("signature", "serving_default")) == chosen:
+            return str(candidate.get("precision") or "")
+    return ""
+
+
+def bf16_verdict(model: str, host_bf16: bool, peer, ratio: float | None,  # noqa: ANN001 - RuntimeResult
+                 peer_keeps: bool | None) -> str:
+    """The bf16 rule for one model and recipe (pure)."""
+    if model not in BF16_RULE_MODELS:
+        return f"n/a: the rule is for {', '.join(BF16_RULE_MODELS)}"
+    if not host_bf16:
+        return "n/a: this CPU has no bf16 compute"
+    if peer is None or ratio is None:
+        return f"n/a: {BF16_PEER} or optimize's choice was not measured"
+    if not peer_keeps:
+        return "n/a: the bf16 answers do not agree with the float answers"
+    return "pass" if ratio <= MAX_RATIO_VS_BF16_PEER else "FAIL"
+
+
+def compare(model: str, recipe: str, report: dict, bench_json: dict, host_bf16: bool, optimize_s: float = 0.0,
+            bench_s: float = 0.0) -> Row:
     """Pure: optimize's report.json + bench's bench.json -> the comparison row."""
     from builder.bench.models import shipped_runtime
-    from builder.bench.recommend import versus_fastest
-    from builder.bench.results import ROLE_TFSMITH, BenchRun
+    from builder.bench.recommend import quality_verdicts
+    from builder.bench.results import ROLE_PEER, BenchRun
 
     run = BenchRun.from_dict(bench_json)
-    chosen, runtime = str(report.get("chosen")), str(report.get("chosen_runtime") or "litert")
-    shipped = shipped_runtime(chosen, runtime, report.get("chosen_signature")) or f"{runtime}?"
-    measured = [r for r in run.results if r.ok and r.latency is not None]
+    chosen, runtime = str(report.get("chosen")), str(report.get("chosen_runtime") or "")
+    signature = str(report.get("chosen_signature") or "serving_default")
+    shipped = shipped_runtime(chosen, runtime or None, signature) or f"{runtime}?"
+    measured = {r.name: r for r in run.results if r.ok and r.latency is not None}
     if not measured:
         raise SystemExit(f"{model}: bench measured no runtime")
-    fastest = min(measured, key=lambda r: r.p50)
-    mine = next((r for r in measured if r.name == shipped), None)
-    overall = versus_fastest(run.results, shipped)
-    tflite = [r for r in measured if r.role == ROLE_TFSMITH]
-    best_tflite = min(tflite, key=lambda r: r.p50) if tflite else None
-    within_tflite = versus_fastest([r for r in run.results if r.role == ROLE_TFSMITH], shipped)
-    candidates = accepted_candidates(report)
-    among = [r for r in run.results if r.name in candidates or r.name == shipped]
-    best_candidate = min((r for r in among if r.ok and r.latency is not None), key=lambda r: r.p50, default=None)
-    within_candidates = versus_fastest(among, shipped)
+    verdicts = quality_verdicts(run.results, trained=run.trained)
+    passing = {name for name, (ok, _) in verdicts.items() if ok}
+    mine = measured.get(shipped)
+    best, versus = _fastest_of(run.results, shipped, passing)
+    deployable = {n for n in passing if measured[n].role != ROLE_PEER}
+    best_deployable, versus_deployable = _fastest_of(run.results, shipped, deployable)
+    best_candidate, versus_candidate = _fastest_of(run.results, shipped, accepted_candidates(report))
+    peer = measured.get(BF16_PEER)
+    peer_keeps = verdicts[BF16_PEER][0] if peer is not None else None
+    ratio_peer = mine.p50 / peer.p50 if mine is not None and peer is not None else None
     return Row(
-        model=model, chosen=chosen, chosen_runtime=runtime, shipped=shipped,
+        model=model, recipe=recipe, chosen=chosen, chosen_runtime=runtime, chosen_signature=signature,
+        chosen_precision=chosen_precision(report), shipped=shipped,
         shipped_p50_ms=mine.p50 * 1e3 if mine else None, shipped_ci_pct=_ci_pct(mine) if mine else None,
-        fastest=fastest.name, fastest_p50_ms=fastest.p50 * 1e3, fastest_ci_pct=_ci_pct(fastest),
-        ratio=overall.ratio if overall else None, within_noise=overall.within_noise if overall else None,
-        fastest_tflite=best_tflite.name if best_tflite else None,
-        ratio_vs_fastest_tflite=within_tflite.ratio if within_tflite else None,
-        within_noise_of_fastest_tflite=within_tflite.within_noise if within_tflite else None,
+        shipped_keeps_quality=verdicts[shipped][0] if shipped in verdicts else None,
+        fastest_passing=best.name if best else None, fastest_passing_p50_ms=best.p50 * 1e3 if best else None,
+        ratio_vs_fastest_passing=versus.ratio if versus else None,
+        within_noise_of_fastest_passing=versus.within_noise if versus else None,
+        fastest_deployable=best_deployable.name if best_deployable else None,
+        ratio_vs_fastest_deployable=versus_deployable.ratio if versus_deployable else None,
+        within_noise_of_fastest_deployable=versus_deployable.within_noise if versus_deployable else None,
         fastest_candidate=best_candidate.name if best_candidate else None,
-        ratio_vs_fastest_candidate=within_candidates.ratio if within_candidates else None,
-        within_noise_of_fastest_candidate=within_candidates.within_noise if within_candidates else None,
+        ratio_vs_fastest_candidate=versus_candidate.ratio if versus_candidate else None,
+        within_noise_of_fastest_candidate=versus_candidate.within_noise if versus_candidate else None,
+        bf16_peer_p50_ms=peer.p50 * 1e3 if peer else None, bf16_peer_keeps_quality=peer_keeps,
+        ratio_vs_bf16_peer=ratio_peer, bf16_verdict=bf16_verdict(model, host_bf16, peer, ratio_peer, peer_keeps),
         optimize_s=optimize_s, bench_s=bench_s)
 
 
 def accepted_candidates(report: dict) -> set[str]:
-    """Bench runtimes for the (artifact, runtime) pairs optimize accepted and timed (report.json `selection`; a
-    pair with an error, e.g. a runtime whose own numbers fail the gate, is not a candidate);
+    """Bench rows for the (artifact, runtime, signature) candidates optimize accepted and timed (report.json
+    `selection`; one with an error, e.g. a runtime whose own numbers fail the gate, is not a candidate);
     without that list, every accepted artifact on LiteRT."""
     from builder.bench.models import shipped_runtime
 
     accepted = {a.get("path") for a in report.get("artifacts", []) if a.get("accepted")}
     timed = (report.get("selection") or {}).get("candidates")
     if timed:
-        pairs = [(c.get("artifact"), c.get("runtime")) for c in timed
-                 if c.get("p50_us") is not None and not c.get("error") and c.get("artifact") in accepted]
+        triples = [(c.get("artifact"), c.get("runtime"), c.get("signature")) for c in timed
+                   if c.get("p50_us") is not None and not c.get("error") and c.get("artifact") in accepted]
     else:
-        pairs = [(path, "litert") for path in accepted]
-    names = {shipped_runtime(artifact, None if runtime == "tensorflow" else runtime) for artifact, runtime in pairs}
+        triples = [(path, "litert", None) for path in accepted]
+    names = {shipped_runtime(artifact, runtime, signature) for artifact, runtime, signature in triples}
     return {n for n in names if n}
 
 
@@ -165,43 +246,74 @@ def _noise(within: bool | None) -> str:
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = ("model", "optimize chose (artifact x runtime)", "p50 ms ±CI", "fastest in bench (any)", "p50 ms ±CI",
-            "ratio", "fastest .tflite runtime", "ratio", "fastest of optimize's accepted candidates", "ratio",
-            "verdict")
+    head = ("model", "recipe", "optimize chose (artifact x runtime, precision) = bench row", "p50 ms ±CI",
+            "fastest keeping answers (any)", "ratio", "fastest a tfsmith image serves", "ratio",
+            "fastest of optimize's candidates", "ratio", f"{BF16_PEER} p50 ms", "ratio",
+            f"bf16 rule (<= {MAX_RATIO_VS_BF16_PEER}x)")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
-        verdict = ("not measured" if r.within_noise_of_fastest_candidate is None else
-                   "within noise" if r.within_noise_of_fastest_candidate else "slower beyond noise")
+        precision = f", {r.chosen_precision}" if r.chosen_precision else ""
+        keeps = "" if r.shipped_keeps_quality is not False else " (changes answers)"
         lines.append(" | ".join((
-            r.model, f"{r.chosen} x {r.chosen_runtime} ({r.shipped})",
+            r.model, r.recipe, f"{r.chosen} x {r.chosen_runtime or '-'}{precision} = {r.shipped}{keeps}",
             f"{_fmt(r.shipped_p50_ms, '.2f')} ±{_fmt(r.shipped_ci_pct, '.1f')}%",
-            r.fastest, f"{r.fastest_p50_ms:.2f} ±{r.fastest_ci_pct:.1f}%",
-            f"{_fmt(r.ratio, '.2f')}x" + _noise(r.within_noise), r.fastest_tflite or "-",
-            f"{_fmt(r.ratio_vs_fastest_tflite, '.2f')}x"
-            + _noise(r.within_noise_of_fastest_tflite),
+            f"{r.fastest_passing or '-'} ({_fmt(r.fastest_passing_p50_ms, '.2f')} ms)",
+            f"{_fmt(r.ratio_vs_fastest_passing, '.2f')}x" + _noise(r.within_noise_of_fastest_passing),
+            r.fastest_deployable or "-",
+            f"{_fmt(r.ratio_vs_fastest_deployable, '.2f')}x" + _noise(r.within_noise_of_fastest_deployable),
             r.fastest_candidate or "-",
-            f"{_fmt(r.ratio_vs_fastest_candidate, '.2f')}x" + _noise(r.within_noise_of_fastest_candidate), verdict)))
+            f"{_fmt(r.ratio_vs_fastest_candidate, '.2f')}x" + _noise(r.within_noise_of_fastest_candidate),
+            _fmt(r.bf16_peer_p50_ms, ".2f")
+            + ("" if r.bf16_peer_keeps_quality is not False else " (answers differ)"),
+            f"{_fmt(r.ratio_vs_bf16_peer, '.2f')}x", r.bf16_verdict)))
     return "\n".join(lines)
 
 
-def measure(name: str, out: Path, threads: int, budget_s: float, runtimes: str, rows: int) -> Row:
+def verdict_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per model and recipe: what failed, or that nothing did."""
+    lines = []
+    for r in rows:
+        agreement = ("not measured" if r.within_noise_of_fastest_candidate is None else
+                     "within noise of" if r.within_noise_of_fastest_candidate else "slower beyond noise than")
+        lines.append(f"{r.model} / {r.recipe}: {'FAIL' if r.failed else 'ok'} -- optimize's choice {r.shipped} is "
+                     f"{agreement} the fastest of its own candidates ({r.fastest_candidate or '-'}); bf16 rule: "
+                     f"{r.bf16_verdict}"
+                     + (f" ({r.ratio_vs_bf16_peer:.2f}x {BF16_PEER})" if r.ratio_vs_bf16_peer is not None else ""))
+    return lines
+
+
+def _optimize(name: str, recipe: str, model_path: Path, data_path: Path, folder: Path, threads: int) -> tuple[Path, float]:
+    """`tfsmith optimize` with one recipe into a fresh folder; (its folder, seconds)."""
+    import shutil
+
+    optimized = folder / f"optimized-{recipe}"
+    if optimized.exists():
+        shutil.rmtree(optimized)
+    recipe_arg = recipe
+    if recipe == FLOAT_ONLY:
+        recipe_file = folder / "float-only.toml"
+        recipe_file.write_text(FLOAT_ONLY_RECIPE)
+        recipe_arg = str(recipe_file)
+    print(f"[{name}] tfsmith optimize --recipe {recipe_arg} ...", flush=True)
+    seconds = _run([*_tfsmith(), "optimize", str(model_path), "--data", str(data_path), "--recipe", recipe_arg,
+                    "--threads", str(threads), "--out", str(optimized)], folder / f"optimize-{recipe}.log", 3600)
+    return optimized, seconds
+
+
+def measure(name: str, out: Path, threads: int, budget_s: float, runtimes: str, rows: int,
+            host_bf16: bool) -> list[Row]:
     folder = out / name
     model_path, data_path = write_model_and_data(name, folder, rows=rows)
-    optimized, bench_out = folder / "optimized", folder / "bench"
-    if optimized.exists():
-        import shutil
-
-        shutil.rmtree(optimized)
-    print(f"[{name}] tfsmith optimize --recipe auto ...", flush=True)
-    optimize_s = _run([*_tfsmith(), "optimize", str(model_path), "--data", str(data_path), "--recipe", "auto",
-                       "--threads", str(threads), "--out", str(optimized)], folder / "optimize.log", 3600)
-    print(f"[{name}] tfsmith bench on the optimize output ({optimize_s:.0f} s for optimize) ...", flush=True)
-    bench_s = _run([*_tfsmith(), "bench", str(optimized), "--data", str(data_path), "--threads", str(threads),
-                    "--batch", "1,8", "--budget-s", str(budget_s), "--runtimes", runtimes, "--out", str(bench_out)],
-                   folder / "bench.log", 3600)
-    report = json.loads((optimized / "report.json").read_text())
+    optimized = {recipe: _optimize(name, recipe, model_path, data_path, folder, threads)
+                 for recipe in (AUTO, FLOAT_ONLY)}
+    bench_out = folder / "bench"
+    print(f"[{name}] tfsmith bench on the auto output ...", flush=True)
+    bench_s = _run([*_tfsmith(), "bench", str(optimized[AUTO][0]), "--data", str(data_path), "--threads",
+                    str(threads), "--batch", "1,8", "--budget-s", str(budget_s), "--runtimes", runtimes,
+                    "--out", str(bench_out)], folder / "bench.log", 3600)
     bench_json = json.loads((bench_out / "bench.json").read_text())
-    return compare(name, report, bench_json, optimize_s, bench_s)
+    return [compare(name, recipe, json.loads((path / "report.json").read_text()), bench_json, host_bf16,
+                    seconds, bench_s) for recipe, (path, seconds) in optimized.items()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,12 +330,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown or not names:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(MODELS)}")
-    results = [measure(n, args.out, args.threads, args.budget_s, args.runtimes, args.rows) for n in names]
+    host_bf16 = host_computes_in_bf16()
+    print(f"host: {'computes in bf16' if host_bf16 else 'no bf16 compute'}", flush=True)
+    results = [row for n in names
+               for row in measure(n, args.out, args.threads, args.budget_s, args.runtimes, args.rows, host_bf16)]
     print()
     print(table(results))
-    (args.out / "deploy_choice.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    print()
+    print("\n".join(verdict_lines(results)))
+    (args.out / "deploy_choice.json").write_text(json.dumps([{**asdict(r), "failed": r.failed} for r in results], indent=2) + "\n")
     print(f"\nwrote {args.out / 'deploy_choice.json'}")
-    return 0 if all(r.within_noise_of_fastest_candidate for r in results) else 1
+    return 1 if any(r.failed for r in results) else 0
 
 
 if __name__ == "__main__":
