@@ -2,7 +2,7 @@
 
 The engine and a local Python base image (debootstrap, no registry) are prepared once per session; so is a
 local registry for push tests, and an arm64 base image run under QEMU emulation for the arm64 tests.
-Whatever a bare machine lacks for these (docker.io, debootstrap, docker-registry, qemu-user-static,
+Whatever a bare machine lacks for these (docker.io, debootstrap, docker-registry, trixie's qemu-aarch64,
 binfmt-support) is installed by `builder.engine.local`, the same set-up `make engine` and `tfsmith
 engine-up` use, never assumed. Every test in this folder is marked `engine`.
 """
