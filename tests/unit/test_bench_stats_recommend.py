@@ -312,28 +312,56 @@ def test_our_speed_goals_are_judged_outside_the_product(recorded: BenchRun) -> N
 
 
 def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: Path) -> None:
-    from tests.benchmarks.deploy_choice import accepted_candidates, compare, table
+    from tests.benchmarks.deploy_choice import accepted_candidates, compare, table, verdict_lines
 
     recorded = json.loads((fixtures_dir / "bench" / "deploy_choice_recorded.json").read_text())
     mobilenet = recorded["mobilenet_v2"]
-    row = compare("mobilenet_v2", mobilenet["report"], mobilenet["bench"])
-    assert row.shipped == "litert-int8" and row.fastest == "openvino-int8"
+    row = compare("mobilenet_v2", "auto", mobilenet["report"], mobilenet["bench"], host_bf16=True)
+    assert row.shipped == "litert-int8" and row.fastest_passing == "openvino-int8"
     results = {r["name"]: r for r in mobilenet["bench"]["results"]}
-    assert row.ratio == pytest.approx(results["litert-int8"]["latency"]["p50"] / results["openvino-int8"]["latency"]["p50"])
-    assert row.within_noise is False and row.fastest_tflite == "openvino-tflite-nncf"
+    assert row.ratio_vs_fastest_passing == pytest.approx(
+        results["litert-int8"]["latency"]["p50"] / results["openvino-int8"]["latency"]["p50"])
+    assert row.within_noise_of_fastest_passing is False and row.fastest_deployable == "openvino-tflite-nncf"
     assert row.fastest_candidate == "litert-int8" and row.within_noise_of_fastest_candidate is True
+    assert not row.failed and row.bf16_verdict.startswith("n/a: the rule is for resnet50")
     rendered = table([row])  # slower than a peer beyond noise, yet the fastest of its own candidates
-    assert "x (beyond noise)" in rendered and rendered.rstrip().endswith("| within noise")
-    same = compare("mobilenet_v2", {"chosen": "model_fp32.tflite", "chosen_runtime": "openvino-nncf"},
-                   mobilenet["bench"])
-    assert same.shipped == "openvino-tflite-nncf" and same.within_noise is True
-    assert same.ratio_vs_fastest_tflite == 1.0
+    assert "x (beyond noise)" in rendered and "1.00x (within noise)" in rendered
+    assert verdict_lines([row])[0].startswith("mobilenet_v2 / auto: ok")
+    same = compare("mobilenet_v2", "auto", {"chosen": "model_fp32.tflite", "chosen_runtime": "openvino-nncf"},
+                   mobilenet["bench"], host_bf16=True)
+    assert same.shipped == "openvino-tflite-nncf" and same.ratio_vs_fastest_deployable == 1.0
     resnet = recorded["resnet50"]
     # the gate rejected int8 (random weights change the top-1 answer): it is timed by optimize but no candidate
     assert "litert-int8" not in accepted_candidates(resnet["report"])
     assert "litert-dynamic" in accepted_candidates(resnet["report"])
-    row = compare("resnet50", resnet["report"], resnet["bench"])
+    row = compare("resnet50", "auto", resnet["report"], resnet["bench"], host_bf16=True)
     assert row.shipped == "litert-dynamic" and row.fastest_candidate == "litert-dynamic"
+    assert row.fastest_passing == "openvino-int8"  # litert-int8 and openvino-tflite-int8 lost the top-1 answer
+    assert row.bf16_verdict.startswith("n/a") and "openvino-bf16" in row.bf16_verdict  # not in this recording
+
+
+def test_deploy_choice_holds_a_resnet50_to_openvinos_bf16_only_where_bf16_applies(fixtures_dir: Path) -> None:
+    """The bf16 rule: on a bf16 host, a ResNet50 whose bf16 answers agree deploys within 1.25x of OpenVINO's bf16."""
+    from tests.benchmarks.deploy_choice import MAX_RATIO_VS_BF16_PEER, compare
+
+    resnet = json.loads((fixtures_dir / "bench" / "deploy_choice_recorded.json").read_text())["resnet50"]
+    shipped = next(r for r in resnet["bench"]["results"] if r["name"] == "litert-dynamic")
+
+    def with_peer(factor: float, agreement: float) -> dict:
+        peer = {**shipped, "name": "openvino-bf16", "role": "peer", "agreement": agreement,
+                "latency": {**shipped["latency"], **{k: shipped["latency"][k] / factor
+                                                     for k in ("p50", "p90", "p99", "ci_low", "ci_high")}}}
+        return {**resnet["bench"], "results": [*resnet["bench"]["results"], peer]}
+
+    slow = compare("resnet50", "float-only", resnet["report"], with_peer(2.0, 1.0), host_bf16=True)
+    assert slow.ratio_vs_bf16_peer == pytest.approx(2.0) and slow.bf16_verdict == "FAIL" and slow.failed
+    close = compare("resnet50", "float-only", resnet["report"], with_peer(MAX_RATIO_VS_BF16_PEER - 0.05, 1.0),
+                    host_bf16=True)
+    assert close.bf16_verdict == "pass" and not close.failed
+    differs = compare("resnet50", "auto", resnet["report"], with_peer(2.0, 0.5), host_bf16=True)
+    assert differs.bf16_verdict.startswith("n/a: the bf16 answers do not agree")
+    no_bf16 = compare("resnet50", "auto", resnet["report"], with_peer(2.0, 1.0), host_bf16=False)
+    assert no_bf16.bf16_verdict == "n/a: this CPU has no bf16 compute" and not no_bf16.failed
 
 
 def test_the_one_timing_loop_interleaves_rotates_and_stops_when_stable() -> None:
