@@ -93,7 +93,7 @@ def _print_facts(host: Any) -> None:
     table.add_column()
     table.add_row("model", f"{cpu.model_name or '?'} ({cpu.vendor or '?'})")
     table.add_row("architecture", cpu.arch)
-    table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec target whose compiled code runs here)")
+    table.add_row("microarchitecture", f"{cpu.microarchitecture} (archspec, by the features compilers emit)")
     table.add_row("level", cpu.level or "-")
     if cpu.total_memory_bytes is None:  # a recorded dump: counts and memory were not recorded
         table.add_row("CPUs", f"{cpu.logical_cpus} processor(s) in the dump; limits and memory not recorded")
