@@ -34,7 +34,7 @@ import numpy as np
 
 from builder.optimize import tfenv
 
-Task = Literal["classification", "regression"]
+Task = Literal["classification", "binary", "regression"]
 Kind = Literal["tf_keras", "keras3", "saved_model", "tflite"]
 Shape = tuple[int | None, ...]
 
@@ -741,6 +741,83 @@ def predict_module(folder: Path, seed: int = 0, steps: int = 150) -> ZooModel:
     )
 
 
+FRAME_FEATURES = 4
+FRAMES = 24
+
+
+def conv1d_variable(folder: Path, seed: int = 0, epochs: int = 6) -> ZooModel:
+    """tf_keras Conv1D over variable-length frames: `frames` (N, None, 4) -> Conv1D(kernel 5) -> max pooling ->
+    sigmoid `alarm` (N, 1), a binary classifier with 0/1 labels.
+
+    A row is noise; an alarm row has a short bump in its first feature somewhere. DATA has 24 frames per row, the
+    signature takes any length of at least 5 (the kernel): a .tflite of it stores length 1 as a placeholder, at
+    which its convolution cannot prepare.
+    """
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    n = 900
+    labels = rng.integers(0, 2, size=n).astype(np.int64)
+    x = rng.normal(0.0, 0.3, size=(n, FRAMES, FRAME_FEATURES)).astype(np.float32)
+    for row in np.flatnonzero(labels):
+        start = int(rng.integers(0, FRAMES - 5))
+        x[row, start : start + 5, 0] += np.array([0.5, 1.0, 1.5, 1.0, 0.5], dtype=np.float32)
+    arrays = _named_arrays({"frames": x}, {"alarm": labels}, seed)
+    inputs = keras.Input(shape=(None, FRAME_FEATURES), name="frames")
+    h = keras.layers.Conv1D(8, 5, activation="relu")(inputs)
+    h = keras.layers.GlobalMaxPooling1D()(h)
+    out = keras.layers.Dense(1, activation="sigmoid", name="alarm")(h)
+    model = keras.Model(inputs, out, name="conv1d_variable")
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy")
+    model.fit(arrays["x_train/frames"], arrays["y_train/alarm"], epochs=epochs, batch_size=32, verbose=0)
+    pred = model.predict(arrays["x_val/frames"], verbose=0)
+    model_path = folder / "conv1d_variable.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="conv1d_variable",
+        model_path=model_path,
+        data_path=_save_npz(folder / "conv1d_variable.npz", arrays),
+        inputs={"frames": ("float32", (None, None, FRAME_FEATURES))},
+        outputs={"alarm": ("float32", (None, 1), "binary")},
+        kind="tf_keras",
+        labels=("alarm",),
+        val_metric={"alarm": float(np.mean((pred[:, 0] >= 0.5) == (arrays["y_val/alarm"] == 1)))},
+    )
+
+
+def bilstm_variable(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """tf_keras bidirectional LSTM over variable-length token ids: `tokens` (N, None) int32 -> Embedding ->
+    Bidirectional(LSTM(8)) -> softmax `sentiment` (2). DATA has 16 ids per row; clients send any length."""
+    keras = tfenv.keras()
+    _seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens, labels = _token_data(seed, n=600)
+    arrays = _named_arrays({"tokens": tokens}, {"sentiment": labels}, seed)
+    inputs = keras.Input(shape=(None,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(VOCAB, 16)(inputs)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(8))(h)
+    out = keras.layers.Dense(2, activation="softmax", name="sentiment")(h)
+    model = keras.Model(inputs, out, name="bilstm_variable")
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy")
+    model.fit(arrays["x_train/tokens"], arrays["y_train/sentiment"], epochs=epochs, batch_size=32, verbose=0)
+    accuracy = _accuracy(model.predict(arrays["x_val/tokens"], verbose=0), arrays["y_val/sentiment"])
+    model_path = folder / "bilstm_variable.keras"
+    model.save(model_path)
+    return ZooModel(
+        name="bilstm_variable",
+        model_path=model_path,
+        data_path=_save_npz(folder / "bilstm_variable.npz", arrays),
+        inputs={"tokens": ("int32", (None, None))},
+        outputs={"sentiment": ("float32", (None, 2), "classification")},
+        kind="tf_keras",
+        labels=("sentiment",),
+        val_metric={"sentiment": accuracy},
+    )
+
+
 BUILDERS: dict[str, Callable[..., ZooModel]] = {
     "cnn_classifier": cnn_classifier,
     "two_inputs": two_inputs,
@@ -754,6 +831,8 @@ BUILDERS: dict[str, Callable[..., ZooModel]] = {
     "text_classifier": text_classifier,
     "custom_layer": custom_layer,
     "predict_module": predict_module,
+    "conv1d_variable": conv1d_variable,
+    "bilstm_variable": bilstm_variable,
 }
 #: served by LiteRT (a plain .tflite converts)
 NAMES = ("cnn_classifier", "two_inputs", "two_heads", "regression", "token_ids", "keras3", "tf_module",
@@ -761,6 +840,8 @@ NAMES = ("cnn_classifier", "two_inputs", "two_heads", "regression", "token_ids",
 #: served by TensorFlow, or loadable only with the user's help (`imports`, `signature`)
 TF_NAMES = ("gru_sequence", "text_classifier", "custom_layer", "predict_module")
 ALL_NAMES = NAMES + TF_NAMES
+#: models over sequences of any length, served at lengths their DATA does not have
+VARIABLE_NAMES = ("conv1d_variable", "bilstm_variable")
 
 
 def build(name: str, folder: Path, seed: int = 0) -> ZooModel:
