@@ -41,7 +41,10 @@ def cause(error: BaseException, what: str) -> str:
 def litert_refusal(model_path: Path, error: BaseException) -> str:
     """One line for a .tflite LiteRT cannot prepare: LiteRT's own first line, then what to do about it."""
     text = cause(error, "litert")
-    hint = "; use --runtime tensorflow" if SELECT_OPS_MARKER in text else ""
+    if SELECT_OPS_MARKER in text:
+        hint = "; it needs TensorFlow's kernels: use --runtime tensorflow"
+    else:
+        hint = ("; try --runtime openvino, or serve the SavedModel it was converted from with --runtime tensorflow")
     return f"{model_path}: LiteRT cannot run this model: {text}{hint}"
 
 

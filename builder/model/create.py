@@ -13,7 +13,7 @@ from builder.model.backend import Backend, LiteRTBackend
 
 def model_for_runtime(runtime: str, model_path: Path) -> Path:
     """The file a runtime serves: openvino-nncf quantizes the float .tflite itself, the others run the chosen one."""
-    if registry.runtime(runtime).precision == "int8" and registry.runtime(runtime).engine == "openvino":
+    if registry.calibrates(runtime):
         from builder.model.openvino import nncf_inputs
 
         return nncf_inputs(model_path)[0]

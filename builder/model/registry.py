@@ -124,14 +124,16 @@ def engine_runtimes(engine: str) -> tuple[str, ...]:
 
 
 def on_tensorflow(name: str) -> bool:
-    """Runs on TensorFlow itself (a TensorFlow serving image; TensorFlow prepared before the server listens)."""
-    return runtime(name).engine == "tensorflow"
+    """Runs on TensorFlow itself (a TensorFlow serving image; TensorFlow prepared before the server listens).
+    False for a name that is no runtime of tfsmith's server (TF Serving's own image, say)."""
+    found = _BY_NAME.get(name)
+    return found is not None and found.engine == "tensorflow"
 
 
 def calibrates(name: str) -> bool:
     """Quantizes at load from the folder's calibration samples (serves one model file, needs samples)."""
-    entry = runtime(name)
-    return entry.engine == "openvino" and entry.precision == "int8"
+    found = _BY_NAME.get(name)
+    return found is not None and found.engine == "openvino" and found.precision == "int8"
 
 
 #: What serves a .tflite when nothing was measured or asked (it runs the file exactly as optimize evaluated it),

@@ -604,8 +604,8 @@ def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, c
             runtime = TF if kind in TF_KINDS else "litert"
             try:
                 result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
-            except Exception as error:  # noqa: BLE001 - only a Select-TF-ops file may fail to run here
-                if kind != "tflite_select_tf":
+            except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
+                if kind == "saved_model":
                     raise
                 result = unrunnable(kind, path, runtime, plan, error, options)
         results.append(result)
@@ -615,7 +615,8 @@ def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, c
 def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseException,
                options: Options) -> ArtifactResult:
     """A file kept in OUT that this host's runtime cannot run (a Select-TF-ops .tflite on a TensorFlow without
-    the Flex delegate, as the stock wheel is): rejected here, with the runtime's own first line and a log."""
+    the Flex delegate, as the stock wheel is; a .tflite LiteRT cannot prepare at the held-out rows' shapes):
+    rejected here, with the runtime's own first line, the log in OUT/logs and what serves it instead."""
     from builder.optimize import evaluate
     from builder.optimize.causes import cause, log_text
 
@@ -624,8 +625,9 @@ def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseExcep
     return ArtifactResult(
         path=path.name, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(), contract_kept=False,
-        accepted=False, reason=f"not run on this host: {runtime} cannot run it here: {cause(error)} (full text: "
-                               f"{log}); a TensorFlow build with the Flex delegate can",
+        accepted=False, reason=f"not run on this host: {runtime} cannot run {path.name}: {cause(error)} (full text: "
+                               f"{log}); " + ("a TensorFlow build with the Flex delegate can" if kind == "tflite_select_tf"
+                                              else "the SavedModel in the same folder serves the model on TensorFlow"),
         extra={"runnable_here": False})
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from builder.engine.base import Engine
 from builder.errors import TfsmithError
 from builder.packaging.plan import GRPC_PORT, ServePlan
+from builder.model import registry
 from builder.model.artifact import Artifact, Samples, load_samples
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
@@ -245,8 +246,9 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> 
     return diff
 
 
-#: Runtimes whose answers are int8 approximations of the served fp32 .tflite (quantized at server start).
-APPROXIMATE_RUNTIMES = ("openvino-nncf",)
+#: Runtimes whose answers approximate the served float file's (int8 quantized at server start, bf16 compute):
+#: judged by agreement, not bit for bit.
+APPROXIMATE_RUNTIMES = registry.APPROXIMATE
 #: Smallest top-1 agreement with a reference (the fp32 interpreter, or the original model) a served
 #: classification output must reach on the smoke rows.
 MIN_AGREEMENT = 0.9
@@ -325,8 +327,8 @@ def reference_backend(artifact: Artifact, runtime: str) -> Any:
     from builder.model.backend import LiteRTBackend
     from builder.model.create import create_backend
 
-    if runtime == "tensorflow" or artifact.model_path.is_dir():
-        return create_backend("tensorflow", artifact.model_path, 1)
+    if registry.on_tensorflow(runtime) or artifact.model_path.is_dir():  # bf16 too: checked against f32
+        return create_backend(registry.TENSORFLOW_DEFAULT, artifact.model_path, 1)
     return LiteRTBackend(artifact.model_path)
 
 
@@ -424,7 +426,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     if constant:
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
                 "agreement says little about quality there")
-    reference = ("the same model on TensorFlow here" if runtime == "tensorflow" or artifact.model_path.is_dir()
+    reference = ("the same model on TensorFlow here" if registry.on_tensorflow(runtime) or artifact.model_path.is_dir()
                  else "the local interpreter")
     return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note,
                        tuple(protocols), reference)

@@ -88,12 +88,17 @@ def needed_runtime(model: Path | None) -> tuple[str, str] | None:
         return None
     from builder.model.artifact import resolve_artifact
 
+    from builder.model import registry
+
     artifact = resolve_artifact(model)
-    if artifact.runtime != "tensorflow":
+    runtime = artifact.runtime
+    if runtime is None or not registry.on_tensorflow(runtime):
         return None
+    if artifact.chosen_runtime == runtime and runtime != registry.TENSORFLOW_DEFAULT:
+        return runtime, f"auto: optimize measured {runtime} fastest for it ({registry.runtime(runtime).summary})"
     if artifact.saved_model:
-        return "tensorflow", "auto: a SavedModel runs only on TensorFlow"
-    return "tensorflow", "auto: optimize measured this .tflite on TensorFlow (it needs Select TF ops)"
+        return runtime, "auto: a SavedModel runs only on TensorFlow"
+    return runtime, "auto: optimize measured this .tflite on TensorFlow (it needs Select TF ops)"
 
 
 if __name__ == "__main__":

@@ -165,3 +165,28 @@ def test_an_arm64_target_plans_an_arm64_image(tmp_path: Path) -> None:
                         base=BaseImage("tfsmith/python:bookworm-arm64"), target=_Target(name="neoverse_v1", arch="aarch64"))
     assert plan.platform == "linux/arm64" and plan.tag.endswith("-arm64")
     assert plan.labels["io.tfsmith.platform"] == "linux/arm64"
+
+
+def test_package_takes_the_target_optimize_recorded(tmp_path: Path) -> None:
+    from builder.packaging.workflow import recorded_target
+
+    here = replace(make_report(chosen="saved_model", artifacts=[("saved_model", "saved_model")],
+                               chosen_runtime="tensorflow"),
+                   target={"name": "host (sapphirerapids)", "arch": "x86_64", "is_host": True})
+    named = replace(here, target={"name": "x86-64-v3", "arch": "x86_64", "is_host": False})
+    assert recorded_target(Artifact(tmp_path / "saved_model", "m", here)) == "host"
+    assert recorded_target(Artifact(tmp_path / "saved_model", "m", named)) == "x86-64-v3"
+    assert recorded_target(Artifact(tmp_path / "saved_model", "m", replace(here, target={}))) is None
+    assert recorded_target(Artifact(tmp_path / "m.tflite", "m")) is None  # no report: nothing recorded
+
+
+def test_a_tensorflow_precision_optimize_chose_needs_a_tensorflow_image(tmp_path: Path) -> None:
+    folder = tmp_path / "saved_model"
+    folder.mkdir()
+    (folder / "saved_model.pb").write_bytes(b"")
+    report = make_report(chosen="saved_model", artifacts=[("saved_model", "saved_model")],
+                         chosen_runtime="tensorflow-bf16")
+    artifact = Artifact(folder, "m", report)
+    assert artifact.runtime == "tensorflow-bf16"  # what optimize measured, served as measured
+    assert choose_kind("auto", artifact, None)[0] == "tensorflow"
+    assert "tensorflow-bf16" in TensorFlowKind().runtimes
