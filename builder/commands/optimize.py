@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         model (exit 3 when the chosen one fails) and pick the fastest accepted artifact x runtime on this host."""
         if not explain:
             _require_optimize_extra()
-        from builder.optimize.pipeline import run_optimize_command
+        from builder.optimize.command import run_optimize_command
 
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,

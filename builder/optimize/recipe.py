@@ -260,6 +260,15 @@ def _cc_value(capability: str) -> float:
         return 0.0
 
 
+#: CUDA compute capability from which a GPU has tensor cores (Volta, 7.0)
+TENSOR_CORES_FROM = 7.0
+
+
+def tensor_core_gpus(gpu_capabilities: tuple[str, ...]) -> list[str]:
+    """The capabilities with tensor cores: where the SavedModel on the GPU is chosen by rule (one rule)."""
+    return [cc for cc in gpu_capabilities if _cc_value(cc) >= TENSOR_CORES_FROM]
+
+
 def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = (), arch: str = "x86_64",
                 target_name: str = "host") -> tuple[Recipe, tuple[str, ...]]:
     """The hardware-aware recipe for a target, and one reason per choice.
@@ -272,7 +281,7 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
     features = frozenset(f.lower() for f in features)
     reasons: list[str] = []
     int8_flags = sorted(features & (INT8_ARM if arch == "aarch64" else INT8_X86))
-    tensor_core_gpus = [cc for cc in gpu_capabilities if _cc_value(cc) >= 7.0]
+    tensor_cores = tensor_core_gpus(gpu_capabilities)
     half_cpu = sorted(features & HALF_CPU)
 
     modes = ["dynamic", "int8"]
@@ -285,10 +294,10 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
         reasons.append(f"quantization: dynamic-range chosen: {target_name} lacks int8 dot-product instructions "
                        f"({', '.join(sorted(INT8_ARM if arch == 'aarch64' else INT8_X86))}); weights stay int8 "
                        "(4x smaller) without needing int8 activations; full int8 still emitted for comparison")
-    if tensor_core_gpus:
+    if tensor_cores:
         modes.append("float16")
         choose = "saved_model"
-        reasons.append(f"precision: GPU compute capability {', '.join(tensor_core_gpus)} >= 7.0 has tensor cores: "
+        reasons.append(f"precision: GPU compute capability {', '.join(tensor_cores)} >= 7.0 has tensor cores: "
                        "float16 TFLite emitted for GPU delegates; the SavedModel (TensorFlow on the GPU) is chosen")
     elif half_cpu:
         modes.append("float16")
@@ -297,7 +306,7 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
     else:
         reasons.append("precision: no half-precision compute (no GPU cc >= 7.0, no avx512_bf16/amx_bf16/"
                        "avx512_fp16/asimdhp): float16 not emitted")
-    if tensor_core_gpus:
+    if tensor_cores:
         xla = True
         reasons.append("xla: a jit_compile'd serving_xla signature is added for the GPU (fused kernels usually "
                        "pay there; not measured on this machine)")

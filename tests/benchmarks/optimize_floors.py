@@ -36,7 +36,8 @@ def _recipe(path: Path, text: str) -> Path:
 def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs: int = 15,
                    say: Any = lambda text: None) -> dict[str, Any]:
     from builder.optimize.example import write_example
-    from builder.optimize.pipeline import Options, run
+    from builder.optimize.options import Options
+    from builder.optimize.pipeline import run
 
     tfenv.configure_threads(threads)
     out.mkdir(parents=True, exist_ok=True)

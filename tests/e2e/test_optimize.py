@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builder.model import registry
+
 from tests.e2e.inprocess import run_cli
 
 pytestmark = pytest.mark.tf
@@ -111,7 +113,7 @@ def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example:
     kinds = _kinds(report)
     assert {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_int8"} <= set(kinds)
     assert report.chosen in {a.path for a in report.artifacts} and report.chosen.endswith(".tflite")
-    assert report.chosen_runtime in ("litert", "openvino") and report.selection.measured
+    assert report.chosen_runtime in registry.TFLITE_RUNTIMES and report.selection.measured
     assert report.gate.passed is True and report.chosen_artifact.accepted
     assert report.model.format == "keras2" and report.contract.input_names == ("image",)
     assert report.contract.output_names == ("probs",) and report.contract.outputs[0].task == "classification"
@@ -171,7 +173,8 @@ def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path
     assert report.sparsity["target"] == 0.8
     assert report.sparsity["achieved"] == pytest.approx(0.8, abs=0.01)
     assert set(_kinds(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8"}
-    assert report.chosen == "model_qat_int8.tflite" and not report.selection.measured  # a recipe names it
+    assert report.chosen == "model_qat_int8.tflite"  # the recipe names it: its runtime and precision are measured
+    assert report.selection.measured and "the recipe names model_qat_int8.tflite" in report.selection.how
     qat = _kinds(report)["tflite_qat_int8"]
     assert qat.inputs[0].dtype == "float32" and qat.contract_kept and qat.metric("probs").accuracy > 0.8
     assert _signature(out / qat.path)[1] == {"probs": ("float32", (-1, 10))}

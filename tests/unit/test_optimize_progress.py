@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from builder.optimize.pipeline import _stage
+from builder.optimize.options import stage
 from builder.optimize.progress import announce, step_say
 
 
@@ -16,7 +16,7 @@ def test_in_a_log_each_step_prints_a_line_when_it_starts() -> None:
     assert not console.is_terminal
     with console.status("tfsmith optimize") as status:
         say = step_say(console, status)
-        with _stage(say, "timing 6 artifact x runtime pairs (20 s, interleaved)"):
+        with stage(say, "timing 6 artifact x runtime pairs (20 s, interleaved)"):
             started = sink.getvalue()
     assert "timing 6 artifact x runtime pairs (20 s, interleaved)" in started  # before the step ended
     assert "✓ timing 6 artifact x runtime pairs" in sink.getvalue()

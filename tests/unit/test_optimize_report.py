@@ -1,4 +1,4 @@
-"""The typed report (builder/report.py) and the choice of artifact x runtime (pipeline.select_step): pure, no
+"""The typed report (builder/report.py) and the choice of artifact x runtime (select.select_step): pure, no
 TensorFlow. report.json round-trips through `Report.load`; the server can import the module (standard library
 only); the choice never takes a rejected artifact, measures only on this host, and breaks ties by size."""
 
@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import builder.report as report_module
-from builder.optimize.pipeline import TargetFacts, contract_kept, pick_fastest, select_step
+from builder.optimize.contract import contract_kept
+from builder.optimize.select import pick_fastest, select_step
+from builder.optimize.target import TargetFacts
 from builder.optimize.recipe import auto_recipe, recipe_from_mapping
 from builder.report import (ArtifactResult, Candidate, DataInfo, Gate, Latency, ModelContract, ModelInfo,
                             OutputMetric, OutputSpec, Report, ReportError, Selection, TensorSpec)
@@ -206,7 +208,8 @@ def test_rejected_rule_choice_falls_back_for_auto_but_not_for_a_recipe_file() ->
 def test_auto_on_this_host_adds_serving_xla_to_measure_it_and_another_target_does_not() -> None:
     from pathlib import Path
 
-    from builder.optimize.pipeline import choose_recipe, measures_here, without_tflite
+    from builder.optimize.planning import choose_recipe, without_tflite
+    from builder.optimize.target import measures_here
 
     here, reasons = choose_recipe("auto", HOST)
     assert here.export.xla and measures_here(here, HOST)
@@ -254,7 +257,7 @@ def table_rows_of(report: Report) -> list[list[str]]:
 
 
 def test_the_gate_rows_end_with_one_all_zero_input_for_numeric_inputs_only() -> None:
-    from builder.optimize.pipeline import gate_rows
+    from builder.optimize.planning import gate_rows
 
     x = {"pixels": np.ones((5, 4, 4, 1), np.float32), "ids": np.arange(10, dtype=np.int32).reshape(5, 2)}
     rows = gate_rows(x)

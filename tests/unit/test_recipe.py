@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builder.errors import InputError
-from builder.optimize.pipeline import _cpuinfo_flags, adapt_recipe, explain_lines, TargetFacts
+from builder.hardware.cpu import cpu_facts_from_text
+from builder.optimize.planning import adapt_recipe, explain_lines
+from builder.optimize.target import TargetFacts
 from builder.optimize.recipe import (
     Pruning,
     Schedule,
@@ -24,7 +26,7 @@ CPUINFO = Path(__file__).resolve().parents[1] / "fixtures" / "cpuinfo"
 
 
 def flags_of(name: str) -> frozenset[str]:
-    return _cpuinfo_flags((CPUINFO / name).read_text())
+    return cpu_facts_from_text((CPUINFO / name).read_text()).features
 
 
 # --- parsing ------------------------------------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""`tfsmith optimize` as a command: `--explain`'s plan, or the run with progress, the table and the verdict."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+
+from builder.errors import EXIT_GATE_FAILED
+from builder.optimize.contract import check_labels, make_contract
+from builder.optimize.options import DEFAULT_MAX_RELATIVE_ERROR, Options
+from builder.optimize.pipeline import run
+from builder.optimize.planning import explain_lines, make_plan
+
+# --- CLI glue -----------------------------------------------------------------------------------------
+
+
+def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cuda_cc: str | None,
+                 max_accuracy_drop: float, max_relative_error: float, threads: int, signature: str | None = None,
+                 imports: tuple[str, ...] = ()) -> list[str]:
+    """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
+    from builder.optimize import tfenv
+
+    from builder.optimize.causes import keep_log
+
+    # --explain writes no output; the full texts its notes name go to a fresh temp folder instead of --out
+    logs = Path(tempfile.mkdtemp(prefix="tfsmith-explain-"))
+    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=logs,
+                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+                      max_relative_error=max_relative_error, signature=signature, imports=imports)
+    with tfenv.quiet_native_stderr():
+        plan = make_plan(options, lambda _: None)
+        for name, text in plan.logs.items():
+            keep_log(name, text, logs)
+        reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
+        contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
+                                 {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks),
+                                 plan.loaded.signature)
+        check_labels(contract, plan.data.y_val, plan.data.y_train)
+    lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
+    for spec in contract.outputs:
+        lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")
+    lines += [f"note: {n}" for n in plan.notes]
+    plan.loaded.close()
+    return lines
+
+
+def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
+                         max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
+                         latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR,
+                         signature: str | None = None, imports: tuple[str, ...] = ()) -> int:
+    """What `tfsmith optimize` does; returns the exit status (0, or EXIT_GATE_FAILED)."""
+    import os
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from builder.optimize import report as reporting
+
+    if explain:
+        for line in explain_plan(model=model, data=data, recipe=recipe, target=target, cuda_cc=cuda_cc,
+                                 max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error,
+                                 threads=threads, signature=signature, imports=imports):
+            print(line)
+        return 0
+    # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
+    err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
+    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
+                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+                      latency_runs=latency_runs, max_relative_error=max_relative_error, signature=signature,
+                      imports=imports)
+    from builder.optimize import tfenv
+
+    from builder.optimize.progress import step_say
+
+    with err.status("tfsmith optimize") as status, tfenv.quiet_native_stderr():
+        outcome = run(options, say=step_say(err, status))
+    report = outcome.report
+    table = Table(title=f"tfsmith optimize -> {outcome.out}", caption=reporting.TIMINGS)
+    for header in reporting.HEADERS:
+        table.add_column(header, justify="left" if header in ("artifact", "kind", "gate", "quality") else "right")
+    for row in reporting.table_rows(report):
+        table.add_row(*row)
+    out_console = Console()
+    if not out_console.is_terminal:
+        out_console = Console(width=200)
+    out_console.print(table)
+    for spec in report.contract.outputs:
+        print(f"output {spec.name}: {spec.task} ({spec.task_why})")
+    for note in report.notes:
+        print(f"note: {note}")
+    if report.sparsity:
+        print(f"sparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}")
+    signature = "" if report.chosen_signature == "serving_default" else f", signature {report.chosen_signature}"
+    pick = reporting.chosen_candidate(report)
+    print(f"chosen: {report.chosen} on {reporting.runtime_text(report.chosen_runtime, pick.precision if pick else '')}"
+          f"{signature} ({report.selection.how})")
+    print(f"report: {outcome.out / reporting.REPORT_JSON} ({reporting.REPORT_MD}, {reporting.REPORT_PNG})")
+    if not outcome.gate_passed:
+        sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "
+                         f"artifacts kept in {outcome.out}, marked rejected\n")
+        return EXIT_GATE_FAILED
+    return 0

@@ -1,0 +1,26 @@
+"""The files `tfsmith optimize --out` writes, by artifact kind, and the order rules fall back in."""
+
+from __future__ import annotations
+
+
+
+from builder.report import SAMPLES_NPZ
+
+SAMPLES_NAME = SAMPLES_NPZ
+SAMPLE_ROWS = 32
+FILE_NAMES = {
+    "saved_model": "saved_model",
+    "tflite_fp32": "model_fp32.tflite",
+    "tflite_dynamic": "model_dynamic.tflite",
+    "tflite_float16": "model_float16.tflite",
+    "tflite_int8": "model_int8.tflite",
+    "tflite_qat_int8": "model_qat_int8.tflite",
+    "tflite_original": "model.tflite",
+    "tflite_select_tf": "model_select_tf.tflite",
+}
+#: kinds that TensorFlow itself serves (a SavedModel; a .tflite with Select TF ops on TensorFlow's interpreter)
+TF_KINDS = ("saved_model", "tflite_select_tf")
+TF = "tensorflow"
+XLA_SIGNATURE = "serving_xla"
+#: rule order when nothing was measured (int8 first: 4x smaller; the recipe's own choice goes first anyway)
+RULE_ORDER = ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_fp32", "tflite_float16", "tflite_original")

@@ -1,0 +1,206 @@
+"""Step 1, the plan: recipe, model, contract and DATA, all checked before any work (every refusal happens here),
+and what `--explain` says of it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.optimize import recipe as recipes
+from builder.optimize.layout import FILE_NAMES
+from builder.optimize.options import Options, stage
+from builder.optimize.recipe import Recipe
+from builder.optimize.target import INTERESTING_FLAGS, TargetFacts, measures_here, target_facts
+from builder.report import ModelContract
+from builder.say import Say
+
+def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...]]:
+    if spec == "auto":
+        recipe, reasons = recipes.auto_recipe(facts.features, facts.gpu_capabilities, facts.arch, facts.name)
+        if measures_here(recipe, facts) and not recipe.export.xla:
+            recipe = replace(recipe, export=replace(recipe.export, xla=True))
+            reasons = tuple(r for r in reasons if not r.startswith("xla:")) + (
+                "xla: a jit_compile'd serving_xla signature is added and timed against the contract's signature on "
+                "this host; requests get it by default only when it is faster beyond noise (XLA measured slower "
+                "for CNNs on CPU: MobileNetV2 16 ms -> 96 ms on this stack)",)
+        return recipe, reasons
+    recipe = recipes.load_recipe(Path(spec))
+    return recipe, (f"recipe: from {spec}",)
+
+
+def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
+                 original_tflite: bool = False) -> tuple[Recipe, list[str]]:
+    """Drop what the model or DATA cannot support (with a note), keeping the chosen artifact meaningful."""
+    notes: list[str] = []
+    pruning, quant = recipe.pruning, recipe.quantization
+    if original_tflite:
+        notes.append("the model is a .tflite: it is the original and the only artifact; it is evaluated and "
+                     "measured as it is")
+        return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
+                       export=recipes.Export(tflite_fp32=False, xla=False), choose="tflite_original"), notes
+    if why_not_trainable and (pruning or quant.qat):
+        notes.append(f"pruning and QAT skipped: the model is {why_not_trainable}")
+        pruning, quant = None, replace(quant, qat=False)
+    elif recipe.name == "auto" and pruning and not has_train:
+        notes.append("pruning skipped: DATA has no x_train with labels for every output to fine-tune on")
+        pruning = None
+    adapted = replace(recipe, pruning=pruning, quantization=quant)
+    if adapted.choose not in adapted.kinds:
+        fallback = next(k for k in ("tflite_int8", "tflite_dynamic", "tflite_fp32", "saved_model") if k in adapted.kinds)
+        notes.append(f"chosen artifact {adapted.choose} is not produced any more; choosing {fallback}")
+        adapted = replace(adapted, choose=fallback)
+    return adapted, notes
+
+
+def kinds_of(recipe: Recipe) -> tuple[str, ...]:
+    return ("tflite_original",) if recipe.choose == "tflite_original" else recipe.kinds
+
+
+def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, model_note: str | None,
+                  contract: ModelContract | None = None) -> list[str]:
+    lines = [f"target: {facts.name} ({facts.arch}); int8/half features: "
+             f"{', '.join(sorted(facts.features & set(INTERESTING_FLAGS))) or 'none'}; "
+             f"GPUs: {', '.join(facts.gpu_capabilities) or 'none'}",
+             f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[k] for k in kinds_of(recipe))}; "
+             f"chosen: {FILE_NAMES[recipe.choose]}"
+             + (" (by rule; on this host every accepted artifact x runtime x precision is measured and the fastest "
+                "picked)" if facts.is_host and not recipe.choose_named and recipe.choose != "saved_model" else "")]
+    if contract is not None:
+        lines.append("contract: inputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.inputs)
+                     + "; outputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.outputs))
+    if recipe.pruning:
+        p = recipe.pruning
+        lines.append(f"pruning: {p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
+                     f", {p.epochs} fine-tuning epochs"
+                     + ("; kept only if the pruned model agrees with the original within the gate"
+                        if recipe.name == "auto" else ""))
+    lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
+                 f"{'; QAT ' + str(recipe.quantization.qat_epochs) + ' epoch(s)' if recipe.quantization.qat else ''}")
+    lines += [f"why: {r}" for r in reasons]
+    if model_note:
+        lines.append(f"model: {model_note}")
+    return lines
+
+
+def _shape_text(shape: tuple[int | None, ...]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+# --- step 1: plan (every refusal before any work) -------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    facts: TargetFacts
+    recipe: Recipe
+    reasons: tuple[str, ...]
+    notes: list[str]
+    loaded: Any  # model_io.LoadedModel
+    data: Any  # data.Data
+    #: why no plain .tflite can be made (the converter's own first error line), None when it can
+    no_tflite: str | None = None
+    #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
+    logs: dict[str, str] = field(default_factory=dict)
+    out: Path = Path(".")
+
+    def log(self, name: str, text: str) -> Path:
+        """Keep a full error text for OUT/logs/<name>.log; returns the path it will have."""
+        self.logs[name] = text
+        return Path(self.out) / "logs" / f"{name}.log"
+
+    @functools.cached_property
+    def gate_x(self) -> dict[str, np.ndarray]:
+        """The rows the gate judges every artifact on: the held-out rows, then one all-zero input (`gate_rows`)."""
+        return gate_rows(self.data.x_val)
+
+
+def gate_rows(x_val: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The held-out rows and one all-zero row after them, for numeric inputs (text has no all-zero input).
+
+    Why: a blank input is where an int8 file most often answers equal top scores (every activation near its
+    zero point) while the float original still has a clear answer; real traffic sends such inputs. Labels
+    cover the held-out rows only; the zero row is judged against the original's own answer.
+    """
+    if not x_val or any(np.asarray(v).dtype.kind not in "biuf" for v in x_val.values()):
+        return dict(x_val)
+    return {k: np.concatenate([v, np.zeros_like(v[:1])]) for k, v in x_val.items()}
+
+def make_plan(options: Options, say: Say) -> Plan:
+    """Recipe, model, contract and DATA, all checked; raises one-line errors with nothing written."""
+    from builder.optimize import export as exporting
+    from builder.optimize.model_io import sniff_model
+
+    exporting.check_out_dir(options.out)
+    facts = target_facts(options.target, options.cuda_cc)
+    recipe, reasons = choose_recipe(options.recipe_spec, facts)
+    sniff_model(options.model)  # bad paths fail before TensorFlow is imported
+
+    from builder.optimize import data as data_mod
+    from builder.optimize import tfenv
+    from builder.optimize.model_io import load_model
+
+    tfenv.configure_threads(options.threads)
+    with stage(say, f"loading {options.model}"):
+        loaded = load_model(options.model, options.signature, options.imports)
+    raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
+    has_train = data_mod.has_training_data(raw, loaded.outputs)
+    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not, has_train, loaded.tflite_path is not None)
+    if loaded.trainable_why_not and not notes:
+        notes.append(f"the model is {loaded.trainable_why_not}")
+    unknown = sorted({name for name, _ in recipe.tasks} - {t.name for t in loaded.outputs})
+    if unknown:
+        from builder.errors import InputError
+
+        raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
+                         f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
+    plan = Plan(facts, recipe, reasons, notes, loaded, None, out=Path(options.out))
+    if any(t.dtype == "string" for t in loaded.inputs) and recipe.export.xla:
+        recipe = replace(recipe, export=replace(recipe.export, xla=False))
+        notes.append("xla: serving_xla not added: string inputs have no XLA kernels")
+    if loaded.saved_model_dir is not None:
+        failure = _probe_conversion(loaded)
+        if failure is not None:
+            recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
+            plan.no_tflite = failure.cause
+            notes.append(note)
+    if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
+        modes = tuple(m for m in recipe.quantization.modes if m != "int8")
+        recipe = replace(recipe, quantization=replace(recipe.quantization, modes=modes),
+                         choose="tflite_dynamic" if recipe.choose == "tflite_int8" else recipe.choose)
+        notes.append("int8 skipped: DATA has no x_calib or x_train rows to calibrate on (x_val is never used for "
+                     "that); dynamic-range needs none")
+    need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
+    need_train = recipe.pruning is not None or recipe.quantization.qat
+    data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
+                                  calib_samples=recipe.quantization.calibration_samples)
+    leaked = data_mod.shared_rows(data.x_calib, data.x_val)
+    if leaked:
+        notes.append(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
+    plan.recipe, plan.data = recipe, data
+    return plan
+
+
+def _probe_conversion(loaded: Any) -> Any:
+    """A float conversion before any training: ConversionFailed when the TFLite builtins cannot express the
+    model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), None when they can."""
+    from builder.optimize import quantize
+
+    try:
+        quantize.convert_saved_model(loaded.saved_model_dir, "fp32", signature=loaded.signature)
+    except quantize.ConversionFailed as error:
+        return error
+    return None
+
+
+def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:
+    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it) and a Select-TF-ops
+    .tflite are what is left; pruning and QAT only feed .tflite files, so they go too. (recipe, one-line note)."""
+    adapted = replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
+                      export=replace(recipe.export, tflite_fp32=False), choose="saved_model")
+    return adapted, (f"no plain .tflite: the TFLite converter says: {cause} (full text: {log}); serving the "
+                     "SavedModel on TensorFlow, and a .tflite with Select TF ops is tried for TensorFlow's interpreter")

@@ -1,0 +1,339 @@
+"""Steps 3-8 and 10: prune (kept only if it agrees), export, convert, QAT, evaluate every file against the
+original, time the candidates, write the samples. Each step is one function over the plan."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from builder.optimize.contract import contract_kept, fit_arguments
+from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_KINDS
+from builder.optimize.options import Options, stage
+from builder.optimize.planning import Plan
+from builder.optimize.recipe import Recipe
+from builder.report import ArtifactResult, Candidate, Latency, ModelContract
+from builder.say import Say
+
+# --- step 3: prune (and keep it only if it still agrees) -----------------------------------------------
+
+
+def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray], options: Options,
+               say: Say) -> tuple[Any, Any, list[str]]:
+    """(model, sparsity, notes): the pruned model when it agrees with the original within the gate or the
+    recipe asked for it explicitly; for auto, the original model back (and a note) when it does not.
+
+    "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
+    for classification outputs, relative error within --max-relative-error for regression outputs.
+    """
+    from builder.optimize import prune, quality
+
+    recipe, data, loaded = plan.recipe, plan.data, plan.loaded
+    if not recipe.pruning or loaded.keras_model is None:
+        return loaded.keras_model, None, []
+    x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
+    from builder.errors import TfsmithError
+
+    with stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
+        try:
+            model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+        except TfsmithError as error:
+            if recipe.name != "auto":
+                raise
+            return loaded.keras_model, None, [f"pruning dropped: {error}"]
+    from builder.optimize.model_io import keras_serving_fn
+
+    from builder.optimize import tfenv
+
+    tf = tfenv.tensorflow()
+    serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
+    pruned_out = _batched_keras(serve, plan.gate_x, tf)
+    # Judged on fidelity to the original (top-1 agreement / relative error), never on labels: accuracy can
+    # rise while the answers change, and that is still a different model.
+    metrics, passed, why = quality.judge(pruned_out, reference, {}, contract.outputs,
+                                         max_accuracy_drop=options.max_accuracy_drop,
+                                         max_relative_error=options.max_relative_error)
+    agreement = quality.agreement_summary(metrics)
+    if passed:
+        return model, sparsity, [f"pruning kept: the pruned float model agrees with the original ({why})"]
+    if recipe.name == "auto":
+        return loaded.keras_model, None, [f"pruning dropped: the pruned float model changed the answers ({why}; "
+                                          f"agreement {agreement:.3f}); auto never ships a retrained model that "
+                                          "disagrees with the original"]
+    return model, sparsity, [f"pruning applied as the recipe asks, although the pruned float model differs from the "
+                             f"original ({why}; agreement {agreement:.3f})"]
+
+
+def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
+    rows = len(next(iter(x.values())))
+    parts = [serve({k: tf.constant(v[i : i + batch]) for k, v in x.items()}) for i in range(0, rows, batch)]
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
+# --- steps 4-6: export, convert, QAT -------------------------------------------------------------------
+
+
+def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, say: Say) -> Path | None:
+    """The serving SavedModel (the optimized float model, the contract's signature) into staging."""
+    from builder.optimize.model_io import export_keras
+
+    loaded, recipe = plan.loaded, plan.recipe
+    if loaded.tflite_path is not None:
+        return None
+    target = staging / FILE_NAMES["saved_model"]
+    with stage(say, "exporting the serving SavedModel"):
+        if model is not None and (model is not loaded.keras_model or recipe.export.xla):
+            export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
+                         xla=recipe.export.xla)
+        else:
+            shutil.copytree(loaded.saved_model_dir, target)
+            if recipe.export.xla:
+                _add_xla(plan, target)
+    return target
+
+
+def _add_xla(plan: Plan, target: Path) -> None:
+    """serving_xla beside the contract's signature, re-saved from the SavedModel itself (a Keras 3 export, a
+    tf.Module); when TensorFlow cannot re-save it, a note says why and the SavedModel stays as it was."""
+    from builder.optimize.causes import cause, log_text
+    from builder.optimize.model_io import add_xla_signature
+
+    try:
+        add_xla_signature(target, plan.loaded.signature)
+    except Exception as error:  # noqa: BLE001 - the SavedModel without serving_xla still serves
+        shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
+        log = plan.log("export-xla", log_text(error, "adding serving_xla"))
+        plan.notes.append(f"xla: serving_xla not added: {cause(error)} (full text: {log})")
+
+
+def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) -> list[tuple[str, Path]]:
+    from builder.optimize import quantize
+    from builder.optimize.model_io import copy_original
+
+    if plan.loaded.tflite_path is not None:
+        path = staging / FILE_NAMES["tflite_original"]
+        copy_original(plan.loaded, path)
+        return [("tflite_original", path)]
+    assert saved_model is not None
+    produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
+    signature = plan.loaded.signature
+    kinds = [k for k in plan.recipe.kinds if k not in ("saved_model", "tflite_qat_int8")]
+    if plan.no_tflite is not None:
+        kinds.append("tflite_select_tf")
+    for kind in kinds:
+        mode = kind.removeprefix("tflite_")
+        with stage(say, f"converting to TFLite {mode}"):
+            path = staging / FILE_NAMES[kind]
+            try:
+                path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes,
+                                                              signature=signature))
+            except quantize.ConversionFailed as error:
+                log = plan.log(f"convert-{mode}", error.full_text)
+                plan.notes.append(f"{FILE_NAMES[kind]} not written: TFLite {mode} conversion failed: {error.cause} "
+                                  f"(full text: {log})")
+                continue
+        if kind == "tflite_select_tf":
+            plan.notes.append(f"{FILE_NAMES[kind]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+                              "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
+                              "delegate, never on LiteRT")
+        produced.append((kind, path))
+    return produced
+
+
+def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, reference: Mapping[str, np.ndarray],
+             staging: Path, scratch: Path, say: Say) -> list[tuple[str, Path]]:
+    from builder.optimize import quantize
+
+    recipe = plan.recipe
+    if not recipe.quantization.qat or model is None:
+        return []
+    x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, reference)
+    with stage(say, f"quantization-aware training{' (pruning-preserving)' if pruned else ''}"):
+        qat_model = quantize.quantization_aware_train(
+            model, x_train, y_train, losses,
+            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=pruned)
+        path = staging / FILE_NAMES["tflite_qat_int8"]
+        path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
+                                              plan.data.x_calib, scratch, like=model))
+    return [("tflite_qat_int8", path)]
+
+
+# --- step 7: evaluate --------------------------------------------------------------------------------
+
+
+def openvino_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
+def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan, contract: ModelContract,
+                      reference: Mapping[str, np.ndarray], options: Options) -> tuple[ArtifactResult, Any]:
+    """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
+    from builder.optimize import evaluate, quality
+
+    runner = evaluate.Runner(runtime, path, options.threads, contract.signature if path.is_dir() else None)
+    kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
+    outputs = runner.predict_all(plan.gate_x)
+    metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                         max_accuracy_drop=options.max_accuracy_drop,
+                                         max_relative_error=options.max_relative_error)
+    raw, packed = evaluate.file_sizes(path)
+    variables = evaluate.file_sizes(path / "variables")[0] if (path / "variables").is_dir() else 0
+    extra: dict[str, Any] = {"signatures": list(runner.signatures)}
+    result = ArtifactResult(
+        path=rel, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        latency_us=Latency(0.0, 0.0, 0), throughput={},
+        inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
+        accepted=passed and kept, reason=why if kept else differs, variables_bytes=variables, extra=extra)
+    return result, runner
+
+
+def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
+                  reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
+    results = []
+    for kind, path in produced:
+        with stage(say, f"evaluating {path.name}"):
+            runtime = TF if kind in TF_KINDS else "litert"
+            try:
+                result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
+            except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
+                if kind == "saved_model":
+                    raise
+                result = unrunnable(kind, path, runtime, plan, error, options)
+        results.append(result)
+    return results
+
+
+def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseException,
+               options: Options) -> ArtifactResult:
+    """A file kept in OUT that this host's runtime cannot run (a Select-TF-ops .tflite on a TensorFlow without
+    the Flex delegate, as the stock wheel is; a .tflite LiteRT cannot prepare at the held-out rows' shapes):
+    rejected here, with the runtime's own first line, the log in OUT/logs and what serves it instead."""
+    from builder.optimize import evaluate
+    from builder.optimize.causes import cause, log_text
+
+    log = plan.log(f"run-{path.stem}", log_text(error, f"running {path.name} on {runtime}"))
+    raw, packed = evaluate.file_sizes(path)
+    return ArtifactResult(
+        path=path.name, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(), contract_kept=False,
+        accepted=False, reason=f"not run on this host: {runtime} cannot run {path.name}: {cause(error)} (full text: "
+                               f"{log}); " + ("a TensorFlow build with the Flex delegate can" if kind == "tflite_select_tf"
+                                              else "the SavedModel in the same folder serves the model on TensorFlow"),
+        extra={"runnable_here": False})
+
+
+def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray],
+                  options: Options) -> tuple[ArtifactResult | None, Any]:
+    """The unoptimized float model served as a SavedModel (the original's signature): the reference row."""
+    if plan.loaded.saved_model_dir is None:
+        return None, None
+    return evaluate_artifact("saved_model", plan.loaded.saved_model_dir, "baseline", "tensorflow", plan, contract,
+                             reference, options)
+
+
+# --- step 8: measure candidates -------------------------------------------------------------------------
+
+
+def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
+                 reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
+                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
+    """Time every artifact x runtime (x precision, x signature) in ONE interleaved loop, judge what runs
+    differently from the evaluated path by the gate, and record each candidate's cost at a new input shape
+    (`builder.optimize.candidates`); then rows/s of each artifact's own row."""
+    from builder.optimize import candidates as cands
+    from builder.optimize import evaluate, quality
+    from builder.optimize.causes import cause
+
+    def judge(outputs: Mapping[str, np.ndarray]) -> tuple[bool, str]:
+        _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
+                                       max_accuracy_drop=options.max_accuracy_drop,
+                                       max_relative_error=options.max_relative_error)
+        return passed, why
+
+    def make(runtime: str, path: Path, signature: str) -> Any:
+        return evaluate.Runner(runtime, path, options.threads, signature or None)
+
+    pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
+    budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
+    baseline_key = "baseline@tensorflow"
+
+    def timer(calls: Mapping[str, Callable[[], Any]], share: float) -> dict[str, Latency]:
+        if baseline_dir is not None:
+            calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
+        with stage(say, f"timing {len(calls)} artifact x runtime pairs ({share:.0f} s, interleaved)"):
+            return evaluate.time_runners(calls, share)
+
+    baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
+                       if baseline_dir is not None else None)
+    candidates, latencies, made = cands.measure(
+        results, staging, contract, plan.data.x_val, plan.gate_x, allowed_precisions(plan.recipe), make, judge,
+        timer, budget, cause, lambda text: stage(say, text))
+    if baseline_runner is not None:
+        made[baseline_key] = baseline_runner
+    updated = cands.primary_rows(results, latencies, contract)
+    primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
+                 for r in results}
+    rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
+                                if k in made and k in latencies}, made, plan, budget, say)
+    updated = [replace(r, throughput=rows_per_s.get(primaries[r.path], r.throughput)) for r in updated]
+    extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
+             if baseline_key in latencies else {})
+    line = cands.shape_line(contract, candidates)
+    if line:
+        plan.notes.append(line)
+    return updated, candidates, extra
+
+
+def allowed_precisions(recipe: Recipe) -> tuple[str, ...]:
+    """What the recipe lets a runtime compute in: float always; int8 where the recipe quantizes to int8."""
+    from builder.optimize.candidates import allowed_precisions as allowed
+
+    return allowed("int8" in recipe.quantization.modes or recipe.quantization.qat)
+
+
+def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
+                  ) -> dict[str, dict[str, float]]:
+    """rows/s of each table row (`rows`: its batch-1 latency): batch-B calls timed in one interleaved loop like
+    batch 1, so rows/s and p50 come from the same kind of measurement (B: `evaluate.batch_for`; at B = 1 the
+    batch-1 timing itself)."""
+    from builder.optimize import evaluate
+
+    batches = {k: evaluate.batch_for(made[k], plan.data.x_val, row.p50) for k, row in rows.items()}
+    out = {k: evaluate.throughput_from(1, rows[k]) for k, b in batches.items() if b == 1}
+    calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, b) for k, b in batches.items() if b > 1}
+    if calls:
+        share = max(0.5, budget / 3)
+        with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s "
+                         f"({share:.0f} s, interleaved)"):
+            per_call = evaluate.time_runners(calls, share, warmup=1)
+        out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call}
+    return out
+
+
+# --- step 10: samples -----------------------------------------------------------------------------------
+
+
+def samples_step(staging: Path, plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray]) -> None:
+    """samples.npz: `x/<input>` (original dtypes), `expected/<output>` (the ORIGINAL model's outputs),
+    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always.
+    Strings are fixed-width UTF-8 bytes (`S<n>`): np.load(allow_pickle=False) reads them back."""
+    from builder.optimize.data import as_bytes, numpy_dtype
+
+    def typed(values: np.ndarray, dtype: str) -> np.ndarray:
+        return as_bytes(values) if dtype == "string" else np.asarray(values, dtype=numpy_dtype(dtype))
+
+    arrays: dict[str, np.ndarray] = {}
+    for spec in contract.inputs:
+        arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
+    rows = min(SAMPLE_ROWS, len(next(iter(plan.data.x_val.values()))))  # the gate's zero row is not a sample
+    for spec in contract.outputs:
+        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:rows], spec.dtype)
+        if spec.name in plan.data.y_val:
+            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
+    np.savez(staging / SAMPLES_NAME, **arrays)
