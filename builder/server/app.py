@@ -28,22 +28,22 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from builder.errors import InputError
-from builder.server import decode_helper, grpc_service, reload, tfs_rest, v2
+from builder.server import grpc_service, reload, tfs_rest, v2
+from builder.server.answers import add_error_answers
 from builder.server.access_log import AccessLog
 from builder.server.pool import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
-from builder.server.contract import allowed_methods, finish_document
+from builder.server.contract import finish_document
 from builder.server.dataplane import DataPlane
 from builder.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from builder.server.metrics import PATH as METRICS_PATH
 from builder.server.metrics import Metrics
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
-from builder.server.protocol import RequestError, SignatureSpec, batched, default_signature, internal_error_message
+from builder.server.protocol import SignatureSpec, batched, default_signature
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.served import ModelSet, ServedModel
 from builder.server.tfs_rest import JSONBody
@@ -76,9 +76,6 @@ class ServerConfig:
     shutdown_delay_seconds: float = 0.0
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    #: read large JSON bodies on two cores where a helper process measures faster (`decode_helper`); off for
-    #: `--processes N`, whose workers already share the cores
-    decode_helper: bool = True
     #: the signature a request naming none gets: --signature-name (required to exist) or the report's choice
     #: (used when the model has it); None: serving_default, else the model's only signature
     signature_name: str | None = None
@@ -87,10 +84,6 @@ class ServerConfig:
     @property
     def tls(self) -> tuple[Path, Path] | None:
         return None if self.tls_cert is None or self.tls_key is None else (self.tls_cert, self.tls_key)
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONBody:
-    return JSONBody({"error": message}, status_code=status, headers=headers)
 
 
 def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ServedModel:
@@ -155,9 +148,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     metrics = Metrics()
     models = load_models(config, pool, metrics)
     first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
-    halves = decode_helper.start_for(s for served in models.all() for s in served.signatures.values()) \
-        if config.decode_helper else None
-    plane = DataPlane(models, metrics, config.access_log, halves=halves)
+    plane = DataPlane(models, metrics, config.access_log)
     servicer = grpc_service.Servicer(plane)
 
     @asynccontextmanager
@@ -197,27 +188,16 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     app.state.grpc_port = 0
     app.state.config = config
 
-    @app.exception_handler(RequestError)
-    async def request_error(_: Request, error: RequestError) -> JSONBody:
-        return _error(error.status, str(error))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException) -> JSONBody:
-        headers = dict(error.headers or {})
-        if error.status_code == 405:  # every method served at this path, not just the first route's
-            headers["Allow"] = ", ".join(allowed_methods(app.router.routes, request.url.path))
-        return _error(error.status_code, str(error.detail), headers)
-
-    @app.exception_handler(Exception)
-    async def internal_error(_: Request, error: Exception) -> JSONBody:
-        log.exception("request failed")
-        return _error(500, internal_error_message(error))
+    add_error_answers(app)
 
     @app.get("/healthz", summary="Liveness and what is served")
     async def healthz() -> JSONBody:
-        primary = models.get(first_name)
+        async with plane.request("REST", "health"):
+            return JSONBody(_health(plane.lookup(first_name)))
+
+    def _health(primary: ServedModel) -> dict[str, Any]:
         p50 = primary.model_p50_us
-        return JSONBody(
+        return (
             {
                 "status": "ok",
                 "model": primary.name,
@@ -228,7 +208,6 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": primary.batcher.inline,
                 "model_p50_us": None if p50 is None else round(p50, 1),
-                "json_cores": plane.decode_cores,
                 "ready": models.ready,
                 "grpc_port": app.state.grpc_port or None,
                 "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},
@@ -339,7 +318,7 @@ def run_server(
                      f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "")
             DrainingServer.create(app, uvicorn.Config(app, **common)).run(sockets=[sock])
             return
-        os.environ[CONFIG_ENV] = config_to_json(replace(config, decode_helper=False))
+        os.environ[CONFIG_ENV] = config_to_json(config)
         ports.share_with_workers()
         status = workers.run_workers(processes, functools.partial(serve_worker, common), sock)
         if status:
@@ -358,7 +337,7 @@ def config_to_json(config: ServerConfig) -> str:
                                             "threads", "max_body_bytes", "max_request_batch", "dispatch",
                                             "grpc_port", "host", "access_log", "drain_seconds",
                                             "shutdown_delay_seconds", "poll_seconds", "signature_name",
-                                            "signature_required", "decode_helper")},
+                                            "signature_required")},
         "sources": [{**asdict(s), "base_path": str(s.base_path)} for s in config.sources],
         "model_path": str(config.model_path),
         "tls_cert": None if config.tls_cert is None else str(config.tls_cert),

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
+from starlette.requests import ClientDisconnect
+
+from builder.server.dataplane import ClientGone
 from builder.server.protocol import RequestError
 
 #: Longest time spent reading and discarding the rest of a refused body before answering anyway.
@@ -21,11 +24,10 @@ ENCODINGS = ("identity", "gzip", "x-gzip")
 
 
 async def read_limited(stream: AsyncIterator[bytes], limit: int, content_length: str | None = None,
-                       content_encoding: str | None = None,
-                       observe: Callable[[bytes], None] | None = None) -> bytes:
+                       content_encoding: str | None = None) -> bytes:
     """The decoded body; RequestError 413 when it (sent or decoded) exceeds `limit` bytes, 400/415 when the
-    framing or encoding is wrong. `stream` is the ASGI body stream (Starlette's `request.stream()`);
-    `observe` sees each piece of a body within the limit as it arrives (before any decoding)."""
+    framing or encoding is wrong, `dataplane.ClientGone` when the client disconnects first. `stream` is the
+    ASGI body stream (Starlette's `request.stream()`)."""
     encoding = (content_encoding or "identity").strip().lower() or "identity"
     if encoding not in ENCODINGS:
         await _drain(stream)
@@ -40,15 +42,16 @@ async def read_limited(stream: AsyncIterator[bytes], limit: int, content_length:
                                status=413)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in stream:
-        size += len(chunk)
-        if size > limit:
-            await _drain(stream)
-            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
-        chunks.append(chunk)
-        if observe is not None:
-            observe(chunk)
-    body = b"".join(chunks)
+    try:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                await _drain(stream)
+                raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
+            chunks.append(chunk)
+    except ClientDisconnect:  # Starlette's word for it: the data plane counts it as a hang-up, not a failure
+        raise ClientGone() from None
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     return body if encoding == "identity" else gunzip_limited(body, limit)
 
 

@@ -1,76 +1,142 @@
 """The protocol-neutral data plane: what every request does, whichever protocol it arrived by.
 
-TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`grpc_service`) only translate
-between their wire format and numpy; everything else is here, once: resolving the model, version and label
-(`ModelSet.get`, TF Serving's wording), refusing a version that is not ready, running the batcher, and the
-bookkeeping every request gets (in-flight gauge, request counter and latency histogram, the gRPC access
-log line). Adapters enter `DataPlane.request` around a call; the status it records is the one the
-exception leaving the block carries (`RequestError.status`, 500 for anything else), so an adapter cannot
-forget to count a failure. (REST's access log is the ASGI middleware, `access_log.AccessLog`: it also
-sees the requests no route matched.)
+Shaped as MLServer's `handlers/dataplane.py`: lookup, readiness, metadata and inference are written once
+here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`grpc_service`) only
+translate between their wire formats and what these return.
 
-Large JSON bodies are decoded on a worker thread (`DataPlane.decode`): a 3 MB image body takes milliseconds
-to decode, and on the event loop every small request arriving meanwhile would wait for it. Where a decoding
-helper measured faster at start-up (`decode_helper`), the plane offers it as `halves` to a request alone
-in flight.
+- Lookup (`lookup`): a model by name, version (a number, or a URL path segment: a malformed one is a 404 as
+  in TF Serving) and label, in TF Serving's wording (`ModelSet.get`); `resolve` also refuses a version that
+  is not ready (503). Status (`status`), readiness (`model_ready`) and metadata (`metadata`) all start here.
+- Inference (`infer`): read the body, resolve, decode (off the event loop when large), run the batcher and
+  encode; each protocol brings only its `Codec` (decode its request into a `PredictCall`, encode the answer).
+- Bookkeeping (`request`): every route of every protocol is counted (in-flight gauge, request counter and
+  latency histogram by entrypoint and API, the gRPC access line); the status recorded is the one the
+  exception leaving the block carries (`RequestError.status`, 499 for a client that went away, 500 for
+  anything else), so an adapter cannot forget to count a failure nor count a hang-up as the server's.
+  (REST's access log is the ASGI middleware, `access_log.AccessLog`: it also sees unmatched requests.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from builder.server import tensor_json
 from builder.server.access_log import log_request
-from builder.server.decode_helper import DecodeHelper
 from builder.server.metrics import Metrics, Timer
-from builder.server.protocol import PredictCall, RequestError, parse_version
+from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
 from builder.server.served import ModelSet, ServedModel
 
 T = TypeVar("T")
+B = TypeVar("B", contravariant=True)  # a protocol's request as read (REST: bytes; gRPC: a message)
+D = TypeVar("D")  # what a protocol keeps of its request for the answer (v2: the document; gRPC: the filter)
+R = TypeVar("R", covariant=True)  # a protocol's answer
 
 #: Bodies at least this large are decoded off the event loop (a thread hop costs ~50 us; decoding 64 KiB
 #: of JSON numbers costs about as much, so smaller bodies are decoded where they are).
 OFFLOAD_BYTES = 64 * 1024
+#: The status a request is counted with when its client went away before the answer (nginx's 499, which
+#: the metrics label CANCELLED as gRPC does): not the server's failure, and no one receives an answer.
+CLIENT_GONE = 499
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer: nobody is left to answer."""
 
 
 @dataclass
 class Outcome:
-    """What one request ended as; `status` is set by `DataPlane.request` from the exception, if any."""
+    """What one request ended as; `status` is set by `DataPlane.request` from the exception, if any, or by
+    an adapter that answers a non-200 without raising (a readiness probe's 503)."""
 
     status: int = 200
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What every protocol's metadata answer is made of; each writes it in its own format."""
+
+    name: str
+    version: int
+    versions: tuple[int, ...]
+    signatures: Mapping[str, SignatureSpec]
+    default_signature: str | None
+    platform: str
+
+    def signature(self, name: str = "") -> SignatureSpec:
+        """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
+        return choose_signature({"signature_name": name or None}, self.signatures, self.default_signature)
+
+
+class Codec(Protocol[B, D, R]):
+    """One protocol's side of an inference: how its request becomes a call and the outputs its answer."""
+
+    def size(self, body: B) -> int:
+        """How many bytes of text decoding `body` reads (large ones are decoded off the event loop)."""
+
+    def decode(self, served: ServedModel, body: B) -> tuple[PredictCall, D]:
+        """The validated call, and what the answer needs of the request; RequestError for a bad one."""
+
+    def encode(self, served: ServedModel, call: PredictCall, request: D, outputs: Mapping[str, np.ndarray]) -> R:
+        """The protocol's answer to `call`."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Which model a request names: its name, and a version (a number, or a URL path segment) or a label."""
+
+    name: str
+    version: int | str | None = None
+    label: str | None = None
 
 
 class DataPlane:
     """The served models plus the bookkeeping around every call to them."""
 
     def __init__(self, models: ModelSet, metrics: Metrics, access_log: bool = False,
-                 offload_bytes: int = OFFLOAD_BYTES, halves: DecodeHelper | None = None) -> None:
+                 offload_bytes: int = OFFLOAD_BYTES) -> None:
         self.models = models
         self.metrics = metrics
         self.access_log = access_log
         self.offload_bytes = offload_bytes
-        self._halves = halves  # reads part of a large JSON tensor on another core (`tensor_json.HalfReader`)
-        self.in_flight = 0
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfsmith-decode")
 
-    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> ServedModel:
-        """The version a request addresses (latest without version or label); 404 unknown, 503 not ready."""
-        served = self.models.get(name, version, label)
+    # --- lookup, readiness, status, metadata ---------------------------------------------------------
+
+    def lookup(self, name: str, version: int | str | None = None, label: str | None = None) -> ServedModel:
+        """The version a request addresses (latest without version or label); 404 for one not served,
+        including a version path segment that is no version number."""
+        number = parse_version(version) if isinstance(version, str) else version
+        return self.models.get(name, number, label)
+
+    def resolve(self, name: str, version: int | str | None = None, label: str | None = None) -> ServedModel:
+        """`lookup` of a version that must be ready to predict: 503 while it loads or after it is retired."""
+        served = self.lookup(name, version, label)
         if not served.ready:
             raise RequestError(f"model {name} version {served.version} is not ready (loading or retired)",
                                status=503)
         return served
 
-    def resolve_path(self, name: str, version: str | None = None, label: str | None = None) -> ServedModel:
-        """`resolve` with the version as a URL path segment (TF Serving: a malformed one is a 404)."""
-        return self.resolve(name, None if version is None else parse_version(version), label)
+    def model_ready(self, name: str, version: int | str | None = None) -> bool:
+        """Whether the addressed version would predict now (404 for one not served)."""
+        return self.lookup(name, version).ready and not self.models.draining
+
+    def status(self, name: str, version: int | str | None = None, label: str | None = None) -> list[int]:
+        """The versions a status request covers: every served one, or the one it names."""
+        if version is None and not label:
+            return self.models.versions(name)
+        return [self.lookup(name, version, label).version]
+
+    def metadata(self, name: str, version: int | str | None = None, label: str | None = None) -> ModelMetadata:
+        served = self.lookup(name, version, label)
+        return ModelMetadata(name=served.name, version=served.version, versions=tuple(self.models.versions(name)),
+                             signatures=served.signatures, default_signature=served.default_signature,
+                             platform=served.platform or f"{served.runtime}_tflite")
 
     def versions(self, name: str) -> list[int]:
         return self.models.versions(name)
@@ -85,18 +151,44 @@ class DataPlane:
         for name in self.models.models:
             self.metrics.ready.labels(name).set(1 if ready else 0)
 
+    # --- inference -----------------------------------------------------------------------------------
+
+    async def infer(self, entrypoint: str, address: Address, read: Callable[[], Awaitable[T]],
+                    codec: Codec[T, D, R], peer: str | None = None) -> R:
+        """One inference, whichever protocol: the body read (first: an unread body resets the socket), the
+        model resolved, the body decoded by the protocol's codec, the batcher run and the answer encoded;
+        counted as `predict` under `entrypoint`."""
+        async with self.request(entrypoint, "predict", address.name, peer):
+            body = await read()
+            served = self.resolve(address.name, address.version, address.label)
+            call, request = await self.decode(codec.size(body), lambda: codec.decode(served, body))
+            outputs = await served.predict(call)
+            return codec.encode(served, call, request, outputs)
+
+    async def decode(self, size: int, parse: Callable[[], T]) -> T:
+        """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large, else right here
+        (a 3 MB image body takes milliseconds, and every small request arriving meanwhile would wait)."""
+        if size < self.offload_bytes:
+            return parse()
+        return await asyncio.get_running_loop().run_in_executor(self._decoder, parse)
+
+    # --- bookkeeping ---------------------------------------------------------------------------------
+
     @asynccontextmanager
-    async def request(self, entrypoint: str, api: str, name: str, peer: str | None = None
+    async def request(self, entrypoint: str, api: str, name: str = "", peer: str | None = None
                       ) -> AsyncIterator[Outcome]:
-        """Count one call (in flight while inside; then its status and latency under `entrypoint`/`api`),
-        and write its access line when `peer` is given and access logging is on (gRPC)."""
+        """Count one call of any route (in flight while inside; then its status and latency under
+        `entrypoint`/`api`, for model `name`: "" for server-wide routes such as health, "unknown" for a
+        name not served), and write its access line when `peer` is given and access logging is on (gRPC)."""
         timer, outcome = Timer(), Outcome()
         self.metrics.in_flight.inc()
-        self.in_flight += 1
         try:
             yield outcome
         except RequestError as error:
             outcome.status = error.status
+            raise
+        except (ClientGone, asyncio.CancelledError):
+            outcome.status = CLIENT_GONE
             raise
         except BaseException:
             outcome.status = 500
@@ -104,55 +196,11 @@ class DataPlane:
         finally:
             elapsed = timer.elapsed()
             self.metrics.in_flight.dec()
-            self.in_flight -= 1
-            self.metrics.request(name if name in self.models.models else "unknown", api, entrypoint,
-                                 outcome.status, elapsed)
+            model = name if not name or name in self.models.models else "unknown"
+            self.metrics.request(model, api, entrypoint, outcome.status, elapsed)
             if self.access_log and peer is not None:
                 log_request(protocol=entrypoint.lower(), method=api, path=f"/{name}", status=outcome.status,
                             duration_ms=round(elapsed * 1e3, 3), remote=peer)
 
-    @property
-    def halves(self) -> DecodeHelper | None:
-        """The decoding helper for a request that is alone in flight; None under concurrency, when every core
-        already has a request to serve: then the helper's extra work (copies, hand-overs) would only take
-        CPU from them (MobileNetV2 at 16 clients: 50 req/s with it on every request, 53 without)."""
-        return self._halves if self.in_flight <= 1 else None
-
-    @property
-    def decode_cores(self) -> int:
-        """How many cores read a large JSON body alone in flight (2 with a working helper)."""
-        return 2 if self._halves is not None and not self._halves.broken else 1
-
-    def read_ahead(self, name: str, version: str | None, label: str | None, content_length: str | None,
-                   content_encoding: str | None) -> tensor_json.ReadAhead | None:
-        """A read-ahead for a large TF Serving body still arriving (`tensor_json.ReadAhead`), when the helper is
-        here and free and the path names a model; None otherwise (the body is then read as it always is)."""
-        if self.halves is None:
-            return None
-        try:
-            served = self.resolve_path(name, version, label)
-        except RequestError:  # answered once the body is read, as without a read-ahead
-            return None
-        return tensor_json.ReadAhead.begin(self.halves, content_length, content_encoding, served.signatures,
-                                           served.default_signature)
-
-    def dismiss(self, ahead: tensor_json.ReadAhead) -> None:
-        """Free the helper of a read-ahead whose body was never decoded (refused, client gone): on the decode
-        thread, after whatever it is doing, since it may wait for the helper's answer."""
-        if ahead.pending:
-            self._decoder.submit(ahead.close)
-
-    async def decode(self, size: int, parse: Callable[[], T]) -> T:
-        """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large, else right here."""
-        if size < self.offload_bytes:
-            return parse()
-        return await asyncio.get_running_loop().run_in_executor(self._decoder, parse)
-
-    async def predict(self, served: ServedModel, call: PredictCall) -> dict[str, np.ndarray]:
-        """The model's outputs for a validated call, through the version's batcher."""
-        return await served.predict(call)
-
     def close(self) -> None:
         self._decoder.shutdown(wait=False)
-        if self._halves is not None:
-            self._halves.close()

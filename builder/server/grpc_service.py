@@ -11,24 +11,58 @@ that read `float_val` directly keep working and `tf.make_ndarray` reads either.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 
 from builder.server import ports
 from builder.server import tfs_proto as pb
-from builder.server.dataplane import DataPlane
-from builder.server.protocol import PREDICT_METHOD, RequestError, internal_error_message, wire_shape
+from builder.server.answers import failure
+from builder.server.dataplane import CLIENT_GONE, Address, DataPlane
+from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
 
-log = logging.getLogger("tfsmith.serve")
 CODE_OF_HTTP = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
-                413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
+                413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE,
+                CLIENT_GONE: grpc.StatusCode.CANCELLED, 500: grpc.StatusCode.INTERNAL}
 ENTRYPOINT = "GRPC"
+
+
+def _address(spec: Any) -> Address:
+    """The model a ModelSpec names (its version is a wrapped integer, set or not)."""
+    return Address(spec.name, spec.version.value if spec.HasField("version") else None, spec.version_label or None)
+
+
+@dataclass(frozen=True)
+class PredictCodec:
+    """A PredictRequest's tensors into a call, and the outputs into a PredictResponse (raw `tensor_content`
+    when the request sent it, else the typed value fields)."""
+
+    request: Any
+
+    def size(self, body: Any) -> int:
+        return 0  # protobuf has decoded it: the tensors are views of its bytes
+
+    def decode(self, served: ServedModel, body: Any) -> tuple[PredictCall, list[str]]:
+        signature = served.signature(body.model_spec.signature_name)
+        arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in body.inputs.items()}
+        call = served.call(signature, arrays)
+        return call, check_output_names(signature, list(body.output_filter))
+
+    def encode(self, served: ServedModel, call: PredictCall, wanted: list[str],
+               outputs: Mapping[str, np.ndarray]) -> Any:
+        signature = served.signatures[call.signature]
+        content = bool(self.request.inputs) and all(t.tensor_content for t in self.request.inputs.values())
+        response = pb.PredictResponse()
+        _spec(response.model_spec, served.name, served.version, signature.name)
+        for name, value in pick_outputs(outputs, signature, wanted).items():
+            fill_proto(response.outputs[name], value, content)
+        return response
 
 
 class Servicer:
@@ -36,74 +70,56 @@ class Servicer:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
-        self.models = plane.models
 
-    async def _answer(self, api: str, name: str, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
+    async def _answer(self, context: grpc.aio.ServicerContext, work: Callable[[], Any]) -> Any:
+        """`work()`'s reply, or its failure as TF Serving's status code (`answers.failure`'s message)."""
         try:
-            async with self.plane.request(ENTRYPOINT, api, name, peer=context.peer()):
-                return await work()
-        except RequestError as error:
-            await context.abort(CODE_OF_HTTP.get(error.status, grpc.StatusCode.INVALID_ARGUMENT), str(error))
+            return await work()
         except grpc.aio.AbortError:
             raise
         except Exception as error:  # noqa: BLE001 - one failed call, the server lives on
-            log.exception("gRPC %s failed", api)
-            await context.abort(grpc.StatusCode.INTERNAL, internal_error_message(error))
-
-    def _served(self, spec: Any) -> ServedModel:
-        version = spec.version.value if spec.HasField("version") else None
-        return self.models.get(spec.name, version, spec.version_label or None)
+            answer = failure(error)
+            await context.abort(CODE_OF_HTTP.get(answer.status, grpc.StatusCode.INVALID_ARGUMENT), answer.message)
 
     async def predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        async def work() -> Any:
-            spec = request.model_spec
-            served = self.plane.resolve(spec.name, spec.version.value if spec.HasField("version") else None,
-                                        spec.version_label or None)
-            signature = served.signature(spec.signature_name)
-            arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in request.inputs.items()}
-            call = served.call(signature, arrays)
-            wanted = check_output_names(signature, list(request.output_filter))
-            outputs = pick_outputs(await self.plane.predict(served, call), signature, wanted)
-            content = bool(request.inputs) and all(t.tensor_content for t in request.inputs.values())
-            response = pb.PredictResponse()
-            _spec(response.model_spec, served.name, served.version, signature.name)
-            for name, value in outputs.items():
-                fill_proto(response.outputs[name], value, content)
-            return response
+        async def read() -> Any:
+            return request
 
-        return await self._answer("predict", request.model_spec.name, context, work)
+        return await self._answer(context, lambda: self.plane.infer(
+            ENTRYPOINT, _address(request.model_spec), read, PredictCodec(request), peer=context.peer()))
 
     async def get_model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            served = self._served(request.model_spec)
-            fields = list(request.metadata_field)
-            if not fields:
-                raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
-            unsupported = [f for f in fields if f != "signature_def"]
-            if unsupported:
-                raise RequestError(f"Metadata field {unsupported[0]} is not supported")
-            response = pb.GetModelMetadataResponse()
-            _spec(response.model_spec, served.name, served.version, "")
-            signature_map = signature_def_map(served)
-            entry = response.metadata["signature_def"]
-            entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
-            entry.value = signature_map.SerializeToString()
-            return response
+            async with self.plane.request(ENTRYPOINT, "metadata", request.model_spec.name, peer=context.peer()):
+                address = _address(request.model_spec)
+                metadata = self.plane.metadata(address.name, address.version, address.label)
+                fields = list(request.metadata_field)
+                if not fields:
+                    raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
+                unsupported = [f for f in fields if f != "signature_def"]
+                if unsupported:
+                    raise RequestError(f"Metadata field {unsupported[0]} is not supported")
+                response = pb.GetModelMetadataResponse()
+                _spec(response.model_spec, metadata.name, metadata.version, "")
+                signature_map = signature_def_map(metadata.signatures)
+                entry = response.metadata["signature_def"]
+                entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
+                entry.value = signature_map.SerializeToString()
+                return response
 
-        return await self._answer("metadata", request.model_spec.name, context, work)
+        return await self._answer(context, work)
 
     async def get_model_status(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            spec = request.model_spec
-            versions = ([self._served(spec).version] if spec.HasField("version") or spec.version_label
-                        else self.models.versions(spec.name))
-            response = pb.GetModelStatusResponse()
-            for version in versions:
-                status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
-                status.status.error_code = 0
-            return response
+            async with self.plane.request(ENTRYPOINT, "status", request.model_spec.name, peer=context.peer()):
+                address = _address(request.model_spec)
+                response = pb.GetModelStatusResponse()
+                for version in self.plane.status(address.name, address.version, address.label):
+                    status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
+                    status.status.error_code = 0
+                return response
 
-        return await self._answer("status", request.model_spec.name, context, work)
+        return await self._answer(context, work)
 
 
 def _spec(target: Any, name: str, version: int, signature: str) -> None:
@@ -112,10 +128,10 @@ def _spec(target: Any, name: str, version: int, signature: str) -> None:
     target.signature_name = signature
 
 
-def signature_def_map(served: ServedModel) -> Any:
+def signature_def_map(signatures: Mapping[str, Any]) -> Any:
     """The model's signatures as TF Serving's `SignatureDefMap` (what GetModelMetadata packs into an Any)."""
     result = pb.SignatureDefMap()
-    for signature in served.signatures.values():
+    for signature in signatures.values():
         target = result.signature_def[signature.name]
         target.method_name = PREDICT_METHOD
         for specs, infos in ((signature.inputs, target.inputs), (signature.outputs, target.outputs)):

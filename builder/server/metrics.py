@@ -29,9 +29,10 @@ REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 QUEUING_LATENCY = ":tensorflow:serving:batching_session:queuing_latency"
 
-#: HTTP status -> the status label TF Serving writes (a tensorflow.error.Code name).
+#: HTTP status -> the status label TF Serving writes (a tensorflow.error.Code name); 499 is a client that went
+#: away before its answer (`dataplane.CLIENT_GONE`), CANCELLED as gRPC names it.
 STATUS_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED",
-                  415: "INVALID_ARGUMENT", 503: "UNAVAILABLE"}
+                  415: "INVALID_ARGUMENT", 499: "CANCELLED", 503: "UNAVAILABLE"}
 
 
 def status_label(http_status: int) -> str:
@@ -76,7 +77,7 @@ class Metrics:
         self._queue_child = self._queuing.labels("tfsmith_batch_threads")
 
     def request(self, model: str, api: str, entrypoint: str, http_status: int, seconds: float) -> None:
-        """Count one answered request and its latency (api: predict, metadata, status; entrypoint: REST/GRPC)."""
+        """Count one request and its latency (api: predict, metadata, status, ready...; entrypoint: REST/V2/GRPC)."""
         self.counts[(model, status_label(http_status))] += 1
         key = (model, api, entrypoint)
         child = self._children.get(key)

@@ -1,6 +1,6 @@
 """TensorFlow Serving's REST protocol as pure functions: JSON bodies in, numpy arrays out, and back.
 
-Existing TF Serving clients and probes must work unchanged against a LiteRT model (FACTS §5), so this module
+Existing TF Serving clients and probes must work unchanged against a LiteRT model, so this module
 follows TF Serving's shapes exactly: row form (`instances`, one entry per example) answers `predictions`,
 columnar form (`inputs`, one batched tensor per input) answers `outputs`; errors are `{"error": "..."}`.
 Everything a client can get wrong raises `RequestError` with the HTTP status to answer; nothing here does
@@ -80,10 +80,10 @@ class PredictCall:
     batch: int
 
 
-def parse_json(body: bytes) -> Any:
-    """The request body as JSON; a 400 naming the problem otherwise."""
+def parse_json(body: bytes, standard: bool = False) -> Any:
+    """The request body as JSON; a 400 naming the problem otherwise (`standard`: see `jsoncodec.loads`)."""
     try:
-        return jsoncodec.loads(body)
+        return jsoncodec.loads(body, standard)
     except (UnicodeDecodeError, ValueError) as error:  # json.JSONDecodeError is a ValueError
         raise RequestError(f"malformed JSON body: {error}") from None
     except RecursionError:

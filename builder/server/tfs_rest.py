@@ -4,41 +4,41 @@ Routes (TF Serving's, so existing clients and probes work unchanged):
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
-A large body's first part is handed to the decoding helper while the rest arrives (`tensor_json.ReadAhead`).
-The body is decoded and validated into numpy arrays (`tensor_json` for one numeric input, else
-`protocol.parse_predict` with JSON by `jsoncodec`) on a worker thread when large (`DataPlane.decode`);
-resolving, readiness, batching and bookkeeping are the data plane's (`dataplane`); the answer is encoded by
-`jsoncodec`.
+This module only translates: a predict body is read under the limit (`bodies`), decoded into numpy by one
+fast path (`tensor_json`, simdjson straight into an array for one numeric input) or else the general path
+once (`protocol.parse_predict` over `jsoncodec`), and the outputs are written back in the request's form.
+Lookup, readiness, decoding off the event loop, batching and bookkeeping are the data plane's (`dataplane`);
+errors are answered by `answers`.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from builder.server import jsoncodec, tensor_json
+from builder.server.answers import error_body, failure
 from builder.server.bodies import read_limited
-from builder.server.dataplane import DataPlane
+from builder.server.dataplane import Address, ClientGone, DataPlane
 from builder.server.protocol import (
-    RequestError,
+    PredictCall,
     format_outputs,
-    internal_error_message,
     may_hold_booleans,
     model_metadata,
     model_status,
     parse_json,
     parse_predict,
-    parse_version,
 )
+from builder.server.served import ServedModel
 
 ENTRYPOINT = "REST"
-log = logging.getLogger("tfsmith.serve")
 
 
 class JSONBody(Response):
@@ -55,31 +55,41 @@ class JSONBody(Response):
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/([^/:]+)|/labels/([^/:]+))?:predict")
 
 
-class ClientGone(Exception):
-    """The client disconnected before its body was read: nobody is left to answer."""
+@dataclass(frozen=True)
+class PredictCodec:
+    """TF Serving's predict body into a call (the fast path, else the general path once) and back."""
+
+    max_request_batch: int
+
+    def size(self, body: bytes) -> int:
+        return len(body)
+
+    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, None]:
+        return decode_predict(body, served.signatures, self.max_request_batch, served.default_signature), None
+
+    def encode(self, served: ServedModel, call: PredictCall, request: None,
+               outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        return format_outputs(outputs, served.signatures[call.signature], call.row_format)
+
+
+def decode_predict(body: bytes, signatures: Any, max_batch: int, default: str | None) -> PredictCall:
+    """The call of a predict body: read straight into numpy where `tensor_json` is sure, else decoded once by
+    the decoder `tensor_json` left it to and validated by `protocol.parse_predict` (RequestError 400)."""
+    fast = tensor_json.read_predict(body, signatures, max_batch, default)
+    if isinstance(fast, PredictCall):
+        return fast
+    document = parse_json(body, standard=fast is tensor_json.Left.UNREADABLE)
+    return parse_predict(document, signatures, max_batch, may_hold_booleans(body), default)
 
 
 async def predict_answer(plane: DataPlane, chunks: AsyncIterator[bytes], content_length: str | None,
                          content_encoding: str | None, max_body_bytes: int, max_request_batch: int, name: str,
                          version: str | None, label: str | None) -> dict[str, Any]:
-    """A predict's JSON answer: the body read under the limit, decoded, batched and formatted."""
-    async with plane.request(ENTRYPOINT, "predict", name):
-        ahead = plane.read_ahead(name, version, label, content_length, content_encoding)
-        try:
-            # read first: an unread body resets the socket
-            raw = await read_limited(chunks, max_body_bytes, content_length, content_encoding,
-                                     None if ahead is None else ahead.feed)
-            served = plane.resolve_path(name, version, label)
-            call = await plane.decode(len(raw), lambda: (ahead is not None and ahead.finish(
-                raw, served.signatures, max_request_batch, served.default_signature)) or tensor_json.parse_predict(
-                raw, served.signatures, max_request_batch, served.default_signature, plane.halves) or parse_predict(
-                parse_json(raw), served.signatures, max_request_batch, may_hold_booleans(raw),
-                served.default_signature))
-        finally:
-            if ahead is not None:
-                plane.dismiss(ahead)
-        outputs = await plane.predict(served, call)
-        return format_outputs(outputs, served.signatures[call.signature], call.row_format)
+    """A predict's JSON answer: the body read under the limit, then the data plane's one inference."""
+    return await plane.infer(
+        ENTRYPOINT, Address(name, version, label),
+        lambda: read_limited(chunks, max_body_bytes, content_length, content_encoding),
+        PredictCodec(max_request_batch))
 
 
 class PredictLane:
@@ -109,11 +119,9 @@ class PredictLane:
             status, body = 200, jsoncodec.dumps(answer)
         except ClientGone:
             return
-        except RequestError as error:
-            status, body = error.status, jsoncodec.dumps({"error": str(error)})
-        except Exception as error:  # noqa: BLE001 - the routes' 500 answer, the server keeps serving
-            log.exception("request failed")
-            status, body = 500, jsoncodec.dumps({"error": internal_error_message(error)})
+        except Exception as error:  # noqa: BLE001 - answered as the routes answer it; the server keeps serving
+            answer_of = failure(error)
+            status, body = answer_of.status, error_body(answer_of.message)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
@@ -133,14 +141,14 @@ async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
 def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_batch: int) -> None:
     """TF Serving's status, metadata and predict routes on the app, answering through `plane`."""
 
-    def status_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
-        if version is None and label is None:
-            return JSONBody(model_status(plane.versions(name)))
-        return JSONBody(model_status([plane.models.get(name, _version(version), label).version]))
+    async def status_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
+        async with plane.request(ENTRYPOINT, "status", name):
+            return JSONBody(model_status(plane.status(name, version, label)))
 
-    def metadata_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
-        served = plane.models.get(name, _version(version), label)
-        return JSONBody(model_metadata(name, served.version, served.signatures))
+    async def metadata_of(name: str, version: str | None = None, label: str | None = None) -> JSONBody:
+        async with plane.request(ENTRYPOINT, "metadata", name):
+            metadata = plane.metadata(name, version, label)
+            return JSONBody(model_metadata(name, metadata.version, metadata.signatures))
 
     async def predict(request: Request, name: str, version: str | None, label: str | None = None) -> JSONBody:
         return JSONBody(await predict_answer(plane, request.stream(), request.headers.get("content-length"),
@@ -149,27 +157,27 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_
 
     @app.get("/v1/models/{name:segment}", summary="Model status: every served version")
     async def status(name: str) -> JSONBody:
-        return status_of(name)
+        return await status_of(name)
 
     @app.get("/v1/models/{name:segment}/versions/{version:segment}", summary="Model version status")
     async def version_status(name: str, version: str) -> JSONBody:
-        return status_of(name, version)
+        return await status_of(name, version)
 
     @app.get("/v1/models/{name:segment}/labels/{label:segment}", summary="Status of a labelled version")
     async def label_status(name: str, label: str) -> JSONBody:
-        return status_of(name, label=label)
+        return await status_of(name, label=label)
 
     @app.get("/v1/models/{name:segment}/metadata", summary="Signatures: inputs, outputs, dtypes, shapes")
     async def metadata(name: str) -> JSONBody:
-        return metadata_of(name)
+        return await metadata_of(name)
 
     @app.get("/v1/models/{name:segment}/versions/{version:segment}/metadata", summary="Signatures of a version")
     async def version_metadata(name: str, version: str) -> JSONBody:
-        return metadata_of(name, version)
+        return await metadata_of(name, version)
 
     @app.get("/v1/models/{name:segment}/labels/{label:segment}/metadata", summary="Signatures of a labelled version")
     async def label_metadata(name: str, label: str) -> JSONBody:
-        return metadata_of(name, label=label)
+        return await metadata_of(name, label=label)
 
     @app.post("/v1/models/{name:segment}:predict", summary="Predict (row or columnar)")
     async def predict_latest(name: str, request: Request) -> JSONBody:
@@ -182,7 +190,3 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_
     @app.post("/v1/models/{name:segment}/labels/{label:segment}:predict", summary="Predict with a version label")
     async def predict_label(name: str, label: str, request: Request) -> JSONBody:
         return await predict(request, name, None, label)
-
-
-def _version(text: str | None) -> int | None:
-    return None if text is None else parse_version(text)

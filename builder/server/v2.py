@@ -17,26 +17,18 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server import jsoncodec, tensor_json
 from builder.server.bodies import read_limited
-from builder.server.dataplane import DataPlane
-from builder.server.protocol import (
-    STRING,
-    RequestError,
-    SignatureSpec,
-    TensorSpec,
-    may_hold_booleans,
-    parse_json,
-    parse_version,
-    to_typed_array,
-    wire_shape,
-)
+from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome
+from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
 from builder.server.served import ServedModel, check_output_names
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -69,12 +61,14 @@ def _json(content: Any, status: int = 200) -> Response:
     return Response(jsoncodec.dumps(content), status_code=status, media_type="application/json")
 
 
-def model_metadata(served: ServedModel, signature: SignatureSpec, versions: list[int]) -> dict[str, Any]:
+def model_metadata(metadata: ModelMetadata) -> dict[str, Any]:
+    """The v2 model metadata: the default signature's tensors, typed."""
     def tensors(specs: tuple[TensorSpec, ...]) -> list[dict[str, Any]]:
         return [{"name": s.name, "datatype": DATATYPE_OF.get(s.dtype, s.dtype.upper()), "shape": wire_shape(s)}
                 for s in specs]
 
-    return {"name": served.name, "versions": [str(v) for v in versions], "platform": served.platform or f"{served.runtime}_tflite",
+    signature = metadata.signature()
+    return {"name": metadata.name, "versions": [str(v) for v in metadata.versions], "platform": metadata.platform,
             "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
 
@@ -104,10 +98,11 @@ def encode_bytes(array: np.ndarray) -> bytes:
     return b"".join(struct.pack("<I", len(v)) + v for v in (bytes(x) for x in array.reshape(-1)))
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]:
-    """(the JSON request, the binary tail) of an infer body; the tail is empty without the extension."""
+def split_body(body: bytes, header_length: str | None, standard: bool = False) -> tuple[Any, memoryview]:
+    """(the JSON request, the binary tail) of an infer body; the tail is empty without the extension.
+    `standard`: the JSON is read by the standard library straight away (`jsoncodec.loads`)."""
     if header_length is None:
-        return parse_json(body), memoryview(b"")
+        return parse_json(body, standard), memoryview(b"")
     if not header_length.strip().isdigit() or int(header_length) > len(body):
         raise RequestError(f"Inference-Header-Content-Length {header_length!r} does not fit a {len(body)}-byte body")
     cut = int(header_length)
@@ -239,80 +234,93 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
                     headers={"Inference-Header-Content-Length": str(len(header))})
 
 
+@dataclass(frozen=True)
+class InferCodec:
+    """A v2 infer body (JSON `data`, read straight into numpy where `tensor_json` is sure, else the general
+    path once; or the binary extension) into a call, and the outputs into the v2 answer."""
+
+    header_length: str | None  # Inference-Header-Content-Length: the JSON's length before the binary data
+
+    def size(self, body: bytes) -> int:
+        """Only the JSON costs decoding time: a binary tail is used as it arrives (np.frombuffer)."""
+        length = self.header_length
+        return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
+
+    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, tuple[Any, list[str], set[str]]]:
+        signature = served.signature("")
+        fast = tensor_json.Left.PARSED if self.header_length is not None else tensor_json.read_v2(body, DATATYPES)
+        if isinstance(fast, tensor_json.Left):
+            document, tail = split_body(body, self.header_length, standard=fast is tensor_json.Left.UNREADABLE)
+        else:
+            document, tail = fast, memoryview(b"")
+        arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
+        order, binary = binary_outputs(document, [s.name for s in signature.outputs])
+        check_output_names(signature, order)
+        return served.call(signature, arrays), (document, order, binary)
+
+    def encode(self, served: ServedModel, call: PredictCall, request: tuple[Any, list[str], set[str]],
+               outputs: Mapping[str, np.ndarray]) -> Response:
+        document, order, binary = request
+        return infer_response(served, served.version, document, outputs, order, binary)
+
+
 def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
-    """The v2 routes on the app, answering through the data plane."""
+    """The v2 routes on the app: each only translates what the data plane answers."""
     from builder.server.contract import V2_READY_RESPONSES
 
-    models = plane.models
-
-    def served_of(name: str, version: str | None) -> ServedModel:
-        return models.get(name, None if version is None else parse_version(version))
-
-    def metadata_of(served: ServedModel) -> Response:
-        return _json(model_metadata(served, served.signature(""), plane.versions(served.name)))
-
-    def readiness(served: ServedModel) -> Response:
-        if served.ready and not models.draining:
-            return _json({"name": served.name, "ready": True})
-        return not_ready()
-
-    def not_ready() -> Response:
+    def not_ready(outcome: Outcome) -> Response:
+        outcome.status = 503
         return _json({"error": "model is not ready (loading, or the server is draining)"}, 503)
+
+    async def metadata_of(name: str, version: str | None) -> Response:
+        async with plane.request(ENTRYPOINT, "metadata", name):
+            return _json(model_metadata(plane.metadata(name, version)))
+
+    async def readiness(name: str, version: str | None) -> Response:
+        async with plane.request(ENTRYPOINT, "ready", name) as outcome:
+            return _json({"name": name, "ready": True}) if plane.model_ready(name, version) else not_ready(outcome)
+
+    async def infer(request: Request, name: str, version: str | None) -> Response:
+        return await plane.infer(
+            ENTRYPOINT, Address(name, version),
+            lambda: read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
+                                 request.headers.get("content-encoding")),
+            InferCodec(request.headers.get(HEADER_LENGTH)))
 
     @app.get("/v2/health/live", summary="Open Inference Protocol: server liveness")
     async def live() -> Response:
-        return _json({"live": True})
+        async with plane.request(ENTRYPOINT, "live"):
+            return _json({"live": True})
 
     @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
     async def ready() -> Response:
-        return _json({"ready": True}) if plane.ready else not_ready()
+        async with plane.request(ENTRYPOINT, "ready") as outcome:
+            return _json({"ready": True}) if plane.ready else not_ready(outcome)
 
     @app.get("/v2", summary="Open Inference Protocol: server metadata")
     async def server_metadata() -> Response:
-        return _json({"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]})
+        async with plane.request(ENTRYPOINT, "metadata"):
+            return _json({"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]})
 
     @app.get("/v2/models/{name:segment}", summary="Open Inference Protocol: model metadata")
     async def metadata(name: str) -> Response:
-        return metadata_of(served_of(name, None))
+        return await metadata_of(name, None)
 
     @app.get("/v2/models/{name:segment}/versions/{version:segment}",
              summary="Open Inference Protocol: model version metadata")
     async def version_metadata(name: str, version: str) -> Response:
-        return metadata_of(served_of(name, version))
+        return await metadata_of(name, version)
 
     @app.get("/v2/models/{name:segment}/ready", summary="Open Inference Protocol: model readiness",
              responses=V2_READY_RESPONSES)
     async def model_ready(name: str) -> Response:
-        return readiness(served_of(name, None))
+        return await readiness(name, None)
 
     @app.get("/v2/models/{name:segment}/versions/{version:segment}/ready",
              summary="Open Inference Protocol: model version readiness",
              responses=V2_READY_RESPONSES)
     async def model_version_ready(name: str, version: str) -> Response:
-        return readiness(served_of(name, version))
-
-    async def infer(request: Request, name: str, version: str | None) -> Response:
-        async with plane.request(ENTRYPOINT, "predict", name):
-            body = await read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
-                                      request.headers.get("content-encoding"))
-            served = plane.resolve_path(name, version)
-            signature = served.signature("")
-            header_length = request.headers.get(HEADER_LENGTH)
-
-            def decode() -> tuple[Any, dict[str, np.ndarray]]:
-                fast = None if header_length is not None else tensor_json.v2_document(body, DATATYPES, plane.halves)
-                document, tail = (fast, memoryview(b"")) if fast is not None else split_body(body, header_length)
-                return document, parse_inputs(document, signature, tail,
-                                              may_hold_booleans(body[:len(body) - len(tail)]))
-
-            # a binary body is used as it arrives (np.frombuffer): only its JSON header costs decoding time
-            json_bytes = len(body) if header_length is None or not header_length.strip().isdigit() \
-                else min(len(body), int(header_length))
-            document, arrays = await plane.decode(json_bytes, decode)
-            order, binary = binary_outputs(document, [s.name for s in signature.outputs])
-            check_output_names(signature, order)
-            outputs = await plane.predict(served, served.call(signature, arrays))
-            return infer_response(served, served.version, document, outputs, order, binary)
+        return await readiness(name, version)
 
     @app.post("/v2/models/{name:segment}/infer", summary="Open Inference Protocol: inference")
     async def infer_latest(name: str, request: Request) -> Response:

@@ -52,8 +52,12 @@ def test_a_version_that_is_not_ready_is_refused_with_503_and_unknown_ones_with_4
         plane.resolve("m")
     assert refused.value.status == 503
     with pytest.raises(RequestError, match="Servable not found") as missing:
-        plane.resolve_path("m", "7")
+        plane.resolve("m", "7")
     assert missing.value.status == 404
+    with pytest.raises(RequestError, match="malformed version") as malformed:
+        plane.lookup("m", "x1")  # a URL segment that is no version: TF Serving's 404
+    assert malformed.value.status == 404
+    assert plane.lookup("m", "1") is plane.lookup("m", 1) is plane.lookup("m")
 
 
 def test_large_bodies_are_decoded_off_the_event_loop_and_small_ones_on_it() -> None:
@@ -95,33 +99,3 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
-
-
-class _Helper:
-    broken = False
-
-    def close(self) -> None:
-        self.broken = True
-
-
-def test_the_decoding_helper_is_offered_only_to_a_request_alone_in_flight() -> None:
-    helper = _Helper()
-    models = ModelSet()
-    models.set("m", {1: ServedModel(name="m", version=1, signatures={}, batcher=None,  # type: ignore[arg-type]
-                                    runtime="litert")})
-    plane = DataPlane(models, Metrics(), halves=helper)  # type: ignore[arg-type]
-    assert plane.decode_cores == 2
-
-    async def scenario() -> None:
-        async with plane.request("REST", "predict", "m"):
-            assert plane.halves is helper
-            async with plane.request("gRPC", "Predict", "m"):
-                assert plane.halves is None  # two in flight: each keeps to its core
-            assert plane.halves is helper
-        assert plane.in_flight == 0
-
-    asyncio.run(scenario())
-    helper.broken = True
-    assert plane.decode_cores == 1
-    plane.close()
-    assert _plane().halves is None and _plane().decode_cores == 1

@@ -1,0 +1,237 @@
+"""Every protocol's routes through one data plane: one lookup, every route counted, hang-ups not failures.
+
+The adapters (TF Serving REST with its predict lane, the Open Inference Protocol, gRPC) run for real over a
+data plane whose model is a batcher stand-in answering `y = sum(x)` per example; the metrics are the real
+registry, read back as the scrape would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi import FastAPI
+
+with warnings.catch_warnings():  # starlette's note about httpx's successor; the client works the same
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from builder.model.signature import SignatureSpec, TensorSpec
+from builder.server import grpc_service, tfs_rest, v2
+from builder.server import tfs_proto as pb
+from builder.server.answers import add_error_answers
+from builder.server.dataplane import CLIENT_GONE, DataPlane
+from builder.server.metrics import Metrics, status_label
+from builder.server.protocol import PredictCall, RequestError
+from builder.server.served import ModelSet, ServedModel
+from builder.server.tensors import fill_proto
+
+SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),
+                          (TensorSpec("y", "float32", (None, 1)),))
+
+
+class SumBatcher:
+    """The batcher's interface (`predict`) answering y = sum(x) for each example, and counting its calls."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+        self.calls += 1
+        return {"y": call.inputs["x"].sum(axis=1, keepdims=True).astype(np.float32)}
+
+
+def plane_with(versions: tuple[int, ...] = (1, 2)) -> DataPlane:
+    models = ModelSet()
+    models.set("m", {v: ServedModel(name="m", version=v, signatures={SIGNATURE.name: SIGNATURE},
+                                    batcher=SumBatcher(), runtime="litert", ready=True)  # type: ignore[arg-type]
+                     for v in versions}, {"stable": versions[0]})
+    return DataPlane(models, Metrics())
+
+
+def rest_app(plane: DataPlane) -> FastAPI:
+    app = FastAPI()
+    add_error_answers(app)
+    tfs_rest.add_routes(app, plane, 1 << 20, 64)
+    v2.add_routes(app, plane, 1 << 20)
+    app.add_middleware(tfs_rest.PredictLane, plane=plane, max_body_bytes=1 << 20, max_request_batch=64)
+    return app
+
+
+@pytest.fixture
+def plane() -> Iterator[DataPlane]:
+    plane = plane_with()
+    yield plane
+    plane.close()
+
+
+def counted(plane: DataPlane) -> dict[tuple[str, str, str], int]:
+    """(model, API, entrypoint) -> requests, from the latency histogram's count samples."""
+    found: dict[tuple[str, str, str], int] = {}
+    for family in plane.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("request_latency_count"):
+                labels = sample.labels
+                found[(labels["model_name"], labels["API"], labels["entrypoint"])] = int(sample.value)
+    return found
+
+
+class Context:
+    """What the servicer uses of a grpc.aio context: the peer, and abort (raising, as grpc's does)."""
+
+    def __init__(self) -> None:
+        self.aborted: tuple[Any, str] | None = None
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    async def abort(self, code: Any, message: str) -> None:
+        self.aborted = (code, message)
+        raise RuntimeError(message)
+
+
+def grpc_calls(plane: DataPlane) -> list[Context]:
+    """A gRPC predict, metadata and status call, and a predict of a version not served."""
+    servicer = grpc_service.Servicer(plane)
+    predict = pb.PredictRequest()
+    predict.model_spec.name = "m"
+    fill_proto(predict.inputs["x"], np.ones((2, 3), np.float32))
+    metadata = pb.GetModelMetadataRequest()
+    metadata.model_spec.name = "m"
+    metadata.metadata_field.append("signature_def")
+    status = pb.GetModelStatusRequest()
+    status.model_spec.name = "m"
+    status.model_spec.version_label = "stable"
+    missing = pb.PredictRequest()
+    missing.model_spec.name = "m"
+    missing.model_spec.version.value = 7
+    contexts = [Context() for _ in range(4)]
+
+    async def run() -> list[Any]:
+        answers = [await servicer.predict(predict, contexts[0]), await servicer.get_model_metadata(metadata, contexts[1]),
+                   await servicer.get_model_status(status, contexts[2])]
+        with pytest.raises(RuntimeError, match="Specific"):
+            await servicer.predict(missing, contexts[3])
+        return answers
+
+    predicted, described, statuses = asyncio.run(run())
+    assert np.frombuffer(predicted.outputs["y"].tensor_content, np.float32).tolist() == [3.0, 3.0]
+    assert described.model_spec.version.value == 2
+    assert [s.version for s in statuses.model_version_status] == [1]
+    assert contexts[3].aborted is not None and contexts[3].aborted[0].name == "NOT_FOUND"
+    return contexts
+
+
+def test_every_route_of_every_protocol_is_counted(plane: DataPlane) -> None:
+    with TestClient(rest_app(plane)) as client:
+        body = {"instances": [[1, 2, 3]]}
+        assert client.post("/v1/models/m:predict", json=body).json() == {"predictions": [[6.0]]}
+        assert client.post("/v1/models/m/labels/stable:predict", json=body).status_code == 200
+        assert client.get("/v1/models/m").json()["model_version_status"][0]["state"] == "AVAILABLE"
+        assert client.get("/v1/models/m/versions/1").status_code == 200
+        assert client.get("/v1/models/m/metadata").status_code == 200
+        assert client.get("/v1/models/m/versions/9/metadata").status_code == 404
+        v2_body = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+        assert client.post("/v2/models/m/infer", json=v2_body).json()["outputs"][0]["data"] == [6.0]
+        for path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v2/models/m", "/v2/models/m/ready",
+                     "/v2/models/m/versions/1/ready"):
+            assert client.get(path).status_code == 200, path
+    grpc_calls(plane)
+    assert counted(plane) == {
+        ("m", "predict", "REST"): 2, ("m", "status", "REST"): 2, ("m", "metadata", "REST"): 2,
+        ("m", "predict", "V2"): 1, ("m", "metadata", "V2"): 1, ("m", "ready", "V2"): 2,
+        ("", "live", "V2"): 1, ("", "ready", "V2"): 1, ("", "metadata", "V2"): 1,
+        ("m", "predict", "GRPC"): 2, ("m", "metadata", "GRPC"): 1, ("m", "status", "GRPC"): 1,
+    }
+    assert plane.metrics.counts[("m", "NOT_FOUND")] == 2  # REST metadata of version 9, gRPC predict of 7
+    assert plane.metrics.in_flight._value.get() == 0
+
+
+def test_every_route_finds_its_model_through_the_one_lookup(plane: DataPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    looked_up: list[tuple[str, Any, Any]] = []
+    lookup = plane.lookup
+
+    def spy(name: str, version: Any = None, label: Any = None) -> ServedModel:
+        looked_up.append((name, version, label))
+        return lookup(name, version, label)
+
+    monkeypatch.setattr(plane, "lookup", spy)
+    with TestClient(rest_app(plane)) as client:
+        for method, path, body in [
+            ("POST", "/v1/models/m/versions/1:predict", {"instances": [[1, 2, 3]]}),
+            ("GET", "/v1/models/m/labels/stable/metadata", None),
+            ("GET", "/v2/models/m/versions/1", None),
+            ("GET", "/v2/models/m/versions/x/ready", None),  # no version number: 404 as TF Serving's REST
+            ("POST", "/v2/models/m/versions/2/infer",
+             {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}),
+        ]:
+            answer = client.request(method, path, json=body)
+            assert answer.status_code == (404 if "/x/" in path else 200), (path, answer.text)
+    grpc_calls(plane)
+    assert looked_up == [("m", "1", None), ("m", None, "stable"), ("m", "1", None), ("m", "x", None),
+                         ("m", "2", None), ("m", None, None), ("m", None, None), ("m", None, "stable"),
+                         ("m", 7, None)]
+
+
+def test_errors_are_written_alike_by_the_predict_lane_and_the_routes(plane: DataPlane) -> None:
+    with TestClient(rest_app(plane)) as client:
+        lane = client.post("/v1/models/nope:predict", json={"instances": [[1, 2, 3]]})
+        route = client.get("/v1/models/nope/metadata")
+        v2_answer = client.post("/v2/models/nope/infer", json={"inputs": []})
+        bad = client.post("/v1/models/m:predict", content=b"{")
+    assert lane.status_code == route.status_code == v2_answer.status_code == 404
+    assert lane.json() == route.json() == v2_answer.json() == {"error": "Servable not found for request: Latest(nope)"}
+    assert bad.status_code == 400 and bad.json()["error"].startswith("malformed JSON body")
+
+
+def test_a_client_that_disconnects_is_counted_as_gone_not_as_a_failure(plane: DataPlane) -> None:
+    lane = tfs_rest.PredictLane(FastAPI(), plane, 1 << 20, 64)
+    messages = iter([{"type": "http.request", "body": b'{"instances": [[1, ', "more_body": True},
+                     {"type": "http.disconnect"}])
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/models/m:predict", "headers": [(b"content-length", b"99")]}
+    asyncio.run(lane(scope, receive, send))
+    assert sent == []  # nobody to answer
+    assert plane.metrics.counts == {("m", status_label(CLIENT_GONE)): 1}
+    assert status_label(CLIENT_GONE) == "CANCELLED"
+
+
+def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(plane: DataPlane) -> None:
+    from starlette.requests import ClientDisconnect
+
+    from builder.server.bodies import read_limited
+    from builder.server.dataplane import Address, ClientGone
+
+    async def stream() -> Any:
+        yield b'{"inputs": '
+        raise ClientDisconnect()
+
+    async def scenario() -> None:
+        with pytest.raises(ClientGone):
+            await plane.infer("V2", Address("m"), lambda: read_limited(stream(), 1 << 20), v2.InferCodec(None))
+
+    asyncio.run(scenario())
+    assert plane.metrics.counts == {("m", "CANCELLED"): 1}
+
+
+def test_a_bad_request_is_counted_with_its_status_and_the_batcher_is_not_called(plane: DataPlane) -> None:
+    with TestClient(rest_app(plane)) as client:
+        assert client.post("/v1/models/m:predict", json={"instances": [[1, 2]]}).status_code == 400
+        assert client.post("/v2/models/m/infer", json={"inputs": [{"name": "x"}]}).status_code == 400
+    assert plane.metrics.counts == {("m", "INVALID_ARGUMENT"): 2}
+    assert all(served.batcher.calls == 0 for served in plane.models.all())
+    with pytest.raises(RequestError):
+        plane.metadata("m", "0")
