@@ -141,16 +141,32 @@ def _ci_pct(result) -> float:  # noqa: ANN001 - RuntimeResult
     return max(lat.p50 - lat.ci_low, lat.ci_high - lat.p50) / lat.p50 * 100
 
 
-def _fastest_of(results, shipped: str, names: set[str]):  # noqa: ANN001, ANN202 - RuntimeResults, VersusFastest
-    """(fastest measured row among `names`, optimize's choice against it) -- both None when nothing was measured."""
-    from builder.bench.recommend import versus_fastest
+@dataclass(frozen=True)
+class Versus:
+    """Optimize's choice against the fastest row of a set: p50 ratio (below 1 when the choice is faster) and
+    whether the two medians' confidence intervals overlap."""
 
-    among = [r for r in results if r.name in names or r.name == shipped]
-    measured = [r for r in among if r.ok and r.latency is not None and r.name in names]
-    if not measured:
+    ratio: float
+    within_noise: bool
+
+
+def _fastest_of(results, shipped: str, names: set[str]):  # noqa: ANN001, ANN202 - RuntimeResults -> (row, Versus)
+    """(fastest measured row among `names`, optimize's choice against it); None where either was not measured.
+    The choice is not itself one of the set unless it is in `names`: a choice that changes the answers is
+    compared with the fastest row that keeps them, never with itself."""
+    from builder.measure.decide import Timed, within_noise
+
+    measured = {r.name: r for r in results if r.ok and r.latency is not None}
+    among = [measured[n] for n in names if n in measured]
+    if not among:
         return None, None
-    fastest = min(measured, key=lambda r: r.p50)
-    return fastest, versus_fastest([r for r in among if r.name in names or r.name == shipped], shipped)
+    fastest = min(among, key=lambda r: r.p50)
+    mine = measured.get(shipped)
+    if mine is None:
+        return fastest, None
+    close = mine.name == fastest.name or within_noise(Timed.of(mine.name, mine.latency),
+                                                      Timed.of(fastest.name, fastest.latency))
+    return fastest, Versus(mine.p50 / fastest.p50, close)
 
 
 def chosen_precision(report: dict) -> str:
