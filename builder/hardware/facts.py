@@ -10,7 +10,7 @@ and targeted from anywhere. The JSON shape (schema "tfsmith.host-facts/1"):
         "arch": "x86_64" | "aarch64" | ...,
         "vendor": "GenuineIntel" | "AuthenticAMD" | "ARM" | ...,
         "model_name": "AMD EPYC" | "" ,
-        "microarchitecture": "zen3",              # archspec's best named target for these flags
+        "microarchitecture": "zen3",              # newest archspec target whose compiled code these flags run
         "level": "x86-64-v3" | "armv8.2-a" | null,# x86-64 psABI level, or the ARM architecture version
         "features": ["abm", "aes", ...],          # raw /proc/cpuinfo flags, sorted
         "cpu_part": "0xd40" | "",                 # ARM only
