@@ -14,6 +14,7 @@ kept (and marked) so the user can inspect them, and the command exits with EXIT_
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import shutil
 import tempfile
 from dataclasses import replace
@@ -31,13 +32,13 @@ from builder.optimize.steps import (baseline_step, convert_step, evaluate_step,
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
 from builder.report import DataInfo, Gate, ModelInfo, Report
 from builder.say import Say
+from builder.staging import staged_dir
 
 # --- the run ----------------------------------------------------------------------------------------------
 
 
 def run(options: Options, say: Say = lambda _: None) -> Outcome:
     """Do the whole optimization; raises TfsmithError for bad input with --out untouched."""
-    from builder.optimize import export as exporting
     from builder.optimize import report as reporting
     from builder.optimize import tfenv
 
@@ -51,63 +52,69 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
     contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks),
                              loaded.signature)
     check_labels(contract, data.y_val, data.y_train)
-    staging = exporting.staging_dir(options.out)
+    out = Path(options.out).resolve()
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
-        model, sparsity, prune_notes = prune_step(plan, contract, reference, options, say)
-        plan.notes.extend(prune_notes)
-        saved_model = export_step(plan, model, contract, staging, say)
-        produced = convert_step(plan, saved_model, staging, say)
-        produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
-        results = evaluate_step(produced, staging, plan, contract, reference, options, say)
-        with stage(say, "the float baseline (SavedModel signature)"):
-            baseline, _ = baseline_step(plan, contract, reference, options)
-        samples_step(staging, plan, contract, reference)  # before timing: openvino-nncf calibrates on them
-        unpruned_export = sparsity is None and any(r.kind == "saved_model" for r in results)
-        results, candidates, extra = measure_step(results, staging, plan, contract, reference,
-                                                  None if unpruned_export else loaded.saved_model_dir, options, say)
-        same = next((r for r in results if r.kind == "saved_model"), None) if sparsity is None else None
-        if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
-            baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
-                               extra={**baseline.extra, "same_as": same.path})
-        elif baseline is not None and "baseline" in extra:
-            baseline = replace(baseline, latency_us=extra["baseline"], throughput=extra["baseline_throughput"])
-        choice, select_notes = select_step(plan.recipe, plan.facts, results, candidates, contract.signature)
-        chosen, runtime, selection = choice.artifact, choice.runtime, choice.selection
-        plan.notes.extend(select_notes)
-        chosen_result = next((r for r in results if r.path == chosen), None)
-        passed = bool(chosen_result and chosen_result.accepted)
-        report = Report(
-            tfsmith=_version(),
-            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            model=ModelInfo(str(options.model), loaded.facts.format, loaded.facts.keras_version, loaded.params,
-                            contract),
-            data=DataInfo(options.data, data.train_rows, len(next(iter(data.x_calib.values()))) if data.x_calib else 0,
-                          data.calibration_from, data.held_out_rows, tuple(sorted(data.y_val))),
-            recipe=plan.recipe.to_dict(), reasons=tuple(plan.reasons), notes=tuple(plan.notes),
-            target={"name": plan.facts.name, "arch": plan.facts.arch, "is_host": plan.facts.is_host,
-                    "gpu_capabilities": list(plan.facts.gpu_capabilities),
-                    "features": sorted(plan.facts.features & set(INTERESTING_FLAGS))},
-            host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
-                  "tensorflow": tf.__version__, "litert": _version("ai-edge-litert"),
-                  "openvino": _version("openvino") if openvino_available() else None},
-            baseline=baseline, sparsity=sparsity.to_dict() if sparsity else None, artifacts=tuple(results),
-            chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
-            gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
-                      chosen_result.reason if chosen_result else f"{chosen} was not produced"),
-            selection=selection, chosen_signature=choice.signature)
-        with stage(say, "writing report.json, report.md, report.png"):
-            reporting.write_report(report, staging)
-            for name, text in plan.logs.items():
-                keep_log(name, text, staging)
-        exporting.publish(staging, options.out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        with staged_dir(out) as staging:  # --out appears whole, or stays as it was
+            model, sparsity, prune_notes = prune_step(plan, contract, reference, options, say)
+            plan.notes.extend(prune_notes)
+            saved_model = export_step(plan, model, contract, staging, say)
+            produced = convert_step(plan, saved_model, staging, say)
+            produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
+            results = evaluate_step(produced, staging, plan, contract, reference, options, say)
+            with stage(say, "the float baseline (SavedModel signature)"):
+                baseline, _ = baseline_step(plan, contract, reference, options)
+            samples_step(staging, plan, contract, reference)  # before timing: openvino-nncf calibrates on them
+            unpruned_export = sparsity is None and any(r.kind == "saved_model" for r in results)
+            results, candidates, extra = measure_step(results, staging, plan, contract, reference,
+                                                      None if unpruned_export else loaded.saved_model_dir, options, say)
+            same = next((r for r in results if r.kind == "saved_model"), None) if sparsity is None else None
+            if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
+                baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
+                                   extra={**baseline.extra, "same_as": same.path})
+            elif baseline is not None and "baseline" in extra:
+                baseline = replace(baseline, latency_us=extra["baseline"], throughput=extra["baseline_throughput"])
+            choice, select_notes = select_step(plan.recipe, plan.facts, results, candidates, contract.signature)
+            chosen, runtime, selection = choice.artifact, choice.runtime, choice.selection
+            plan.notes.extend(select_notes)
+            chosen_result = next((r for r in results if r.path == chosen), None)
+            passed = bool(chosen_result and chosen_result.accepted)
+            report = Report(
+                tfsmith=_version(),
+                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                model=ModelInfo(str(options.model), loaded.facts.format, loaded.facts.keras_version, loaded.params,
+                                contract),
+                data=DataInfo(options.data, data.train_rows, len(next(iter(data.x_calib.values()))) if data.x_calib else 0,
+                              data.calibration_from, data.held_out_rows, tuple(sorted(data.y_val))),
+                recipe=plan.recipe.to_dict(), reasons=tuple(plan.reasons), notes=tuple(plan.notes),
+                target={"name": plan.facts.name, "arch": plan.facts.arch, "is_host": plan.facts.is_host,
+                        "gpu_capabilities": list(plan.facts.gpu_capabilities),
+                        "features": sorted(plan.facts.features & set(INTERESTING_FLAGS))},
+                host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
+                      "tensorflow": tf.__version__, "litert": _version("ai-edge-litert"),
+                      "openvino": _version("openvino") if openvino_available() else None},
+                baseline=baseline, sparsity=sparsity.to_dict() if sparsity else None, artifacts=tuple(results),
+                chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
+                gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
+                          chosen_result.reason if chosen_result else f"{chosen} was not produced"),
+                selection=selection, chosen_signature=choice.signature)
+            report = relocated(report, staging, out)  # what it says of files names them where they will be
+            with stage(say, "writing report.json, report.md, report.png"):
+                reporting.write_report(report, staging)
+                for name, text in plan.logs.items():
+                    keep_log(name, text, staging)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         loaded.close()
+
     return Outcome(report=report, out=Path(options.out))
+
+
+def relocated(report: Report, staging: Path, out: Path) -> Report:
+    """The report with every mention of the staging folder (a runtime's error naming the file it could not
+    load, say) turned into the folder the user gets: the staging folder is gone once the run ends."""
+    text = report.to_json().replace(json.dumps(str(staging))[1:-1], json.dumps(str(out))[1:-1])
+    return Report.from_dict(json.loads(text))
 
 
 def _version(package: str = "tfsmith") -> str:

@@ -213,7 +213,8 @@ def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp
     model = keras.Sequential([keras.Input((8, 8, 1), name="image"), keras.layers.Flatten(),
                               keras.layers.Dense(10, activation="softmax")])
     model.save(k3)
-    recipe = _write_recipe(tmp_path / "r.toml", '[pruning]\nsparsity = 0.5\n[quantization]\nmodes = ["int8"]\nqat = true\n')
+    recipe = _write_recipe(tmp_path / "r.toml", 'choose = "tflite_int8"\n[pruning]\nsparsity = 0.5\n'
+                                                '[quantization]\nmodes = ["int8"]\nqat = true\n')
     code, stdout, _ = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--explain")
     assert code == 0 and "only Keras 2" in stdout and "contract: inputs image float32[?,8,8,1]" in stdout
     out = tmp_path / "out"
@@ -237,7 +238,8 @@ def test_quality_gate_fails_but_keeps_artifacts_marked_rejected(example: dict[st
     # Calibration rows that are all zeros: int8 input ranges collapse and real inputs clip, so the int8
     # artifact loses far more than the 1-point allowance (the mistake the gate exists to catch).
     data = _bad_data(example, tmp_path / "zeros.npz", x_calib=np.zeros((20, 8, 8, 1), np.float32))
-    recipe = _write_recipe(tmp_path / "int8.toml", '[quantization]\nmodes = ["int8"]\n')
+    # the recipe names the int8 file: without `choose`, the measured choice would be the accepted float file
+    recipe = _write_recipe(tmp_path / "int8.toml", 'choose = "tflite_int8"\n[quantization]\nmodes = ["int8"]\n')
     out = tmp_path / "out"
     code, _, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", recipe,
                               "--out", out, "--max-accuracy-drop", "0.01")
@@ -471,3 +473,25 @@ def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(exa
     assert any(n.startswith("int8 skipped") for n in report.notes) and any(n.startswith("pruning skipped")
                                                                           for n in report.notes)
     assert report.data.labels == () and report.chosen_artifact.metric("probs").metric == "disagreement"
+
+
+def test_a_float_only_recipe_still_measures_runtimes_and_precisions(example: dict[str, Path], tmp_path: Path,
+                                                                    tfsmith) -> None:
+    recipe = _write_recipe(tmp_path / "float.toml", "[quantization]\nmodes = []\n")
+    out = tmp_path / "out"
+    code, stdout, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--recipe", recipe,
+                                   "--out", out, "--latency-runs", "20")
+    assert code == 0, stderr
+    report = _report(out)
+    assert set(_kinds(report)) == {"saved_model", "tflite_fp32"}  # the recipe narrows what is built...
+    assert report.selection.measured and "among what recipe float builds" in report.selection.how  # ...not the choice
+    candidates = report.selection.candidates
+    runtimes = {c.runtime for c in candidates}
+    assert {"litert", "tensorflow", "tensorflow-bf16"} <= runtimes
+    if importlib.util.find_spec("openvino") is not None:
+        assert {"openvino", "openvino-bf16"} <= runtimes
+    assert all(c.precision for c in candidates) and not any(c.precision == "int8" for c in candidates)
+    assert "openvino-nncf" not in runtimes  # int8 only where the recipe quantizes to int8
+    chosen = next(c for c in candidates if (c.artifact, c.runtime) == (report.chosen, report.chosen_runtime))
+    assert not chosen.error and f"on {report.chosen_runtime} ({chosen.precision})" in stdout
+    assert "| precision |" in (out / "report.md").read_text()

@@ -279,3 +279,19 @@ def test_rows_per_s_batch_shrinks_for_slow_models_and_follows_a_fixed_batch() ->
     assert batch_for(dynamic, x, 140_000.0) == 1  # 140 ms a row: one row a call, the batch-1 timing itself
     assert batch_for(dynamic, {"x": x["x"][:5]}, 100.0) == 5
     assert batch_for(SimpleNamespace(inputs=(TensorSpec("x", "float32", (8, 4)),)), x, 140_000.0) == 8
+
+
+def test_the_report_names_files_where_the_user_gets_them_not_in_the_staging_folder(tmp_path: Path) -> None:
+    from builder.optimize.pipeline import relocated
+
+    staging, out = tmp_path / ".opt.tfsmith-abc", tmp_path / "opt"
+    report = make_report()
+    failing = Candidate("model_int8.tflite", "openvino", None, 0, 10,
+                        f"RuntimeError: {staging}/model_int8.tflite: cannot read it", precision="int8")
+    report = replace(report, notes=(f"full text: {staging}/logs/convert.log",),
+                     selection=replace(report.selection, candidates=(failing,)))
+    moved = relocated(report, staging, out)
+    assert str(staging) not in moved.to_json()
+    assert moved.selection.candidates[0].error == f"RuntimeError: {out}/model_int8.tflite: cannot read it"
+    assert moved.notes == (f"full text: {out}/logs/convert.log",)
+    assert moved.selection.candidates[0].precision == "int8"  # everything else kept
