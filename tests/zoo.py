@@ -325,35 +325,44 @@ def _token_data(seed: int, n: int = 1200) -> tuple[np.ndarray, np.ndarray]:
     return tokens.astype(np.int32), labels
 
 
-def token_ids(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
-    """tf_keras: int32 `tokens` (N, 16) -> Embedding(200, 16) -> average pooling -> softmax `sentiment` (2)."""
+def _token_classifier(name: str, folder: Path, seed: int, epochs: int, length: int | None, body: Callable[[Any], Any],
+                      rows: int = 1200) -> ZooModel:
+    """A tf_keras classifier over int32 `tokens` (N, length) -> Embedding(200, 16) -> `body` -> softmax
+    `sentiment` (2), trained briefly on `_token_data`; `length` None takes sequences of any length."""
     keras = tfenv.keras()
     _seed(seed)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tokens, labels = _token_data(seed)
+    tokens, labels = _token_data(seed, n=rows)
     arrays = _named_arrays({"tokens": tokens}, {"sentiment": labels}, seed)
-    inputs = keras.Input(shape=(SEQ_LEN,), dtype="int32", name="tokens")
-    h = keras.layers.Embedding(VOCAB, 16)(inputs)
-    h = keras.layers.GlobalAveragePooling1D()(h)
-    h = keras.layers.Dense(16, activation="relu")(h)
+    inputs = keras.Input(shape=(length,), dtype="int32", name="tokens")
+    h = body(keras.layers.Embedding(VOCAB, 16)(inputs))
     out = keras.layers.Dense(2, activation="softmax", name="sentiment")(h)
-    model = keras.Model(inputs, out, name="token_ids")
+    model = keras.Model(inputs, out, name=name)
     model.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy")
     model.fit(arrays["x_train/tokens"], arrays["y_train/sentiment"], epochs=epochs, batch_size=32, verbose=0)
     accuracy = _accuracy(model.predict(arrays["x_val/tokens"], verbose=0), arrays["y_val/sentiment"])
-    model_path = folder / "token_ids.keras"
+    return _saved(model, name, folder, arrays, inputs={"tokens": ("int32", (None, length))},
+                  outputs={"sentiment": ("float32", (None, 2), "classification")}, labels=("sentiment",),
+                  val_metric={"sentiment": accuracy})
+
+
+def _saved(model: Any, name: str, folder: Path, arrays: dict[str, np.ndarray], **contract: Any) -> ZooModel:
+    """A trained tf_keras model saved as `<name>.keras` beside its DATA `<name>.npz`, as a ZooModel."""
+    model_path = folder / f"{name}.keras"
     model.save(model_path)
-    return ZooModel(
-        name="token_ids",
-        model_path=model_path,
-        data_path=_save_npz(folder / "token_ids.npz", arrays),
-        inputs={"tokens": ("int32", (None, SEQ_LEN))},
-        outputs={"sentiment": ("float32", (None, 2), "classification")},
-        kind="tf_keras",
-        labels=("sentiment",),
-        val_metric={"sentiment": accuracy},
-    )
+    return ZooModel(name=name, model_path=model_path, data_path=_save_npz(folder / f"{name}.npz", arrays),
+                    kind="tf_keras", **contract)
+
+
+def token_ids(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
+    """tf_keras: int32 `tokens` (N, 16) -> Embedding(200, 16) -> average pooling -> softmax `sentiment` (2)."""
+    keras = tfenv.keras()
+
+    def body(h: Any) -> Any:
+        return keras.layers.Dense(16, activation="relu")(keras.layers.GlobalAveragePooling1D()(h))
+
+    return _token_classifier("token_ids", folder, seed, epochs, SEQ_LEN, body)
 
 
 def keras3(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
@@ -773,49 +782,17 @@ def conv1d_variable(folder: Path, seed: int = 0, epochs: int = 6) -> ZooModel:
     model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy")
     model.fit(arrays["x_train/frames"], arrays["y_train/alarm"], epochs=epochs, batch_size=32, verbose=0)
     pred = model.predict(arrays["x_val/frames"], verbose=0)
-    model_path = folder / "conv1d_variable.keras"
-    model.save(model_path)
-    return ZooModel(
-        name="conv1d_variable",
-        model_path=model_path,
-        data_path=_save_npz(folder / "conv1d_variable.npz", arrays),
-        inputs={"frames": ("float32", (None, None, FRAME_FEATURES))},
-        outputs={"alarm": ("float32", (None, 1), "binary")},
-        kind="tf_keras",
-        labels=("alarm",),
-        val_metric={"alarm": float(np.mean((pred[:, 0] >= 0.5) == (arrays["y_val/alarm"] == 1)))},
-    )
+    return _saved(model, "conv1d_variable", folder, arrays, inputs={"frames": ("float32", (None, None, FRAME_FEATURES))},
+                  outputs={"alarm": ("float32", (None, 1), "binary")}, labels=("alarm",),
+                  val_metric={"alarm": float(np.mean((pred[:, 0] >= 0.5) == (arrays["y_val/alarm"] == 1)))})
 
 
 def bilstm_variable(folder: Path, seed: int = 0, epochs: int = 3) -> ZooModel:
     """tf_keras bidirectional LSTM over variable-length token ids: `tokens` (N, None) int32 -> Embedding ->
     Bidirectional(LSTM(8)) -> softmax `sentiment` (2). DATA has 16 ids per row; clients send any length."""
     keras = tfenv.keras()
-    _seed(seed)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokens, labels = _token_data(seed, n=600)
-    arrays = _named_arrays({"tokens": tokens}, {"sentiment": labels}, seed)
-    inputs = keras.Input(shape=(None,), dtype="int32", name="tokens")
-    h = keras.layers.Embedding(VOCAB, 16)(inputs)
-    h = keras.layers.Bidirectional(keras.layers.LSTM(8))(h)
-    out = keras.layers.Dense(2, activation="softmax", name="sentiment")(h)
-    model = keras.Model(inputs, out, name="bilstm_variable")
-    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="sparse_categorical_crossentropy")
-    model.fit(arrays["x_train/tokens"], arrays["y_train/sentiment"], epochs=epochs, batch_size=32, verbose=0)
-    accuracy = _accuracy(model.predict(arrays["x_val/tokens"], verbose=0), arrays["y_val/sentiment"])
-    model_path = folder / "bilstm_variable.keras"
-    model.save(model_path)
-    return ZooModel(
-        name="bilstm_variable",
-        model_path=model_path,
-        data_path=_save_npz(folder / "bilstm_variable.npz", arrays),
-        inputs={"tokens": ("int32", (None, None))},
-        outputs={"sentiment": ("float32", (None, 2), "classification")},
-        kind="tf_keras",
-        labels=("sentiment",),
-        val_metric={"sentiment": accuracy},
-    )
+    return _token_classifier("bilstm_variable", folder, seed, epochs, None,
+                             lambda h: keras.layers.Bidirectional(keras.layers.LSTM(8))(h), rows=600)
 
 
 BUILDERS: dict[str, Callable[..., ZooModel]] = {

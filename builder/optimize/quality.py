@@ -188,46 +188,22 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
     """One output's metrics and gate verdict vs the original model (see the module docstring)."""
     relative, max_abs = fidelity(outputs, original)
     if spec.task == BINARY:
-        return _binary_metric(spec, outputs, original, labels, relative, max_abs, max_accuracy_drop=max_accuracy_drop,
-                              max_relative_error=max_relative_error)
+        answers, answers_orig = binary_answers(outputs, original), binary_answers(original, original)
+        agreement = float(np.mean(answers == answers_orig)) if len(answers) else 1.0
+        share = float(max(np.mean(answers_orig), 1 - np.mean(answers_orig))) if len(answers_orig) else 1.0
+        side = "yes" if len(answers_orig) and np.mean(answers_orig) >= 0.5 else "no"
+        cannot = (f"the original answers {side} for {share:.0%} of the rows, so a file that answers a constant "
+                  "would agree") if share >= NEARLY_ALL else None
+        truth = binary_labels(labels, f"labels of {spec.name}") if labels is not None else None
+        return _answers_metric(spec, "binary", "agreement with the original's answers", answers, answers_orig,
+                               truth, agreement, cannot, relative, max_abs, max_accuracy_drop, max_relative_error)
     if spec.task == "classification":
-        columns = _rows(original).shape[1]
-        top, top_orig = top1(outputs), top1(original)
-        agreement = agreement_of(outputs, original)
         rms = float(np.sqrt(np.mean((_rows(outputs) - _rows(original)) ** 2))) if _rows(original).size else 0.0
-        cannot = why_agreement_cannot_judge(original, rms)
-        accuracy = original_accuracy = None
-        if labels is not None:
-            ids = class_ids(labels, columns, f"labels of {spec.name}")
-            n = len(ids)
-            accuracy, original_accuracy = float(np.mean(top[:n] == ids)), float(np.mean(top_orig[:n] == ids))
-        drop = None if accuracy is None or original_accuracy is None else original_accuracy - accuracy
-        would_pass = (drop <= max_accuracy_drop + 1e-9) if drop is not None else \
-            (1.0 - agreement <= max_accuracy_drop + 1e-9)
-        if cannot is not None and would_pass:  # a pass agreement cannot vouch for: judged by the spread instead
-            passed = relative <= max_relative_error + 1e-12
-            beside = (f"; accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f}"
-                      if accuracy is not None else "")
-            return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
-                                f"classification, but top-1 agreement cannot judge: {cannot}; judged by the output "
-                                f"error relative to the original's spread {relative:.4f} "
-                                f"{'<=' if passed else '>'} {max_relative_error:.4f} (top-1 agreement {agreement:.4f}, "
-                                f"not gated{beside})", accuracy=accuracy, original_accuracy=original_accuracy,
-                                agreement=agreement, relative_error=relative, max_abs_error=max_abs)
-        if accuracy is not None and original_accuracy is not None and drop is not None:
-            passed = drop <= max_accuracy_drop + 1e-9
-            return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
-                                f"classification with labels: accuracy {accuracy:.4f} vs the original's "
-                                f"{original_accuracy:.4f} (drop {drop:+.4f} {'<=' if passed else '>'} "
-                                f"{max_accuracy_drop:.4f}); top-1 agreement with the original {agreement:.4f}",
-                                accuracy=accuracy, original_accuracy=original_accuracy, agreement=agreement,
-                                relative_error=relative, max_abs_error=max_abs)
-        disagreement = 1.0 - agreement
-        passed = disagreement <= max_accuracy_drop + 1e-9
-        return OutputMetric(spec.name, spec.task, "disagreement", round(disagreement, 6), max_accuracy_drop, passed,
-                            f"classification without labels: top-1 agreement with the original {agreement:.4f} "
-                            f"(disagreement {disagreement:.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f})",
-                            agreement=agreement, relative_error=relative, max_abs_error=max_abs)
+        truth = class_ids(labels, _rows(original).shape[1], f"labels of {spec.name}") if labels is not None else None
+        return _answers_metric(spec, "classification", "top-1 agreement with the original", top1(outputs),
+                               top1(original), truth, agreement_of(outputs, original),
+                               why_agreement_cannot_judge(original, rms), relative, max_abs, max_accuracy_drop,
+                               max_relative_error)
     mae = rmse = original_mae = None
     if labels is not None:
         lab = _rows(labels)
@@ -246,46 +222,39 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
                         mae=mae, rmse=rmse, original_mae=original_mae, relative_error=relative, max_abs_error=max_abs)
 
 
-def _binary_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None,
-                   relative: float, max_abs: float, *, max_accuracy_drop: float, max_relative_error: float
-                   ) -> OutputMetric:
-    """A yes/no output: accuracy drop with labels, else disagreement with the original's answers; judged by the
-    output error instead where the original answers one side for nearly every row (a constant would agree)."""
-    answers, answers_orig = binary_answers(outputs, original), binary_answers(original, original)
-    agreement = float(np.mean(answers == answers_orig)) if len(answers) else 1.0
+def _answers_metric(spec: OutputSpec, what: str, agreeing: str, answers: np.ndarray, answers_orig: np.ndarray,
+                    truth: np.ndarray | None, agreement: float, cannot: str | None, relative: float, max_abs: float,
+                    max_accuracy_drop: float, max_relative_error: float) -> OutputMetric:
+    """An output whose rows are answers (a class, yes/no): the accuracy drop against labels where there are
+    labels, else disagreement with the original's answers; judged by the output error relative to the
+    original's spread instead where agreement cannot vouch (`cannot`) and would pass."""
     accuracy = original_accuracy = None
-    if labels is not None:
-        truth = binary_labels(labels, f"labels of {spec.name}")
+    if truth is not None:
         n = len(truth)
         accuracy = float(np.mean(answers[:n] == truth))
         original_accuracy = float(np.mean(answers_orig[:n] == truth))
     drop = None if accuracy is None or original_accuracy is None else original_accuracy - accuracy
     would_pass = (drop <= max_accuracy_drop + 1e-9) if drop is not None else (1.0 - agreement <= max_accuracy_drop + 1e-9)
-    share = float(max(np.mean(answers_orig), 1 - np.mean(answers_orig))) if len(answers_orig) else 1.0
-    if share >= NEARLY_ALL and would_pass:
+    common = {"accuracy": accuracy, "original_accuracy": original_accuracy, "agreement": agreement,
+              "relative_error": relative, "max_abs_error": max_abs}
+    if cannot is not None and would_pass:
         passed = relative <= max_relative_error + 1e-12
-        side = "yes" if np.mean(answers_orig) >= 0.5 else "no"
+        beside = f"; accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f}" if accuracy is not None else ""
         return OutputMetric(spec.name, spec.task, "relative_error", round(relative, 6), max_relative_error, passed,
-                            f"binary, but agreement cannot judge: the original answers {side} for {share:.0%} of the "
-                            f"rows, so a file that answers a constant would agree; judged by the output error "
-                            f"relative to the original's spread {relative:.4f} {'<=' if passed else '>'} "
-                            f"{max_relative_error:.4f} (agreement {agreement:.4f}, not gated)",
-                            accuracy=accuracy, original_accuracy=original_accuracy, agreement=agreement,
-                            relative_error=relative, max_abs_error=max_abs)
+                            f"{what}, but agreement cannot judge: {cannot}; judged by the output error relative to "
+                            f"the original's spread {relative:.4f} {'<=' if passed else '>'} {max_relative_error:.4f} "
+                            f"({agreeing} {agreement:.4f}, not gated{beside})", **common)
     if drop is not None:
         passed = drop <= max_accuracy_drop + 1e-9
         return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
-                            f"binary with labels: accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f} "
-                            f"(drop {drop:+.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f}); agreement with "
-                            f"the original's answers {agreement:.4f}", accuracy=accuracy,
-                            original_accuracy=original_accuracy, agreement=agreement, relative_error=relative,
-                            max_abs_error=max_abs)
+                            f"{what} with labels: accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f} "
+                            f"(drop {drop:+.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f}); {agreeing} "
+                            f"{agreement:.4f}", **common)
     disagreement = 1.0 - agreement
     passed = disagreement <= max_accuracy_drop + 1e-9
     return OutputMetric(spec.name, spec.task, "disagreement", round(disagreement, 6), max_accuracy_drop, passed,
-                        f"binary without labels: agreement with the original's answers {agreement:.4f} "
-                        f"(disagreement {disagreement:.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f})",
-                        agreement=agreement, relative_error=relative, max_abs_error=max_abs)
+                        f"{what} without labels: {agreeing} {agreement:.4f} (disagreement {disagreement:.4f} "
+                        f"{'<=' if passed else '>'} {max_accuracy_drop:.4f})", **common)
 
 
 def judge(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],
