@@ -46,15 +46,20 @@ def test_metrics_count_every_protocol_by_status(models: Path) -> None:  # noqa: 
                                           request_serializer=tfs_proto.PredictRequest.SerializeToString,
                                           response_deserializer=tfs_proto.PredictResponse.FromString)
             assert predict(request, timeout=10).outputs["probs"].tensor_content
+        assert HTTP.get(f"{running.url}/v1/models/digits/metadata").status_code == 200
+        assert HTTP.get(f"{running.url}/v2/models/digits/ready").status_code == 200
         got = scrape(running)
         counts = got[":tensorflow:serving:request_count"]
-        assert counts[(("model_name", "digits"), ("status", "OK"))] == 5
+        assert counts[(("model_name", "digits"), ("status", "OK"))] == 7  # five predicts, metadata, readiness
+        assert counts[(("model_name", ""), ("status", "OK"))] >= 1  # the start-up wait's /v2/health/ready
         assert counts[(("model_name", "digits"), ("status", "INVALID_ARGUMENT"))] == 1
         assert counts[(("model_name", "digits"), ("status", "NOT_FOUND"))] == 1
         latency = got[":tensorflow:serving:request_latency_count"]
         assert latency[(("API", "predict"), ("entrypoint", "REST"), ("model_name", "digits"))] == 5
         assert latency[(("API", "predict"), ("entrypoint", "V2"), ("model_name", "digits"))] == 1
         assert latency[(("API", "predict"), ("entrypoint", "GRPC"), ("model_name", "digits"))] == 1
+        assert latency[(("API", "metadata"), ("entrypoint", "REST"), ("model_name", "digits"))] == 1
+        assert latency[(("API", "ready"), ("entrypoint", "V2"), ("model_name", "digits"))] == 1
         assert got[":tensorflow:serving:batching_session:queuing_latency_count"][
             (("thread_pool_name", "tfsmith_batch_threads"),)] == 5  # the three REST, the v2 and the gRPC predict
         assert sum(got["tfsmith_batch_size_sum"].values()) == 5
