@@ -104,6 +104,7 @@ class DataPlane:
         self.metrics = metrics
         self.access_log = access_log
         self.offload_bytes = offload_bytes
+        self.in_flight = 0  # requests of any route being answered now (`request`)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfsmith-decode")
 
     # --- lookup, readiness, status, metadata ---------------------------------------------------------
@@ -166,9 +167,10 @@ class DataPlane:
             return codec.encode(served, call, request, outputs)
 
     async def decode(self, size: int, parse: Callable[[], T]) -> T:
-        """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large, else right here
-        (a 3 MB image body takes milliseconds, and every small request arriving meanwhile would wait)."""
-        if size < self.offload_bytes:
+        """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large and other requests
+        are in flight (a 3 MB image body takes milliseconds, which they would otherwise wait through), else
+        right here: alone in flight, the hop to the thread and back only adds to this request's time."""
+        if size < self.offload_bytes or self.in_flight <= 1:
             return parse()
         return await asyncio.get_running_loop().run_in_executor(self._decoder, parse)
 
@@ -182,6 +184,7 @@ class DataPlane:
         name not served), and write its access line when `peer` is given and access logging is on (gRPC)."""
         timer, outcome = Timer(), Outcome()
         self.metrics.in_flight.inc()
+        self.in_flight += 1
         try:
             yield outcome
         except RequestError as error:
@@ -196,6 +199,7 @@ class DataPlane:
         finally:
             elapsed = timer.elapsed()
             self.metrics.in_flight.dec()
+            self.in_flight -= 1
             model = name if not name or name in self.models.models else "unknown"
             self.metrics.request(model, api, entrypoint, outcome.status, elapsed)
             if self.access_log and peer is not None:

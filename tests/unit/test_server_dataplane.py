@@ -60,17 +60,22 @@ def test_a_version_that_is_not_ready_is_refused_with_503_and_unknown_ones_with_4
     assert plane.lookup("m", "1") is plane.lookup("m", 1) is plane.lookup("m")
 
 
-def test_large_bodies_are_decoded_off_the_event_loop_and_small_ones_on_it() -> None:
+def test_large_bodies_are_decoded_off_the_event_loop_only_while_others_are_in_flight() -> None:
     plane = _plane()
+    here = lambda: threading.current_thread().name  # noqa: E731
 
-    async def scenario() -> tuple[str, str]:
-        small = await plane.decode(10, lambda: threading.current_thread().name)
-        large = await plane.decode(10_000, lambda: threading.current_thread().name)
-        return small, large
+    async def scenario() -> tuple[str, str, str, str]:
+        async with plane.request("REST", "predict", "m"):
+            alone = await plane.decode(10_000, here)  # nobody to keep waiting: no hop to a thread and back
+            async with plane.request("V2", "predict", "m"):
+                small = await plane.decode(10, here)
+                large = await plane.decode(10_000, here)
+        return alone, small, large, threading.current_thread().name
 
-    small, large = asyncio.run(scenario())
+    alone, small, large, loop = asyncio.run(scenario())
     plane.close()
-    assert small == threading.current_thread().name and large.startswith("tfsmith-decode")
+    assert alone == small == loop and large.startswith("tfsmith-decode")
+    assert plane.in_flight == 0
 
 
 @pytest.mark.parametrize("body", [
