@@ -22,11 +22,11 @@ Public API (other stages call these):
   combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
   CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
 - `can_run(target, facts) -> tuple[str, ...]`: features the machine lacks (empty: an image for `target` runs).
+- `target_names() -> tuple[str, ...]`: every accepted name; `check_target_name(name)` refuses others.
 
 A target's `features` are those its flags let the compiler emit (`builder.hardware.codegen`, from the table
 builder/data/cpu_features.json): the guard, `check` and node affinity require exactly these, never the hints
 and intrinsic-only features (waitpkg, AMX, dgh, ...) that archspec also lists and hypervisors hide.
-- `target_names() -> tuple[str, ...]`: every accepted name; `check_target_name(name)` refuses others.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from builder.hardware.reference import reference_build_facts
 from builder.target_types import BuildTarget, CudaSpec
 
 FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
+
 
 def canonical_name(archspec_name: str) -> str:
     """archspec name -> tfsmith name: generic x86 levels use the psABI spelling (x86-64-v3), others stay."""
