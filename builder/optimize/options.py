@@ -1,4 +1,4 @@
-"""What one optimize run is asked (Options) and what it gives back (Outcome), and how a step is announced."""
+"""What one optimize run is asked (Options) and what it gives back (Optimized), and how a step is announced."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ class Options:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Optimized:
+    """A finished run: its report, and the --out folder it now fills (the gate's verdict is in the report)."""
+
     report: Report
     out: Path
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builder.optimize.contract import check_labels, make_contract
 from builder.optimize.layout import SAMPLES_NAME
-from builder.optimize.options import Options, Outcome, stage
+from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
 from builder.optimize.select import select_step
 from builder.optimize.steps import (baseline_step, convert_step, evaluate_step,
@@ -37,7 +37,7 @@ from builder.staging import staged_dir
 # --- the run ----------------------------------------------------------------------------------------------
 
 
-def run(options: Options, say: Say = lambda _: None) -> Outcome:
+def run(options: Options, say: Say = lambda _: None) -> Optimized:
     """Do the whole optimization; raises TfsmithError for bad input with --out untouched."""
     from builder.optimize import report as reporting
     from builder.optimize import tfenv
@@ -107,7 +107,7 @@ def run(options: Options, say: Say = lambda _: None) -> Outcome:
         shutil.rmtree(scratch, ignore_errors=True)
         loaded.close()
 
-    return Outcome(report=report, out=Path(options.out))
+    return Optimized(report=report, out=Path(options.out))
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:
