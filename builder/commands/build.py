@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
         """Detect, resolve, plan, render and build the TensorFlow image (cached by its spec digest)."""
         from rich.console import Console
 
-        from builder.build import build_image
-        from builder.config import load_config
+        from builder.build.run import build_image
+        from builder.build.settings import load_config
 
         flags = {
             "target": target, "cuda_cc": cuda_cc, "wheel": wheel, "tags": tuple(tag or ()), "push": push, "repository": repository,
@@ -97,8 +97,8 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="Config file ([matrix] targets, cuda_cc)."),
     ) -> None:
         """The fleet's build matrix for CI; each entry's id is what `tfsmith build --only ID` builds."""
-        from builder.config import load_config
-        from builder.matrix import fleet_matrix, render_matrix
+        from builder.build.settings import load_config
+        from builder.build.matrix import fleet_matrix, render_matrix
 
         settings = load_config({"targets": targets, "matrix_cuda_cc": tuple(cuda_cc or ())}, config_file=config)
         sys.stdout.write(render_matrix(fleet_matrix(settings.targets, settings.matrix_cuda_cc), fmt) + "\n")

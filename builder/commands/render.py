@@ -1,8 +1,8 @@
 """`tfsmith render` (one build context) and `tfsmith dockerfiles` (the canonical set in dockerfiles/).
 
 Thin on purpose: the flags go through the same settings path as `tfsmith build` (flags > TFSMITH_*
-environment > tfsmith.toml > defaults, `builder.config`) and the same settings -> plan path
-(`builder.settings_to_plan`), so `render --dry-run` and `build --dry-run` show the same plan. Planning and
+environment > tfsmith.toml > defaults, `builder.build.settings`) and the same settings -> plan path
+(`builder.build.from_settings`), so `render --dry-run` and `build --dry-run` show the same plan. Planning and
 rendering modules are imported inside the command bodies so `tfsmith detect` never pays for Jinja.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 if TYPE_CHECKING:
-    from builder.build_plan import BuildPlan
+    from builder.build.plan import BuildPlan
 
 DEFAULT_OUT_ROOT = Path("tfsmith-contexts")
 
@@ -69,9 +69,9 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved plan (JSON) only"),
     ) -> None:
         """Write a Docker build context that compiles TensorFlow for a target (or packages a --wheel)."""
-        from builder.config import load_config
-        from builder.settings_to_plan import plan_from_settings
-        from builder.render import render_context, render_dockerfile
+        from builder.build.settings import load_config
+        from builder.build.from_settings import plan_from_settings
+        from builder.build.render import render_context, render_dockerfile
 
         flags = {
             "target": target, "cuda_cc": cuda_cc, "tf_version": tf_version, "python": python,
@@ -105,8 +105,8 @@ def register(app: typer.Typer) -> None:
         """Regenerate the canonical build contexts (CPU x86-64-v3/v4, sapphirerapids, neoverse_v1, CUDA 8.0+9.0)."""
         import tempfile
 
-        from builder.settings_to_plan import canonical_plans
-        from builder.render import render_set
+        from builder.build.from_settings import canonical_plans
+        from builder.build.render import render_set
 
         plans = canonical_plans()
         if not check:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from builder.build_plan import LABEL_PREFIX
+from builder.build.plan import LABEL_PREFIX
 from builder.deploy.plan import FleetImage
 from builder.errors import InputError
 from builder.target_types import BuildTarget

@@ -4,7 +4,7 @@ the server's wheels, kept contexts, and the build itself.
 A context is rendered into a temporary folder and only published (`--context`) once complete, so nothing
 half-written is ever left behind. The server's wheels are downloaded once per (requirements, Python, CPU) into
 a cache folder that is complete or absent, and bind-mounted into the build, so images build offline and fast
-(`pip install --no-index`). Dockerfile values go through one escaper, `builder.render.dockerfile_string`,
+(`pip install --no-index`). Dockerfile values go through one escaper, `builder.build.render.dockerfile_string`,
 which refuses what it cannot write safely (a newline) rather than changing it.
 """
 
@@ -53,7 +53,7 @@ def server_requirements(runtime: str) -> tuple[str, ...]:
 
 def environment() -> Any:
     """The serving templates (shipped inside the package, so an installed tfsmith finds them too)."""
-    from builder.render import dockerfile_string
+    from builder.build.render import dockerfile_string
     from builder.resources import template_environment
 
     env = template_environment("serve", compact=False)

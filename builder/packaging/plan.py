@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builder.errors import InputError
-from builder.build_plan import LABEL_PREFIX
+from builder.build.plan import LABEL_PREFIX
 from builder.model.artifact import Artifact
 
 #: Labels that mark a TensorFlow image made by `tfsmith build` (its spec, wheel and tag). An image built FROM

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from builder import guard
-from builder.build_plan import BuildPlan, reference_build_facts
-from builder.config import BuildConfig
+from builder.build.plan import BuildPlan, reference_build_facts
+from builder.build.settings import BuildConfig
 from builder.engine.base import BuildRequest, EngineError
 from builder.engine.docker import DockerEngine
-from builder.settings_to_plan import plan_from_settings
+from builder.build.from_settings import plan_from_settings
 from tests.engine.standin import make_standin_wheel
 
 PREFIX = "tfsmith-test-arm64-guard"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import Builder
-from builder.config import load_config
+from builder.build.run import Builder
+from builder.build.settings import load_config
 from builder.engine.base import BuildFailed, BuildRequest, EngineUnavailable, ImageNotFound
 from builder.engine.buildlog import StepTracker
 from builder.engine.docker import DockerEngine

@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import pytest
 
-from builder.build_plan import BuildPlan, reference_build_facts
-from builder.config import BuildConfig
+from builder.build.plan import BuildPlan, reference_build_facts
+from builder.build.settings import BuildConfig
 from builder.engine.base import BuildRequest, Engine
 from builder.engine.docker import DockerEngine
 from builder.guard import missing_features, read_cpu_flags
-from builder.render import render_context
-from builder.settings_to_plan import plan_from_settings
+from builder.build.render import render_context
+from builder.build.from_settings import plan_from_settings
 from tests import tf_image
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -175,7 +175,7 @@ def test_guard_refuses_a_target_this_host_cannot_run(
 
 def test_the_image_sets_no_tfsmith_setting(engine: DockerEngine, images: dict[str, tuple[BuildPlan, str]]) -> None:
     """tfsmith run inside a built image must plan from its own settings, not from the image's guard env."""
-    from builder.config import SETTINGS_ENV, env_values
+    from builder.build.settings import SETTINGS_ENV, env_values
 
     _, tag = images["x86-64-v3"]
     ran = run(engine, tag, entrypoint=["env"])

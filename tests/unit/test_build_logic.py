@@ -11,8 +11,8 @@ from pathlib import Path
 import archspec
 import pytest
 
-from builder.build import Builder, SourceUnreachable, estimate_hours, push_ref, wheel_facts
-from builder.config import load_config
+from builder.build.run import Builder, SourceUnreachable, estimate_hours, push_ref, wheel_facts
+from builder.build.settings import load_config
 from builder.engine.base import BuildFailed
 from builder.engine.fake import FakeEngine
 from builder.errors import InputError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from builder import compat
-from builder.build_plan import (
+from builder.build.plan import (
     REFERENCE_BUILD_MACHINE,
     BuildMachine,
     BuildOptions,

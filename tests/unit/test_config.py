@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.config import DEFAULT_MATRIX_TARGETS, BuildConfig, load_config
+from builder.build.settings import DEFAULT_MATRIX_TARGETS, BuildConfig, load_config
 from builder.errors import InputError
 
 
@@ -147,7 +147,7 @@ def test_broken_toml_is_an_input_error(tmp_path: Path) -> None:
 
 def test_an_images_guard_environment_is_not_a_setting(tmp_path: Path) -> None:
     """Every built image sets the guard's variables; `tfsmith build` run inside one must not see a target."""
-    from builder.config import SETTINGS_ENV
+    from builder.build.settings import SETTINGS_ENV
     from builder.guard import ENV_PREFIX
     from builder.target_types import BuildTarget, CudaSpec
 

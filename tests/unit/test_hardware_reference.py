@@ -20,8 +20,8 @@ def test_a_conservative_generic_machine_of_each_family(arch: str, flags: tuple[s
 
 
 def test_the_build_plan_uses_the_same_machine() -> None:
-    from builder.build_plan import REFERENCE_BUILD_MACHINE
-    from builder.build_plan import reference_build_facts as plans
+    from builder.build.plan import REFERENCE_BUILD_MACHINE
+    from builder.build.plan import reference_build_facts as plans
 
     for arch in ("x86_64", "aarch64"):
         assert plans(arch) == reference_build_facts(arch)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from builder.errors import InputError
-from builder.matrix import entry_id, fleet_matrix, parse_id, render_matrix
+from builder.build.matrix import entry_id, fleet_matrix, parse_id, render_matrix
 
 FLEET = ["x86-64-v3", "x86-64-v4", "sapphirerapids", "neoverse_v1"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from builder.build_plan import BuildOptions, BuildPlan, plan_build
+from builder.build.plan import BuildOptions, BuildPlan, plan_build
 from builder.errors import InputError
-from builder.render import (
+from builder.build.render import (
     GUARD_SOURCE,
     environment,
     is_context,
@@ -22,7 +22,7 @@ from builder.render import (
     render_dockerfile,
     render_set,
 )
-from builder.settings_to_plan import canonical_plans
+from builder.build.from_settings import canonical_plans
 from builder.target_types import BuildTarget, CudaSpec
 
 V3 = BuildTarget(
@@ -160,7 +160,7 @@ def test_runtime_guard_environment_matches_the_target() -> None:
 
 def test_no_image_variable_is_a_tfsmith_setting() -> None:
     """Every image sets the guard's variables; none of them may change `tfsmith build` run inside it."""
-    from builder.config import SETTINGS_ENV
+    from builder.build.settings import SETTINGS_ENV
 
     for plan in (plan_build(V3), plan_build(CUDA)):
         env = " ".join(rest for name, rest in instructions(render_dockerfile(plan)) if name == "ENV")

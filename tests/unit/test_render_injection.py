@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.build_plan import BuildOptions, plan_build
+from builder.build.plan import BuildOptions, plan_build
 from builder.errors import InputError, TfsmithError
-from builder.render import render_bazelrc, render_dockerfile
+from builder.build.render import render_bazelrc, render_dockerfile
 from builder.target_types import BuildTarget, CudaSpec
 
 HOSTILE = (

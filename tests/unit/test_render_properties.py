@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builder import compat
-from builder.build_plan import BuildOptions, BuildPlan, plan_build, reference_build_facts
+from builder.build.plan import BuildOptions, BuildPlan, plan_build, reference_build_facts
 from builder.errors import IncompatibleError
-from builder.render import render_bazelrc, render_dockerfile
+from builder.build.render import render_bazelrc, render_dockerfile
 from builder.targets import canonical_name, resolve_target
 from tests.unit.test_render import bazel_build_flags, instructions
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from builder.config import BuildConfig
+from builder.build.settings import BuildConfig
 from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
 from builder.engine.buildlog import StepTracker
-from builder.settings_to_plan import wheel_facts
+from builder.build.from_settings import wheel_facts
 from builder.staging import staged_file
 from builder.say import Say
 from builder.errors import SourceUnreachable
@@ -97,7 +97,7 @@ class Builder:
 
     def resolve(self, only: str | None = None) -> Any:
         """The BuildPlan for this config (and `--only ID`): the same path `render` takes."""
-        from builder.settings_to_plan import plan_from_settings
+        from builder.build.from_settings import plan_from_settings
 
         return plan_from_settings(self.config, only=only, host=(self.detect or _detect_host)())
 
@@ -190,7 +190,7 @@ class Builder:
 
     def _render(self, plan: Any) -> Path:
         """The context under <state_dir>/contexts/<tag> (render writes it atomically, replacing an old one)."""
-        from builder.render import render_context
+        from builder.build.render import render_context
 
         return render_context(plan, self.config.state_dir.resolve() / "contexts" / plan.tag)
 

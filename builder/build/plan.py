@@ -1,6 +1,6 @@
 """The build plan: everything one TensorFlow image build needs, computed as plain frozen data.
 
-`plan_build(target, options, build_machine)` is a pure function. Rendering (`builder.render`), `--dry-run`
+`plan_build(target, options, build_machine)` is a pure function. Rendering (`builder.build.render`), `--dry-run`
 output, the image's labels and the build engine all read the same `BuildPlan`, so what a user previews is
 exactly what gets built. Nothing here touches the file system, the network or the engine.
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from builder.build_plan import (
+from builder.build.plan import (
     CA_SECRET_ID,
     LLVM_PREFIX,
     WHEEL_OUTPUT_DIR,
@@ -34,7 +34,7 @@ from builder.staging import staged_dir
 if TYPE_CHECKING:
     import jinja2
 
-GUARD_SOURCE = Path(__file__).resolve().parent / "guard.py"
+GUARD_SOURCE = Path(__file__).resolve().parents[1] / "guard.py"  # builder/guard.py, copied into every image
 
 DOCKERFILE = "Dockerfile"
 BAZELRC = "tfsmith.bazelrc"  # copied to the TF workspace as .bazelrc.user
