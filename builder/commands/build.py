@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 
+from builder.commands.options import CudaCcOption, TargetOption, TfVersionOption
+
 
 class _StepDisplay:
     """A rich spinner line showing the build's current step (terminals only)."""
@@ -37,8 +39,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("build")
     def build(
-        target: str = typer.Option(None, "--target", help="Target name: host (default), x86-64-v3, icelake, ..."),
-        cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities, e.g. 8.0,9.0 (or auto, none)."),
+        target: TargetOption = None,
+        cuda_cc: CudaCcOption = None,
         wheel: str = typer.Option(None, "--wheel", help="Build the runtime image from this prebuilt TF wheel."),
         repository: str = typer.Option(None, "--repository", help="Image repository (default tfsmith/tensorflow)."),
         tag: list[str] = typer.Option(None, "--tag", help="Extra tag for the image (repeatable)."),
@@ -48,7 +50,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and show the plan; build nothing."),
         config: Path = typer.Option(None, "--config", help="Config file (default ./tfsmith.toml or pyproject)."),
         tf_source: str = typer.Option(None, "--tf-source", help="Local TensorFlow checkout (dir) or git ref."),
-        tf_version: str = typer.Option(None, "--tf-version", help="TensorFlow version (default: the target's)."),
+        tf_version: TfVersionOption = None,
         python: str = typer.Option(None, "--python", help="Python minor version of the wheel, e.g. 3.12."),
         base_image: str = typer.Option(None, "--base-image", help="Runtime base image (must exist locally)."),
         toolchain_image: str = typer.Option(
@@ -90,6 +92,7 @@ def register(app: typer.Typer) -> None:
     @app.command("matrix")
     def matrix(
         targets: str = typer.Option(None, "--targets", help="Comma-separated fleet targets."),
+        # Not the shared CudaCcOption: here each use adds one CUDA variant per x86 target (repeatable list).
         cuda_cc: list[str] = typer.Option(
             None, "--cuda-cc", help="Add a CUDA image per x86 target for this capability list (repeatable)."
         ),

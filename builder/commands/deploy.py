@@ -21,6 +21,8 @@ def register(app: typer.Typer) -> None:
         image_prefix: str = typer.Option(None, "--image-prefix", help="Repository of the per-target images, with --targets."),
         image: list[str] = typer.Option(None, "--image", help="TARGET=IMAGE (repeat or comma-separate)."),
         from_images: str = typer.Option(None, "--from-images", help="Image refs to read targets and digests from (needs the engine)."),
+        # Not the shared CudaCcOption: this describes images already built (for their labels and affinity);
+        # `auto` would mean this host's GPUs, which say nothing about the fleet's images.
         cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities the images were built for (with --targets/--image)."),
         model_sha256: str = typer.Option(None, "--model-sha256", help="Model digest for labels (with --targets/--image)."),
         served_name: str = typer.Option(None, "--served-name", help="Model name in the server's URLs (default: --model-name)."),

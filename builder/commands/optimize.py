@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from builder.commands.options import CudaCcOption, TargetOption
 from builder.errors import InputError
 
 
@@ -56,8 +57,8 @@ def register(app: typer.Typer) -> None:
         data: str = typer.Option(..., "--data", help="DATA: .npz (x_val/<input>, y_val/<output>, x_train/..., "
                                  "y_train/..., x_calib/...; plain x_val etc. for one input/output) or module:function."),
         recipe: str = typer.Option("auto", "--recipe", help="Recipe file (TOML/YAML) or 'auto' (from the target's facts)."),
-        target: Optional[str] = typer.Option(None, "--target", help="Named build target to optimize for (default: this host)."),
-        cuda_cc: Optional[str] = typer.Option(None, "--cuda-cc", help="GPU compute capabilities of the target, e.g. 8.0,9.0 (or auto)."),
+        target: TargetOption = None,
+        cuda_cc: CudaCcOption = None,
         out: Path = typer.Option(Path("optimized"), "--out", help="Output folder (written atomically)."),
         max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", min=0.0, max=1.0,
                                                 help="Quality gate, classification outputs: largest accuracy loss "
@@ -82,6 +83,8 @@ def register(app: typer.Typer) -> None:
             _require_optimize_extra()
         from builder.optimize.command import run_optimize_command
 
+        if (cuda_cc or "").strip().lower() == "none":  # the shared --cuda-cc's `none`: CPU-only, as for build
+            cuda_cc = None
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
                                     cuda_cc=cuda_cc, latency_runs=latency_runs,

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from builder.commands.options import CudaCcOption, TargetOption, TfVersionOption
+
 if TYPE_CHECKING:
     from builder.build.plan import BuildPlan
 
@@ -35,11 +37,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("render")
     def render(
-        target: Optional[str] = typer.Option(
-            None, "--target", help="host (default), x86-64-v2|v3|v4, or an archspec name"
-        ),
-        cuda_cc: Optional[str] = typer.Option(None, "--cuda-cc", help="GPU capabilities: 8.0,9.0 or auto"),
-        tf_version: Optional[str] = typer.Option(None, "--tf-version", help="TensorFlow version (default 2.21.0)"),
+        target: TargetOption = None,
+        cuda_cc: CudaCcOption = None,
+        tf_version: TfVersionOption = None,
         python: Optional[str] = typer.Option(None, "--python", help="Python minor version (default 3.12)"),
         base_image: Optional[str] = typer.Option(
             None, "--base-image", help="runtime base with python3+venv (default python:<py>-slim-bookworm)"
