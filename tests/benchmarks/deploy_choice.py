@@ -59,8 +59,19 @@ def _tfsmith() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "builder"]
 
 
+#: Classes the fitted head tells the images apart into, and the logit margin it answers them with.
+HEAD_CLASSES, HEAD_MARGIN = 10, 8.0
+
+
 def write_model_and_data(name: str, folder: Path, rows: int = 32, seed: int = 0) -> tuple[Path, Path]:
-    """MODEL (.keras, Keras 2) with random weights and DATA with random images in [-1, 1]."""
+    """MODEL (.keras, Keras 2) and DATA with random images in [-1, 1].
+
+    The network's weights are random (nothing downloads here), but its classifier head is fitted to the images
+    (least squares on the network's own pooled features: each image gets one of HEAD_CLASSES classes, answered
+    with a logit margin of HEAD_MARGIN). A fully random network answers near-uniform scores that barely vary
+    between images, on which no agreement can judge a bf16 or int8 file; a fitted head answers each image
+    differently with clear margins, as a trained classifier does, so "bf16 answers agree" means something.
+    """
     import numpy as np
 
     from builder.optimize import tfenv
@@ -70,12 +81,28 @@ def write_model_and_data(name: str, folder: Path, rows: int = 32, seed: int = 0)
     build = {"mobilenet_v2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50}[name]
     folder.mkdir(parents=True, exist_ok=True)
     model_path, data_path = folder / f"{name}.keras", folder / f"{name}.npz"
-    if not model_path.exists():
-        build(weights=None, input_shape=IMAGE_SHAPE).save(model_path)
     rng = np.random.default_rng(seed)
     images = rng.uniform(-1.0, 1.0, size=(2 * rows, *IMAGE_SHAPE)).astype(np.float32)
+    if not model_path.exists():
+        model = build(weights=None, input_shape=IMAGE_SHAPE)
+        fit_head(model, images, keras)
+        model.save(model_path)
     np.savez(data_path, x_val=images[:rows], x_calib=images[rows:])
     return model_path, data_path
+
+
+def fit_head(model, images, keras) -> None:  # noqa: ANN001 - a tf_keras classifier, numpy images, tf_keras
+    """Set the final Dense layer so each image's logits are HEAD_MARGIN for its class (image i: class i mod
+    HEAD_CLASSES) and 0 elsewhere: the minimum-norm least-squares fit on the pooled features."""
+    import numpy as np
+
+    head = model.layers[-1]
+    features = keras.Model(model.input, head.input).predict(images, batch_size=8, verbose=0)
+    targets = np.zeros((len(images), head.units), np.float32)
+    targets[np.arange(len(images)), np.arange(len(images)) % HEAD_CLASSES] = HEAD_MARGIN
+    design = np.hstack([features, np.ones((len(images), 1), np.float32)])
+    solution = np.linalg.lstsq(design, targets, rcond=None)[0]
+    head.set_weights([solution[:-1].astype(np.float32), solution[-1].astype(np.float32)])
 
 
 def _run(command: list[str], log: Path, timeout_s: float) -> float:
