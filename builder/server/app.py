@@ -34,7 +34,6 @@ from fastapi.responses import Response
 from builder.errors import InputError
 from builder.server import grpc_service, reload, tfs_rest, v2
 from builder.server.answers import add_error_answers
-from builder.server.memory import keep_large_buffers
 from builder.server.access_log import AccessLog
 from builder.server.pool import BackendPool, measure_pool
 from builder.server.batching import BatchingConfig, DynamicBatcher, run_inline
@@ -304,7 +303,6 @@ def run_server(
 
     from builder.server import ports, workers
 
-    keep_large_buffers()  # before any body arrives (`memory`); workers inherit it or set it themselves
     sock = ports.bind_rest(host, port)  # ours from here on: the workers inherit it
     try:
         if config.grpc_port:
@@ -374,7 +372,6 @@ def serve_worker(uvicorn_options: dict[str, Any], sock: Any) -> None:
     import uvicorn
 
     logging.basicConfig(level=str(uvicorn_options["log_level"]).upper(), format="%(levelname)s: %(message)s")
-    keep_large_buffers()
     app = app_from_env()
     config: ServerConfig = app.state.config
     log.info("serving %s v%s from %s on http%s://%s:%d (process %d)", config.model_name, config.version,
