@@ -69,7 +69,8 @@ FEATURE_LABELS: dict[str, str] = {"asimddp": "dotprod", "abm": "lzcnt", "asimd":
 EXIT_CANNOT_RUN = 3
 EXIT_USAGE = 2
 
-# The guard's environment variables. No tfsmith setting is named TFSMITH_IMAGE_* (builder.config checks it).
+# The guard's environment variables. No tfsmith setting (builder.build.settings) is named TFSMITH_IMAGE_*;
+# tests/unit/test_config.py checks it.
 ENV_PREFIX = "TFSMITH_IMAGE_"
 ENV: dict[str, str] = {
     name: ENV_PREFIX + name.upper() for name in ("target", "features", "cuda_cc", "ptx", "require_gpu")

@@ -1,16 +1,17 @@
 """`tfsmith detect`, `target` and `check`: what this machine is, what a target resolves to, can it run here.
 
-Thin: parse flags, call builder.hardware / builder.settings_to_plan / builder.guard, print a rich table or stable
-JSON. archspec, pynvml and rich are imported inside the command bodies so `tfsmith --help` and the other
-commands never pay for them (`tfsmith detect` does not even import typer: see builder/cli.py).
+Thin: parse flags, call builder.hardware / builder.build (settings -> target) / builder.guard, print a rich
+table or stable JSON. archspec, pynvml and rich are imported inside the command bodies so `tfsmith --help` and
+the other commands never pay for them (`tfsmith detect` does not even import typer: see builder/cli.py).
 
 `tfsmith detect --json` prints `HostFacts.to_dict()` (schema "tfsmith.host-facts/1", documented in
 builder/hardware/facts.py); save it and feed it back with `--facts FILE` (detect, target) or
 `--against FILE` (target: can an image for this target run on that machine?).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: `register` imports the shared options (builder/commands/options.py,
+# which imports typer) locally, and Typer resolves string annotations against module globals only, so the
+# command signatures must be evaluated where they are defined.
 import json
 import sys
 from collections.abc import Sequence
@@ -150,9 +151,11 @@ def _target_dict(target: Any) -> dict[str, Any]:
     }
 
 
-def register(app: typer.Typer) -> None:
+def register(app: "typer.Typer") -> None:
     """Add `detect`, `target` and `check` to the tfsmith app."""
     import typer
+
+    from builder.commands.options import CudaCcOption, TfVersionOption
 
     @app.command("detect")
     def detect(
@@ -171,8 +174,8 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(
             None, help="host (default), x86-64-v2|v3|v4, or an archspec name (icelake, zen4, ...).", show_default=False
         ),
-        cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities: 8.0,9.0 or auto (this host's GPUs)."),
-        tf_version: str = typer.Option(None, "--tf-version", help="TensorFlow version (2.18-2.21; default 2.21.0)."),
+        cuda_cc: CudaCcOption = None,
+        tf_version: TfVersionOption = None,
         python: str = typer.Option(None, "--python", help="Python minor version of the wheel (default 3.12)."),
         against: Path = typer.Option(None, "--against", help="Facts JSON of a machine: can the image run there?"),
         facts: str = typer.Option(None, "--facts", help="Facts JSON to resolve `host`/`auto` from (default: live)."),
@@ -181,9 +184,9 @@ def register(app: typer.Typer) -> None:
         list_names: bool = typer.Option(False, "--list", help="List every accepted target name."),
     ) -> None:
         """Resolve a build target: compiler flags, host-tool flags, CUDA capabilities and the image tag."""
-        from builder.config import load_config
+        from builder.build.from_settings import resolve_settings_target
+        from builder.build.settings import load_config
         from builder.hardware import load_facts
-        from builder.settings_to_plan import resolve_settings_target
         from builder.targets import can_run, target_names
 
         if list_names:
@@ -212,6 +215,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("check")
     def check(
+        # Not the shared TargetOption/CudaCcOption: these describe an image already built (required, no
+        # `host` default; `auto` would mean this host's GPUs, which say nothing about the image).
         target: str = typer.Option(..., "--target", help="The target an image was built for."),
         cuda_cc: str = typer.Option(None, "--cuda-cc", help="CUDA capabilities the image was built for."),
         cpuinfo: Path = typer.Option(None, "--cpuinfo", help="Check a recorded /proc/cpuinfo instead."),
