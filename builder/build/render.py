@@ -1,7 +1,7 @@
 """Render a BuildPlan into a Docker build context: Dockerfile, bazel options, manifest, guard.
 
 Templates live in the top-level `templates/image/` folder (small Jinja2 partials, no logic beyond loops and
-conditionals over plan fields), found through `builder.resources` so an installed tfsmith finds them too.
+conditionals over plan fields), found through `builder.template_files` so an installed tfsmith finds them too.
 The environment uses StrictUndefined, so a template that names a field the plan does not have fails
 loudly instead of rendering an empty string into a Dockerfile.
 
@@ -28,8 +28,8 @@ from builder.build.plan import (
     BuildPlan,
 )
 from builder.errors import InputError
-from builder.resources import template_environment
 from builder.staging import staged_dir
+from builder.template_files import template_environment
 
 if TYPE_CHECKING:
     import jinja2

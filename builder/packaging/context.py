@@ -54,7 +54,7 @@ def server_requirements(runtime: str) -> tuple[str, ...]:
 def environment() -> Any:
     """The serving templates (shipped inside the package, so an installed tfsmith finds them too)."""
     from builder.build.render import dockerfile_string
-    from builder.resources import template_environment
+    from builder.template_files import template_environment
 
     env = template_environment("serve", compact=False)
     env.filters["docker_quote"] = lambda value: f'"{dockerfile_string(str(value))}"'

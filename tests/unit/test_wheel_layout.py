@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from builder import resources, staging
+from builder import staging, template_files
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -31,16 +31,16 @@ def test_every_package_folder_is_in_the_wheel() -> None:
 def test_templates_ship_as_builder_templates() -> None:
     assert SETUPTOOLS["package-dir"] == {"builder.templates": "templates"}
     assert "**/*.j2" in SETUPTOOLS["package-data"]["builder.templates"]
-    assert resources.templates_dir().resolve() == (REPO / "templates").resolve()
+    assert template_files.templates_dir().resolve() == (REPO / "templates").resolve()
 
 
 def test_template_environment_is_strict_and_scoped() -> None:
-    env = resources.template_environment("image")
+    env = template_files.template_environment("image")
     assert env.get_template("Dockerfile.j2") is not None
     with pytest.raises(jinja2.UndefinedError):
         env.from_string("{{ missing }}").render()
     with pytest.raises(Exception, match="no 'nope' folder"):
-        resources.template_environment("nope")
+        template_files.template_environment("nope")
 
 
 def test_staged_file_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
