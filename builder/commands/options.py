@@ -13,6 +13,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from builder.build.plan import DEFAULT_TF_VERSION
+from builder.compat import SUPPORTED_TF_VERSIONS
+
 #: The build target: which CPU (and, with --cuda-cc, GPUs) the TensorFlow build is tuned for.
 TargetOption = Annotated[
     Optional[str],
@@ -34,8 +37,9 @@ CudaCcOption = Annotated[
     ),
 ]
 
-#: The TensorFlow release to build; a prebuilt --wheel names its own.
+#: The TensorFlow release to build (where a command also takes a prebuilt --wheel, the wheel names its own).
 TfVersionOption = Annotated[
     Optional[str],
-    typer.Option("--tf-version", help="TensorFlow version, e.g. 2.20.0 (default 2.21.0, or the --wheel's)."),
+    typer.Option("--tf-version", help=f"TensorFlow version to build: {SUPPORTED_TF_VERSIONS[0]}.x to "
+                                      f"{SUPPORTED_TF_VERSIONS[-1]}.x (default {DEFAULT_TF_VERSION})."),
 ]
