@@ -6,5 +6,7 @@ uvicorn; OpenVINO and NNCF where that runtime is chosen; TensorFlow in the Tenso
 Modules, one idea each: `options` (the server's options, listed once), `protocol` (TF Serving's JSON in
 and out, pure), `backends` (runtimes behind one interface, a thread-safe pool, the start-up self-test),
 `tensorflow_backend` (SavedModels and TensorFlow's interpreter), `batching`, `artifacts` (what to serve
-from a path) and `app` (the ASGI app and the process).
+from a path), `config` (what to serve and how, and its JSON form for worker processes), `loading` (configured
+models loaded, warmed and put behind batchers), `app` (the ASGI app) and `process` (uvicorn, draining,
+worker processes).
 """

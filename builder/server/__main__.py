@@ -22,7 +22,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
          choose_runtime: ChooseRuntime | None = None) -> int:
     args = options.parse(sys.argv[1:] if argv is None else argv, prog)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
-    from builder.server.app import configure, run_server
+    from builder.server.config import configure
+    from builder.server.process import run_server
 
     try:
         runtime, reason = args.runtime, "requested" if args.runtime else "what the model needs"

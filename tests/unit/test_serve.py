@@ -196,11 +196,19 @@ def test_batching_config_and_inline_decision() -> None:
 
 
 def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> None:
-    from builder.server.app import ServerConfig, config_from_json, config_to_json
+    from builder.server.config import ServerConfig, config_from_json, config_to_json
+    from builder.server.model_config import ModelSource
 
     config = ServerConfig(model_path=tmp_path / "m.tflite", model_name="digits", version=3, runtime="openvino",
                           runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
                           max_body_bytes=4096, dispatch="threads")
+    assert config_from_json(config_to_json(config)) == config
+    # paths, optional paths and the model sources (nested dataclasses, tuples, labels) come back as they went
+    sources = (ModelSource("digits", tmp_path / "base", "specific", 2, (1, 3), {"stable": 1}),
+               ModelSource("other", tmp_path / "other"))
+    config = ServerConfig(model_path=tmp_path / "base", model_name="digits", samples_path=tmp_path / "samples.npz",
+                          sources=sources, poll_seconds=1.5, tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem",
+                          access_log=True, signature_name="predict", signature_required=True)
     assert config_from_json(config_to_json(config)) == config
 
 

@@ -10,7 +10,7 @@ import pytest
 from builder.errors import InputError
 from builder.server import options
 from builder.server.__main__ import needed_runtime
-from builder.server.app import configure
+from builder.server.config import configure
 from builder.model.artifact import Artifact, model_name_for, resolve_artifact
 from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, choose_signature, default_signature
 from builder.model.tensorflow import device_line
@@ -114,7 +114,7 @@ def test_the_device_line_is_one_line_either_way() -> None:
 
 
 def test_worker_processes_get_the_default_signature_too() -> None:
-    from builder.server.app import ServerConfig, config_from_json, config_to_json
+    from builder.server.config import ServerConfig, config_from_json, config_to_json
 
     config = ServerConfig(model_path=Path("/m"), model_name="m", runtime="tensorflow", signature_name="predict",
                           signature_required=True)
