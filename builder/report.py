@@ -4,7 +4,8 @@ Standard library only: the in-image server copies this module to read report.jso
 packaging, deploy and bench code read it through `Report.load` instead of indexing dicts by string keys.
 The schema is documented in `builder.optimize`'s docstring; `Report.to_json()` writes it and `Report.load()`
 reads it back (unknown keys are ignored so a newer writer does not break an older reader; a missing required
-key is a `ReportError` naming it).
+key is a `ReportError` naming it). Each artifact's file format (tflite_int8, saved_model, ...) is written as
+`format`; reports written before tfsmith called it that name it `kind`, which is read when `format` is absent.
 """
 
 from __future__ import annotations
@@ -149,12 +150,21 @@ class Latency:
                    float(data.get("ci_high", 0.0)))
 
 
+def _format(data: Mapping[str, Any], where: str) -> Any:
+    """An artifact's format: `format`, else `kind` (its name in reports written by earlier tfsmith versions)."""
+    if isinstance(data, Mapping) and "format" not in data and "kind" in data:
+        return data["kind"]
+    return _need(data, "format", where)
+
+
 @dataclass(frozen=True)
 class ArtifactResult:
     """One file tfsmith wrote (or the original/baseline), measured with the runtime that serves it."""
 
     path: str  # relative to --out ("baseline" for the unoptimized float model)
-    kind: str  # saved_model | tflite_fp32 | tflite_dynamic | tflite_float16 | tflite_int8 | tflite_qat_int8 | original
+    #: the artifact format: saved_model | tflite_fp32 | tflite_original | tflite_dynamic | tflite_float16 |
+    #: tflite_int8 | tflite_qat_int8 | tflite_select_tf (key "format"; "kind" in earlier tfsmith's reports, still read)
+    format: str
     runtime: str
     size_bytes: int
     gzip_bytes: int
@@ -177,7 +187,7 @@ class ArtifactResult:
     def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactResult":
         where = f"artifact {data.get('path', '?')}"
         return cls(
-            path=str(_need(data, "path", where)), kind=str(_need(data, "kind", where)),
+            path=str(_need(data, "path", where)), format=str(_format(data, where)),
             runtime=str(data.get("runtime", "")), size_bytes=int(_need(data, "size_bytes", where)),
             gzip_bytes=int(data.get("gzip_bytes", 0)), threads=int(data.get("threads", 1)),
             latency_us=Latency.from_dict(_need(data, "latency_us", where)),

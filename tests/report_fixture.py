@@ -24,7 +24,7 @@ from builder.report import (
 def make_report(
     *,
     chosen: str,
-    artifacts: Sequence[tuple[str, str]],  # (file name, kind)
+    artifacts: Sequence[tuple[str, str]],  # (file name, format)
     inputs: Sequence[tuple[str, str, tuple[int | None, ...]]] = (("pixels", "float32", (None, 8, 8, 1)),),
     outputs: Sequence[tuple[str, str, tuple[int | None, ...], str]] = (("probs", "float32", (None, 10),
                                                                           "classification"),),
@@ -37,11 +37,11 @@ def make_report(
         outputs=tuple(OutputSpec(n, d, s, task) for n, d, s, task in outputs),
     )
     results = []
-    for path, kind in artifacts:
+    for path, format in artifacts:
         size = (folder / path).stat().st_size if folder is not None and (folder / path).is_file() else 1000
         metrics = tuple(OutputMetric(o.name, o.task, "disagreement", 0.0, 0.01, True, "test") for o in contract.outputs)
         results.append(ArtifactResult(
-            path=path, kind=kind, runtime="litert", size_bytes=size, gzip_bytes=size, threads=1,
+            path=path, format=format, runtime="litert", size_bytes=size, gzip_bytes=size, threads=1,
             latency_us=Latency(9.5, 12.0, 100), throughput={}, inputs=contract.inputs,
             outputs=tuple(o.tensor() for o in contract.outputs), metrics=metrics, contract_kept=True, accepted=True,
             reason="test"))

@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.bench.runtimes import VARIANT_KINDS, bench_row
+from builder.bench.runtimes import VARIANT_FORMATS, bench_row
 from builder.errors import InputError
 from builder.model.registry import TENSORFLOW_DEFAULT
 
-TFLITE_VARIANTS = tuple(VARIANT_KINDS)
+TFLITE_VARIANTS = tuple(VARIANT_FORMATS)
 #: bench's variant name -> the converter's mode name
 CONVERTER_MODES = {"fp32": "fp32", "dynamic": "dynamic", "fp16": "float16", "int8": "int8"}
 BUILTINS = ("example", "mobilenet_v2", "resnet50")

@@ -34,8 +34,8 @@ from builder.model.signature import DEFAULT_SIGNATURE
 
 Runner = Callable[[], Any]
 
-#: bench's .tflite variants -> the artifact kinds optimize writes (what a registry runtime `reads`).
-VARIANT_KINDS = {"fp32": "tflite_fp32", "dynamic": "tflite_dynamic", "fp16": "tflite_float16",
+#: bench's .tflite variants -> the artifact formats optimize writes (what a registry runtime `reads`).
+VARIANT_FORMATS = {"fp32": "tflite_fp32", "dynamic": "tflite_dynamic", "fp16": "tflite_float16",
                  "int8": "tflite_int8"}
 #: How a row names the file an engine reads: OpenVINO reading the .tflite is `openvino-tflite-*`, so that it
 #: differs from the peer rows of OpenVINO reading the SavedModel (`openvino-fp32`, ...).
@@ -72,11 +72,11 @@ def _rows_of(entry: registry.Runtime) -> tuple[ServedRow, ...]:
     suffix = _precision_suffix(entry)
     if entry.tflite:
         prefix = TFLITE_ROW_PREFIX[entry.engine]
-        variants = [v for v, kind in VARIANT_KINDS.items() if entry.serves(kind)]
+        variants = [v for v, format in VARIANT_FORMATS.items() if entry.serves(format)]
         if suffix and len(variants) == 1:  # a precision of its own on the float file: one row (openvino-tflite-bf16)
             return (ServedRow(prefix + suffix, entry.name, variants[0]),)
         return tuple(ServedRow(prefix + "-".join(filter(None, (suffix, v))), entry.name, v) for v in variants)
-    if entry.serves(registry.SAVED_MODEL_KIND):
+    if entry.serves(registry.SAVED_MODEL_FORMAT):
         rows = [ServedRow("-".join(filter(None, (SAVEDMODEL_ROW, suffix))), entry.name, None)]
         if not suffix:  # XLA compiles the f32 graph: one more signature of the same runtime
             rows.append(ServedRow(SAVEDMODEL_XLA_ROW, entry.name, None, XLA_SIGNATURE))

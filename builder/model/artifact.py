@@ -85,14 +85,14 @@ class Artifact:
         return self.report.chosen_runtime
 
     def summary(self) -> str:
-        """One line for image labels: kind, size, quality and latency as the report measured them."""
+        """One line for image labels: artifact format, size, quality and latency as the report measured them."""
         size = _size(self.model_path)
         if self.report is None:
             return f"{self.model_path.name} {size} bytes (no report)"
         entry = self._entry()
         if entry is None:
             return f"{self.model_path.name} {size} bytes"
-        parts = [self.model_path.name, entry.kind, f"{entry.size_bytes} B"]
+        parts = [self.model_path.name, entry.format, f"{entry.size_bytes} B"]
         parts += [f"{m.output} {m.metric} {m.value:.4g}" for m in entry.metrics]
         parts.append(f"p50 {entry.latency_us.p50:.0f}us")
         return " ".join(parts)

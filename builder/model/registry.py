@@ -18,11 +18,14 @@ from dataclasses import dataclass
 
 from builder.errors import InputError
 
-#: Artifact kinds (optimize's names for the files it writes), grouped by what reads them.
-TFLITE_FLOAT_KINDS = ("tflite_fp32", "tflite_original")
-TFLITE_KINDS = (*TFLITE_FLOAT_KINDS, "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
-SAVED_MODEL_KIND = "saved_model"
-SELECT_TF_KIND = "tflite_select_tf"
+#: Artifact formats (optimize's names for the files it writes: the `format` of each report.json artifact),
+#: grouped by what reads them. Not to be confused with the image *kind* of `tfsmith package --kind`.
+TFLITE_FLOAT_FORMATS = ("tflite_fp32", "tflite_original")
+TFLITE_FORMATS = (*TFLITE_FLOAT_FORMATS, "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
+SAVED_MODEL_FORMAT = "saved_model"
+SELECT_TF_FORMAT = "tflite_select_tf"
+#: The former name of SAVED_MODEL_FORMAT, kept while builder/server still imports it.
+SAVED_MODEL_KIND = SAVED_MODEL_FORMAT
 
 #: `precision` of a runtime that computes in whatever the file holds (LiteRT runs int8 files in int8).
 AS_STORED = "as stored"
@@ -38,7 +41,7 @@ class Runtime:
     engine: str
     #: what it computes in: `as stored` (the file's own arithmetic), f32, bf16 or int8
     precision: str
-    #: artifact kinds it serves
+    #: artifact formats it serves (tflite_int8, saved_model, ...)
     reads: tuple[str, ...]
     #: tie order among candidates within noise of each other: lower is smaller to ship and exact before approximate
     rank: int
@@ -51,29 +54,29 @@ class Runtime:
     #: one line for help texts and reports
     summary: str
 
-    def serves(self, kind: str) -> bool:
-        return kind in self.reads
+    def serves(self, format: str) -> bool:
+        return format in self.reads
 
     @property
     def tflite(self) -> bool:
         """Runs .tflite files (as opposed to SavedModel folders)."""
-        return any(kind in TFLITE_KINDS for kind in self.reads)
+        return any(f in TFLITE_FORMATS for f in self.reads)
 
 
 RUNTIMES: tuple[Runtime, ...] = (
-    Runtime("litert", "litert", AS_STORED, TFLITE_KINDS, 0, False, ("ai_edge_litert",), ("ai-edge-litert",),
+    Runtime("litert", "litert", AS_STORED, TFLITE_FORMATS, 0, False, ("ai_edge_litert",), ("ai-edge-litert",),
             "LiteRT with XNNPACK, computing in the file's own precision"),
-    Runtime("openvino", "openvino", "f32", TFLITE_KINDS, 1, False, ("openvino", "ai_edge_litert"),
+    Runtime("openvino", "openvino", "f32", TFLITE_FORMATS, 1, False, ("openvino", "ai_edge_litert"),
             ("ai-edge-litert", "openvino"), "OpenVINO reading the .tflite, inference precision f32"),
-    Runtime("openvino-bf16", "openvino", "bf16", TFLITE_FLOAT_KINDS, 2, True, ("openvino", "ai_edge_litert"),
+    Runtime("openvino-bf16", "openvino", "bf16", TFLITE_FLOAT_FORMATS, 2, True, ("openvino", "ai_edge_litert"),
             ("ai-edge-litert", "openvino"),
             "OpenVINO reading the float .tflite, inference precision bf16 (where the CPU computes in bf16)"),
     Runtime("openvino-nncf", "openvino", "int8", ("tflite_fp32",), 3, True, ("openvino", "nncf", "ai_edge_litert"),
             ("ai-edge-litert", "openvino", "nncf"),
             "OpenVINO quantizing the float .tflite to int8 with NNCF at start, calibrated on the samples"),
-    Runtime("tensorflow", "tensorflow", "f32", (SAVED_MODEL_KIND, SELECT_TF_KIND), 4, False, ("tensorflow",),
+    Runtime("tensorflow", "tensorflow", "f32", (SAVED_MODEL_FORMAT, SELECT_TF_FORMAT), 4, False, ("tensorflow",),
             ("ai-edge-litert",), "TensorFlow: SavedModel signatures, Select-TF-ops .tflite files"),
-    Runtime("tensorflow-bf16", "tensorflow", "bf16", (SAVED_MODEL_KIND,), 5, True, ("tensorflow",),
+    Runtime("tensorflow-bf16", "tensorflow", "bf16", (SAVED_MODEL_FORMAT,), 5, True, ("tensorflow",),
             ("ai-edge-litert",),
             "TensorFlow with oneDNN's bf16 auto-mixed precision on the SavedModel (where the CPU computes in bf16)"),
 )
@@ -109,9 +112,9 @@ def rank(name: str) -> int:
     return found.rank if found is not None else len(RUNTIMES)
 
 
-def serving(kind: str) -> tuple[Runtime, ...]:
-    """The runtimes that can serve an artifact kind, in tie order."""
-    return tuple(r for r in RUNTIMES if r.serves(kind))
+def serving(format: str) -> tuple[Runtime, ...]:
+    """The runtimes that can serve an artifact format, in tie order."""
+    return tuple(r for r in RUNTIMES if r.serves(format))
 
 
 def distributions(name: str) -> tuple[str, ...]:

@@ -36,14 +36,14 @@ folder, then one rename)::
     OUT/
       saved_model/            serving-only SavedModel of the optimized (e.g. pruned) float model; its
                               `serving_default` is the contract: keyword inputs, outputs named as the original
-      model_fp32.tflite       TFLite float32                        (kind `tflite_fp32`)
-      model_dynamic.tflite    dynamic-range int8 weights            (kind `tflite_dynamic`)
-      model_float16.tflite    float16 weights                       (kind `tflite_float16`)
-      model_int8.tflite       full int8 inside, float I/O           (kind `tflite_int8`)
-      model_qat_int8.tflite   quantization-aware-trained int8       (kind `tflite_qat_int8`)
-      model.tflite            the original, when MODEL is a .tflite (kind `tflite_original`; nothing else)
+      model_fp32.tflite       TFLite float32                        (format `tflite_fp32`)
+      model_dynamic.tflite    dynamic-range int8 weights            (format `tflite_dynamic`)
+      model_float16.tflite    float16 weights                       (format `tflite_float16`)
+      model_int8.tflite       full int8 inside, float I/O           (format `tflite_int8`)
+      model_qat_int8.tflite   quantization-aware-trained int8       (format `tflite_qat_int8`)
+      model.tflite            the original, when MODEL is a .tflite (format `tflite_original`; nothing else)
       model_select_tf.tflite  float, TFLite builtins + Select TF ops, written only when the plain conversion
-                              fails; runs on TensorFlow's interpreter with the Flex delegate (kind
+                              fails; runs on TensorFlow's interpreter with the Flex delegate (format
                               `tflite_select_tf`, runtime `tensorflow`)
       logs/<step>.log         the whole text of every library error met on the way (convert-fp32.log, ...)
       samples.npz             `x/<input>`: the first 32 held-out inputs in the original dtypes;
@@ -94,7 +94,7 @@ writes it, standard library only)::
     runtime that cannot load the file, one that fails the gate on its own numbers, a serving_xla not faster
     beyond noise than the contract's signature, which is then not judged); `p50_us` is kept whenever it was timed.
 
-    ArtifactResult = {"path", "kind", "runtime", "size_bytes", "gzip_bytes", "threads",
+    ArtifactResult = {"path", "format", "runtime", "size_bytes", "gzip_bytes", "threads",
                       "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "batch_p50_us", "samples_per_s"},
                       "inputs": [...], "outputs": [...]   (the file's own signature),
                       "metrics": [OutputMetric, ...], "contract_kept": bool, "accepted": bool, "reason": str,
@@ -104,6 +104,9 @@ writes it, standard library only)::
     OutputMetric = {"output", "task", "metric": "accuracy_drop"|"disagreement"|"relative_error",
                     "value", "limit", "passed", "why", "accuracy", "original_accuracy", "agreement",
                     "mae", "rmse", "original_mae", "relative_error", "max_abs_error"}
+
+    An artifact's `format` is its file's, as named in the layout above (tflite_int8, saved_model, ...); reports
+    written by earlier tfsmith versions call it `kind`, and `builder.report` still reads that.
 
 Quality (`builder.optimize.quality`): every artifact, per output, against the ORIGINAL model (before any
 pruning), on DATA's held-out rows (never calibration rows) and one all-zero input after them. Classification

@@ -3,7 +3,7 @@ signature, in ONE interleaved loop (`builder.measure.loop`) on the model's own h
 server pays the first time it sees a new input shape.
 
 Which runtimes are candidates comes from the registry (`builder.model.registry`): a runtime that reads the
-artifact's kind, whose modules import here, computing in a precision the recipe allows (a recipe without int8
+artifact's format, whose modules import here, computing in a precision the recipe allows (a recipe without int8
 quantization never gets an int8 runtime). A runtime other than the one the artifact was evaluated on (OpenVINO
 at bf16, TensorFlow with oneDNN bf16, ...) is judged by the same quality gate against the original before it
 is timed; one that cannot load or run the file is a candidate with its error, never a crash.
@@ -50,9 +50,9 @@ def allowed_precisions(int8_allowed: bool) -> tuple[str, ...]:
     return (*registry.FLOAT_PRECISIONS, "int8") if int8_allowed else registry.FLOAT_PRECISIONS
 
 
-def runtimes_for(kind: str, precisions: tuple[str, ...]) -> tuple[str, ...]:
-    """The runtimes that could serve an artifact kind here, in tie order."""
-    return tuple(r.name for r in registry.serving(kind) if r.precision in precisions and importable(r))
+def runtimes_for(format: str, precisions: tuple[str, ...]) -> tuple[str, ...]:
+    """The runtimes that could serve an artifact format here, in tie order."""
+    return tuple(r.name for r in registry.serving(format) if r.precision in precisions and importable(r))
 
 
 def candidate_pairs(result: ArtifactResult, contract: ModelContract, precisions: tuple[str, ...]
@@ -61,8 +61,8 @@ def candidate_pairs(result: ArtifactResult, contract: ModelContract, precisions:
     "": its own); a SavedModel's contract signature on each TensorFlow runtime, and its serving_xla on f32
     TensorFlow (XLA compiles its own kernels: oneDNN's bf16 rewrite does not reach them)."""
     pairs = []
-    for runtime in runtimes_for(result.kind, precisions):
-        if result.kind != registry.SAVED_MODEL_KIND:
+    for runtime in runtimes_for(result.format, precisions):
+        if result.format != registry.SAVED_MODEL_FORMAT:
             pairs.append((runtime, ""))
             continue
         pairs.append((runtime, contract.signature))
@@ -235,7 +235,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
         candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
                                     0 if got is None else got.runs, result.size_bytes, error,
                                     signature or contract.signature, None if got is None else got.ci_low,
-                                    None if got is None else got.ci_high, precision=_precision(entry, result.kind),
+                                    None if got is None else got.ci_high, precision=_precision(entry, result.format),
                                     new_shape_us=None if cost is None else round(cost, 1)))
     return candidates, latencies, made
 
@@ -250,17 +250,17 @@ def _faster(a: Latency, b: Latency) -> bool:
     return faster_beyond_noise(Timed("", a.p50, a.ci_low, a.ci_high), Timed("", b.p50, b.ci_low, b.ci_high))
 
 
-#: What a .tflite kind stores, for a runtime that computes in the file's own precision.
+#: What a .tflite format stores, for a runtime that computes in the file's own precision.
 STORED = {"tflite_fp32": "f32", "tflite_original": "as stored", "tflite_float16": "f16 weights, f32 compute",
           "tflite_dynamic": "int8 weights, f32 activations", "tflite_int8": "int8", "tflite_qat_int8": "int8",
           "tflite_select_tf": "f32", "saved_model": "f32"}
 
 
-def _precision(entry: registry.Runtime, kind: str) -> str:
+def _precision(entry: registry.Runtime, format: str) -> str:
     """What a candidate computes in: the runtime's precision, or the file's own where the runtime keeps it."""
-    if entry.precision != registry.AS_STORED and not (entry.precision == "f32" and kind in STORED and "int8" in STORED[kind]):
+    if entry.precision != registry.AS_STORED and not (entry.precision == "f32" and format in STORED and "int8" in STORED[format]):
         return entry.precision
-    return STORED.get(kind, registry.AS_STORED)
+    return STORED.get(format, registry.AS_STORED)
 
 
 def primary_rows(results: list[ArtifactResult], latencies: Mapping[str, Latency], contract: ModelContract,
@@ -270,6 +270,6 @@ def primary_rows(results: list[ArtifactResult], latencies: Mapping[str, Latency]
     updated = []
     for result in results:
         primary = key(result.path, result.runtime,
-                      contract.signature if result.kind == registry.SAVED_MODEL_KIND else "")
+                      contract.signature if result.format == registry.SAVED_MODEL_FORMAT else "")
         updated.append(replace(result, latency_us=latencies.get(primary) or result.latency_us))
     return updated

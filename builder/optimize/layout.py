@@ -1,4 +1,4 @@
-"""The files `tfsmith optimize --out` writes, by artifact kind, and the order rules fall back in."""
+"""The files `tfsmith optimize --out` writes, by artifact format, and the order rules fall back in."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ FILE_NAMES = {
     "tflite_original": "model.tflite",
     "tflite_select_tf": "model_select_tf.tflite",
 }
-#: kinds that TensorFlow itself serves (a SavedModel; a .tflite with Select TF ops on TensorFlow's interpreter)
-TF_KINDS = ("saved_model", "tflite_select_tf")
+#: formats that TensorFlow itself serves (a SavedModel; a .tflite with Select TF ops on TensorFlow's interpreter)
+TF_FORMATS = ("saved_model", "tflite_select_tf")
 TF = "tensorflow"
 XLA_SIGNATURE = "serving_xla"
 #: rule order when nothing was measured (int8 first: 4x smaller; the recipe's own choice goes first anyway)

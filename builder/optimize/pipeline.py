@@ -65,10 +65,10 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             with stage(say, "the float baseline (SavedModel signature)"):
                 baseline, _ = baseline_step(plan, contract, reference, options)
             samples_step(staging, plan, contract, reference)  # before timing: openvino-nncf calibrates on them
-            unpruned_export = sparsity is None and any(r.kind == "saved_model" for r in results)
+            unpruned_export = sparsity is None and any(r.format == "saved_model" for r in results)
             results, candidates, extra = measure_step(results, staging, plan, contract, reference,
                                                       None if unpruned_export else loaded.saved_model_dir, options, say)
-            same = next((r for r in results if r.kind == "saved_model"), None) if sparsity is None else None
+            same = next((r for r in results if r.format == "saved_model"), None) if sparsity is None else None
             if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
                 baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
                                    extra={**baseline.extra, "same_as": same.path})

@@ -50,15 +50,16 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         notes.append("pruning skipped: DATA has no x_train with labels for every output to fine-tune on")
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
-    if adapted.choose not in adapted.kinds:
-        fallback = next(k for k in ("tflite_int8", "tflite_dynamic", "tflite_fp32", "saved_model") if k in adapted.kinds)
+    if adapted.choose not in adapted.formats:
+        fallback = next(f for f in ("tflite_int8", "tflite_dynamic", "tflite_fp32", "saved_model")
+                        if f in adapted.formats)
         notes.append(f"chosen artifact {adapted.choose} is not produced any more; choosing {fallback}")
         adapted = replace(adapted, choose=fallback)
     return adapted, notes
 
 
-def kinds_of(recipe: Recipe) -> tuple[str, ...]:
-    return ("tflite_original",) if recipe.choose == "tflite_original" else recipe.kinds
+def formats_of(recipe: Recipe) -> tuple[str, ...]:
+    return ("tflite_original",) if recipe.choose == "tflite_original" else recipe.formats
 
 
 def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, model_note: str | None,
@@ -66,7 +67,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
     lines = [f"target: {facts.name} ({facts.arch}); int8/half features: "
              f"{', '.join(sorted(facts.features & set(INTERESTING_FLAGS))) or 'none'}; "
              f"GPUs: {', '.join(facts.gpu_capabilities) or 'none'}",
-             f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[k] for k in kinds_of(recipe))}; "
+             f"recipe: {recipe.name}; artifacts: {', '.join(FILE_NAMES[f] for f in formats_of(recipe))}; "
              f"chosen: {FILE_NAMES[recipe.choose]}"
              + (" (by rule; on this host every accepted artifact x runtime x precision is measured and the fastest "
                 "picked)" if facts.is_host and not recipe.choose_named and recipe.choose != "saved_model" else "")]

@@ -39,7 +39,7 @@ from typing import Any
 from builder.errors import InputError
 
 QUANT_MODES = ("dynamic", "float16", "int8")
-KINDS = ("saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
+FORMATS = ("saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
 SCHEDULES = ("polynomial", "constant")
 
 # CPU flags (Linux /proc/cpuinfo spelling) that make int8 dot products fast, per architecture.
@@ -92,15 +92,15 @@ class Recipe:
     choose_named: bool = False
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        """Every artifact kind this recipe produces, in output order."""
-        kinds = ["saved_model"]
+    def formats(self) -> tuple[str, ...]:
+        """Every artifact format this recipe produces, in output order."""
+        formats = ["saved_model"]
         if self.export.tflite_fp32:
-            kinds.append("tflite_fp32")
-        kinds += [f"tflite_{mode}" for mode in QUANT_MODES if mode in self.quantization.modes]
+            formats.append("tflite_fp32")
+        formats += [f"tflite_{mode}" for mode in QUANT_MODES if mode in self.quantization.modes]
         if self.quantization.qat:
-            kinds.append("tflite_qat_int8")
-        return tuple(kinds)
+            formats.append("tflite_qat_int8")
+        return tuple(formats)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,11 +215,11 @@ def recipe_from_mapping(data: Mapping[str, Any], source: str = "recipe") -> Reci
     recipe = Recipe(name=name, choose="saved_model", pruning=pruning, quantization=quantization, export=export,
                     tasks=tasks)
     default_choice = next((k for k in ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_float16",
-                                       "tflite_fp32") if k in recipe.kinds), "saved_model")
+                                       "tflite_fp32") if k in recipe.formats), "saved_model")
     choose = data.get("choose", default_choice)
-    if choose not in recipe.kinds:
+    if choose not in recipe.formats:
         raise InputError(f"{source}: choose = {choose!r} is not produced by this recipe "
-                         f"(it produces: {', '.join(recipe.kinds)})")
+                         f"(it produces: {', '.join(recipe.formats)})")
     return Recipe(name=name, choose=choose, pruning=pruning, quantization=quantization, export=export, tasks=tasks,
                   choose_named="choose" in data)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from builder.report import REPORT_JSON, ArtifactResult, Candidate, Report
 
 REPORT_MD, REPORT_PNG = "report.md", "report.png"
-HEADERS = ["artifact", "kind", "runtime (precision)", "size", "gzip", "quality vs original", "p50 us", "p99 us",
+HEADERS = ["artifact", "format", "runtime (precision)", "size", "gzip", "quality vs original", "p50 us", "p99 us",
            "rows/s", "gate"]
 #: What the timing columns mean, said next to the table.
 TIMINGS = ("p50/p99 us: one row per call (batch 1), from calls interleaved across every row; rows/s: rows per "
@@ -85,7 +85,7 @@ def table_rows(report: Report) -> list[list[str]]:
         primary = (m.path == report.chosen and m.runtime == report.chosen_runtime
                    and report.chosen_signature == contract_signature)
         rows.append([
-            label + (" *" if is_artifact and primary else ""), m.kind,
+            label + (" *" if is_artifact and primary else ""), m.format,
             runtime_text(m.runtime, own.precision if own else ""), _fmt_size(m.size_bytes),
             _fmt_size(m.gzip_bytes), quality_text(m) or ("not run on this host" if not m.metrics else ""),
             f"{m.latency_us.p50:.1f}" if timed else "-", f"{m.latency_us.p99:.1f}" if timed else "-",
@@ -94,7 +94,7 @@ def table_rows(report: Report) -> list[list[str]]:
         if is_artifact and m.path == report.chosen and not primary:
             signature = f" #{report.chosen_signature}" if report.chosen_signature != contract_signature else ""
             rows.append([
-                f"  {m.path}{signature} *", m.kind,
+                f"  {m.path}{signature} *", m.format,
                 runtime_text(report.chosen_runtime, pick.precision if pick else ""), _fmt_size(m.size_bytes),
                 _fmt_size(m.gzip_bytes), "gate passed on this runtime" if pick and not pick.error else "",
                 f"{pick.p50_us:.1f}" if pick and pick.p50_us is not None else "-", "-", "-", status,
@@ -149,7 +149,7 @@ def write_plot(report: Report, path: Path) -> None:
 
     merged = merged_baseline(report)
     entries = ([("baseline", report.baseline)] if report.baseline and merged is None else [])
-    entries += [(a.kind + (" = baseline" if a is merged else ""), a) for a in report.artifacts]
+    entries += [(a.format + (" = baseline" if a is merged else ""), a) for a in report.artifacts]
     entries = [(label, e) for label, e in entries if e.latency_us.runs > 0] or entries  # unrun files: no point
     xs = [max(e.gzip_bytes, 1) / 1024 for _, e in entries]
     ys = [max(e.latency_us.p50, 0.01) for _, e in entries]

@@ -8,7 +8,7 @@ from typing import Any
 
 
 from builder.optimize import recipe as recipes
-from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, TF_KINDS, XLA_SIGNATURE
+from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.recipe import Recipe
 from builder.optimize.target import TargetFacts
 from builder.report import ArtifactResult, Candidate, Selection
@@ -39,7 +39,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
     """
     accepted = {r.path: r for r in results if r.accepted}
     notes: list[str] = []
-    by_kind = {r.kind: r for r in results}
+    by_format = {r.format: r for r in results}
     if facts.is_host and not recipes.tensor_core_gpus(facts.gpu_capabilities):
         named = FILE_NAMES.get(recipe.choose, recipe.choose) if recipe.choose_named else None
         usable = [c for c in candidates if c.p50_us is not None and not c.error and c.artifact in accepted
@@ -54,20 +54,20 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
             return Choice(chosen.artifact, chosen.runtime, chosen.signature or contract_signature,
                           Selection(True, how, tuple(candidates))), notes
         notes.append("no accepted artifact could be measured on this host; choosing by rule")
-    preferred = by_kind.get(recipe.choose)
+    preferred = by_format.get(recipe.choose)
     if preferred is not None and preferred.accepted:
         chosen_path = preferred.path
     else:
         order = RULE_ORDER + ("saved_model",)
-        fallback = next((by_kind[k] for k in order if k in by_kind and by_kind[k].accepted), None)
+        fallback = next((by_format[f] for f in order if f in by_format and by_format[f].accepted), None)
         if fallback is not None and recipe.name == "auto":
             notes.append(f"{FILE_NAMES.get(recipe.choose, recipe.choose)} was rejected by the gate or not produced; "
                          f"auto chose the accepted {fallback.path} instead")
             chosen_path = fallback.path
         else:
             chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
-    kind = next((r.kind for r in results if r.path == chosen_path), "")
-    runtime = TF if kind in TF_KINDS or chosen_path == FILE_NAMES["saved_model"] else "litert"
+    format = next((r.format for r in results if r.path == chosen_path), "")
+    runtime = TF if format in TF_FORMATS or chosen_path == FILE_NAMES["saved_model"] else "litert"
     how = ("by rule for this host: the recipe names the artifact" if facts.is_host else
            f"by rule: {facts.name} is not this host, so it could not be measured here")
     return Choice(chosen_path, runtime, contract_signature, Selection(False, how, tuple(candidates))), notes

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from builder.optimize.contract import contract_kept, fit_arguments
-from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_KINDS
+from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS
 from builder.optimize.options import Options, stage
 from builder.optimize.planning import Plan
 from builder.optimize.recipe import Recipe
@@ -121,26 +121,26 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
     assert saved_model is not None
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
-    kinds = [k for k in plan.recipe.kinds if k not in ("saved_model", "tflite_qat_int8")]
+    formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8")]
     if plan.no_tflite is not None:
-        kinds.append("tflite_select_tf")
-    for kind in kinds:
-        mode = kind.removeprefix("tflite_")
+        formats.append("tflite_select_tf")
+    for format in formats:
+        mode = format.removeprefix("tflite_")
         with stage(say, f"converting to TFLite {mode}"):
-            path = staging / FILE_NAMES[kind]
+            path = staging / FILE_NAMES[format]
             try:
                 path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes,
                                                               signature=signature))
             except quantize.ConversionFailed as error:
                 log = plan.log(f"convert-{mode}", error.full_text)
-                plan.notes.append(f"{FILE_NAMES[kind]} not written: TFLite {mode} conversion failed: {error.cause} "
+                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
                                   f"(full text: {log})")
                 continue
-        if kind == "tflite_select_tf":
-            plan.notes.append(f"{FILE_NAMES[kind]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+        if format == "tflite_select_tf":
+            plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
                               "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                               "delegate, never on LiteRT")
-        produced.append((kind, path))
+        produced.append((format, path))
     return produced
 
 
@@ -171,7 +171,7 @@ def openvino_available() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
-def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan, contract: ModelContract,
+def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Plan, contract: ModelContract,
                       reference: Mapping[str, np.ndarray], options: Options) -> tuple[ArtifactResult, Any]:
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
     from builder.optimize import evaluate, quality
@@ -186,7 +186,7 @@ def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan,
     variables = evaluate.file_sizes(path / "variables")[0] if (path / "variables").is_dir() else 0
     extra: dict[str, Any] = {"signatures": list(runner.signatures)}
     result = ArtifactResult(
-        path=rel, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        path=rel, format=format, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={},
         inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
         accepted=passed and kept, reason=why if kept else differs, variables_bytes=variables, extra=extra)
@@ -196,20 +196,20 @@ def evaluate_artifact(kind: str, path: Path, rel: str, runtime: str, plan: Plan,
 def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
                   reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
     results = []
-    for kind, path in produced:
+    for format, path in produced:
         with stage(say, f"evaluating {path.name}"):
-            runtime = TF if kind in TF_KINDS else "litert"
+            runtime = TF if format in TF_FORMATS else "litert"
             try:
-                result, _ = evaluate_artifact(kind, path, path.name, runtime, plan, contract, reference, options)
+                result, _ = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference, options)
             except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
-                if kind == "saved_model":
+                if format == "saved_model":
                     raise
-                result = unrunnable(kind, path, runtime, plan, error, options)
+                result = unrunnable(format, path, runtime, plan, error, options)
         results.append(result)
     return results
 
 
-def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseException,
+def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseException,
                options: Options) -> ArtifactResult:
     """A file kept in OUT that this host's runtime cannot run (a Select-TF-ops .tflite on a TensorFlow without
     the Flex delegate, as the stock wheel is; a .tflite LiteRT cannot prepare at the held-out rows' shapes):
@@ -220,10 +220,10 @@ def unrunnable(kind: str, path: Path, runtime: str, plan: Plan, error: BaseExcep
     log = plan.log(f"run-{path.stem}", log_text(error, f"running {path.name} on {runtime}"))
     raw, packed = evaluate.file_sizes(path)
     return ArtifactResult(
-        path=path.name, kind=kind, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
+        path=path.name, format=format, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(), contract_kept=False,
         accepted=False, reason=f"not run on this host: {runtime} cannot run {path.name}: {cause(error)} (full text: "
-                               f"{log}); " + ("a TensorFlow build with the Flex delegate can" if kind == "tflite_select_tf"
+                               f"{log}); " + ("a TensorFlow build with the Flex delegate can" if format == "tflite_select_tf"
                                               else "the SavedModel in the same folder serves the model on TensorFlow"),
         extra={"runnable_here": False})
 
@@ -277,7 +277,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     if baseline_runner is not None:
         made[baseline_key] = baseline_runner
     updated = cands.primary_rows(results, latencies, contract)
-    primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.kind == "saved_model" else "")
+    primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.format == "saved_model" else "")
                  for r in results}
     rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
                                 if k in made and k in latencies}, made, plan, budget, say)

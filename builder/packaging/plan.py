@@ -8,7 +8,8 @@ engine. Rendering, downloading and publishing live in `builder.packaging.context
 Vocabulary (one meaning each): the image **kind** is how the image is made (`litert`: a slim Python base;
 `tensorflow`: FROM the TensorFlow image `tfsmith build` made for the target; `tfserving`: TensorFlow Serving's
 own layout on a TF Serving base); the **runtime** is the inference engine the server runs inside it (`litert`,
-`openvino`, `openvino-nncf`, `tensorflow`).
+`openvino`, `openvino-nncf`, `tensorflow`); the artifact's **format** is which file optimize wrote (`tflite_int8`,
+`saved_model`, ...: report.json's `format`, `builder.model.registry`).
 """
 
 from __future__ import annotations

@@ -72,9 +72,9 @@ def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
     its refusal, said in the reason). The same names and settings optimize times."""
     candidates: dict[str, Path] = {}
     refused: dict[str, str] = {}
-    kind = _kind_of(model_path)
+    format = _format_of(model_path)
     for entry in registry.RUNTIMES:
-        if not entry.tflite or not (kind is None or entry.serves(kind) or registry.calibrates(entry.name)):
+        if not entry.tflite or not (format is None or entry.serves(format) or registry.calibrates(entry.name)):
             continue
         try:
             candidates[entry.name] = model_for_runtime(entry.name, model_path)
@@ -83,15 +83,15 @@ def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
     return candidates, refused
 
 
-def _kind_of(model_path: Path) -> str | None:
-    """The artifact kind the optimize report beside the file gives it (tflite_int8, ...), None without one."""
+def _format_of(model_path: Path) -> str | None:
+    """The artifact format the optimize report beside the file gives it (tflite_int8, ...), None without one."""
     from builder.model.artifact import resolve_artifact
 
     try:
         entry = resolve_artifact(model_path)._entry()
     except InputError:
         return None
-    return entry.kind if entry is not None else None
+    return entry.format if entry is not None else None
 
 
 def choose_runtime(
@@ -106,9 +106,9 @@ def choose_runtime(
     if model_path.is_dir():  # a SavedModel: only TensorFlow runs it, whatever was asked
         if requested == registry.AUTO:
             return RuntimeChoice(registry.TENSORFLOW_DEFAULT, "a SavedModel runs on TensorFlow", {})
-        if not registry.runtime(requested).serves(registry.SAVED_MODEL_KIND):
+        if not registry.runtime(requested).serves(registry.SAVED_MODEL_FORMAT):
             raise InputError(f"{model_path} is a SavedModel: it runs on --runtime "
-                             f"{' or '.join(r.name for r in registry.serving(registry.SAVED_MODEL_KIND))}, "
+                             f"{' or '.join(r.name for r in registry.serving(registry.SAVED_MODEL_FORMAT))}, "
                              f"not {requested}")
         return RuntimeChoice(requested, "requested", {})
     if requested != registry.AUTO:

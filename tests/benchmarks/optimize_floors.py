@@ -55,8 +55,8 @@ def measure_floors(out: Path, threads: int = 2, latency_runs: int = 1000, epochs
                       say=say)
         runs[name] = {"report": outcome.report, "seconds": round(time.perf_counter() - t0, 1)}
 
-    def artifact(run_name: str, kind: str) -> Any:
-        return next(a for a in runs[run_name]["report"].artifacts if a.kind == kind)
+    def artifact(run_name: str, format: str) -> Any:
+        return next(a for a in runs[run_name]["report"].artifacts if a.format == format)
 
     base = runs["int8"]["report"].baseline
     base_acc = base.metric("probs").accuracy
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(floor["floor"], floor["measured"], "PASS" if floor["passed"] else "FAIL")
     Console(width=160).print(table)
     for name, r in result["runs"].items():
-        rows = ", ".join(f"{a['kind']} {a['gzip_bytes'] / 1024:.0f}KiB/{a['latency_us']['p50']:.0f}us/"
+        rows = ", ".join(f"{a['format']} {a['gzip_bytes'] / 1024:.0f}KiB/{a['latency_us']['p50']:.0f}us/"
                          f"{a['metrics'][0]['accuracy']:.4f}" for a in r["artifacts"])
         base = r["baseline"]
         print(f"{name}: baseline {base['metrics'][0]['accuracy']:.4f} {base['latency_us']['p50']:.0f}us; {rows}")

@@ -69,8 +69,8 @@ def _report(out: Path):
     return Report.load(out)
 
 
-def _kinds(report) -> dict:
-    return {a.kind: a for a in report.artifacts}
+def _formats(report) -> dict:
+    return {a.format: a for a in report.artifacts}
 
 
 def _signature(path: Path) -> tuple[dict, dict]:
@@ -110,8 +110,8 @@ def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example:
         assert (out / name).is_file(), name
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = _report(out)
-    kinds = _kinds(report)
-    assert {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_int8"} <= set(kinds)
+    formats = _formats(report)
+    assert {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_int8"} <= set(formats)
     assert report.chosen in {a.path for a in report.artifacts} and report.chosen.endswith(".tflite")
     assert report.chosen_runtime in registry.TFLITE_RUNTIMES and report.selection.measured
     assert report.gate.passed is True and report.chosen_artifact.accepted
@@ -133,7 +133,7 @@ def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example:
         assert (out / artifact.path).exists()
         if artifact.path.endswith(".tflite"):  # float in, float out, the original names: int8 included
             assert _signature(out / artifact.path) == want, artifact.path
-    assert kinds["tflite_dynamic"].size_bytes < kinds["tflite_fp32"].size_bytes / 3
+    assert formats["tflite_dynamic"].size_bytes < formats["tflite_fp32"].size_bytes / 3
     assert report.data.held_out_rows == len(np.load(example["data"])["x_val"])
     assert report.data.calibration_from == "x_calib" and report.data.labels == ("probs",)
     assert report.host["cpu_features"] and report.reasons
@@ -142,7 +142,8 @@ def test_example_through_auto_recipe_produces_artifacts_report_and_plot(example:
     assert (report.chosen, report.chosen_runtime) in timed
     md = (out / "report.md").read_text()
     assert report.chosen in md and "quality gate" in md.lower()
-    assert json.loads((out / "report.json").read_text())["schema"] == 2
+    raw = json.loads((out / "report.json").read_text())
+    assert raw["schema"] == 2 and all("format" in a and "kind" not in a for a in raw["artifacts"])
 
     # samples.npz: named keys; the SavedModel's serving_default, called by keyword, reproduces `expected`.
     samples = np.load(out / "samples.npz")
@@ -172,15 +173,15 @@ def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path
     report = _report(out)
     assert report.sparsity["target"] == 0.8
     assert report.sparsity["achieved"] == pytest.approx(0.8, abs=0.01)
-    assert set(_kinds(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8"}
+    assert set(_formats(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8"}
     assert report.chosen == "model_qat_int8.tflite"  # the recipe names it: its runtime and precision are measured
     assert report.selection.measured and "the recipe names model_qat_int8.tflite" in report.selection.how
-    qat = _kinds(report)["tflite_qat_int8"]
+    qat = _formats(report)["tflite_qat_int8"]
     assert qat.inputs[0].dtype == "float32" and qat.contract_kept and qat.metric("probs").accuracy > 0.8
     assert _signature(out / qat.path)[1] == {"probs": ("float32", (-1, 10))}
     # A recipe that asks for pruning gets it, with its agreement with the original stated either way.
     assert any(n.startswith(("pruning kept", "pruning applied as the recipe asks")) for n in report.notes)
-    saved = _kinds(report)["saved_model"]
+    saved = _formats(report)["saved_model"]
     # 80% zeros compress: the pruned SavedModel gzips well below the float baseline.
     assert saved.gzip_bytes < report.baseline.gzip_bytes * 0.6
     assert "sparsity: target 0.800" in stdout
@@ -198,11 +199,11 @@ def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_p
     assert report.sparsity["structured"] == "2:4"
     assert report.sparsity["layers"] and all(v == pytest.approx(0.5, abs=0.01)
                                              for v in report.sparsity["layers"].values())
-    kinds = _kinds(report)
-    assert set(kinds) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
-    assert kinds["tflite_float16"].size_bytes < kinds["tflite_fp32"].size_bytes * 0.6
+    formats = _formats(report)
+    assert set(formats) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
+    assert formats["tflite_float16"].size_bytes < formats["tflite_fp32"].size_bytes * 0.6
     assert report.chosen == "model_dynamic.tflite"
-    assert kinds["saved_model"].extra["signatures"] == ["serving_default", "serving_xla"]
+    assert formats["saved_model"].extra["signatures"] == ["serving_default", "serving_xla"]
 
 
 def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
@@ -253,7 +254,7 @@ def test_quality_gate_fails_but_keeps_artifacts_marked_rejected(example: dict[st
         assert (out / artifact.path).exists()  # kept for inspection
     chosen = report.chosen_artifact
     assert chosen.accepted is False and chosen.metric("probs").value > 0.01 and "probs: accuracy_drop" in chosen.reason
-    assert _kinds(report)["tflite_fp32"].accepted is True  # only what lost accuracy is rejected
+    assert _formats(report)["tflite_fp32"].accepted is True  # only what lost accuracy is rejected
     assert "REJECTED" in (out / "report.md").read_text()
 
 
@@ -392,7 +393,7 @@ def test_subclassed_model_refuses_pruning_and_keeps_post_training(example: dict[
     assert report.sparsity is None and report.recipe["pruning"] is None
     assert any("subclassed" in note and "Sequential/Functional" in note for note in report.notes)
     assert "subclassed" in stdout
-    assert set(_kinds(report)) == {"saved_model", "tflite_fp32", "tflite_int8"}
+    assert set(_formats(report)) == {"saved_model", "tflite_fp32", "tflite_int8"}
     assert all(a.contract_kept for a in report.artifacts)
 
 
@@ -469,7 +470,7 @@ def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(exa
     code, stdout, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", "auto", "--out", out)
     assert code == 0, stderr
     report = _report(out)
-    assert "tflite_int8" not in _kinds(report) and report.sparsity is None
+    assert "tflite_int8" not in _formats(report) and report.sparsity is None
     assert any(n.startswith("int8 skipped") for n in report.notes) and any(n.startswith("pruning skipped")
                                                                           for n in report.notes)
     assert report.data.labels == () and report.chosen_artifact.metric("probs").metric == "disagreement"
@@ -483,7 +484,7 @@ def test_a_float_only_recipe_still_measures_runtimes_and_precisions(example: dic
                                    "--out", out, "--latency-runs", "20")
     assert code == 0, stderr
     report = _report(out)
-    assert set(_kinds(report)) == {"saved_model", "tflite_fp32"}  # the recipe narrows what is built...
+    assert set(_formats(report)) == {"saved_model", "tflite_fp32"}  # the recipe narrows what is built...
     assert report.selection.measured and "among what recipe float builds" in report.selection.how  # ...not the choice
     candidates = report.selection.candidates
     runtimes = {c.runtime for c in candidates}

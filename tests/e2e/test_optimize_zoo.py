@@ -90,7 +90,7 @@ def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Pat
     if model.kind == "tflite":
         assert [a.path for a in report.artifacts] == ["model.tflite"] and report.baseline is None
     else:
-        assert {"saved_model", "tflite_fp32", "tflite_int8"} <= {a.kind for a in report.artifacts}
+        assert {"saved_model", "tflite_fp32", "tflite_int8"} <= {a.format for a in report.artifacts}
     for artifact in tflites:
         assert _litert_signature(out / artifact.path) == (want_in, want_out), artifact.path
         assert artifact.contract_kept
@@ -114,7 +114,7 @@ def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Pat
             assert metric.relative_error is not None and metric.relative_error >= 0
             assert metric.passed == (metric.value <= metric.limit + 1e-9)
         assert artifact.accepted == (all(m.passed for m in artifact.metrics) and artifact.contract_kept)
-        if artifact.kind in ("tflite_fp32", "tflite_original", "saved_model") and report.sparsity is None:
+        if artifact.format in ("tflite_fp32", "tflite_original", "saved_model") and report.sparsity is None:
             # float32 files of the unpruned model answer like the original, almost bit for bit
             assert all((m.relative_error or 0) < 1e-3 for m in artifact.metrics), artifact.path
 
@@ -196,7 +196,7 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
     assert contract.signature == model.signature
     assert report.gate.passed and report.chosen_artifact.accepted and report.selection.measured
     _assert_measured_choice(report)
-    kinds = {a.kind for a in report.artifacts}
+    formats = {a.format for a in report.artifacts}
     saved = report.artifact("saved_model")
     assert saved.accepted and saved.runtime == "tensorflow"
     assert all((m.relative_error or 0) < 1e-3 for m in saved.metrics)  # the float model, unchanged
@@ -210,14 +210,14 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
         assert cause in note and f"{out}/logs/convert-fp32.log" in note
         assert cause in (out / "logs" / "convert-fp32.log").read_text()
         assert f"note: {note}" in stdout
-        assert kinds == {"saved_model", "tflite_select_tf"} and not (out / "model_fp32.tflite").exists()
+        assert formats == {"saved_model", "tflite_select_tf"} and not (out / "model_fp32.tflite").exists()
         select = report.artifact("model_select_tf.tflite")
         assert select.runtime == "tensorflow" and (out / select.path).is_file()
         if select.extra.get("runnable_here") is False:  # a TensorFlow without the Flex delegate (stock wheel)
             assert not select.accepted and "Flex delegate" in select.reason and "logs/run-" in select.reason
         assert (report.chosen, report.chosen_runtime) == ("saved_model", "tensorflow")
     else:
-        assert {"saved_model", "tflite_fp32", "tflite_int8"} <= kinds
+        assert {"saved_model", "tflite_fp32", "tflite_int8"} <= formats
     if name == "text_classifier":
         assert report.chosen_signature == "serving_default"  # string ops have no XLA kernels: no serving_xla
         assert ("tensorflow", "serving_xla") not in tf_rows
@@ -350,7 +350,7 @@ def test_a_regression_int8_file_that_is_off_is_rejected_and_auto_serves_an_accep
                                 "--out", out, "--latency-runs", "10")
     assert code == 0, stderr[-3000:]
     report = Report.load(out)
-    int8 = next(a for a in report.artifacts if a.kind == "tflite_int8")
+    int8 = next(a for a in report.artifacts if a.format == "tflite_int8")
     metric = int8.metric("target")
     assert not int8.accepted and metric.metric == "relative_error" and metric.value > metric.limit
     assert metric.mae > metric.original_mae and "target: relative_error" in int8.reason

@@ -130,7 +130,7 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
 
 
 def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
-    from builder.bench.runtimes import ALL_RUNTIMES, SERVED_ROWS, VARIANT_KINDS, bench_row, role_of, serving_runtime
+    from builder.bench.runtimes import ALL_RUNTIMES, SERVED_ROWS, VARIANT_FORMATS, bench_row, role_of, serving_runtime
     from builder.model import registry
 
     assert len(set(ALL_RUNTIMES)) == len(ALL_RUNTIMES)
@@ -144,7 +144,7 @@ def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
     for row in SERVED_ROWS:  # each row is found again from what optimize's report says: runtime x file x signature
         assert bench_row(row.runtime, row.variant, row.signature) == row.name
         entry = registry.runtime(row.runtime)
-        assert entry.serves(VARIANT_KINDS[row.variant] if row.variant else registry.SAVED_MODEL_KIND), row
+        assert entry.serves(VARIANT_FORMATS[row.variant] if row.variant else registry.SAVED_MODEL_FORMAT), row
     for row, runtime in served.items():
         assert role_of(row) == ("baseline" if row == "savedmodel" else ROLE_TFSMITH if runtime else "peer")
     assert bench_row("openvino-nncf", "int8") == "openvino-tflite-nncf"  # it always quantizes the fp32 file

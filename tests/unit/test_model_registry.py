@@ -28,7 +28,7 @@ def test_every_precision_candidate_reads_only_float_files_and_is_approximate() -
     for entry in registry.RUNTIMES:
         if entry.precision in ("bf16", "int8"):
             assert entry.approximate, entry.name
-            assert not any(kind in ("tflite_int8", "tflite_qat_int8", "tflite_dynamic") for kind in entry.reads)
+            assert not any(f in ("tflite_int8", "tflite_qat_int8", "tflite_dynamic") for f in entry.reads)
     exact = {r.engine: r.rank for r in registry.RUNTIMES if not r.approximate}
     for entry in registry.RUNTIMES:  # within noise, the exact answer of the same engine wins the tie
         if entry.approximate:

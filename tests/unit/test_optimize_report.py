@@ -29,12 +29,12 @@ HOST = TargetFacts("host (sapphirerapids)", "x86_64", frozenset({"avx512_vnni", 
 OTHER = replace(HOST, name="x86-64-v3", features=frozenset({"avx2"}), is_host=False)
 
 
-def artifact(path: str, kind: str, size: int, accepted: bool = True) -> ArtifactResult:
+def artifact(path: str, format: str, size: int, accepted: bool = True) -> ArtifactResult:
     metrics = (OutputMetric("label", "classification", "accuracy_drop", 0.0 if accepted else 0.2, 0.01, accepted, "w",
                             accuracy=0.9, original_accuracy=0.9, agreement=1.0, relative_error=0.0, max_abs_error=0.0),
                OutputMetric("score", "regression", "relative_error", 0.01, 0.05, True, "w", relative_error=0.01,
                             max_abs_error=0.3, mae=1.0, rmse=1.2, original_mae=1.0))
-    return ArtifactResult(path=path, kind=kind, runtime="litert", size_bytes=size, gzip_bytes=size // 2, threads=2,
+    return ArtifactResult(path=path, format=format, runtime="litert", size_bytes=size, gzip_bytes=size // 2, threads=2,
                           latency_us=Latency(10.0, 20.0, 100), throughput={"batch": 32, "samples_per_s": 1000.0},
                           inputs=CONTRACT.inputs, outputs=tuple(o.tensor() for o in CONTRACT.outputs),
                           metrics=metrics, contract_kept=True, accepted=accepted, reason="r")
@@ -74,6 +74,35 @@ def test_report_round_trips_through_json(tmp_path: Path) -> None:
     raw = json.loads((tmp_path / "report.json").read_text())
     assert raw["schema"] == 2 and raw["chosen"] == "model_int8.tflite" and raw["chosen_runtime"] == "litert"
     assert raw["model"]["contract"]["outputs"][0]["name"] == "label"  # readers without builder.report still can
+
+
+def test_each_artifact_is_written_with_its_format(tmp_path: Path) -> None:
+    make_report().write(tmp_path)
+    raw = json.loads((tmp_path / "report.json").read_text())
+    assert [a["format"] for a in raw["artifacts"]] == ["saved_model", "tflite_int8"]
+    assert raw["baseline"]["format"] == "saved_model"
+    assert not any("kind" in a for a in [*raw["artifacts"], raw["baseline"]])
+
+
+def test_a_report_of_an_earlier_tfsmith_naming_the_format_kind_still_reads(tmp_path: Path) -> None:
+    """Reports written before the key was `format` (in images already built, in users' folders) say `kind`."""
+    report = make_report()
+    raw = report.to_dict()
+    for entry in [*raw["artifacts"], raw["baseline"]]:
+        entry["kind"] = entry.pop("format")
+    (tmp_path / "report.json").write_text(json.dumps(raw))
+    loaded = Report.load(tmp_path)
+    assert loaded == report
+    assert [a.format for a in loaded.artifacts] == ["saved_model", "tflite_int8"]
+    assert loaded.baseline is not None and loaded.baseline.format == "saved_model"
+
+
+def test_format_wins_over_kind_and_a_report_with_neither_names_the_missing_key() -> None:
+    entry = make_report().to_dict()["artifacts"][1]
+    assert ArtifactResult.from_dict({**entry, "kind": "tflite_fp32"}).format == "tflite_int8"
+    del entry["format"]
+    with pytest.raises(ReportError, match="artifact model_int8.tflite: missing key 'format'"):
+        ArtifactResult.from_dict(entry)
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -219,7 +248,7 @@ def test_auto_on_this_host_adds_serving_xla_to_measure_it_and_another_target_doe
     gpu = TargetFacts("gpu host", "x86_64", HOST.features, ("9.0",))
     assert not measures_here(choose_recipe("auto", gpu)[0], gpu)  # tensor cores: the SavedModel by rule
     adapted, note = without_tflite(here, "'tf.X' op is neither a custom op nor a flex op", Path("out/logs/c.log"))
-    assert adapted.kinds == ("saved_model",) and adapted.choose == "saved_model" and adapted.pruning is None
+    assert adapted.formats == ("saved_model",) and adapted.choose == "saved_model" and adapted.pruning is None
     assert adapted.export.xla and note.startswith("no plain .tflite: the TFLite converter says: 'tf.X' op")
     assert "(full text: out/logs/c.log)" in note and "\n" not in note
 
@@ -233,9 +262,11 @@ def test_rows_per_s_is_defined_beside_the_table_and_is_batch_over_the_median_bat
     report = replace(make_report(), artifacts=(make_report().artifacts[0], timed), host={"threads": 2, "tensorflow": "2.21"})
     row = next(r for r in table_rows(report) if r[0].startswith("model_int8.tflite"))
     assert row[8] == "2000 (batch 32)"  # 32 rows / 16 ms
+    assert row[1] == "tflite_int8"  # the artifact's format, in the column of that name
     write_markdown(report, tmp_path / "report.md")
     text = (tmp_path / "report.md").read_text()
     assert TIMINGS in text and "rows/s: rows per second at batch B" in TIMINGS
+    assert "| artifact | format | runtime (precision) |" in text
     untimed = next(r for r in table_rows(make_report()) if r[0].startswith("model_int8.tflite"))
     assert untimed[8] == "-"  # a figure whose batch time is unknown is not shown
 

@@ -200,9 +200,9 @@ def test_resolve_artifact_takes_the_fastest_accepted_tflite_when_a_saved_model_w
     out.mkdir()
     for name in ("model_fp32.tflite", "model_float16.tflite", "model_int8.tflite"):
         (out / name).write_bytes(b"x")
-    kinds = [("saved_model", "saved_model"), ("model_fp32.tflite", "tflite_fp32"),
+    formats = [("saved_model", "saved_model"), ("model_fp32.tflite", "tflite_fp32"),
              ("model_float16.tflite", "tflite_float16"), ("model_int8.tflite", "tflite_int8")]
-    report = make_report(chosen="saved_model", artifacts=kinds)
+    report = make_report(chosen="saved_model", artifacts=formats)
     timed = {"saved_model": (500.0, True), "model_fp32.tflite": (40.0, True), "model_float16.tflite": (30.0, True),
              "model_int8.tflite": (10.0, False)}
     artifacts = tuple(replace(a, latency_us=Latency(timed[a.path][0], timed[a.path][0], 10), accepted=timed[a.path][1])
