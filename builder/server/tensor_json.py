@@ -21,15 +21,8 @@ text (msgspec reads it next), `Left.UNREADABLE` when simdjson refused it (the st
 msgspec refuses what simdjson refuses, and the standard library's refusal is the message a client gets).
 A tensor returned here equals the general path's, element for element and in dtype.
 
-simdjson lets go of the interpreter lock while it parses, and `bytes.translate` does not, so a large body
-(`OVERLAP_BYTES` or more) is parsed on a pool thread while the calling thread deletes its numbers for the
-structure check: the two take as long as the longer of them instead of their sum (on this kind of host, a
-3.2 MB body: parse 3.1 ms and check 1.9 ms one after the other, about 3.2 ms side by side). A body that
-turns out not to be the fast case has paid for one `translate` it did not need, ~5% of what the general
-path then costs it.
-
-A helper process reading half the text was measured and dropped: it saved ~1 ms of 8.6 on a 3 MB body
-alone in flight, less than the noise of a whole request, and nothing under load.
+A second core for large bodies (a helper process reading half the text) was measured and dropped: it saved
+~1 ms of 8.6 on a 3 MB body alone in flight, less than the noise of a whole request, and nothing under load.
 """
 
 from __future__ import annotations
@@ -37,12 +30,9 @@ from __future__ import annotations
 import enum
 import functools
 import json
-import os
 import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,12 +53,7 @@ _KEYS = {"instances", "inputs", "signature_name"}
 READ_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, IndexError)
 #: The same, plus the general path's own refusals (a signature it would refuse): also left to it.
 _GENERAL_DECIDES = (*READ_ERRORS, RequestError)
-#: Bodies this large or larger are parsed on a pool thread while their structure is checked here; below it
-#: the hop to the thread costs more than the overlap saves.
-OVERLAP_BYTES = 256 * 1024
 _local = threading.local()
-_pools: dict[int, ThreadPoolExecutor] = {}  # process id -> this process's parse threads
-T = TypeVar("T")
 
 
 class Left(enum.Enum):
@@ -84,70 +69,18 @@ def read_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch
     decide."""
     if simdjson is None:
         return Left.UNREADABLE
-    may_be_fast = any(numeric_input(signature) is not None for signature in signatures.values())
-    numbers, skeleton = _read_and_strip(body, lambda text: _predict_numbers(text, signatures, default),
-                                        overlap=may_be_fast)
-    if isinstance(numbers, Left):
-        return numbers
-    batch = _batch(numbers.flat, numbers.dims, numbers.want, max_batch)
-    if batch is None:
-        return Left.PARSED
-    expected = _envelope_skeleton(numbers.keys, numbers.key, numbers.signature_name,
-                                  _tensor_skeleton((batch, *numbers.dims)))
-    if expected is None or skeleton() != expected:
-        return Left.PARSED
-    return _call(numbers, batch)
-
-
-def _read_and_strip(body: bytes, read: Callable[[bytes], T], overlap: bool = True) -> tuple[T, Callable[[], bytes]]:
-    """`read(body)` and a function giving the body with every number byte deleted (its structure). A large
-    body is read on a pool thread while its structure is computed here (see the module notes); otherwise the
-    structure is computed only when asked for."""
-    if not overlap or len(body) < OVERLAP_BYTES:
-        return read(body), lambda: body.translate(None, NUMBER_BYTES)
-    reading = _pool().submit(read, body)
-    skeleton = body.translate(None, NUMBER_BYTES)
-    return reading.result(), lambda: skeleton
-
-
-def _pool() -> ThreadPoolExecutor:
-    """This process's parse threads (two: a second large body may be decoded at the same time; a forked
-    worker makes its own, since threads do not survive a fork)."""
-    pool = _pools.get(os.getpid())
-    if pool is None:
-        pool = _pools[os.getpid()] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tensor-json")
-    return pool
-
-
-@dataclass(frozen=True)
-class _Numbers:
-    """What a predict body says once simdjson has read it: its keys in the order sent, the tensor's key and
-    signature, and every number of the tensor flattened (the structure is checked afterwards)."""
-
-    keys: tuple[str, ...]
-    key: str
-    signature_name: str | None
-    signature: SignatureSpec
-    spec: Any
-    dims: tuple[int, ...]
-    want: np.dtype
-    flat: np.ndarray
-
-
-def _predict_numbers(body: bytes, signatures: Mapping[str, SignatureSpec], default: str | None) -> _Numbers | Left:
-    """simdjson's reading of a predict body (on whichever thread calls this: the parser is that thread's)."""
     parser = _parser()
     try:
         document = parser.parse(body)
     except READ_ERRORS:
         return Left.UNREADABLE
     try:
-        numbers = _numbers_of(document, signatures, default)
+        call = _parse(document, body, signatures, max_batch, default)
     except _GENERAL_DECIDES:
-        numbers = None
+        call = None
     finally:
         del document  # the parser can be reused only once nothing refers to its last document
-    return numbers or Left.PARSED
+    return call or Left.PARSED
 
 
 def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
@@ -185,11 +118,12 @@ def _exact(flat: np.ndarray) -> bool:
     return flat.dtype.kind != "f" or not flat.size or max(-float(flat.min()), float(flat.max())) < EXACT_INTEGER
 
 
-def _numbers_of(document: Any, signatures: Mapping[str, SignatureSpec], default: str | None) -> _Numbers | None:
+def _parse(document: Any, body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
+           default: str | None) -> PredictCall | None:
     try:
         if not isinstance(document, simdjson.Object):
             return None
-        keys = tuple(document.keys())
+        keys = list(document.keys())
         if len(keys) != len(set(keys)) or not set(keys) <= _KEYS or ("instances" in keys) == ("inputs" in keys):
             return None
         envelope = {"signature_name": document["signature_name"]} if "signature_name" in keys else {}
@@ -207,7 +141,13 @@ def _numbers_of(document: Any, signatures: Mapping[str, SignatureSpec], default:
         flat = _flat(value, want)
     finally:
         del document  # the parser can be reused only once nothing refers to its last document
-    return _Numbers(keys, key, envelope.get("signature_name"), signature, spec, dims, want, flat)
+    batch = _batch(flat, dims, want, max_batch)
+    if batch is None:
+        return None
+    expected = _envelope_skeleton(keys, key, envelope.get("signature_name"), _tensor_skeleton((batch, *dims)))
+    if expected is None or body.translate(None, NUMBER_BYTES) != expected:
+        return None
+    return _call(signature, spec, flat, batch, dims, want, key)
 
 
 def numeric_input(signature: SignatureSpec) -> tuple[Any, tuple[int, ...], np.dtype] | None:
@@ -231,10 +171,11 @@ def _batch(flat: np.ndarray, dims: tuple[int, ...], want: np.dtype, max_batch: i
     return None if batch > max_batch or not _holds(flat, want) else batch
 
 
-def _call(numbers: _Numbers, batch: int) -> PredictCall:
-    array = numbers.flat.reshape((batch, *numbers.dims)).astype(numbers.want, copy=False)
-    return PredictCall(signature=numbers.signature.name, inputs={numbers.spec.name: array},
-                       row_format=numbers.key == "instances", batch=batch)
+def _call(signature: SignatureSpec, spec: Any, flat: np.ndarray, batch: int, dims: tuple[int, ...], want: np.dtype,
+          key: str) -> PredictCall:
+    array = flat.reshape((batch, *dims)).astype(want, copy=False)
+    return PredictCall(signature=signature.name, inputs={spec.name: array}, row_format=key == "instances",
+                       batch=batch)
 
 
 def _holds(flat: np.ndarray, want: np.dtype) -> bool:
@@ -255,7 +196,7 @@ def _tensor_skeleton(shape: tuple[int, ...]) -> bytes:
     return text
 
 
-def _envelope_skeleton(keys: tuple[str, ...], key: str, signature_name: str | None, tensor: bytes) -> bytes | None:
+def _envelope_skeleton(keys: list[str], key: str, signature_name: str | None, tensor: bytes) -> bytes | None:
     """The whole body's skeleton, keys in the order the client sent them; None when a key or the signature
     name is spelled in a way this cannot reproduce (escapes)."""
     parts = []
@@ -289,11 +230,17 @@ def read_v2(body: bytes, dtypes: Mapping[str, str]) -> Any:
         return Left.UNREADABLE
     if b"\\" in body:
         return Left.PARSED  # simdjson would read it; the skeleton cannot be trusted
-    read, skeleton = _read_and_strip(body, lambda text: _v2_numbers(text, dtypes))
-    if isinstance(read, Left):
-        return read
-    result, counts = read
-    return result if _flat_data_lists(skeleton(), counts) else Left.PARSED
+    try:
+        document = _parser().parse(body)
+    except READ_ERRORS:
+        return Left.UNREADABLE
+    try:
+        result = _v2(document, body, dtypes)
+    except READ_ERRORS:
+        result = None
+    finally:
+        del document
+    return Left.PARSED if result is None else result
 
 
 def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
@@ -302,24 +249,8 @@ def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
     return None if isinstance(document, Left) else document
 
 
-def _v2_numbers(body: bytes, dtypes: Mapping[str, str]) -> tuple[Any, list[int | None]] | Left:
-    """simdjson's reading of a v2 body with each numeric `data` list flat, and how many numbers each input's
-    `data` was read as (None where it is not numbers), in order."""
-    try:
-        document = _parser().parse(body)
-    except READ_ERRORS:
-        return Left.UNREADABLE
-    try:
-        read = _v2(document, dtypes)
-    except READ_ERRORS:
-        read = None
-    finally:
-        del document
-    return Left.PARSED if read is None else read
-
-
-def _v2(document: Any, dtypes: Mapping[str, str]) -> tuple[Any, list[int | None]] | None:
-    counts: list[int | None] = []
+def _v2(document: Any, body: bytes, dtypes: Mapping[str, str]) -> Any | None:
+    counts: list[int | None] = []  # per input with `data`: how many numbers it was read as, None if not numbers
     try:
         if not isinstance(document, simdjson.Object) or not _unique_keys(document):
             return None
@@ -341,20 +272,15 @@ def _v2(document: Any, dtypes: Mapping[str, str]) -> tuple[Any, list[int | None]
             result[key] = tensors
     finally:
         del document
-    return result, counts
-
-
-def _flat_data_lists(skeleton: bytes, counts: list[int | None]) -> bool:
-    """True when every `data` list read as numbers is written flat: `[`, one comma fewer than its numbers,
-    `]` right after its key in the skeleton (and the skeleton has exactly one `data` key per input)."""
+    skeleton = body.translate(None, NUMBER_BYTES)
     if skeleton.count(_DATA_KEY) != len(counts):
-        return False
+        return None
     at = 0
     for count in counts:
         at = skeleton.index(_DATA_KEY, at) + len(_DATA_KEY)
         if count is not None and not skeleton.startswith(b"[" + b"," * (count - 1) + b"]" if count else b"[]", at):
-            return False
-    return True
+            return None
+    return result
 
 
 def _datatype(tensor: Any) -> Any:

@@ -8,7 +8,6 @@ the general path's; where the general path refuses a body, the fast path must no
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import numpy as np
@@ -309,66 +308,3 @@ def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: p
     fast = json.dumps({"instances": [[[1, 2, 3], [4, 5, 6]]]}).encode()
     assert tfs_rest.decode_predict(fast, sigs, 64, None).inputs["x0"].dtype == np.float32
     assert reads == [False, False, True, True]  # the fast path alone
-
-
-# --- large bodies: parsed on a pool thread while their structure is checked on the caller's -------------
-
-def _threads_reading(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
-    """Record which thread runs `tensor_json.<name>` (simdjson's reading of a body)."""
-    threads: list[str] = []
-    read = getattr(tensor_json, name)
-
-    def recording(*args: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return read(*args)
-
-    monkeypatch.setattr(tensor_json, name, recording)
-    return threads
-
-
-def test_a_large_body_is_read_on_a_pool_thread_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    threads = _threads_reading(monkeypatch, "_predict_numbers")
-    sigs = signatures(shape=(None, 100, 100, 3))
-    x = np.random.default_rng(5).random((2, 100, 100, 3), dtype=np.float32)
-    body = json.dumps({"instances": x.tolist()}).encode()
-    assert len(body) >= tensor_json.OVERLAP_BYTES
-    call = assert_same(body, sigs)
-    assert call is not None
-    np.testing.assert_array_equal(call.inputs["x0"], x)
-    assert threads and all(name.startswith("tensor-json") for name in threads)
-    rows = x.tolist()
-    rows[1][99][99], rows[1][99][98] = rows[1][99][99][:2], rows[1][99][98] + [0.5]  # ragged, same count
-    ragged = json.dumps({"instances": rows}).encode()
-    assert tensor_json.read_predict(ragged, sigs, 64) is tensor_json.Left.PARSED
-    assert isinstance(general(ragged, sigs), RequestError)
-    assert tensor_json.read_predict(body[:-1], sigs, 64) is tensor_json.Left.UNREADABLE
-    small = json.dumps({"instances": x[:, :2, :2].tolist()}).encode()
-    before = len(threads)
-    assert assert_same(small, signatures(shape=(None, 2, 2, 3))) is not None
-    assert threads[before:] == [threading.current_thread().name]  # a small body is read where it arrived
-
-
-@pytest.mark.parametrize("body", [
-    b'{"instances": [[[1,2,3],[4,5,6]], [[1,2,3,4],[5,6]]]}',       # ragged, same count of numbers
-    b'{"instances": [[[1,2,3],[4,5,[6]]]]}',
-    b'{"instances": [[[1,2,3],[4,5,6]]]',
-    b'{"instances": [[[1,2,3],[4,5,6]]], "signature_name": "nope"}',
-])
-def test_the_pool_thread_path_leaves_what_the_inline_path_leaves(body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    inline = tensor_json.read_predict(body, signatures(), 64)
-    monkeypatch.setattr(tensor_json, "OVERLAP_BYTES", 0)
-    threads = _threads_reading(monkeypatch, "_predict_numbers")
-    assert tensor_json.read_predict(body, signatures(), 64) is inline
-    assert threads and threads[0].startswith("tensor-json")
-
-
-def test_a_large_v2_body_is_read_on_a_pool_thread_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    threads = _threads_reading(monkeypatch, "_v2_numbers")
-    x = np.random.default_rng(6).random((10000, 3), dtype=np.float32)
-    body = json.dumps({"inputs": [{"name": "x", "shape": [10000, 3], "datatype": "FP32",
-                                   "data": x.ravel().tolist()}]}).encode()
-    assert len(body) >= tensor_json.OVERLAP_BYTES
-    assert v2_same(body, v2_signature())
-    assert threads and threads[0].startswith("tensor-json")
-    nested = body.replace(b'"data": [', b'"data": [[', 1).replace(b"]}]}", b"]]}]}")
-    assert tensor_json.v2_document(nested, v2.DATATYPES) is None
