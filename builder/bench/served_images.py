@@ -135,8 +135,8 @@ def compare_served_images(model: Path, first: str, second: str, *, threads: int 
     for index, image in enumerate((first, second)):
         tag = f"tfsmith-bench/served-{artifact.name.lower()}:{run}-{index}"
         try:
-            package_model(artifact.model_path, PackageOptions(kind="tensorflow", base_image=image, tag=tag,
-                                                              workers=1, threads=threads),
+            package_model(artifact, PackageOptions(kind="tensorflow", base_image=image, tag=tag,
+                                                   workers=1, threads=threads),
                           model_name=artifact.name, smoke=False, engine=engine, say=say)
             tags[image] = tag
         except (TfsmithError, EngineError) as error:

@@ -24,8 +24,6 @@ TFLITE_FLOAT_FORMATS = ("tflite_fp32", "tflite_original")
 TFLITE_FORMATS = (*TFLITE_FLOAT_FORMATS, "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
 SAVED_MODEL_FORMAT = "saved_model"
 SELECT_TF_FORMAT = "tflite_select_tf"
-#: The former name of SAVED_MODEL_FORMAT, kept while builder/server still imports it.
-SAVED_MODEL_KIND = SAVED_MODEL_FORMAT
 
 #: `precision` of a runtime that computes in whatever the file holds (LiteRT runs int8 files in int8).
 AS_STORED = "as stored"

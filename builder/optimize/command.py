@@ -79,7 +79,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     report = outcome.report
     table = Table(title=f"tfsmith optimize -> {outcome.out}", caption=reporting.TIMINGS)
     for header in reporting.HEADERS:
-        table.add_column(header, justify="left" if header in ("artifact", "format", "gate", "quality") else "right")
+        table.add_column(header, justify="left" if header in ("artifact", "format", "gate", "quality vs original") else "right")
     for row in reporting.table_rows(report):
         table.add_row(*row)
     out_console = Console()

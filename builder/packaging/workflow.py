@@ -71,7 +71,7 @@ def default_signature(requested: str | None, artifact: Artifact) -> str | None:
 
 
 def package_model(
-    artifact_path: Path,
+    model: Path | Artifact,
     options: PackageOptions,
     *,
     model_name: str | None = None,
@@ -81,7 +81,8 @@ def package_model(
     engine: Engine | None = None,
     cuda_cc: str | None = None,
 ) -> tuple[ServePlan, Image]:
-    """Build (and smoke-test) one serving image; returns the plan and the engine's Image."""
+    """Build (and smoke-test) one serving image; returns the plan and the engine's Image. `model` is a path
+    the user named, or an artifact the caller has already resolved (it is not worked out again)."""
     from builder.model import registry
     from builder.model.create import model_for_runtime
 
@@ -90,7 +91,7 @@ def package_model(
         raise InputError("tfserving is an image kind, not a runtime: use --kind tfserving")
     if options.runtime is not None:
         registry.check(options.runtime, allow_auto=True, what="--runtime")
-    artifact = resolve_artifact(artifact_path, model_name)
+    artifact = model if isinstance(model, Artifact) else resolve_artifact(model, model_name)
     kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
     kind = kind_named(kind_name)
     target_name = options.target

@@ -150,8 +150,8 @@ def configure(
     resolved = resolve_artifact(artifact, model_name, runtime)
     if runtime is None:
         runtime = resolved.runtime or "litert"
-    elif resolved.saved_model and not registry.runtime(runtime).serves(registry.SAVED_MODEL_KIND):
-        serving = ", ".join(r.name for r in registry.serving(registry.SAVED_MODEL_KIND))
+    elif resolved.saved_model and not registry.runtime(runtime).serves(registry.SAVED_MODEL_FORMAT):
+        serving = ", ".join(r.name for r in registry.serving(registry.SAVED_MODEL_FORMAT))
         raise InputError(f"{resolved.model_path}: a SavedModel runs only on TensorFlow; use --runtime "
                          f"{serving} (not {runtime})")
     if registry.calibrates(runtime):
