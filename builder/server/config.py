@@ -85,12 +85,13 @@ def configure(
 ) -> ServerConfig:
     """A validated ServerConfig from user-facing options; the runtime is named (auto is resolved by the caller)
     or None: what the model needs (tensorflow for a SavedModel, or where optimize measured it there), else
-    litert. With runtime tensorflow, TensorFlow is prepared here (threads, the one-line device report, the
-    GPU requirement) so a server that cannot serve as asked refuses before it listens."""
+    litert. With runtime tensorflow, TensorFlow is prepared here (`prepare_tensorflow`: threads, the one-line
+    device report, the GPU requirement) so a server that cannot serve as asked refuses before it listens."""
     from builder.model.artifact import resolve_artifact
     from builder.model import registry
     from builder.model.create import model_for_runtime
     from builder.model.openvino import nncf_inputs
+    from builder.model.tensorflow import prepare_tensorflow
 
     if workers < 1 or threads < 1:
         raise InputError("--workers and --threads must be at least 1")
@@ -117,6 +118,11 @@ def configure(
         batching = BatchingConfig(max_batch, batch_timeout_us)
     except ValueError as error:
         raise InputError(str(error)) from None
+    common: dict[str, Any] = dict(  # the same in both forms below: one model file, or model sources
+        runtime_reason=runtime_reason, workers=workers, threads=threads, batching=batching,
+        max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, host=host,
+        access_log=access_log == "json", drain_seconds=drain_seconds, shutdown_delay_seconds=shutdown_delay_seconds,
+        tls_cert=tls_cert, tls_key=tls_key, signature_required=signature_name is not None)
     given = [a for a in (artifact, model_base_path, model_config_file) if a is not None]
     if len(given) != 1:
         raise InputError("serve one of: a MODEL (.tflite or optimize folder), --model-base-path DIR (integer version "
@@ -137,16 +143,10 @@ def configure(
             raise InputError(f"runtime {runtime} serves one model file; name it instead of a base path")
         runtime = runtime or sources_runtime(sources)
         if registry.on_tensorflow(runtime):
-            prepare_tensorflow_threads(threads, workers)
-        return ServerConfig(
-            model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
-            runtime_reason=runtime_reason, workers=workers, threads=threads, batching=batching,
-            max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, host=host,
-            access_log=access_log == "json", drain_seconds=drain_seconds,
-            shutdown_delay_seconds=shutdown_delay_seconds, tls_cert=tls_cert, tls_key=tls_key,
-            sources=tuple(sources), poll_seconds=poll_seconds,
-            signature_name=signature_name, signature_required=signature_name is not None,
-        )
+            prepare_tensorflow(threads, workers)
+        return ServerConfig(model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
+                            sources=tuple(sources), poll_seconds=poll_seconds, signature_name=signature_name,
+                            **common)
     resolved = resolve_artifact(artifact, model_name, runtime)
     if runtime is None:
         runtime = resolved.runtime or "litert"
@@ -157,37 +157,10 @@ def configure(
     if registry.calibrates(runtime):
         nncf_inputs(resolved.model_path)  # refused up front without calibration samples
     if registry.on_tensorflow(runtime):
-        prepare_tensorflow_threads(threads, workers)
-    return ServerConfig(
-        model_path=model_for_runtime(runtime, resolved.model_path),
-        model_name=resolved.name,
-        version=version,
-        runtime=runtime,
-        runtime_reason=runtime_reason,
-        workers=workers,
-        threads=threads,
-        batching=batching,
-        max_body_bytes=max_body_bytes,
-        dispatch=dispatch,
-        samples_path=resolved.samples_path,
-        grpc_port=grpc_port,
-        host=host,
-        access_log=access_log == "json",
-        drain_seconds=drain_seconds,
-        shutdown_delay_seconds=shutdown_delay_seconds,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        signature_name=signature_name or resolved.signature,
-        signature_required=signature_name is not None,
-    )
-
-
-def prepare_tensorflow_threads(threads: int, workers: int) -> None:
-    """TensorFlow set up before the server listens (`builder.model.tensorflow.prepare_tensorflow`: its thread
-    counts, the device report, the GPU requirement), so a runtime that cannot serve refuses at configuration."""
-    from builder.model.tensorflow import prepare_tensorflow
-
-    prepare_tensorflow(threads, workers)
+        prepare_tensorflow(threads, workers)
+    return ServerConfig(model_path=model_for_runtime(runtime, resolved.model_path), model_name=resolved.name,
+                        version=version, runtime=runtime, samples_path=resolved.samples_path,
+                        signature_name=signature_name or resolved.signature, **common)
 
 
 def sources_runtime(sources: Sequence[ModelSource]) -> str:
