@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -86,6 +86,10 @@ def run_inline(model_p50_us: float | None, batching: BatchingConfig) -> bool:
     return not batching.enabled and model_p50_us is not None and model_p50_us < INLINE_BELOW_US
 
 
+#: A call waiting for a batch: the call, its answer, when it queued and what to tell when its batch starts.
+Queued = tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float, Callable[[], None] | None]
+
+
 class DynamicBatcher:
     """Queues calls per batch key and runs merged batches on the pool, at most `pool.size` at a time."""
 
@@ -97,7 +101,7 @@ class DynamicBatcher:
         self._config = config
         self._executor = executor
         self._batchable = batchable  # False when the model's batch dimension is fixed
-        self._queues: dict[BatchKey, deque[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float]]] = {}
+        self._queues: dict[BatchKey, deque[Queued]] = {}
         #: Called with (examples, seconds the oldest request queued) for each merged batch (metrics).
         self.on_batch: Callable[[int, float], None] | None = None
         self._draining: set[BatchKey] = set()
@@ -105,17 +109,20 @@ class DynamicBatcher:
         self.batches = 0
         self.examples = 0
 
-    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+        """The call's outputs. `on_start` is called on the worker thread just before the interpreter runs the
+        call (alone or in a batch), for work meant to run beside the model; never for a model run inline."""
         loop = asyncio.get_running_loop()
         if not (self._config.enabled and self._batchable):
             if self.inline:
                 return self._pool.predict(call.signature, call.inputs)
-            return await loop.run_in_executor(self._executor, self._pool.predict, call.signature, dict(call.inputs))
+            return await loop.run_in_executor(self._executor, _started, (on_start,), self._pool.predict,
+                                              call.signature, dict(call.inputs))
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
-        self._queues.setdefault(key, deque()).append((call, future, time.perf_counter()))
+        self._queues.setdefault(key, deque()).append((call, future, time.perf_counter(), on_start))
         if key not in self._draining:
             self._draining.add(key)
             loop.create_task(self._drain(key))
@@ -127,32 +134,41 @@ class DynamicBatcher:
         try:
             while queue:
                 await self._slots.acquire()
-                if self._config.timeout_us and sum(c.batch for c, _, _ in queue) < self._config.max_batch_size:
+                if self._config.timeout_us and sum(q[0].batch for q in queue) < self._config.max_batch_size:
                     await asyncio.sleep(self._config.timeout_us / 1e6)
-                count = take_count([c.batch for c, _, _ in queue], self._config.max_batch_size)
+                count = take_count([q[0].batch for q in queue], self._config.max_batch_size)
                 taken = [queue.popleft() for _ in range(count)]
                 asyncio.get_running_loop().create_task(self._run(taken))
         finally:
             self._draining.discard(key)
 
-    async def _run(self, taken: list[tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float]]) -> None:
+    async def _run(self, taken: list[Queued]) -> None:
         assert self._slots is not None
-        calls = [c for c, _, _ in taken]
+        calls = [q[0] for q in taken]
         if self.on_batch is not None:
             self.on_batch(sum(c.batch for c in calls), time.perf_counter() - taken[0][2])
         try:
             merged = merge_inputs(calls)
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._pool.predict, calls[0].signature, merged
+                self._executor, _started, [q[3] for q in taken], self._pool.predict, calls[0].signature, merged
             )
             self.batches += 1
             self.examples += sum(c.batch for c in calls)
-            for (_, future, _), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
+            for (_, future, _, _), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
                 if not future.done():
                     future.set_result(part)
         except Exception as error:  # noqa: BLE001 - every waiting request gets the failure, the server lives on
-            for _, future, _ in taken:
+            for _, future, _, _ in taken:
                 if not future.done():
                     future.set_exception(error)
         finally:
             self._slots.release()
+
+
+def _started(on_start: Iterable[Callable[[], None] | None], predict: Callable[..., dict[str, np.ndarray]],
+             *args: object) -> dict[str, np.ndarray]:
+    """On the worker thread: tell whoever asked that the model is about to run, then run it."""
+    for tell in on_start:
+        if tell is not None:
+            tell()
+    return predict(*args)

@@ -12,6 +12,11 @@ checked separately and exactly: with every digit, sign, dot, exponent and blank 
 byte for byte the body of a rectangular tensor of the signature's shape (`[[,,],[,,]]` for 2x3) inside
 the envelope simdjson found. That one `bytes.translate` pass costs ~1.8 ms on the same body.
 
+That pass is the one step that needs the whole text again, so it can wait: `read_predict_unconfirmed` and
+`read_v2_unconfirmed` return what they read as `Unconfirmed`, and the data plane runs the model on it while
+`Unconfirmed.confirmed()` makes the pass (the interpreter computes on another core meanwhile); nothing is
+answered from it until the pass agrees. `read_predict` and `read_v2` make the pass before they return.
+
 This is only a faster route to the same answer, and each body is read by it once. Whatever it does not
 recognise with certainty (several or named inputs, string, boolean or dynamic-shaped inputs, booleans among
 numbers, integers beyond what the dtype holds, numbers a double cannot hold, escaped keys, NaN literals,
@@ -30,9 +35,11 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import operator
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -54,6 +61,7 @@ READ_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, IndexError)
 #: The same, plus the general path's own refusals (a signature it would refuse): also left to it.
 _GENERAL_DECIDES = (*READ_ERRORS, RequestError)
 _local = threading.local()
+V = TypeVar("V")
 
 
 class Left(enum.Enum):
@@ -63,10 +71,38 @@ class Left(enum.Enum):
     UNREADABLE = "simdjson refused the text"
 
 
+@dataclass(frozen=True)
+class Unconfirmed(Generic[V]):
+    """What the fast path read from `body`, right only if the body's skeleton (`skeleton`) is one `fits`
+    accepts; until `confirmed()` says so, nothing may be answered from `value`. When it says no, the body
+    is the general path's, which reads it with msgspec (simdjson read it: `Left.PARSED`)."""
+
+    value: V
+    body: bytes
+    fits: Callable[[bytes], bool]
+
+    def confirmed(self) -> bool:
+        return self.fits(skeleton(self.body))
+
+
+def skeleton(body: bytes) -> bytes:
+    """The body with every number and blank deleted: one pass over every byte (~1.9 ms on a 3 MB body)."""
+    return body.translate(None, NUMBER_BYTES)
+
+
 def read_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
                  default: str | None = None) -> PredictCall | Left:
     """A TF Serving predict body's one numeric input as an array of its dtype, or why the general path must
     decide."""
+    reading = read_predict_unconfirmed(body, signatures, max_batch, default)
+    if isinstance(reading, Left):
+        return reading
+    return reading.value if reading.confirmed() else Left.PARSED
+
+
+def read_predict_unconfirmed(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
+                             default: str | None = None) -> Unconfirmed[PredictCall] | Left:
+    """`read_predict` without its last pass over the text: the call, to be confirmed before it is answered."""
     if simdjson is None:
         return Left.UNREADABLE
     parser = _parser()
@@ -75,12 +111,12 @@ def read_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch
     except READ_ERRORS:
         return Left.UNREADABLE
     try:
-        call = _parse(document, body, signatures, max_batch, default)
+        reading = _parse(document, body, signatures, max_batch, default)
     except _GENERAL_DECIDES:
-        call = None
+        reading = None
     finally:
         del document  # the parser can be reused only once nothing refers to its last document
-    return call or Left.PARSED
+    return reading or Left.PARSED
 
 
 def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
@@ -119,7 +155,7 @@ def _exact(flat: np.ndarray) -> bool:
 
 
 def _parse(document: Any, body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
-           default: str | None) -> PredictCall | None:
+           default: str | None) -> Unconfirmed[PredictCall] | None:
     try:
         if not isinstance(document, simdjson.Object):
             return None
@@ -145,9 +181,10 @@ def _parse(document: Any, body: bytes, signatures: Mapping[str, SignatureSpec], 
     if batch is None:
         return None
     expected = _envelope_skeleton(keys, key, envelope.get("signature_name"), _tensor_skeleton((batch, *dims)))
-    if expected is None or body.translate(None, NUMBER_BYTES) != expected:
+    if expected is None:
         return None
-    return _call(signature, spec, flat, batch, dims, want, key)
+    return Unconfirmed(_call(signature, spec, flat, batch, dims, want, key), body, functools.partial(operator.eq,
+                                                                                                   expected))
 
 
 def numeric_input(signature: SignatureSpec) -> tuple[Any, tuple[int, ...], np.dtype] | None:
@@ -208,7 +245,7 @@ def _envelope_skeleton(keys: list[str], key: str, signature_name: str | None, te
             if "\\" in text:
                 return None
             parts.append(b'"signature_name":' + text.encode())
-    return (b"{" + b",".join(parts) + b"}").translate(None, NUMBER_BYTES)
+    return skeleton(b"{" + b",".join(parts) + b"}")
 
 
 # --- the Open Inference Protocol's JSON body --------------------------------------------------------------
@@ -226,6 +263,14 @@ def read_v2(body: bytes, dtypes: Mapping[str, str]) -> Any:
     A `data` list is taken only when the body's skeleton shows it flat: with no backslash in the body no
     string can hold a quote, so every `"data":` in the skeleton is a key, one per input that has one, in
     order; each must be followed by `[` and one comma fewer than the numbers simdjson found, then `]`."""
+    reading = read_v2_unconfirmed(body, dtypes)
+    if isinstance(reading, Left):
+        return reading
+    return reading.value if reading.confirmed() else Left.PARSED
+
+
+def read_v2_unconfirmed(body: bytes, dtypes: Mapping[str, str]) -> Unconfirmed[Any] | Left:
+    """`read_v2` without its last pass over the text: the document, to be confirmed before it is answered."""
     if simdjson is None:
         return Left.UNREADABLE
     if b"\\" in body:
@@ -235,12 +280,15 @@ def read_v2(body: bytes, dtypes: Mapping[str, str]) -> Any:
     except READ_ERRORS:
         return Left.UNREADABLE
     try:
-        result = _v2(document, body, dtypes)
+        read = _v2(document, dtypes)
     except READ_ERRORS:
-        result = None
+        read = None
     finally:
         del document
-    return Left.PARSED if result is None else result
+    if read is None:
+        return Left.PARSED
+    result, counts = read
+    return Unconfirmed(result, body, functools.partial(_flat_data_lists, tuple(counts)))
 
 
 def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
@@ -249,7 +297,7 @@ def v2_document(body: bytes, dtypes: Mapping[str, str]) -> Any | None:
     return None if isinstance(document, Left) else document
 
 
-def _v2(document: Any, body: bytes, dtypes: Mapping[str, str]) -> Any | None:
+def _v2(document: Any, dtypes: Mapping[str, str]) -> tuple[dict[str, Any], list[int | None]] | None:
     counts: list[int | None] = []  # per input with `data`: how many numbers it was read as, None if not numbers
     try:
         if not isinstance(document, simdjson.Object) or not _unique_keys(document):
@@ -272,15 +320,20 @@ def _v2(document: Any, body: bytes, dtypes: Mapping[str, str]) -> Any | None:
             result[key] = tensors
     finally:
         del document
-    skeleton = body.translate(None, NUMBER_BYTES)
-    if skeleton.count(_DATA_KEY) != len(counts):
-        return None
+    return result, counts
+
+
+def _flat_data_lists(counts: tuple[int | None, ...], text: bytes) -> bool:
+    """Whether the skeleton `text` has one `"data":` key per input with data, each numeric one followed by a
+    flat list of as many numbers as were read for it."""
+    if text.count(_DATA_KEY) != len(counts):
+        return False
     at = 0
     for count in counts:
-        at = skeleton.index(_DATA_KEY, at) + len(_DATA_KEY)
-        if count is not None and not skeleton.startswith(b"[" + b"," * (count - 1) + b"]" if count else b"[]", at):
-            return None
-    return result
+        at = text.index(_DATA_KEY, at) + len(_DATA_KEY)
+        if count is not None and not text.startswith(b"[" + b"," * (count - 1) + b"]" if count else b"[]", at):
+            return False
+    return True
 
 
 def _datatype(tensor: Any) -> Any:

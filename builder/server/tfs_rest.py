@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from builder.server import jsoncodec, tensor_json
 from builder.server.answers import error_body, failure
 from builder.server.bodies import read_limited
-from builder.server.dataplane import Address, ClientGone, DataPlane
+from builder.server.dataplane import Address, ClientGone, DataPlane, Provisional
 from builder.server.protocol import (
     PredictCall,
     format_outputs,
@@ -64,21 +64,29 @@ class PredictCodec:
     def size(self, body: bytes) -> int:
         return len(body)
 
-    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, None]:
-        return decode_predict(body, served.signatures, self.max_request_batch, served.default_signature), None
+    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, None] | Provisional[None]:
+        """The fast path's call, provisional until its structure check agrees; else the general path's."""
+        fast = tensor_json.read_predict_unconfirmed(body, served.signatures, self.max_request_batch,
+                                                    served.default_signature)
+
+        def general(left: tensor_json.Left = tensor_json.Left.PARSED) -> tuple[PredictCall, None]:
+            return decode_general(body, left, served.signatures, self.max_request_batch,
+                                  served.default_signature), None
+
+        if isinstance(fast, tensor_json.Left):
+            return general(fast)
+        return Provisional((fast.value, None), fast.confirmed, general)
 
     def encode(self, served: ServedModel, call: PredictCall, request: None,
                outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
         return format_outputs(outputs, served.signatures[call.signature], call.row_format)
 
 
-def decode_predict(body: bytes, signatures: Any, max_batch: int, default: str | None) -> PredictCall:
-    """The call of a predict body: read straight into numpy where `tensor_json` is sure, else decoded once by
-    the decoder `tensor_json` left it to and validated by `protocol.parse_predict` (RequestError 400)."""
-    fast = tensor_json.read_predict(body, signatures, max_batch, default)
-    if isinstance(fast, PredictCall):
-        return fast
-    document = parse_json(body, standard=fast is tensor_json.Left.UNREADABLE)
+def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,
+                   default: str | None) -> PredictCall:
+    """The call of a predict body `tensor_json` left to the general path: decoded once by the decoder it
+    names and validated by `protocol.parse_predict` (RequestError 400)."""
+    document = parse_json(body, standard=left is tensor_json.Left.UNREADABLE)
     return parse_predict(document, signatures, max_batch, may_hold_booleans(body), default)
 
 

@@ -27,7 +27,7 @@ from fastapi.responses import Response
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server import jsoncodec, tensor_json
 from builder.server.bodies import read_limited
-from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome
+from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome, Provisional
 from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
 from builder.server.served import ServedModel, check_output_names
 
@@ -234,6 +234,11 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
                     headers={"Inference-Header-Content-Length": str(len(header))})
 
 
+#: What an infer answer needs of its request: the document, the outputs in order, those sent as binary.
+Kept = tuple[Any, list[str], set[str]]
+Decoded = tuple[PredictCall, Kept]
+
+
 @dataclass(frozen=True)
 class InferCodec:
     """A v2 infer body (JSON `data`, read straight into numpy where `tensor_json` is sure, else the general
@@ -246,19 +251,36 @@ class InferCodec:
         length = self.header_length
         return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
 
-    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, tuple[Any, list[str], set[str]]]:
-        signature = served.signature("")
-        fast = tensor_json.Left.PARSED if self.header_length is not None else tensor_json.read_v2(body, DATATYPES)
+    def decode(self, served: ServedModel, body: bytes) -> Decoded | Provisional[Kept]:
+        """The fast path's call, provisional until its structure check agrees; else the general path's. A
+        request the fast path's document makes invalid is refused only once the check agrees (else the
+        general path's document decides, and its refusal is the one a client gets)."""
+        fast = (tensor_json.Left.PARSED if self.header_length is not None
+                else tensor_json.read_v2_unconfirmed(body, DATATYPES))
         if isinstance(fast, tensor_json.Left):
-            document, tail = split_body(body, self.header_length, standard=fast is tensor_json.Left.UNREADABLE)
-        else:
-            document, tail = fast, memoryview(b"")
+            return self._decode(served, body, fast)
+        try:
+            decoded = self._call(served, body, fast.value, memoryview(b""))
+        except RequestError:
+            if fast.confirmed():
+                raise
+            return self._decode(served, body, tensor_json.Left.PARSED)
+        return Provisional(decoded, fast.confirmed, lambda: self._decode(served, body, tensor_json.Left.PARSED))
+
+    def _decode(self, served: ServedModel, body: bytes, left: tensor_json.Left) -> Decoded:
+        """The general path: the body decoded once by the decoder `left` names."""
+        document, tail = split_body(body, self.header_length, standard=left is tensor_json.Left.UNREADABLE)
+        return self._call(served, body, document, tail)
+
+    @staticmethod
+    def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
+        signature = served.signature("")
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         check_output_names(signature, order)
         return served.call(signature, arrays), (document, order, binary)
 
-    def encode(self, served: ServedModel, call: PredictCall, request: tuple[Any, list[str], set[str]],
+    def encode(self, served: ServedModel, call: PredictCall, request: Kept,
                outputs: Mapping[str, np.ndarray]) -> Response:
         document, order, binary = request
         return infer_response(served, served.version, document, outputs, order, binary)

@@ -239,6 +239,37 @@ def test_parallel_clients_on_worker_threads(models: Path, local: LiteRTBackend) 
         assert running.stop() in STOPPED
 
 
+def test_large_json_bodies_are_answered_only_once_their_structure_holds(models: Path, local: LiteRTBackend) -> None:
+    """Bodies large enough to have their structure checked while the model runs (REST and v2 JSON, the model
+    on worker threads): rectangular ones get the model's answers; ragged ones holding just as many numbers get
+    the general path's 400, never an answer computed from their numbers read flat."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads")
+    x = inputs(120, seed=17)  # ~150 KB of JSON: above the size whose check is overlapped
+    want = expected(local, x)
+    rows = x.tolist()
+    ragged = x.tolist()
+    ragged[0][0][0], ragged[0][0][1] = [ragged[0][0][0][0], ragged[0][0][1][0]], []  # same count of numbers
+    flat: list[object] = x.ravel().tolist()
+    uneven = [[flat[0], flat[1]], *flat[2:]]  # one number fewer at the top level, one nested pair
+    v2 = lambda data: {"inputs": [{"name": "pixels", "shape": list(x.shape), "datatype": "FP32", "data": data}]}  # noqa: E731
+    try:
+        for key in ("instances", "inputs"):
+            good = HTTP.post(f"{running.url}/v1/models/digits:predict", json={key: rows})
+            assert good.status_code == 200, good.text
+            assert np.allclose(good.json()["predictions" if key == "instances" else "outputs"], want, rtol=1e-5,
+                               atol=1e-6)
+            bad = HTTP.post(f"{running.url}/v1/models/digits:predict", json={key: ragged})
+            assert bad.status_code == 400 and "error" in bad.json(), bad.text
+        good = HTTP.post(f"{running.url}/v2/models/digits/infer", json=v2(flat))
+        assert good.status_code == 200, good.text
+        assert np.allclose(np.reshape(good.json()["outputs"][0]["data"], want.shape), want, rtol=1e-5, atol=1e-6)
+        bad = HTTP.post(f"{running.url}/v2/models/digits/infer", json=v2(uneven))
+        assert bad.status_code == 400 and "error" in bad.json(), bad.text
+        assert running.alive()
+    finally:
+        assert running.stop() in STOPPED
+
+
 def _parallel(server: Server, local: LiteRTBackend) -> None:
     x = inputs(96, seed=5)
     want = expected(local, x)

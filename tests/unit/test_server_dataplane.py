@@ -1,4 +1,5 @@
-"""The data plane's bookkeeping and the JSON codec, without a server (real Metrics, real msgspec)."""
+"""The data plane's bookkeeping, its provisional decodes and the JSON codec, without a server (real Metrics, real
+msgspec, the real batcher over a stand-in interpreter)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import asyncio
 import json
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
+import uvloop
 
 from builder.server import jsoncodec
-from builder.server.dataplane import DataPlane
+from builder.server.batching import BatchingConfig, DynamicBatcher
+from builder.server.dataplane import Address, DataPlane, Provisional
 from builder.server.metrics import Metrics, status_label
-from builder.server.protocol import RequestError
+from builder.server.protocol import PredictCall, RequestError
 from builder.server.served import ModelSet, ServedModel
 
 
@@ -104,3 +109,90 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
+
+
+# --- a provisional decode: the model runs while its check does -----------------------------------------
+
+class _WaitingModel:
+    """A pool of one interpreter that answers y = sum(x) per example, but only once the decode's check has
+    run, so a check made before or after the model (not beside it) makes the test fail instead of pass."""
+
+    size = 1
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+        self.checked = threading.Event()
+        self.calls: list[float] = []
+
+    def predict(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.running.set()
+        self.calls.append(float(inputs["x"].sum()))
+        if not self.checked.wait(timeout=60):
+            raise TimeoutError("the check never ran while the model did")
+        return {"y": inputs["x"].sum(axis=1, keepdims=True)}
+
+
+class _Provisionally:
+    """A codec whose decode is provisional: x = [[1, 1]], unless its check says no; then x = [[2, 2]]."""
+
+    def __init__(self, model: _WaitingModel, holds: bool, size: int) -> None:
+        self.model, self.holds, self.body_size = model, holds, size
+        self.model_was_running: list[bool] = []
+
+    def size(self, body: bytes) -> int:
+        return self.body_size
+
+    def _call(self, value: float) -> tuple[PredictCall, None]:
+        x = np.full((1, 2), value, dtype=np.float32)
+        return PredictCall(signature="serving_default", inputs={"x": x}, row_format=True, batch=1), None
+
+    def confirm(self) -> bool:
+        self.model_was_running.append(self.model.running.is_set())
+        self.model.checked.set()
+        return self.holds
+
+    def decode(self, served: ServedModel, body: bytes) -> Provisional[None]:
+        return Provisional(self._call(1.0), self.confirm, lambda: self._call(2.0))
+
+    def encode(self, served: ServedModel, call: PredictCall, request: None, outputs: dict[str, np.ndarray]) -> float:
+        return float(outputs["y"][0, 0])
+
+
+def _infer(model: _WaitingModel, codec: _Provisionally, batching: BatchingConfig) -> float:
+    executor = ThreadPoolExecutor(max_workers=1)
+    batcher = DynamicBatcher(model, batching, executor, batchable=True)  # type: ignore[arg-type]
+    models = ModelSet()
+    models.set("m", {1: ServedModel(name="m", version=1, signatures={}, batcher=batcher, runtime="litert",
+                                    ready=True)})
+    plane = DataPlane(models, Metrics(), offload_bytes=1024)
+
+    async def body() -> bytes:
+        return b"{}"
+
+    try:  # on uvloop, as the server runs (see `DataPlane._predict_provisional`)
+        return uvloop.run(plane.infer("REST", Address("m"), body, codec))
+    finally:
+        plane.close()
+        executor.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("batching", [BatchingConfig(), BatchingConfig(max_batch_size=8)], ids=["alone", "batched"])
+def test_a_large_provisional_decode_is_checked_while_the_model_runs_on_it(batching: BatchingConfig) -> None:
+    model = _WaitingModel()
+    codec = _Provisionally(model, holds=True, size=4096)
+    assert _infer(model, codec, batching) == 2.0  # sum of the provisional x = [1, 1]
+    assert codec.model_was_running == [True] and model.calls == [2.0]
+
+
+def test_a_provisional_decode_whose_check_fails_is_answered_from_its_fallback() -> None:
+    model = _WaitingModel()
+    codec = _Provisionally(model, holds=False, size=4096)
+    assert _infer(model, codec, BatchingConfig()) == 4.0  # the fallback's x = [2, 2]; the first answer unused
+    assert codec.model_was_running == [True] and model.calls == [2.0, 4.0]
+
+
+def test_a_small_provisional_decode_is_checked_before_the_model_runs() -> None:
+    model = _WaitingModel()
+    codec = _Provisionally(model, holds=False, size=100)  # below offload_bytes: nothing worth overlapping
+    assert _infer(model, codec, BatchingConfig()) == 4.0
+    assert codec.model_was_running == [False] and model.calls == [4.0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ class SumBatcher:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         self.calls += 1
         return {"y": call.inputs["x"].sum(axis=1, keepdims=True).astype(np.float32)}
 

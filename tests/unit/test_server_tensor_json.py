@@ -8,6 +8,7 @@ the general path's; where the general path refuses a body, the fast path must no
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -290,6 +291,11 @@ def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: p
     """A body the fast path leaves is decoded exactly once more: by msgspec when simdjson read it, by the
     standard library when simdjson refused it; refusals keep the standard library's message."""
     from builder.server import jsoncodec, tfs_rest
+    from builder.server.dataplane import settle
+
+    def decode_predict(body: bytes, sigs: Any, max_batch: int, default: str | None) -> Any:
+        served = SimpleNamespace(signatures=sigs, default_signature=default)
+        return settle(tfs_rest.PredictCodec(max_batch).decode(served, body))[0]  # type: ignore[arg-type]
 
     reads: list[bool] = []
     loads = jsoncodec.loads
@@ -297,14 +303,14 @@ def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: p
     sigs = signatures()
     ragged = b'{"instances": [[[1,2,3],[4],[5,6]]]}'
     with pytest.raises(RequestError):
-        tfs_rest.decode_predict(ragged, sigs, 64, None)
+        decode_predict(ragged, sigs, 64, None)
     named = b'{"instances": [{"x0": [[1,2,3],[4,5,6]]}]}'
-    assert tfs_rest.decode_predict(named, sigs, 64, None).inputs["x0"].shape == (1, 2, 3)
+    assert decode_predict(named, sigs, 64, None).inputs["x0"].shape == (1, 2, 3)
     with pytest.raises(RequestError, match="malformed JSON body: Expecting ',' delimiter"):
-        tfs_rest.decode_predict(b'{"instances": [1 2]}', sigs, 64, None)
+        decode_predict(b'{"instances": [1 2]}', sigs, 64, None)
     nan = b'{"instances": [[[1,2,3],[4,5,NaN]]]}'
-    assert np.isnan(tfs_rest.decode_predict(nan, sigs, 64, None).inputs["x0"][0, 1, 2])
+    assert np.isnan(decode_predict(nan, sigs, 64, None).inputs["x0"][0, 1, 2])
     assert reads == [False, False, True, True]
     fast = json.dumps({"instances": [[[1, 2, 3], [4, 5, 6]]]}).encode()
-    assert tfs_rest.decode_predict(fast, sigs, 64, None).inputs["x0"].dtype == np.float32
+    assert decode_predict(fast, sigs, 64, None).inputs["x0"].dtype == np.float32
     assert reads == [False, False, True, True]  # the fast path alone
