@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -86,8 +87,13 @@ def run_inline(model_p50_us: float | None, batching: BatchingConfig) -> bool:
     return not batching.enabled and model_p50_us is not None and model_p50_us < INLINE_BELOW_US
 
 
-#: A call waiting for a batch: the call, its answer, when it queued and what to tell when its batch starts.
-Queued = tuple[PredictCall, asyncio.Future[dict[str, np.ndarray]], float, Callable[[], None] | None]
+class Queued(NamedTuple):
+    """A call waiting for a batch."""
+
+    call: PredictCall
+    answer: asyncio.Future[dict[str, np.ndarray]]
+    since: float  # perf_counter when it queued
+    on_start: Callable[[], None] | None  # told on the worker thread when its batch starts
 
 
 class DynamicBatcher:
@@ -122,7 +128,7 @@ class DynamicBatcher:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
-        self._queues.setdefault(key, deque()).append((call, future, time.perf_counter(), on_start))
+        self._queues.setdefault(key, deque()).append(Queued(call, future, time.perf_counter(), on_start))
         if key not in self._draining:
             self._draining.add(key)
             loop.create_task(self._drain(key))
@@ -134,9 +140,9 @@ class DynamicBatcher:
         try:
             while queue:
                 await self._slots.acquire()
-                if self._config.timeout_us and sum(q[0].batch for q in queue) < self._config.max_batch_size:
+                if self._config.timeout_us and sum(q.call.batch for q in queue) < self._config.max_batch_size:
                     await asyncio.sleep(self._config.timeout_us / 1e6)
-                count = take_count([q[0].batch for q in queue], self._config.max_batch_size)
+                count = take_count([q.call.batch for q in queue], self._config.max_batch_size)
                 taken = [queue.popleft() for _ in range(count)]
                 asyncio.get_running_loop().create_task(self._run(taken))
         finally:
@@ -144,23 +150,23 @@ class DynamicBatcher:
 
     async def _run(self, taken: list[Queued]) -> None:
         assert self._slots is not None
-        calls = [q[0] for q in taken]
+        calls = [q.call for q in taken]
         if self.on_batch is not None:
-            self.on_batch(sum(c.batch for c in calls), time.perf_counter() - taken[0][2])
+            self.on_batch(sum(c.batch for c in calls), time.perf_counter() - taken[0].since)
         try:
             merged = merge_inputs(calls)
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _started, [q[3] for q in taken], self._pool.predict, calls[0].signature, merged
+                self._executor, _started, [q.on_start for q in taken], self._pool.predict, calls[0].signature, merged
             )
             self.batches += 1
             self.examples += sum(c.batch for c in calls)
-            for (_, future, _, _), part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
-                if not future.done():
-                    future.set_result(part)
+            for queued, part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
+                if not queued.answer.done():
+                    queued.answer.set_result(part)
         except Exception as error:  # noqa: BLE001 - every waiting request gets the failure, the server lives on
-            for _, future, _, _ in taken:
-                if not future.done():
-                    future.set_exception(error)
+            for queued in taken:
+                if not queued.answer.done():
+                    queued.answer.set_exception(error)
         finally:
             self._slots.release()
 

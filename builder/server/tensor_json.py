@@ -10,7 +10,7 @@ making a Python object per number; measured on this kind of host (2 cores, media
 simdjson flattens ragged lists silently (`[[1, 2, 3], [4]]` gives four numbers), so the structure is
 checked separately and exactly: with every digit, sign, dot, exponent and blank deleted, the body must be
 byte for byte the body of a rectangular tensor of the signature's shape (`[[,,],[,,]]` for 2x3) inside
-the envelope simdjson found. That one `bytes.translate` pass costs ~1.8 ms on the same body.
+the envelope simdjson found. That one `bytes.translate` pass costs ~1.9 ms on the same body.
 
 That pass is the one step that needs the whole text again, so it can wait: `read_predict_unconfirmed` and
 `read_v2_unconfirmed` return what they read as `Unconfirmed`, and the data plane runs the model on it while
