@@ -35,17 +35,22 @@ engine: venv
 	@$(PY) -c "from builder.engine.local import ensure_engine, ensure_base_image; ensure_engine(say=print); ensure_base_image(say=print)"
 
 # --- the jobs ---------------------------------------------------------------------------------------
-# make build [TARGET=host] [WHEEL=path/to/tensorflow*.whl | WHEEL=pypi] [SOURCE_FALLBACK=pypi|none]
-#            [MODEL=model.keras DATA=data.npz] [BUILD_FLAGS="--push REG ..."]
+# make build [TARGET=host] [CUDA_CC=none|auto|8.0,9.0] [WHEEL=path/to/tensorflow*.whl | WHEEL=pypi]
+#            [SOURCE_FALLBACK=pypi|none] [MODEL=model.keras DATA=data.npz] [BUILD_FLAGS="--push REG ..."]
 # 1. detect this host; 2. the TensorFlow image for TARGET, compiled from source (~14k actions, many hours on
 # few cores: tfsmith prints its estimate first; needs GitHub); 3. optimize MODEL for TARGET (default: the
 # example digits CNN); 4. package it into a serving image and smoke-test it with the original model's requests:
 # a slim LiteRT image for a .tflite, or FROM the step-2 TensorFlow image when the chosen artifact runs on
 # TensorFlow (a SavedModel: GPU targets, string inputs, recurrent layers; a Select-TF-ops .tflite).
+# GPUs: with CUDA_CC unset, TARGET=host on a host with NVIDIA GPUs builds for them (CPU-only where the driver
+# is too old for TensorFlow's CUDA); CUDA_CC=none builds CPU-only. Steps 2-4 get the same CUDA_CC, so the image,
+# the artifact optimize chooses for it and the serving image's base agree.
 # Where the TensorFlow source cannot be fetched, `tfsmith build` stops at once (exit 4) naming --tf-source and
 # --wheel; make build then says so and, unless SOURCE_FALLBACK=none, builds the runtime image from PyPI's
 # stock wheel instead (labelled as a prebuilt wheel, NOT compiled for this host) so the rest still runs.
 TARGET ?= host
+CUDA_CC ?=
+cuda_flag := $(if $(CUDA_CC),--cuda-cc $(CUDA_CC))
 WHEEL ?=
 SOURCE_FALLBACK ?= pypi
 BASE_IMAGE ?= tfsmith/python:bookworm
@@ -58,15 +63,18 @@ DATA ?=
 WHEEL_DIR := .tfsmith/wheels
 define pypi_wheel
 	echo "==> downloading PyPI's stock TensorFlow 2.21 wheel for Python $(BASE_PYTHON) on $$arch (the base image's)"; \
-	dist=tensorflow-cpu; if [ "$$arch" = aarch64 ]; then dist=tensorflow; fi; \
+	dist=tensorflow-cpu; if [ "$$arch" = aarch64 ] || [ "$$kind" = cuda ]; then dist=tensorflow; fi; \
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(BASE_PYTHON) \
 	  --platform manylinux_2_27_$$arch --dest $(WHEEL_DIR) "$$dist==2.21.*"; \
 	wheel=$$(ls -t $(WHEEL_DIR)/$${dist//-/_}-2.21.*$$arch.whl | head -n1)
 endef
 # The target's CPU family decides the wheel and the base image: an ARM target built on x86 runs under QEMU
-# (`tfsmith engine-up --arch arm64` installs it and bootstraps the arm64 base, once).
+# (`tfsmith engine-up --arch arm64` installs it and bootstraps the arm64 base, once); a CUDA target (`kind`)
+# needs the `tensorflow` wheel, not `tensorflow-cpu`.
 define target_arch
-	arch=$$($(TFSMITH) target $(TARGET) --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)["arch"])'); \
+	info=$$($(TFSMITH) target $(TARGET) $(cuda_flag) --json | \
+	  $(PY) -c 'import json, sys; t = json.load(sys.stdin); print(t["arch"], "cuda" if t["cuda"] else "cpu")'); \
+	arch=$${info% *}; kind=$${info#* }; \
 	base="$(BASE_IMAGE)"; \
 	if [ "$$arch" != "$$(uname -m)" ]; then \
 	  $(TFSMITH) engine-up --arch $$arch; \
@@ -81,8 +89,8 @@ build: engine
 	if [ "$$wheel" = pypi ]; then $(pypi_wheel); source_note="PyPI stock wheel (WHEEL=pypi)"; fi; \
 	echo; \
 	if [ -z "$$wheel" ]; then \
-	  echo "==> 2/4 TensorFlow from source for $(TARGET) (Python $(BASE_PYTHON), runtime base $(BASE_IMAGE))"; \
-	  set +e; $(TFSMITH) build --target $(TARGET) --base-image $$base --python $(BASE_PYTHON) $(BUILD_FLAGS); rc=$$?; set -e; \
+	  echo "==> 2/4 TensorFlow from source for $(TARGET), $$kind (Python $(BASE_PYTHON), runtime base $(BASE_IMAGE))"; \
+	  set +e; $(TFSMITH) build --target $(TARGET) $(cuda_flag) --base-image $$base --python $(BASE_PYTHON) $(BUILD_FLAGS); rc=$$?; set -e; \
 	  if [ $$rc -eq 4 ] && [ "$(SOURCE_FALLBACK)" = pypi ]; then \
 	    echo "==> the TensorFlow source cannot be fetched from here (above). Falling back to PyPI's stock wheel:"; \
 	    echo "    the image runs everywhere the stock wheel does but is NOT compiled for $(TARGET)."; \
@@ -91,8 +99,8 @@ build: engine
 	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; \
 	fi; \
 	if [ -n "$$wheel" ]; then \
-	  echo "==> 2/4 the $(TARGET) runtime image from $$wheel"; \
-	  $(TFSMITH) build --target $(TARGET) --base-image $$base --python $(BASE_PYTHON) --wheel "$$wheel" $(BUILD_FLAGS); \
+	  echo "==> 2/4 the $(TARGET) runtime image ($$kind) from $$wheel"; \
+	  $(TFSMITH) build --target $(TARGET) $(cuda_flag) --base-image $$base --python $(BASE_PYTHON) --wheel "$$wheel" $(BUILD_FLAGS); \
 	fi; \
 	mkdir -p .tfsmith; echo "$$source_note" > .tfsmith/tf-image.source
 	@set -e; model="$(MODEL)"; data="$(DATA)"; \
@@ -102,9 +110,9 @@ build: engine
 	  model=$(BUILD_OUT)/example/digits_cnn.keras; data=$(BUILD_OUT)/example/digits.npz; \
 	else echo; echo "==> 3/4 optimizing $$model"; fi; \
 	rm -rf $(BUILD_OUT)/optimized; \
-	$(TFSMITH) optimize "$$model" --data "$$data" --recipe auto --target $(TARGET) --out $(BUILD_OUT)/optimized
+	$(TFSMITH) optimize "$$model" --data "$$data" --recipe auto --target $(TARGET) $(cuda_flag) --out $(BUILD_OUT)/optimized
 	@echo; echo "==> 4/4 packaging the chosen artifact into a serving image (LiteRT, or FROM the step-2 TensorFlow image when it runs on TensorFlow), smoke-tested with real requests"
-	@$(TFSMITH) package $(BUILD_OUT)/optimized --target $(TARGET) $(if $(SERVE_BASE_IMAGE),--base-image $(SERVE_BASE_IMAGE)) --smoke
+	@$(TFSMITH) package $(BUILD_OUT)/optimized --target $(TARGET) $(cuda_flag) $(if $(SERVE_BASE_IMAGE),--base-image $(SERVE_BASE_IMAGE)) --smoke
 	@echo; echo "make build done:"; \
 	echo "  TensorFlow image  $$(cat .tfsmith/tf-image.source)  (docker images tfsmith/tensorflow)"; \
 	echo "  optimized model   $(BUILD_OUT)/optimized (report.md, report.json, plot)"; \

@@ -8,7 +8,7 @@ compile for, and which CUDA a driver branch supports. tests/unit/test_compat.py 
 consistent with each other.
 
 Public API: `lookup(tf_version) -> CompatRow`, `SUPPORTED_TF_VERSIONS`, `cuda_limits(cuda_version)`,
-`clang_max_capability(clang_version)`, `cuda_for_driver(driver_version)`.
+`clang_max_capability(clang_version)`, `cuda_for_driver(driver_version)`, `driver_runs(cuda_driver, cuda)`.
 """
 
 from __future__ import annotations
@@ -135,3 +135,18 @@ def cuda_for_driver(driver_version: str) -> str | None:
         if branch >= int(minimum):
             return cuda
     return None
+
+
+def driver_runs(cuda_driver: str | None, cuda_version: str) -> bool | None:
+    """Whether a driver that supports CUDA up to `cuda_driver` ("13.0", what NVML and nvidia-smi report) runs
+    code built with `cuda_version` ("12.5.1"); None when the driver's CUDA is unknown.
+
+    Why major.minor and not only the major: TensorFlow's hermetic CUDA ships its own runtime, and NVIDIA lists
+    a minimum driver per toolkit release (the `min_driver` of the capability table); a driver reporting an
+    older CUDA than the toolkit is the case the release notes say to upgrade. Newer drivers run older CUDA."""
+    if not cuda_driver:
+        return None
+    try:
+        return version_tuple(cuda_driver)[:2] >= version_tuple(cuda_version)[:2]
+    except InputError:
+        return None

@@ -12,8 +12,9 @@ image tfsmith renders and compares the image's target against this machine:
   `supervise`);
 - a feature missing: ONE line on stderr naming the target and the missing features, exit 3;
 - a CUDA target that cannot use a GPU here — no NVIDIA device in the container (`/dev/nvidia*`: the
-  NVIDIA Container Toolkit adds them only with `--gpus`), no driver library, or TensorFlow's CUDA libraries
-  (the `tensorflow[and-cuda]` extra) not installed — one warning line saying TensorFlow will run on the CPU
+  NVIDIA Container Toolkit adds them only with `--gpus`), no driver library, or TensorFlow's CUDA 12
+  libraries (the `tensorflow[and-cuda]` extra: `nvidia-*-cu12` distributions; another CUDA's wheels of the
+  same libraries do not count) not installed — one warning line saying TensorFlow will run on the CPU
   only, then go on; with `--require-gpu` (or TFSMITH_IMAGE_REQUIRE_GPU=1) that is a refusal (exit 3);
 - a visible GPU that none of the compiled capabilities (nor the PTX) can run on: exit 3.
 Usage errors exit 2. Every option can also come from the environment (TFSMITH_IMAGE_TARGET,
@@ -263,8 +264,16 @@ def _smi_capabilities() -> list[tuple[str, tuple[int, int]]] | None:
         return None
     if result.returncode != 0:
         return None
+    return parse_smi_capabilities(result.stdout)
+
+
+def parse_smi_capabilities(text: str) -> list[tuple[str, tuple[int, int]]] | None:
+    """(name, capability) per line of `nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader`; None
+    when a line is not that (a name may hold commas: the capability is the last cell)."""
     gpus = []
-    for line in result.stdout.splitlines():
+    for line in text.splitlines():
+        if not line.strip():
+            continue
         name, _, cap = line.rpartition(",")
         try:
             gpus.append((name.strip(), parse_capability(cap)))
@@ -296,26 +305,57 @@ def visible_gpus(dev: str = "/dev") -> list[tuple[str, tuple[int, int]]] | None:
     return gpus
 
 
-# pip distributions of `tensorflow[and-cuda]` TensorFlow cannot use a GPU without (import names).
-CUDA_PACKAGES = ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_runtime")
+# TensorFlow's CUDA 12 libraries, by pip distribution: what its `and-cuda` extra installs and its GPU start-up
+# loads (cuDNN, cuBLAS/cuBLASLt, the CUDA runtime, cuFFT, cuSOLVER, cuSPARSE). By distribution, not import
+# name: CUDA 13 wheels (PyTorch's `nvidia-cudnn-cu13`, the suffix-less `nvidia-cublas` 13.x) provide the same
+# import names (`nvidia.cudnn`, `nvidia.cublas`), and TensorFlow's CUDA 12 cannot load their libraries.
+CUDA_DISTRIBUTIONS = (
+    "nvidia-cudnn-cu12",
+    "nvidia-cublas-cu12",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cufft-cu12",
+    "nvidia-cusolver-cu12",
+    "nvidia-cusparse-cu12",
+)
 
 
-def missing_cuda_packages() -> list[str]:
-    """Which of TensorFlow's pip CUDA libraries this Python cannot find (none: all installed).
+def _installed(name: str, path: Sequence[str] | None) -> bool:
+    import importlib.metadata
 
-    Looked up with importlib's finders (no import of TensorFlow, a few milliseconds); a system-wide CUDA
-    install without the pip packages counts as missing, which is what TensorFlow's own loader sees first."""
-    import importlib.util
+    found = importlib.metadata.distributions(name=name, **({"path": list(path)} if path is not None else {}))
+    return next(iter(found), None) is not None
 
+
+def missing_cuda_packages(path: Sequence[str] | None = None) -> list[str]:
+    """TensorFlow's CUDA 12 distributions this Python lacks (none: all installed), each naming what stands in
+    its place when another CUDA's build of the library is installed: "nvidia-cudnn-cu12 (nvidia-cudnn-cu13
+    installed: another CUDA's)".
+
+    Looked up by distribution with importlib.metadata (no import of TensorFlow; a few milliseconds for these
+    names, and only CUDA images ask); a system-wide CUDA install without the pip packages counts as missing,
+    which is what TensorFlow's own loader sees first. `path`: where to look (default: sys.path)."""
     missing = []
-    for name in CUDA_PACKAGES:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(name.replace(".", "-").replace("_", "-") + "-cu12")
+    for name in CUDA_DISTRIBUTIONS:
+        if _installed(name, path):
+            continue
+        stem = name[: -len("-cu12")]  # nvidia-cudnn
+        others = [other for other in (f"{stem}-cu13", stem, f"{stem}-cu11") if _installed(other, path)]
+        missing.append(name + (f" ({', '.join(others)} installed: another CUDA's)" if others else ""))
     return missing
+
+
+def cuda_install_hint(missing: Sequence[str]) -> str:
+    """How to install what `missing_cuda_packages` found missing: TensorFlow's own extra (it pins the versions
+    it was tested with) for the TensorFlow installed here, or the distributions by name."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("tensorflow")
+        extra = f"pip install 'tensorflow[and-cuda]=={version}'"
+    except importlib.metadata.PackageNotFoundError:
+        extra = "install TensorFlow as tensorflow[and-cuda]"
+    names = " ".join(item.split(" ", 1)[0] for item in missing)
+    return f"{extra} (or pip install {names})"
 
 
 # ------------------------------------------------------------------------------------------- decision
@@ -349,8 +389,8 @@ def gpu_problem(
     message = None
     if missing_libraries:
         message = (
-            f"target '{target}' is built for CUDA but TensorFlow's CUDA libraries are not installed "
-            f"({', '.join(missing_libraries)}; install the wheel as tensorflow[and-cuda])"
+            f"target '{target}' is built for CUDA 12 but TensorFlow's CUDA 12 libraries are missing: "
+            f"{', '.join(missing_libraries)}; install them: {cuda_install_hint(missing_libraries)}"
         )
     elif not gpus:
         why = (

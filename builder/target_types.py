@@ -36,6 +36,34 @@ class CudaSpec:
 
 
 @dataclass(frozen=True)
+class CudaChoice:
+    """Which GPUs a TensorFlow image is built for, decided once (`builder.targets.choose_cuda`) from the user's
+    `cuda_cc` setting and the host's GPUs: `tfsmith build`, `target`, `render`, `optimize` (its target facts)
+    and `package` (its base image) all follow the same choice, so the image, the artifact chosen for it and
+    the serving image built FROM it agree.
+
+    `cuda_cc` is what `resolve_target` gets: a capability list ("9.0", "8.0,9.0") or None for a CPU-only
+    image. `rule` names the branch that decided (stable words, for tests and reports):
+    "asked" (a capability list or `auto` was given), "host-gpus" (target host, GPUs found, nothing asked),
+    "cpu-asked" (`none`), "no-gpu", "driver-too-old", "gpu-unsupported" (a GPU this TensorFlow's CUDA or
+    clang cannot compile for), "named-target" (a named CPU target without `cuda_cc`: never probes for GPUs).
+    `gpus` are the GPUs found ("NVIDIA H100 80GB HBM3 (9.0)"), `why` one sentence for reports, `lines` what a
+    build prints first (which GPUs were found, what the image is built for, how to opt out or in).
+    """
+
+    cuda_cc: str | None
+    rule: str
+    why: str
+    gpus: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The capabilities the image is built for ("9.0",); () for a CPU-only image."""
+        return tuple(part for part in (self.cuda_cc or "").split(",") if part)
+
+
+@dataclass(frozen=True)
 class BuildTarget:
     """What one TensorFlow build is compiled for.
 

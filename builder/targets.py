@@ -8,8 +8,9 @@ Public API (other stages call these):
           on a server part; never -march=native),
           "x86-64-v2|v3|v4" (also "x86_64_v3"), "x86-64", "aarch64", or any archspec microarchitecture of the
           x86_64/aarch64 families ("haswell", "icelake", "sapphirerapids", "zen4", "neoverse_v1", ...).
-    cuda_cc: None (CPU-only), "auto" (every distinct capability of the host's GPUs), or a list such as
-          "8.0,9.0" / "80,90" / "sm_80,sm_90". The newest is also embedded as PTX.
+    cuda_cc: None or "none" (CPU-only), "auto" (every distinct capability of the host's GPUs), or a list such
+          as "8.0,9.0" / "80,90" / "sm_80,sm_90". The newest is also embedded as PTX. (What a build does when
+          the user asked nothing is `choose_cuda`'s decision, made before this is called.)
     facts: the host for "host" and "auto" (default: detect this machine). Only these two probe the host:
           resolving a named target without "auto" is pure (no /proc/cpuinfo, NVML or nvidia-smi).
     build_machine: the machine that runs bazel, for host_copts (default: the fixed reference build machine
@@ -21,6 +22,9 @@ Public API (other stages call these):
   Raises InputError for unknown names (with the closest valid names) and bad values, IncompatibleError for
   combinations that cannot work (a CPU name the toolchain's clang cannot target, Blackwell with TF 2.21's
   CUDA 12.5 / clang 18, capabilities below what CUDA supports, Python outside TF's range).
+- `choose_cuda(name, cuda_cc, facts, tf_version) -> CudaChoice`: which GPUs an image is built for when the
+  user asked nothing, a list, `auto` or `none` (the one decision build, optimize and package follow: see
+  its docstring); pure over the facts it is given.
 - `can_run(target, facts) -> tuple[str, ...]`: features the machine lacks (empty: an image for `target` runs).
 - `target_names() -> tuple[str, ...]`: every accepted name; `check_target_name(name)` refuses others.
 
@@ -42,7 +46,7 @@ from builder.guard import canonical_features, missing_features, parse_capability
 from builder.hardware.codegen import code_features, feature_option, hint_features, is_server_part, server_flags
 from builder.hardware.facts import HostFacts
 from builder.hardware.reference import reference_build_facts
-from builder.target_types import BuildTarget, CudaSpec
+from builder.target_types import BuildTarget, CudaChoice, CudaSpec
 
 FAMILIES = ("x86_64", "aarch64")  # what TensorFlow builds for
 
@@ -240,6 +244,8 @@ def resolve_target(
             f"TensorFlow {row.tf_version} supports Python {row.python_min}-{row.python_max}, not {python}; "
             f"use --python {row.python_versions[-1]}"
         )
+    if cuda_cc is not None and cuda_cc.strip().lower() == "none":
+        cuda_cc = None
     needs_host = name.strip().lower() == "host" or (cuda_cc or "").strip().lower() == "auto"
     if needs_host and facts is None:
         from builder.hardware import detect_host
@@ -278,6 +284,124 @@ def resolve_target(
         compiler="clang",
         compiler_version=row.clang,
     )
+
+
+#: How the user turns the GPU build off, said wherever tfsmith decides for the GPUs itself.
+CPU_ONLY_HINT = "--cuda-cc none (make build CUDA_CC=none)"
+
+
+def gpus_found(facts: HostFacts) -> tuple[str, ...]:
+    """The host's GPUs as people name them: ("NVIDIA H100 80GB HBM3 (9.0)",)."""
+    return tuple(f"{gpu.name or f'GPU {gpu.index}'} ({gpu.compute_capability or 'capability unknown'})"
+                 for gpu in facts.gpus)
+
+
+def _gpus_line(facts: HostFacts) -> str:
+    """The first line a build prints about GPUs: which were found (and the driver), or why none was."""
+    gpu = facts.gpu
+    if not gpu.devices:
+        detail = f": {gpu.detail}" if gpu.detail else ""
+        return f"GPUs    none found ({gpu.status}{detail})"
+    names = gpus_found(facts)
+    driver = ""
+    if gpu.driver_version:
+        driver = f"; driver {gpu.driver_version}" + (f" (CUDA {gpu.cuda_driver_version})" if gpu.cuda_driver_version else "")
+    return f"GPUs    {len(names)} found: {', '.join(names)}{driver}"
+
+
+def _driver_cuda(facts: HostFacts) -> str | None:
+    """The newest CUDA the host's driver runs: as the driver reports it, else from its branch."""
+    gpu = facts.gpu
+    return gpu.cuda_driver_version or (compat.cuda_for_driver(gpu.driver_version) if gpu.driver_version else None)
+
+
+def _too_old(facts: HostFacts, row: compat.CompatRow) -> str | None:
+    """Why the host's driver cannot run this TensorFlow's CUDA, or None when it can (or cannot be told)."""
+    driver_cuda = _driver_cuda(facts)
+    if compat.driver_runs(driver_cuda, row.cuda) is not False:
+        return None
+    limits = compat.cuda_limits(row.cuda)
+    return (f"driver {facts.gpu.driver_version or '?'} runs CUDA up to {driver_cuda}, older than the CUDA "
+            f"{row.cuda} TensorFlow {row.tf_version} is built with (driver {limits.min_driver} or newer)")
+
+
+def _built_for(spec: CudaSpec) -> str:
+    caps = ", ".join(spec.capabilities)
+    return f"capability {caps} ({spec.hermetic_list}) with CUDA {spec.version} / cuDNN {spec.cudnn}"
+
+
+def choose_cuda(name: str, cuda_cc: str | None, facts: HostFacts | None, tf_version: str = "2.21.0") -> CudaChoice:
+    """Which GPUs the image for target `name` is built for: the one decision every stage follows.
+
+    - `cuda_cc` "none": CPU-only, as asked, whatever GPUs the host has.
+    - a capability list: those, as asked (an image for other machines: this host's driver is not consulted).
+    - "auto": this host's GPUs; no GPU capability, a driver too old for this TensorFlow's CUDA, or a GPU it
+      cannot compile for are refused with the reason (the user asked for these GPUs explicitly).
+    - nothing asked, target `host`: the host's GPUs when it has some that this TensorFlow can build for and
+      whose driver runs its CUDA; otherwise CPU-only, saying why (an image built for a CUDA the driver cannot
+      run would not start on the very host it was made for).
+    - nothing asked, a named target: CPU-only (a named target never probes this host for GPUs).
+    `facts` is the host "host" and "auto" mean (None: not known; only named targets and lists need none).
+    """
+    row = compat.lookup(tf_version)
+    asked = (cuda_cc or "").strip().lower()
+    is_host = name.strip().lower() == "host"
+    gpus = gpus_found(facts) if facts is not None else ()
+    found = (_gpus_line(facts),) if facts is not None and (is_host or facts.gpus or asked == "auto") else ()
+    if asked == "none":
+        unused = "; the GPUs above are not used" if gpus else ""
+        return CudaChoice(None, "cpu-asked", "CPU-only, as asked (cuda_cc none)", gpus,
+                          (*found, f"CUDA    none: a CPU-only image, as asked (cuda_cc none){unused}"))
+    if asked == "auto":
+        if facts is None:
+            raise InputError("--cuda-cc auto needs this host's facts (detect them, or pass --facts FILE)")
+        capabilities = _auto_capabilities(facts)
+        too_old = _too_old(facts, row)
+        if too_old is not None:
+            raise IncompatibleError(
+                f"--cuda-cc auto: {too_old}; upgrade the driver, build for the GPUs anyway with --cuda-cc "
+                f"{','.join(capabilities)} (for machines with a newer driver), or build CPU-only with --cuda-cc none"
+            )
+        spec = cuda_spec(capabilities, row)
+        return CudaChoice(",".join(capabilities), "asked", f"CUDA for this host's GPUs ({', '.join(gpus)}), as asked "
+                          "(cuda_cc auto)", gpus, (*found, f"CUDA    {_built_for(spec)}, as asked (cuda_cc auto)"))
+    if asked:
+        capabilities = parse_capabilities(asked)
+        spec = cuda_spec(capabilities, row)
+        return CudaChoice(",".join(capabilities), "asked", f"CUDA for capability {', '.join(capabilities)}, as asked",
+                          gpus, (*found, f"CUDA    {_built_for(spec)}, as asked"))
+    if not is_host:
+        lines = (*found, f"CUDA    none: target {name} is a named CPU target; add --cuda-cc auto|LIST to build "
+                         "for GPUs") if gpus else ()
+        return CudaChoice(None, "named-target", f"CPU-only: target {name} was named without CUDA capabilities",
+                          gpus, lines)
+    assert facts is not None, "choose_cuda: target host needs the host's facts"
+    capabilities = tuple(gpu.compute_capability for gpu in facts.gpus if gpu.compute_capability)
+    if facts.gpu_status != "ok" or not capabilities:
+        if facts.gpus:  # GPUs listed, but their capability (or the driver) could not be read
+            why = f"CPU-only: the GPUs' capabilities could not be read ({facts.gpu.detail or facts.gpu_status})"
+            line = "CUDA    none: a CPU-only image; pass --cuda-cc LIST to build for these GPUs"
+        else:
+            why = f"CPU-only: no NVIDIA GPU found ({facts.gpu.detail or facts.gpu_status})"
+            line = "CUDA    none: a CPU-only image"
+        return CudaChoice(None, "no-gpu", why, gpus, (*found, line))
+    capabilities = parse_capabilities(",".join(capabilities))
+    too_old = _too_old(facts, row)
+    if too_old is not None:
+        return CudaChoice(None, "driver-too-old", f"CPU-only: {too_old}", gpus, (
+            *found, f"CUDA    none: a CPU-only image: {too_old}, so a CUDA image could not use the GPUs here; "
+                    f"upgrade the driver, or build for them anyway with --cuda-cc {','.join(capabilities)}"))
+    try:
+        spec = cuda_spec(capabilities, row)
+    except IncompatibleError as error:
+        return CudaChoice(None, "gpu-unsupported", f"CPU-only: {error}", gpus,
+                          (*found, f"CUDA    none: a CPU-only image: {error}"))
+    unknown = "" if _driver_cuda(facts) else " (the driver's CUDA version is unknown: check it runs CUDA " + \
+        f"{row.cuda})"
+    return CudaChoice(",".join(capabilities), "host-gpus",
+                      f"CUDA {spec.version} for this host's {', '.join(gpus)}", gpus,
+                      (*found, f"CUDA    {_built_for(spec)}, for the GPUs found{unknown}; CPU-only instead: "
+                               f"{CPU_ONLY_HINT}"))
 
 
 def can_run(target: BuildTarget, facts: HostFacts) -> tuple[str, ...]:

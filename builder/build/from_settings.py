@@ -5,6 +5,11 @@ Every command that plans — `render`, `build`, `target`, `matrix`, `dockerfiles
 a target and a plan here, so `render --dry-run` and `build --dry-run` can never plan different images from
 the same file. The file-system checks the pure planner must not do (hashing a prebuilt wheel, reading a
 facts file) happen here too; host detection only where the settings need it.
+
+Which GPUs the image is built for is decided here once, by `builder.targets.choose_cuda`: with nothing
+asked, `--target host` on a host with NVIDIA GPUs builds for them (CPU-only when the driver is too old for
+this TensorFlow's CUDA, or `--cuda-cc none` / TFSMITH_CUDA_CC=none / `cuda_cc = "none"` says so), and the
+`CudaChoice` comes back with the plan so the build can say first what it found and chose.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from builder.build.plan import BuildMachine, BuildOptions, BuildPlan, plan_build
+from builder.build.plan import DEFAULT_TF_VERSION, BuildMachine, BuildOptions, BuildPlan, plan_build
 from builder.build.settings import BuildConfig
 from builder.digest import sha256_file
 from builder.errors import InputError
-from builder.target_types import BuildTarget
+from builder.target_types import BuildTarget, CudaChoice
 
 _WHEEL_FILE = re.compile(
     r"^(?P<dist>tensorflow(?:_cpu)?)-(?P<version>\d+\.\d+\.\d+(?:rc\d+)?)-cp(?P<py>3\d{1,2})-[^-]+-[^-]+\.whl$"
@@ -42,7 +47,8 @@ def effective_settings(settings: BuildConfig, only: str | None = None) -> BuildC
         from builder.build.matrix import parse_id
 
         entry = parse_id(only)
-        settings = replace(settings, target=entry.target, cuda_cc=entry.cuda_cc or None)
+        # a matrix entry names its CUDA capabilities or is CPU-only: never the host's GPUs by default
+        settings = replace(settings, target=entry.target, cuda_cc=entry.cuda_cc or "none")
     if settings.wheel is not None:
         wheel_tf, wheel_py = wheel_facts(settings.wheel)
         if settings.tf_version and settings.tf_version != wheel_tf:
@@ -55,26 +61,38 @@ def effective_settings(settings: BuildConfig, only: str | None = None) -> BuildC
     return settings
 
 
-def resolve_settings_target(
+def resolve_settings(
     settings: BuildConfig, *, host: Any | None = None, facts: Any | None = None
-) -> BuildTarget:
-    """The BuildTarget the settings name. `facts` (or the settings' facts file, or `host`) is what `host`
-    and `--cuda-cc auto` mean; `host` is the build machine (its own safe flags for bazel's tools).
-    None means: detect this machine, when needed."""
-    from builder.targets import resolve_target
+) -> tuple[BuildTarget, CudaChoice]:
+    """The BuildTarget the settings name, and the CUDA choice it was resolved with. `facts` (or the settings'
+    facts file, or `host`) is what `host` and `--cuda-cc auto` mean; `host` is the build machine (its own safe
+    flags for bazel's tools). None means: detect this machine, when needed."""
+    from builder.targets import choose_cuda, resolve_target
 
     if facts is None and settings.facts is not None:
         from builder.hardware import load_facts
 
         facts = load_facts(settings.facts)
-    kwargs: dict[str, Any] = {"facts": facts if facts is not None else host, "build_machine": host}
-    if settings.cuda_cc and settings.cuda_cc != "none":
-        kwargs["cuda_cc"] = settings.cuda_cc
+    machine = facts if facts is not None else host
+    probes = settings.target.strip().lower() == "host" or (settings.cuda_cc or "").strip().lower() == "auto"
+    if machine is None and probes:
+        from builder.hardware import detect_host
+
+        machine = detect_host()
+    choice = choose_cuda(settings.target, settings.cuda_cc, machine, settings.tf_version or DEFAULT_TF_VERSION)
+    kwargs: dict[str, Any] = {"facts": machine, "build_machine": host, "cuda_cc": choice.cuda_cc}
     if settings.tf_version:
         kwargs["tf_version"] = settings.tf_version
     if settings.python:
         kwargs["python"] = settings.python
-    return resolve_target(settings.target, **kwargs)
+    return resolve_target(settings.target, **kwargs), choice
+
+
+def resolve_settings_target(
+    settings: BuildConfig, *, host: Any | None = None, facts: Any | None = None
+) -> BuildTarget:
+    """The BuildTarget the settings name (`resolve_settings` without the CUDA choice)."""
+    return resolve_settings(settings, host=host, facts=facts)[0]
 
 
 def build_options(settings: BuildConfig) -> BuildOptions:
@@ -106,15 +124,15 @@ def build_options(settings: BuildConfig) -> BuildOptions:
     )
 
 
-def plan_from_settings(
+def plan_with_choice(
     settings: BuildConfig,
     *,
     only: str | None = None,
     host: Any | None = None,
     facts: Any | None = None,
     machine: BuildMachine | None = None,
-) -> BuildPlan:
-    """The BuildPlan for these settings (and `--only ID`).
+) -> tuple[BuildPlan, CudaChoice]:
+    """The BuildPlan for these settings (and `--only ID`), and the CUDA choice it follows.
 
     `host`: the build machine's facts (default: detect this machine); `facts`: what `host`/`auto` resolve
     against (default: the settings' facts file, else `host`); `machine`: the cores and memory bazel is sized
@@ -125,8 +143,20 @@ def plan_from_settings(
         from builder.hardware import detect_host
 
         host = detect_host()
-    target = resolve_settings_target(settings, host=host, facts=facts)
-    return plan_build(target, build_options(settings), machine if machine is not None else host)
+    target, choice = resolve_settings(settings, host=host, facts=facts)
+    return plan_build(target, build_options(settings), machine if machine is not None else host), choice
+
+
+def plan_from_settings(
+    settings: BuildConfig,
+    *,
+    only: str | None = None,
+    host: Any | None = None,
+    facts: Any | None = None,
+    machine: BuildMachine | None = None,
+) -> BuildPlan:
+    """The BuildPlan for these settings (`plan_with_choice` without the CUDA choice)."""
+    return plan_with_choice(settings, only=only, host=host, facts=facts, machine=machine)[0]
 
 
 # The canonical set in dockerfiles/: (target name, CUDA capabilities or None).

@@ -97,9 +97,13 @@ class Builder:
 
     def resolve(self, only: str | None = None) -> Any:
         """The BuildPlan for this config (and `--only ID`): the same path `render` takes."""
-        from builder.build.from_settings import plan_from_settings
+        return self.resolve_with_choice(only)[0]
 
-        return plan_from_settings(self.config, only=only, host=(self.detect or _detect_host)())
+    def resolve_with_choice(self, only: str | None = None) -> tuple[Any, Any]:
+        """(BuildPlan, CudaChoice): the plan and which GPUs it is built for, and why."""
+        from builder.build.from_settings import plan_with_choice
+
+        return plan_with_choice(self.config, only=only, host=(self.detect or _detect_host)())
 
     def check_source_reachable(self, plan: Any) -> None:
         """Fail before any work when a from-source build cannot fetch TensorFlow or its toolchain."""
@@ -147,8 +151,8 @@ class Builder:
 
     def run(self, only: str | None = None) -> BuildOutcome:
         config = self.config
-        plan = self.resolve(only)
-        for line in self.describe(plan):
+        plan, cuda = self.resolve_with_choice(only)
+        for line in (*cuda.lines, *self.describe(plan)):  # the GPUs found and what was chosen come first
             self.say(line)
         tags = tuple(dict.fromkeys((plan.image_ref, *config.tags)))
         if config.dry_run:

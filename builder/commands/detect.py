@@ -126,8 +126,8 @@ def _print_facts(host: Any) -> None:
     console.print(f"[bold]GPU status[/bold] {status}", highlight=False)
 
 
-def _target_dict(target: Any) -> dict[str, Any]:
-    return {
+def _target_dict(target: Any, cuda_choice: Any = None) -> dict[str, Any]:
+    result = {
         "name": target.name,
         "arch": target.arch,
         "features": sorted(target.features),
@@ -149,6 +149,9 @@ def _target_dict(target: Any) -> dict[str, Any]:
         "compiler": f"{target.compiler} {target.compiler_version}",
         "tag": target.tag_token,
     }
+    if cuda_choice is not None:  # which GPUs it is built for and why (builder.targets.choose_cuda)
+        result["cuda_choice"] = {"rule": cuda_choice.rule, "why": cuda_choice.why, "gpus": list(cuda_choice.gpus)}
+    return result
 
 
 def register(app: "typer.Typer") -> None:
@@ -184,7 +187,7 @@ def register(app: "typer.Typer") -> None:
         list_names: bool = typer.Option(False, "--list", help="List every accepted target name."),
     ) -> None:
         """Resolve a build target: compiler flags, host-tool flags, CUDA capabilities and the image tag."""
-        from builder.build.from_settings import resolve_settings_target
+        from builder.build.from_settings import resolve_settings
         from builder.build.settings import load_config
         from builder.hardware import load_facts
         from builder.targets import can_run, target_names
@@ -193,8 +196,8 @@ def register(app: "typer.Typer") -> None:
             sys.stdout.write("\n".join(target_names()) + "\n")
             return
         flags = {"target": name, "cuda_cc": cuda_cc, "tf_version": tf_version, "python": python, "facts": facts}
-        resolved = resolve_settings_target(load_config(flags, config_file=config))
-        result = _target_dict(resolved)
+        resolved, cuda_choice = resolve_settings(load_config(flags, config_file=config))
+        result = _target_dict(resolved, cuda_choice)
         missing: tuple[str, ...] | None = None
         if against is not None:
             other = load_facts(against)
@@ -264,6 +267,8 @@ def _print_target(result: dict[str, Any]) -> None:
         cuda = result["cuda"]
         table.add_row("CUDA", f"{cuda['version']} (cuDNN {cuda['cudnn']})")
         table.add_row("capabilities", cuda["hermetic_capabilities"])
+    if "cuda_choice" in result:
+        table.add_row("GPU choice", result["cuda_choice"]["why"])
     table.add_row("tag", result["tag"])
     if "against" in result:
         against = result["against"]

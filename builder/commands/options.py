@@ -27,13 +27,15 @@ TargetOption = Annotated[
 ]
 
 #: GPU capabilities to compile for: a comma list, `auto` (probes this host's GPUs) or `none` (CPU-only,
-#: overriding a cuda_cc from tfsmith.toml or TFSMITH_CUDA_CC where the command reads settings).
+#: overriding a cuda_cc from tfsmith.toml or TFSMITH_CUDA_CC where the command reads settings). Unset, the
+#: one decision of `builder.targets.choose_cuda` applies: `host` gets this host's GPUs, named targets none.
 CudaCcOption = Annotated[
     Optional[str],
     typer.Option(
         "--cuda-cc",
-        help="CUDA compute capabilities, e.g. 8.0,9.0; auto = those of this host's GPUs; none = CPU-only "
-             "(the default).",
+        help="CUDA compute capabilities, e.g. 8.0,9.0; auto = those of this host's GPUs; none = CPU-only. "
+             "Default: for --target host, this host's GPUs when it has some whose driver runs TensorFlow's "
+             "CUDA (else CPU-only); for a named target, CPU-only.",
     ),
 ]
 

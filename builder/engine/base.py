@@ -286,6 +286,7 @@ class Engine(ABC):
         network: bool = True,
         user: str | None = None,
         platform: str | None = None,
+        gpus: bool = False,
     ) -> Container:
         """Start a container in the background and return at once (it may be long-running).
 
@@ -295,7 +296,14 @@ class Engine(ABC):
         `platform` ("linux/arm64") says which architecture the image must be: another one is an EngineError
         before anything starts. An arm64 image on an x86 host runs under QEMU (`ensure_emulation`); its
         `env` may set `QEMU_CPU` (`cortex-a53`, `neoverse-v1`, `max`) to choose the emulated CPU.
+        `gpus=True` passes every NVIDIA GPU in (`docker run --gpus all`); ask `gpu_support()` first.
         """
+
+    def gpu_support(self) -> str | None:
+        """None when `start(..., gpus=True)` can pass NVIDIA GPUs to a container, else why not (one clause).
+
+        An engine that cannot tell says it cannot: GPUs are only ever passed where the engine says it can."""
+        return "this engine cannot pass GPUs to containers"
 
     @abstractmethod
     def list_containers(self, labels: Mapping[str, str]) -> list[Container]:

@@ -387,6 +387,7 @@ class DockerEngine(Engine):
         network: bool = True,
         user: str | None = None,
         platform: str | None = None,
+        gpus: bool = False,
     ) -> Container:
         """Create then start (never `containers.run`, which pulls a missing image from Docker Hub)."""
         import docker.errors
@@ -415,6 +416,8 @@ class DockerEngine(Engine):
             options["user"] = user
         if platform:
             options["platform"] = platform
+        if gpus:  # `--gpus all`: the NVIDIA Container Toolkit's runtime hook adds the devices and driver
+            options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         try:
             raw = self.client.containers.create(ref, list(command) if command is not None else None, **options)
         except docker.errors.ImageNotFound:
@@ -434,6 +437,16 @@ class DockerEngine(Engine):
             container.remove()
             raise EngineError(f"{ref} did not publish port {unbound[0]}: {why}")
         return container
+
+    def gpu_support(self) -> str | None:
+        """None when the daemon has the NVIDIA runtime (the NVIDIA Container Toolkit registers `nvidia` in its
+        `Runtimes`), else why GPUs cannot be passed in. Asked of the daemon, not of this machine: the engine
+        may run elsewhere (DOCKER_HOST)."""
+        try:
+            info = self.client.info()
+        except Exception as error:  # noqa: BLE001 - any failure to ask means: cannot tell, so no GPUs
+            return f"the Docker engine did not say which runtimes it has ({_first_line(error)})"
+        return gpu_runtime_missing(info)
 
     def list_containers(self, labels: Mapping[str, str]) -> list[Container]:
         filters = {"label": [f"{key}={value}" for key, value in sorted(labels.items())]}
@@ -587,6 +600,18 @@ class DockerEngine(Engine):
         except Exception as error:  # noqa: BLE001 - APIError and connection errors alike
             raise EngineError(f"pull of {ref} failed: {_explain(error)}") from None
         return self.inspect(ref)
+
+
+def gpu_runtime_missing(info: Mapping[str, Any]) -> str | None:
+    """From `docker info`'s answer: None when its runtimes include NVIDIA's, else why GPUs cannot be passed.
+
+    Pure, so it is tested with recorded answers: the NVIDIA Container Toolkit (`nvidia-ctk runtime configure`)
+    adds `nvidia` to `Runtimes`, and some hosts make it the `DefaultRuntime`."""
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if "nvidia" in runtimes or info.get("DefaultRuntime") == "nvidia":
+        return None
+    return (f"the Docker engine has no NVIDIA runtime (runtimes: {', '.join(runtimes) or 'none listed'}; the "
+            "NVIDIA Container Toolkit adds it)")
 
 
 def _loopback(repo: str) -> bool:

@@ -58,6 +58,7 @@ class StartRequest:
     network: bool
     user: str | None
     platform: str | None = None
+    gpus: bool = False
 
 
 @dataclass
@@ -86,6 +87,7 @@ class FakeEngine(Engine):
     pulls: list[str] = field(default_factory=list)
     registry: dict[str, Image] = field(default_factory=dict)  # ref -> image a `pull` finds
     architecture: str = "amd64"  # the engine's own: images built without a platform get it
+    gpu_runtime: bool = False  # whether it can pass GPUs in (the real one asks the daemon for its runtimes)
 
     def build(self, request: BuildRequest, log: LogSink | None = None) -> Image | None:
         self.builds.append(request)
@@ -166,6 +168,7 @@ class FakeEngine(Engine):
         network: bool = True,
         user: str | None = None,
         platform: str | None = None,
+        gpus: bool = False,
     ) -> Container:
         try:
             image = self._get(ref)
@@ -175,13 +178,15 @@ class FakeEngine(Engine):
             raise EngineError(f"{ref} is a {image.platform} image, not {platform}")
         if ports and not network:
             raise EngineError(f"cannot publish ports {list(ports)} of a container without a network")
+        if gpus and self.gpu_support() is not None:
+            raise EngineError(f"cannot start {ref}: could not select device driver \"\" with capabilities: [[gpu]]")
         if name is not None and any(c.request.name == name for c in self.containers.values()):
             raise EngineError(f"cannot create a container from {ref}: the name {name} is already in use")
         request = StartRequest(
             ref=ref, command=tuple(command) if command is not None else None,
             entrypoint=tuple(entrypoint) if entrypoint is not None else None, env=dict(env or {}),
             ports=tuple(ports), mounts=tuple(mounts), name=name, labels=dict(labels or {}), network=network,
-            user=user, platform=platform,
+            user=user, platform=platform, gpus=gpus,
         )  # fmt: skip
         self.started.append(request)
         number = len(self.started)
@@ -194,6 +199,9 @@ class FakeEngine(Engine):
             fake.status, fake.exit_code = "exited", script.exit_code
         self.containers[container_id] = fake
         return handle
+
+    def gpu_support(self) -> str | None:
+        return None if self.gpu_runtime else "the fake engine has no NVIDIA runtime"
 
     def list_containers(self, labels: Mapping[str, str]) -> list[Container]:
         return [fake.handle for fake in self.containers.values()

@@ -10,7 +10,7 @@ from typing import Any
 from builder.optimize import recipe as recipes
 from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.recipe import Recipe
-from builder.optimize.target import TargetFacts
+from builder.optimize.target import TargetFacts, measured_note, rule_reason
 from builder.report import ArtifactResult, Candidate, Selection
 
 # --- step 9: select -----------------------------------------------------------------------------------------
@@ -51,6 +51,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
                 how += f" (the recipe names {named}; its runtime and precision were measured)"
             elif recipe.name != "auto":
                 how += f" (among what recipe {recipe.name} builds)"
+            how += measured_note(facts)
             return Choice(chosen.artifact, chosen.runtime, chosen.signature or contract_signature,
                           Selection(True, how, tuple(candidates))), notes
         notes.append("no accepted artifact could be measured on this host; choosing by rule")
@@ -68,8 +69,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
             chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
     format = next((r.format for r in results if r.path == chosen_path), "")
     runtime = TF if format in TF_FORMATS or chosen_path == FILE_NAMES["saved_model"] else "litert"
-    how = ("by rule for this host: the recipe names the artifact" if facts.is_host else
-           f"by rule: {facts.name} is not this host, so it could not be measured here")
+    how = rule_reason(facts)
     return Choice(chosen_path, runtime, contract_signature, Selection(False, how, tuple(candidates))), notes
 
 

@@ -1,11 +1,18 @@
-"""The target optimize works for: this host's CPU flags and GPUs (measured here), or a named build target
-(chosen by rule, since it cannot be timed here)."""
+"""The target optimize works for: this host's CPU flags and the GPUs its TensorFlow image is built for
+(measured here, or by rule where that image serves on tensor cores), or a named build target (chosen by rule,
+since it cannot be timed here).
+
+The GPUs are not simply "what detect finds": they are the image's, decided by `builder.targets.choose_cuda`
+from the same settings `tfsmith build` reads (`--cuda-cc` > TFSMITH_CUDA_CC > tfsmith.toml > the default).
+A GPU host whose image is CPU-only (`--cuda-cc none`, a driver too old for TensorFlow's CUDA) gets a CPU
+artifact, measured; one whose image is built for its tensor cores gets the SavedModel on TensorFlow, by rule.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
+from typing import Any
 
 from builder.optimize import recipe as recipes
 from builder.optimize.recipe import Recipe
@@ -17,46 +24,107 @@ INTERESTING_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "
 
 @dataclass(frozen=True)
 class TargetFacts:
+    """What optimize chooses for. `gpu_capabilities` are those the target's TensorFlow image is built for
+    (empty: a CPU-only image), and `gpu_why` says why, in one sentence the report repeats."""
+
     name: str
     arch: str
     features: frozenset[str]
     gpu_capabilities: tuple[str, ...]
     is_host: bool = True
+    gpu_why: str = ""
+    gpu_rule: str = ""  # builder.target_types.CudaChoice.rule: which branch decided the GPUs
 
 
-def host_facts() -> TargetFacts:
-    """This machine's CPU flags and GPU capabilities (builder.hardware; its /proc/cpuinfo reading alone when
-    the whole detection fails)."""
+def _detect() -> Any:
+    """This machine's HostFacts; its /proc/cpuinfo reading alone when the whole detection fails."""
     import platform
 
     from builder.hardware.cpu import cpu_facts_from_text
+    from builder.hardware.facts import GpuReport, HostFacts
 
     try:
         from builder.hardware import detect_host
 
-        host = detect_host()
-        ccs = tuple(d.compute_capability for d in host.gpu.devices if d.compute_capability)
-        return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features), ccs)
+        return detect_host()
     except Exception:  # detection is best effort here: the kernel's own flag list is enough to choose
         try:
             text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
         cpu = cpu_facts_from_text(text, default_arch=platform.machine())
-        return TargetFacts("host", cpu.arch, cpu.features, ())
+        return HostFacts(cpu=cpu, gpu=GpuReport(status="error", detail="GPU detection failed"))
 
 
-def target_facts(name: str | None, cuda_cc: str | None = None) -> TargetFacts:
-    """Facts of a named build target (builder.targets.resolve_target), or of this host when no name is given."""
-    if (not name or name.strip().lower() == "host") and not cuda_cc:
-        return host_facts()
+def host_facts(host: Any | None = None) -> TargetFacts:
+    """This machine's CPU flags and every GPU detect finds (what the host IS, for the report's `host`; what
+    optimize chooses for is `target_facts`)."""
+    host = host if host is not None else _detect()
+    ccs = tuple(d.compute_capability for d in host.gpu.devices if d.compute_capability)
+    return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features), ccs)
+
+
+def _settings(name: str | None, cuda_cc: str | None) -> tuple[str, str | None, str | None]:
+    """(target, cuda_cc, tf_version) as `tfsmith build` reads them: flags > TFSMITH_* > tfsmith.toml."""
+    from builder.build.settings import load_config
+
+    settings = load_config({"target": name, "cuda_cc": cuda_cc})
+    return settings.target, settings.cuda_cc, settings.tf_version
+
+
+def target_facts(name: str | None, cuda_cc: str | None = None, *, host: Any | None = None,
+                 settings: tuple[str, str | None, str | None] | None = None) -> TargetFacts:
+    """Facts of the target optimize chooses for: this host (with the GPUs its image is built for) when the
+    settings name `host` (the default), else the named build target.
+
+    `host`: the host's HostFacts (default: detect this machine); `settings`: (target, cuda_cc, tf_version)
+    already read (default: read them as `tfsmith build` does, with `name` and `cuda_cc` as the flags).
+    """
+    from builder.build.plan import DEFAULT_TF_VERSION
+    from builder.targets import choose_cuda
+
+    target, asked, tf_version = settings if settings is not None else _settings(name, cuda_cc)
+    tf_version = tf_version or DEFAULT_TF_VERSION
+    if target.strip().lower() == "host":
+        host = host if host is not None else _detect()
+        choice = choose_cuda("host", asked, host, tf_version)
+        return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features),
+                           choice.capabilities, True, choice.why, choice.rule)
     from builder.targets import resolve_target
 
-    target = resolve_target(name or "host", cuda_cc=cuda_cc)
-    ccs = tuple(target.cuda.capabilities) if target.cuda else ()
-    return TargetFacts(target.name, target.arch, frozenset(target.features), ccs, is_host=False)
+    if (asked or "").strip().lower() == "auto" and host is None:
+        host = _detect()
+    choice = choose_cuda(target, asked, host, tf_version)
+    resolved = resolve_target(target, cuda_cc=choice.cuda_cc, facts=host, tf_version=tf_version)
+    ccs = tuple(resolved.cuda.capabilities) if resolved.cuda else ()
+    return TargetFacts(resolved.name, resolved.arch, frozenset(resolved.features), ccs, is_host=False,
+                       gpu_why=choice.why, gpu_rule=choice.rule)
 
 
 def measures_here(recipe: Recipe, facts: TargetFacts) -> bool:
-    """auto on this host measures every candidate; GPU hosts (tensor cores) choose the SavedModel by rule."""
+    """auto on this host measures every candidate; a host whose image serves on tensor cores chooses the
+    SavedModel by rule (a CPU measurement here cannot judge the GPU)."""
     return recipe.name == "auto" and facts.is_host and not recipes.tensor_core_gpus(facts.gpu_capabilities)
+
+
+def rule_reason(facts: TargetFacts) -> str:
+    """Why optimize chooses by rule for these facts, in the words the report uses."""
+    tensor_cores = recipes.tensor_core_gpus(facts.gpu_capabilities)
+    if facts.is_host and tensor_cores:
+        return (f"by rule: this host's TensorFlow image is built for GPU capability {', '.join(tensor_cores)} "
+                f"(tensor cores; {facts.gpu_why}), where the SavedModel on TensorFlow serves on the GPU, which "
+                "timing on this CPU cannot judge")
+    if facts.is_host:
+        return "by rule for this host: the recipe names the artifact"
+    return f"by rule: {facts.name} is not this host, so it could not be measured here"
+
+
+#: CudaChoice rules under which a host HAS GPUs its CPU-only image does not use.
+GPUS_UNUSED = ("cpu-asked", "driver-too-old", "gpu-unsupported")
+
+
+def measured_note(facts: TargetFacts) -> str:
+    """What a measured choice adds when the host's GPUs are left out of its image (else "")."""
+    if facts.is_host and facts.gpu_rule in GPUS_UNUSED:
+        return f"; the TensorFlow image is CPU-only, so the CPU was measured ({facts.gpu_why})"
+    return ""

@@ -3,7 +3,8 @@
 Nothing here touches Docker, the network or the disk beyond reading the artifact's digest: the image kind
 (`builder.packaging.kinds`) looks up what needs an engine (the base image, its Python) and hands the facts in,
 so everything an image will hold (base, labels, entry point, command, wheels, platform) is testable without an
-engine. Rendering, downloading and publishing live in `builder.packaging.context`.
+engine. Rendering, downloading and publishing live in `builder.packaging.context`. (`smoke_gpus` asks the engine one
+question, whether it can pass GPUs in, and decides from the plan how the smoke test starts the image.)
 
 Vocabulary (one meaning each): the image **kind** is how the image is made (`litert`: a slim Python base;
 `tensorflow`: FROM the TensorFlow image `tfsmith build` made for the target; `tfserving`: TensorFlow Serving's
@@ -20,6 +21,7 @@ from typing import Any
 
 from builder.errors import InputError
 from builder.build.plan import LABEL_PREFIX
+from builder.engine.base import Engine
 from builder.model.artifact import Artifact
 
 #: Labels that mark a TensorFlow image made by `tfsmith build` (its spec, wheel and tag). An image built FROM
@@ -103,7 +105,7 @@ class ServePlan:
     arch: str = "x86_64"
     model_file: str = "model.tflite"
     signature: str | None = None
-    cuda: bool = False
+    cuda: bool = False  # FROM a CUDA TensorFlow image: the smoke test runs it with the GPUs where it can
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -224,5 +226,34 @@ def plan_package(
         arch=arch,
         model_file=model_file_in_image(artifact),
         signature=signature,
-        cuda=getattr(target, "cuda", None) is not None,
+        # only the tensorflow kind is FROM a (CUDA) TensorFlow image: a LiteRT or TF Serving image has no CUDA
+        cuda=kind == "tensorflow" and getattr(target, "cuda", None) is not None,
     )
+
+
+@dataclass(frozen=True)
+class SmokeGpus:
+    """How the smoke test starts an image: with the GPUs passed in or not, the environment that goes with it,
+    and the line that says so ("" for a CPU image, where there is nothing to say)."""
+
+    passed: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    line: str = ""
+
+
+def smoke_gpus(engine: Engine, plan: ServePlan) -> SmokeGpus:
+    """A CUDA image is smoke-tested on the GPUs where the engine has the NVIDIA runtime, and then TensorFlow
+    must see one (TFSMITH_IMAGE_REQUIRE_GPU=1: the guard and the server refuse to start otherwise, so a CUDA
+    image that silently fell back to the CPU fails); elsewhere one line says the GPU path was not exercised and
+    the answers are checked on the CPU (TensorFlow's CUDA build runs there too)."""
+    if not plan.cuda:
+        return SmokeGpus(False)
+    from builder.guard import ENV
+
+    why_not = engine.gpu_support()
+    if why_not is None:
+        # TF32 off: on Ampere and newer TensorFlow multiplies float32 in TF32 by default (10-bit mantissa), and
+        # the answers are checked against float32 computed here; the GPU path is what is under test, not TF32.
+        return SmokeGpus(True, {ENV["require_gpu"]: "1", "NVIDIA_TF32_OVERRIDE": "0"},
+                         "smoke: a CUDA image: started with the GPUs (--gpus all), and TensorFlow must see one")
+    return SmokeGpus(False, {}, f"smoke: the GPU path was not exercised ({why_not}): smoke-testing on the CPU")

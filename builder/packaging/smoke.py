@@ -443,7 +443,13 @@ def smoke_test(engine: Engine, plan: ServePlan, artifact: Artifact, say: Say) ->
     """Run the image, wait for health, compare answers, stop it; SmokeFailed on any problem."""
     emulated = plan.platform != native_platform()
     say(f"smoke: starting {plan.tag}" + (f" ({plan.platform} under emulation: slower)" if emulated else ""))
-    with engine.start(plan.tag, ports=(plan.port, GRPC_PORT), platform=plan.platform) as running:
+    from builder.packaging.plan import smoke_gpus
+
+    gpus = smoke_gpus(engine, plan)  # a CUDA image runs with the GPUs where the engine can pass them in
+    if gpus.line:
+        say(gpus.line)
+    with engine.start(plan.tag, ports=(plan.port, GRPC_PORT), platform=plan.platform, gpus=gpus.passed,
+                      env=gpus.env) as running:
         url = running.url(plan.port)
         startup = wait_healthy(url, lambda: stopped_or_crashed(running), timeout_s=900.0 if emulated else
                                180.0 if plan.kind == "tensorflow" else 90.0)

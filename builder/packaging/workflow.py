@@ -21,19 +21,35 @@ from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
 from builder.model.artifact import TENSORFLOW_RUNTIMES, Artifact, resolve_artifact
 from builder.say import Say
 
-__all__ = ["PackageOptions", "package_model", "resolve_target"]
+__all__ = ["PackageOptions", "package_model", "package_target", "resolve_target"]
 
+
+
+def package_target(name: str | None, cuda_cc: str | None = None, *, facts: Any | None = None
+                   ) -> tuple[Any | None, Any | None]:
+    """(BuildTarget, CudaChoice) of the image asked for, or (None, None) when no target was asked for.
+
+    The GPUs follow the one decision `tfsmith build` makes (`builder.targets.choose_cuda`): `host` with
+    nothing asked is this host's GPUs where its driver runs TensorFlow's CUDA, so `package` looks for the very
+    TensorFlow image `make build` made. `facts`: the host (default: detected, where `host`/`auto` need it)."""
+    if name is None:
+        if cuda_cc and cuda_cc.strip().lower() != "none":
+            raise InputError("--cuda-cc needs --target (the CPU target the image is for)")
+        return None, None
+    from builder.build.plan import DEFAULT_TF_VERSION
+    from builder.targets import choose_cuda, resolve_target as resolve
+
+    if facts is None and (name.strip().lower() == "host" or (cuda_cc or "").strip().lower() == "auto"):
+        from builder.hardware import detect_host
+
+        facts = detect_host()
+    choice = choose_cuda(name, cuda_cc, facts, DEFAULT_TF_VERSION)
+    return resolve(name, cuda_cc=choice.cuda_cc, facts=facts), choice
 
 
 def resolve_target(name: str | None, cuda_cc: str | None = None) -> Any | None:
-    """The named BuildTarget (with its CUDA capabilities when given), or None when no target was asked for."""
-    if name is None:
-        if cuda_cc:
-            raise InputError("--cuda-cc needs --target (the CPU target the image is for)")
-        return None
-    from builder.targets import resolve_target as resolve
-
-    return resolve(name, cuda_cc=cuda_cc)
+    """The BuildTarget of the image asked for (`package_target` without the CUDA choice)."""
+    return package_target(name, cuda_cc)[0]
 
 
 def recorded_target(artifact: Artifact) -> str | None:
@@ -43,6 +59,16 @@ def recorded_target(artifact: Artifact) -> str | None:
     if not target or not target.get("name"):
         return None
     return "host" if target.get("is_host") else str(target["name"])
+
+
+def recorded_cuda_cc(artifact: Artifact) -> str | None:
+    """The GPU capabilities `tfsmith optimize` chose for ("9.0"; "none" for a CPU-only TensorFlow image), so
+    the serving image is built FROM the image the artifact was chosen for; None when no report says."""
+    target = artifact.report.target if artifact.report is not None else {}
+    if not target or "gpu_capabilities" not in target:
+        return None
+    capabilities = [str(cc) for cc in target.get("gpu_capabilities") or ()]
+    return ",".join(capabilities) if capabilities else "none"
 
 
 def serving_runtime(requested: str | None, artifact: Artifact, kind: ImageKind, threads: int) -> RuntimeChoice:
@@ -95,11 +121,21 @@ def package_model(
     kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
     kind = kind_named(kind_name)
     target_name = options.target
+    recorded = recorded_target(artifact)
     if target_name is None and kind.name == "tensorflow":  # its base is the TensorFlow image built for a target
-        target_name = recorded_target(artifact)
+        target_name = recorded
         if target_name is not None:
             say(f"target: {target_name} (recorded by tfsmith optimize in the report)")
-    target = resolve_target(target_name, cuda_cc)
+    if cuda_cc is None and kind.name != "tensorflow" and target_name is not None:
+        cuda_cc = "none"  # a LiteRT or TF Serving image carries no CUDA TensorFlow: no GPUs to choose
+    elif cuda_cc is None and target_name is not None and target_name == recorded:
+        cuda_cc = recorded_cuda_cc(artifact)  # the GPUs of the image optimize chose the artifact for
+        if cuda_cc is not None:
+            say(f"CUDA: {'none (a CPU-only TensorFlow image)' if cuda_cc == 'none' else cuda_cc} "
+                "(what tfsmith optimize chose the artifact for, recorded in the report)")
+    target, choice = package_target(target_name, cuda_cc)
+    if choice is not None and choice.rule == "host-gpus":
+        say(f"CUDA: {choice.cuda_cc} ({choice.why}; --cuda-cc none for the CPU-only image)")
     if artifact.runtime is not None and registry.on_tensorflow(artifact.runtime) and kind.name == "litert":
         what = "a SavedModel" if artifact.model_path.is_dir() else "a .tflite optimize measured on TensorFlow"
         raise InputError(f"{artifact.model_path} is {what}: only TensorFlow runs it, and a litert image has none; "

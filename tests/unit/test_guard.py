@@ -177,14 +177,20 @@ def test_cuda_image_without_its_cuda_libraries_says_so(monkeypatch: pytest.Monke
     assert guard.main(args) == 0 and capsys.readouterr().err == ""
 
 
-def test_missing_cuda_packages_reads_the_python_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # A namespace of our own, so the answer does not depend on what this test environment installed.
-    monkeypatch.setattr(guard, "CUDA_PACKAGES", ("tfsmithfake.cudnn", "tfsmithfake.cuda_runtime"))
-    assert guard.missing_cuda_packages() == ["tfsmithfake-cudnn-cu12", "tfsmithfake-cuda-runtime-cu12"]
-    (tmp_path / "tfsmithfake" / "cudnn").mkdir(parents=True)
-    (tmp_path / "tfsmithfake" / "cudnn" / "__init__.py").touch()
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert guard.missing_cuda_packages() == ["tfsmithfake-cuda-runtime-cu12"]
+def _dist_info(site: Path, name: str, version: str) -> None:
+    """An installed distribution as pip leaves it: `<name>-<version>.dist-info/METADATA`."""
+    folder = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    folder.mkdir(parents=True)
+    (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_missing_cuda_packages_reads_the_python_environment_by_distribution(tmp_path: Path) -> None:
+    # A site folder of our own, so the answer does not depend on what this test environment installed.
+    site = [str(tmp_path)]
+    assert guard.missing_cuda_packages(site) == list(guard.CUDA_DISTRIBUTIONS)
+    for name in guard.CUDA_DISTRIBUTIONS:
+        _dist_info(tmp_path, name, "12.5.0")
+    assert guard.missing_cuda_packages(site) == []
 
 
 # ------------------------------------------------------------------------------------ arm64 hwcaps
