@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from builder.errors import InputError
+from builder.model.failures import ModelInputError, clean_message, fresh_report
 from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
 
 #: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
@@ -61,7 +62,8 @@ class Backend(ABC):
         """Run one batch whose size the model accepts; returns arrays the caller may keep."""
 
     def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run a batch; models with a fixed batch size take it one fixed-size slice at a time."""
+        """Run a batch; models with a fixed batch size take it one fixed-size slice at a time. A model that
+        refuses the inputs' values or shapes while it computes raises `ModelInputError` (the client's fault)."""
         spec = self.signatures[signature]
         batch = next(iter(inputs.values())).shape[0]
         fixed = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else None
@@ -135,31 +137,57 @@ def _clean(tensor_name: str) -> str:
 
 
 class LiteRTBackend(Backend):
-    """`ai_edge_litert` interpreter with the default resolver (XNNPACK delegate on) and N threads."""
+    """`ai_edge_litert` interpreter with the default resolver (XNNPACK delegate on) and N threads.
+
+    Every signature of the file is served: a .tflite converted from several SavedModel signatures keeps each
+    in a subgraph of its own, and each call resizes, allocates, fills and runs the subgraph of the signature
+    it names (the interpreter's plain methods reach only the first one). What the interpreter refuses while
+    computing a request (a gather index out of bounds, a length a kernel cannot prepare) is `ModelInputError`."""
 
     runtime = "litert"
 
     def __init__(self, model_path: Path, threads: int = 1) -> None:
         self._interpreter = _open_litert(model_path, threads, self._interpreter_class())
         self.signatures, self._indices = _litert_signatures(self._interpreter)
+        self._subgraphs = litert_subgraphs(self._interpreter, self.signatures)
         self._model_path = model_path
-        self._shapes: dict[int, tuple[int, ...]] = {
-            int(d["index"]): tuple(int(x) for x in d["shape"])
+        self._shapes: dict[tuple[int, int], tuple[int, ...]] = {
+            (0, int(d["index"])): tuple(int(x) for x in d["shape"])
             for d in self._interpreter.get_input_details()  # type: ignore[attr-defined]
         }
-        self._allocated = self._allocate(load=True)
+        self._reported = ""  # the interpreter's last error text (`_fresh`)
+        self._ready: set[int] = {0} if self._allocate(load=True) else set()
 
-    def _allocate(self, load: bool = False) -> bool:
-        """Prepare the interpreter at the current input shapes. At load, a model with open dimensions whose
-        placeholder shapes do not prepare is left for its first call (False); any other failure is refused
-        in one line keeping the interpreter's own words."""
+    def _allocate(self, load: bool = False, subgraph: int = 0) -> bool:
+        """Prepare a subgraph at its current input shapes. At load (the first subgraph), a model with open
+        dimensions whose placeholder shapes do not prepare is left for its first call (False), and any other
+        failure is refused in one line keeping the interpreter's own words; at a call, the shapes are the
+        request's, so a failure is the request's (`ModelInputError`)."""
         try:
-            self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+            if load:
+                self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
+            else:
+                self._native.AllocateTensors(subgraph)
         except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
             if load and self._open_dimensions() and SELECT_OPS_MARKER not in str(error):
+                self._reported = str(error)  # the reporter keeps it in front of the next error's text
                 return False
+            if not load and SELECT_OPS_MARKER not in str(error):
+                raise ModelInputError(clean_message(self._fresh(error))) from None
             raise InputError(self._refusal(self._model_path, error)) from None
         return True
+
+    def _fresh(self, error: BaseException) -> str:
+        """This error's own text, without the earlier errors LiteRT's reporter keeps in front of it."""
+        text = str(error)
+        fresh, self._reported = fresh_report(self._reported, text), text
+        return fresh
+
+    @property
+    def _native(self) -> object:
+        """The interpreter's wrapper, whose calls take the subgraph to act on (what LiteRT's own signature
+        runner uses)."""
+        return self._interpreter._interpreter  # type: ignore[attr-defined]
 
     def _open_dimensions(self) -> bool:
         return any(d is None for sig in self.signatures.values() for spec in sig.inputs for d in spec.shape[1:])
@@ -173,18 +201,41 @@ class LiteRTBackend(Backend):
         return litert_refusal(model_path, error)
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        it = self._interpreter
+        native = self._native
+        subgraph = self._subgraphs.get(signature.name, 0)
         index = self._indices[signature.name]
-        resized = False
-        for name, value in inputs.items():
-            i = index[name]
-            if self._shapes.get(i) != value.shape:
-                it.resize_tensor_input(i, list(value.shape))  # type: ignore[attr-defined]
-                self._shapes[i] = value.shape
-                resized = True
-        if resized or not self._allocated:
-            self._allocated = self._allocate()
-        for name, value in inputs.items():
-            it.set_tensor(index[name], np.ascontiguousarray(value))  # type: ignore[attr-defined]
-        it.invoke()  # type: ignore[attr-defined]
-        return {spec.name: it.get_tensor(index[spec.name]) for spec in signature.outputs}  # type: ignore[attr-defined]
+        try:
+            resized = False
+            for name, value in inputs.items():
+                i = index[name]
+                if self._shapes.get((subgraph, i)) != value.shape:
+                    native.ResizeInputTensor(i, np.array(value.shape, dtype=np.int32), False, subgraph)  # type: ignore[attr-defined]
+                    self._shapes[(subgraph, i)] = value.shape
+                    resized = True
+            if resized or subgraph not in self._ready:
+                self._ready.discard(subgraph)
+                self._allocate(subgraph=subgraph)
+                self._ready.add(subgraph)
+            for name, value in inputs.items():
+                native.SetTensor(index[name], np.ascontiguousarray(value), subgraph)  # type: ignore[attr-defined]
+            native.Invoke(subgraph)  # type: ignore[attr-defined]
+        except (ModelInputError, RuntimeError, ValueError) as error:  # the kernels refusing these values or shapes
+            self._shapes = {k: v for k, v in self._shapes.items() if k[0] != subgraph}  # resize again next time
+            self._ready.discard(subgraph)
+            if isinstance(error, ModelInputError):
+                raise
+            raise ModelInputError(clean_message(self._fresh(error))) from None
+        return {spec.name: native.GetTensor(index[spec.name], subgraph)  # type: ignore[attr-defined]
+                for spec in signature.outputs}
+
+
+def litert_subgraphs(interpreter: object, signatures: Mapping[str, SignatureSpec]) -> dict[str, int]:
+    """The subgraph each signature runs in (0 for a file converted without signatures, or from one)."""
+    native = interpreter._interpreter  # type: ignore[attr-defined]
+    found = {}
+    for key in signatures:
+        try:
+            found[key] = int(native.GetSubgraphIndexFromSignature(key))
+        except (RuntimeError, ValueError, AttributeError):  # no signature defs: the default name is ours
+            found[key] = 0
+    return found

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from builder.errors import InputError
-from builder.model.backend import Backend, _litert_signatures, _open_litert
+from builder.model.backend import Backend, _litert_signatures, _open_litert, litert_subgraphs
 from builder.model.signature import SignatureSpec
 
 
@@ -35,6 +35,11 @@ class OpenVINOBackend(Backend):
         # Names and order come from LiteRT so every runtime exposes the identical signature.
         probe = _open_litert(model_path, 1, Interpreter)
         self.signatures, indices = _litert_signatures(probe)
+        # OpenVINO reads a .tflite's first subgraph only: the signatures converted into other subgraphs (a
+        # SavedModel's `embed` beside its `serving_default`) are not served here rather than answered wrongly.
+        first = {key for key, subgraph in litert_subgraphs(probe, self.signatures).items() if subgraph == 0}
+        self.signatures = {key: spec for key, spec in self.signatures.items() if key in first}
+        indices = {key: found for key, found in indices.items() if key in first}
         graph_inputs = [int(d["index"]) for d in probe.get_input_details()]  # type: ignore[attr-defined]
         graph_outputs = [int(d["index"]) for d in probe.get_output_details()]  # type: ignore[attr-defined]
         del probe

@@ -40,6 +40,7 @@ import numpy as np
 from builder.errors import IncompatibleError, InputError
 from builder.model.artifact import SAVED_MODEL_PB, is_saved_model
 from builder.model.backend import SELECT_OPS_MARKER, Backend, LiteRTBackend, cause
+from builder.model.failures import ModelInputError, clean_message
 from builder.model.signature import SignatureSpec, TensorSpec
 
 RUNTIME = "tensorflow"
@@ -128,6 +129,7 @@ class SavedModelBackend(Backend):
     def __init__(self, model_path: Path, threads: int = 1, workers: int = 1, precision: str = "f32",
                  runtime: str = RUNTIME) -> None:
         tf = prepare_tensorflow(threads, workers)
+        self._tf = tf
         self.runtime = runtime
         self._precision = (lambda: onednn_bf16(tf)) if precision == "bf16" else contextlib.nullcontext
         try:
@@ -142,8 +144,11 @@ class SavedModelBackend(Backend):
         self.signatures = {key: signature_spec(key, fn) for key, fn in self._functions.items()}
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._precision():
-            results = self._functions[signature.name](**inputs)
+        try:
+            with self._precision():
+                results = self._functions[signature.name](**inputs)
+        except self._tf.errors.InvalidArgumentError as error:  # a kernel refusing these values or shapes
+            raise ModelInputError(clean_message(error.message)) from None
         return {spec.name: results[spec.name].numpy() for spec in signature.outputs}
 
 

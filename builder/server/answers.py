@@ -1,6 +1,9 @@
 """What a failed request answers, written once for every protocol.
 
-A `RequestError` answers its own status and message; a client that went away (`dataplane.ClientGone`)
+A `RequestError` answers its own status and message; a model that refused what the request carried while
+computing (`builder.model.failures.ModelInputError`: an id beyond the vocabulary, a waveform shorter than one
+frame) answers 400 with the runtime's own message, cleaned, as TF Serving answers a graph's
+`InvalidArgumentError` (gRPC: INVALID_ARGUMENT); a client that went away (`dataplane.ClientGone`)
 answers nothing; anything else is the server's own failure: logged with its traceback and answered 500
 with `protocol.internal_error_message`, and the server keeps serving. REST writes the answer as
 `{"error": "..."}` (TF Serving's shape, `error_body`), gRPC as a status code (`grpc_service`).
@@ -15,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from builder.model.failures import ModelInputError
 from builder.server import jsoncodec
 from builder.server.contract import allowed_methods
 from builder.server.dataplane import CLIENT_GONE, ClientGone
@@ -35,6 +39,8 @@ def failure(error: BaseException) -> Failure:
     """The answer to `error`; a failure of the server's own is logged here, once."""
     if isinstance(error, RequestError):
         return Failure(error.status, str(error))
+    if isinstance(error, ModelInputError):  # the model refused what the request carried: the client's to fix
+        return Failure(400, str(error))
     if isinstance(error, ClientGone):
         return Failure(CLIENT_GONE, "client disconnected")
     log.error("request failed", exc_info=error)
