@@ -8,7 +8,8 @@ compile for, and which CUDA a driver branch supports. tests/unit/test_compat.py 
 consistent with each other.
 
 Public API: `lookup(tf_version) -> CompatRow`, `SUPPORTED_TF_VERSIONS`, `cuda_limits(cuda_version)`,
-`clang_max_capability(clang_version)`, `cuda_for_driver(driver_version)`, `driver_runs(cuda_driver, cuda)`.
+`clang_max_capability(clang_version)`, `cuda_for_driver(driver_version)`, `driver_runs(cuda_driver, cuda)`,
+`min_driver_for(cuda_version)`.
 """
 
 from __future__ import annotations
@@ -141,12 +142,21 @@ def driver_runs(cuda_driver: str | None, cuda_version: str) -> bool | None:
     """Whether a driver that supports CUDA up to `cuda_driver` ("13.0", what NVML and nvidia-smi report) runs
     code built with `cuda_version` ("12.5.1"); None when the driver's CUDA is unknown.
 
-    Why major.minor and not only the major: TensorFlow's hermetic CUDA ships its own runtime, and NVIDIA lists
-    a minimum driver per toolkit release (the `min_driver` of the capability table); a driver reporting an
-    older CUDA than the toolkit is the case the release notes say to upgrade. Newer drivers run older CUDA."""
+    CUDA's minor version compatibility: a driver of the same major CUDA (R525+ for CUDA 12) runs machine code
+    built with a newer 12.x toolkit, so the major decides. (PTX from the newer toolkit does need a driver of
+    that minor to JIT it; a build for the host's own GPUs carries machine code for each of them.) Newer
+    drivers run older CUDA."""
     if not cuda_driver:
         return None
     try:
-        return version_tuple(cuda_driver)[:2] >= version_tuple(cuda_version)[:2]
+        return version_tuple(cuda_driver)[0] >= version_tuple(cuda_version)[0]
     except InputError:
         return None
+
+
+def min_driver_for(cuda_version: str) -> str | None:
+    """The oldest driver branch that runs `cuda_version` by minor version compatibility ("12.5.1" -> "525":
+    the first branch of CUDA 12), from the driver table; None when the table has no branch of that major."""
+    major = version_tuple(cuda_version)[0]
+    branches = [int(branch) for branch, cuda in _data()["driver_cuda"] if version_tuple(cuda)[0] == major]
+    return str(min(branches)) if branches else None

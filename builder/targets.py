@@ -320,9 +320,18 @@ def _too_old(facts: HostFacts, row: compat.CompatRow) -> str | None:
     driver_cuda = _driver_cuda(facts)
     if compat.driver_runs(driver_cuda, row.cuda) is not False:
         return None
-    limits = compat.cuda_limits(row.cuda)
+    major = row.cuda.split(".")[0]
     return (f"driver {facts.gpu.driver_version or '?'} runs CUDA up to {driver_cuda}, older than the CUDA "
-            f"{row.cuda} TensorFlow {row.tf_version} is built with (driver {limits.min_driver} or newer)")
+            f"{row.cuda} TensorFlow {row.tf_version} is built with (CUDA {major} needs driver "
+            f"{compat.min_driver_for(row.cuda) or '?'} or newer)")
+
+
+def _minor_compat(facts: HostFacts, row: compat.CompatRow) -> str:
+    """A remark when the driver runs this CUDA only by minor version compatibility (an older 12.x), else ""."""
+    driver_cuda = _driver_cuda(facts)
+    if not driver_cuda or compat.version_tuple(driver_cuda)[:2] >= compat.version_tuple(row.cuda)[:2]:
+        return ""
+    return f" (driver CUDA {driver_cuda}: runs CUDA {row.cuda} by CUDA's minor version compatibility)"
 
 
 def _built_for(spec: CudaSpec) -> str:
@@ -396,8 +405,8 @@ def choose_cuda(name: str, cuda_cc: str | None, facts: HostFacts | None, tf_vers
     except IncompatibleError as error:
         return CudaChoice(None, "gpu-unsupported", f"CPU-only: {error}", gpus,
                           (*found, f"CUDA    none: a CPU-only image: {error}"))
-    unknown = "" if _driver_cuda(facts) else " (the driver's CUDA version is unknown: check it runs CUDA " + \
-        f"{row.cuda})"
+    unknown = _minor_compat(facts, row) if _driver_cuda(facts) else \
+        f" (the driver's CUDA version is unknown: check it runs CUDA {row.cuda})"
     return CudaChoice(",".join(capabilities), "host-gpus",
                       f"CUDA {spec.version} for this host's {', '.join(gpus)}", gpus,
                       (*found, f"CUDA    {_built_for(spec)}, for the GPUs found{unknown}; CPU-only instead: "

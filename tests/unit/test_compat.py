@@ -88,3 +88,15 @@ def test_driver_table_is_sorted_and_maps_branches() -> None:
     # every CUDA in the capability table has a driver minimum that the driver table agrees with
     for cuda, limits in RAW["cuda"].items():
         assert compat.cuda_for_driver(limits["min_driver"] + ".0") == cuda
+
+
+def test_a_driver_runs_cuda_of_its_major_and_older() -> None:
+    """CUDA's minor version compatibility: the driver's major CUDA decides; the oldest branch of a major comes
+    from the driver table itself."""
+    row = compat.lookup("2.21")
+    assert compat.driver_runs("13.0", row.cuda) and compat.driver_runs("12.4", row.cuda)
+    assert compat.driver_runs("11.4", row.cuda) is False
+    assert compat.driver_runs(None, row.cuda) is None and compat.driver_runs("n/a", row.cuda) is None
+    assert compat.min_driver_for(row.cuda) == "525"
+    assert compat.cuda_for_driver(compat.min_driver_for(row.cuda) + ".60.13") == "12.0"
+    assert compat.min_driver_for("99.0") is None

@@ -172,16 +172,25 @@ def _with_gpu(host: HostFacts, **changes: Any) -> HostFacts:
 
 
 def test_a_driver_too_old_for_tensorflows_cuda_builds_cpu_only_and_says_why(host: HostFacts) -> None:
-    old = _with_gpu(host, driver_version="535.104.05", cuda_driver_version="12.2")
+    old = _with_gpu(host, driver_version="470.223.02", cuda_driver_version="11.4")
     choice = choose_cuda("host", None, old)
     assert choice.cuda_cc is None and choice.rule == "driver-too-old"
-    assert choice.lines[0].startswith("GPUs    1 found: NVIDIA H100") and "535.104.05" in choice.lines[0]
-    assert "12.2" in choice.lines[1] and "12.5.1" in choice.lines[1] and "--cuda-cc 9.0" in choice.lines[1]
+    assert choice.lines[0].startswith("GPUs    1 found: NVIDIA H100") and "470.223.02" in choice.lines[0]
+    assert "11.4" in choice.lines[1] and "12.5.1" in choice.lines[1] and "driver 525 or newer" in choice.lines[1]
+    assert "--cuda-cc 9.0" in choice.lines[1]  # how to build for the GPU anyway
     # the driver's CUDA from its branch when it did not report one (nvidia-smi's CSV never does)
     assert choose_cuda("host", None, _with_gpu(old, cuda_driver_version=None)).rule == "driver-too-old"
-    with pytest.raises(IncompatibleError, match="--cuda-cc auto: driver 535.104.05 runs CUDA up to 12.2"):
+    with pytest.raises(IncompatibleError, match="--cuda-cc auto: driver 470.223.02 runs CUDA up to 11.4"):
         choose_cuda("host", "auto", old)
     assert choose_cuda("host", "9.0", old).cuda_cc == "9.0"  # a list builds for other machines: as asked
+
+
+def test_an_older_cuda_12_driver_runs_tensorflows_cuda_by_minor_version_compatibility(host: HostFacts) -> None:
+    r550 = _with_gpu(host, driver_version="550.54.15", cuda_driver_version="12.4")
+    choice = choose_cuda("host", None, r550)
+    assert choice.cuda_cc == "9.0" and choice.rule == "host-gpus"
+    assert "minor version compatibility" in choice.lines[1]
+    assert "minor version" not in choose_cuda("host", None, host).lines[1]  # CUDA 13.0 runs 12.5 outright
 
 
 def test_gpus_this_tensorflow_cannot_compile_for_build_cpu_only_by_default() -> None:
