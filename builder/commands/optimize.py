@@ -83,8 +83,8 @@ def register(app: typer.Typer) -> None:
             _require_optimize_extra()
         from builder.optimize.command import run_optimize_command
 
-        if (cuda_cc or "").strip().lower() == "none":  # the shared --cuda-cc's `none`: CPU-only, as for build
-            cuda_cc = None
+        # --cuda-cc none travels as it is: unset means the host's GPUs where `tfsmith build` would build for them
+        # (builder.targets.choose_cuda), so `none` is the only way to say CPU-only
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
                                     cuda_cc=cuda_cc, latency_runs=latency_runs,

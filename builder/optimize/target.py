@@ -64,38 +64,39 @@ def host_facts(host: Any | None = None) -> TargetFacts:
     return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features), ccs)
 
 
-def _settings(name: str | None, cuda_cc: str | None) -> tuple[str, str | None, str | None]:
-    """(target, cuda_cc, tf_version) as `tfsmith build` reads them: flags > TFSMITH_* > tfsmith.toml."""
-    from builder.build.settings import load_config
-
-    settings = load_config({"target": name, "cuda_cc": cuda_cc})
-    return settings.target, settings.cuda_cc, settings.tf_version
-
-
 def target_facts(name: str | None, cuda_cc: str | None = None, *, host: Any | None = None,
-                 settings: tuple[str, str | None, str | None] | None = None) -> TargetFacts:
+                 settings: Any | None = None) -> TargetFacts:
     """Facts of the target optimize chooses for: this host (with the GPUs its image is built for) when the
     settings name `host` (the default), else the named build target.
 
-    `host`: the host's HostFacts (default: detect this machine); `settings`: (target, cuda_cc, tf_version)
-    already read (default: read them as `tfsmith build` does, with `name` and `cuda_cc` as the flags).
+    `settings`: a BuildConfig already read (default: read as `tfsmith build` reads it, `name` and `cuda_cc`
+    being the flags). `host`: this machine's HostFacts (default: detected). A facts file in the settings
+    (`facts`, TFSMITH_FACTS) is what `host` means, as for `tfsmith build`: then `host` is that machine,
+    chosen for by rule, since it is not the one optimize runs on.
     """
     from builder.build.plan import DEFAULT_TF_VERSION
-    from builder.targets import choose_cuda
+    from builder.targets import choose_cuda, resolve_target
 
-    target, asked, tf_version = settings if settings is not None else _settings(name, cuda_cc)
-    tf_version = tf_version or DEFAULT_TF_VERSION
-    if target.strip().lower() == "host":
+    if settings is None:
+        from builder.build.settings import load_config
+
+        settings = load_config({"target": name, "cuda_cc": cuda_cc})
+    tf_version = settings.tf_version or DEFAULT_TF_VERSION
+    here = True
+    if settings.facts is not None:
+        from builder.hardware import load_facts
+
+        host, here = load_facts(settings.facts), False
+    if settings.target.strip().lower() == "host":
         host = host if host is not None else _detect()
-        choice = choose_cuda("host", asked, host, tf_version)
-        return TargetFacts(f"host ({host.cpu.microarchitecture})", host.cpu.arch, frozenset(host.cpu.features),
-                           choice.capabilities, True, choice.why, choice.rule)
-    from builder.targets import resolve_target
-
-    if (asked or "").strip().lower() == "auto" and host is None:
+        choice = choose_cuda("host", settings.cuda_cc, host, tf_version)
+        where = "" if here else f", described by {settings.facts}"
+        return TargetFacts(f"host ({host.cpu.microarchitecture}{where})", host.cpu.arch,
+                           frozenset(host.cpu.features), choice.capabilities, here, choice.why, choice.rule)
+    if (settings.cuda_cc or "").strip().lower() == "auto" and host is None:
         host = _detect()
-    choice = choose_cuda(target, asked, host, tf_version)
-    resolved = resolve_target(target, cuda_cc=choice.cuda_cc, facts=host, tf_version=tf_version)
+    choice = choose_cuda(settings.target, settings.cuda_cc, host, tf_version)
+    resolved = resolve_target(settings.target, cuda_cc=choice.cuda_cc, facts=host, tf_version=tf_version)
     ccs = tuple(resolved.cuda.capabilities) if resolved.cuda else ()
     return TargetFacts(resolved.name, resolved.arch, frozenset(resolved.features), ccs, is_host=False,
                        gpu_why=choice.why, gpu_rule=choice.rule)
@@ -110,8 +111,9 @@ def measures_here(recipe: Recipe, facts: TargetFacts) -> bool:
 def rule_reason(facts: TargetFacts) -> str:
     """Why optimize chooses by rule for these facts, in the words the report uses."""
     tensor_cores = recipes.tensor_core_gpus(facts.gpu_capabilities)
-    if facts.is_host and tensor_cores:
-        return (f"by rule: this host's TensorFlow image is built for GPU capability {', '.join(tensor_cores)} "
+    if tensor_cores:
+        whose = "this host's" if facts.is_host else f"{facts.name}'s"
+        return (f"by rule: {whose} TensorFlow image is built for GPU capability {', '.join(tensor_cores)} "
                 f"(tensor cores; {facts.gpu_why}), where the SavedModel on TensorFlow serves on the GPU, which "
                 "timing on this CPU cannot judge")
     if facts.is_host:

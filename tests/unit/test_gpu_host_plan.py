@@ -19,7 +19,7 @@ import pytest
 from builder import guard
 from builder.build.from_settings import resolve_settings
 from builder.build.run import Builder
-from builder.build.settings import load_config
+from builder.build.settings import BuildConfig, load_config
 from builder.engine.fake import FakeEngine
 from builder.errors import IncompatibleError
 from builder.hardware import detect_host, load_facts
@@ -242,13 +242,13 @@ def test_optimize_chooses_for_the_image_the_build_makes(host: HostFacts) -> None
     from builder.optimize.recipe import auto_recipe
     from builder.optimize.target import measures_here, rule_reason, target_facts
 
-    gpu = target_facts(None, host=host, settings=("host", None, None))
+    gpu = target_facts(None, host=host, settings=BuildConfig())
     plan, _ = resolve_settings(load_config({"target": "host"}, env={}, cwd=H100), facts=host)
     assert plan.cuda is not None and gpu.gpu_capabilities == plan.cuda.capabilities and gpu.is_host
     recipe, reasons = auto_recipe(gpu.features, gpu.gpu_capabilities, gpu.arch, gpu.name)
     assert recipe.choose == "saved_model" and not measures_here(recipe, gpu)
     assert "9.0" in rule_reason(gpu) and "tensor cores" in rule_reason(gpu)
-    cpu = target_facts("host", "none", host=host, settings=("host", "none", None))
+    cpu = target_facts("host", "none", host=host, settings=BuildConfig(cuda_cc="none"))
     assert cpu.gpu_capabilities == () and cpu.gpu_rule == "cpu-asked"
     recipe, _ = auto_recipe(cpu.features, cpu.gpu_capabilities, cpu.arch, cpu.name)
     assert recipe.choose != "saved_model" and measures_here(recipe, cpu)
@@ -262,6 +262,12 @@ def test_optimize_reads_the_same_settings_as_build(host: HostFacts, tmp_path: Pa
     monkeypatch.setenv("TFSMITH_CUDA_CC", "none")
     assert target_facts(None, host=host).gpu_capabilities == ()
     assert target_facts(None, "auto", host=host).gpu_capabilities == ("9.0",)  # the flag wins
+    # a facts file is what `host` means, as for build: that machine, chosen for by rule (not measured here)
+    monkeypatch.delenv("TFSMITH_CUDA_CC")
+    monkeypatch.setenv("TFSMITH_FACTS", str(H100 / "facts.json"))
+    described = target_facts(None)
+    assert described.gpu_capabilities == ("9.0",) and not described.is_host
+    assert described.name.startswith(f"host ({host.cpu.microarchitecture}, described by ")
 
 
 def test_the_reports_say_which_rule_or_measurement_chose(host: HostFacts) -> None:
@@ -275,11 +281,11 @@ def test_the_reports_say_which_rule_or_measurement_chose(host: HostFacts) -> Non
                                                              ("model_int8.tflite", "tflite_int8")]).artifacts
     measured = [Candidate("model_int8.tflite", "litert", 20.0, 300, 1000, ci_low_us=18.0, ci_high_us=22.0),
                 Candidate("saved_model", "tensorflow", 400.0, 300, 9000, ci_low_us=380.0, ci_high_us=420.0)]
-    gpu = target_facts(None, host=host, settings=("host", None, None))
+    gpu = target_facts(None, host=host, settings=BuildConfig())
     choice, _ = select_step(auto_recipe(gpu.features, gpu.gpu_capabilities)[0], gpu, list(artifacts), measured)
     assert (choice.artifact, choice.runtime) == ("saved_model", "tensorflow") and not choice.selection.measured
     assert choice.selection.how.startswith("by rule: this host's TensorFlow image is built for GPU capability 9.0")
-    cpu = target_facts(None, "none", host=host, settings=("host", "none", None))
+    cpu = target_facts(None, "none", host=host, settings=BuildConfig(cuda_cc="none"))
     choice, _ = select_step(auto_recipe(cpu.features, ())[0], cpu, list(artifacts), measured)
     assert choice.artifact == "model_int8.tflite" and choice.selection.measured
     assert choice.selection.how.startswith("measured on this host") and "CPU-only, as asked" in choice.selection.how
