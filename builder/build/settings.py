@@ -173,7 +173,7 @@ class BuildConfig:
     """Every build/matrix setting, validated. None means "not set: the stage's own default applies"."""
 
     target: str = "host"
-    cuda_cc: str | None = None  # "8.0,9.0", "auto" or "none"
+    cuda_cc: str | None = None  # "8.0,9.0", "auto" or "none"; None: builder.targets.choose_cuda decides
     tf_version: str | None = None
     python: str | None = None
     base_image: str | None = None
