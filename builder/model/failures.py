@@ -34,9 +34,13 @@ _TF_NOISE = re.compile(
     r"^(Graph execution error:?|Detected at node .* defined at \(most recent call last\):|<stack traces unavailable>"
     r"|Node: '.*'|\d+ root error\(s\) found\.?|\d+ successful operations\.?|\d+ derived errors ignored\.?"
     r"|Additional GRPC error information.*)$")
-#: `{{function_node __inference_x_123}}` before a message, `[[{{node x}}]]` and `[Op:...]` after it.
+#: `{{function_node __inference_x_123}}` before a message, `[[{{node x}}]]` (or `[[StatefulPartitionedCall]]`),
+#: `{{node x}}` glued to a sentence's end, and `[Op:...]` after it.
 _TF_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")
-_TF_NODE_MARKER = re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\]")
+_TF_NODE_MARKER = re.compile(r"\s*\[\[(?:\{\{node [^}]*\}\}|[A-Za-z_]\w*)\]\]|(?<=\))\{\{node [^}]*\}\}")
+#: XLA's appendix: where an op was created (a placeholder location on the line after) and how to dump graphs.
+_TF_APPENDIX = re.compile(r"^(The op is created at:|dummy_file_name:\d+:dummy_function_name$|Run with TF_DUMP_GRAPH_PREFIX)")
+_TF_DUMP_ADVICE = re.compile(r"\s*Run with TF_DUMP_GRAPH_PREFIX=\S+ and --vmodule=\S+ to obtain a dump of the compiled functions\.")
 _TF_OP_MARKER = re.compile(r"\s*\[Op:[^\]]*\](?:\s*name:\s*\S*)?")
 #: "(0) INVALID_ARGUMENT: " before each root error of a multi-error text.
 _TF_ROOT = re.compile(r"^\(\d+\)\s+[A-Z_]+:\s*")
@@ -59,8 +63,8 @@ def clean_message(text: str) -> str:
             continue
         in_trace = stripped.startswith("Detected at node ")
         line = _TF_OP_MARKER.sub("", _TF_NODE_MARKER.sub("", _TF_FUNCTION_NODE.sub("", stripped)))
-        line = _SOURCE_LOCATION.sub("", _TF_ROOT.sub("", line.strip())).strip()
-        if not line or _TF_NOISE.match(line):
+        line = _SOURCE_LOCATION.sub("", _TF_ROOT.sub("", _TF_DUMP_ADVICE.sub("", line).strip())).strip()
+        if not line or _TF_NOISE.match(line) or _TF_APPENDIX.match(line):
             continue
         sentence = line if line.endswith(_END) else line + "."
         if sentence not in sentences:

@@ -163,19 +163,64 @@ def _open_dimensions(contract: ModelContract) -> list[str]:
 # --- timing ---------------------------------------------------------------------------------------------
 
 
-Judge = Callable[[Mapping[str, np.ndarray]], tuple[bool, str]]
+Judge = Callable[[Any], tuple[bool, str]]
 Make = Callable[[str, Path, str], Any]
 Timer = Callable[[Mapping[str, Callable[[], Any]], float], dict[str, Latency]]
+#: How a candidate that could not make one call at the data's shapes is reported (never timed, never chosen).
+CANNOT_RUN = "cannot run here"
+
+
+def first_row(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One held-out row, at the shapes the timing loop calls with (batch 1, the data's own lengths)."""
+    return {k: np.ascontiguousarray(np.asarray(v)[:1]) for k, v in x.items()}
+
+
+def guarded(calls: Mapping[str, Callable[[], Any]], failed: dict[str, BaseException]) -> dict[str, Callable[[], Any]]:
+    """The calls for the timing loop, each of which, should it raise, records its error in `failed` and from
+    then on returns at once: one candidate failing in the middle of the loop loses its own timing (the caller
+    drops it), never the others'."""
+
+    def one(name: str, call: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            if name in failed:
+                return None
+            try:
+                return call()
+            except Exception as error:  # noqa: BLE001 - recorded, and the candidate is rejected with it
+                failed[name] = error
+                return None
+
+        return run
+
+    return {name: one(name, call) for name, call in calls.items()}
+
+
+def why_not_run(error: BaseException, cause: Callable[[BaseException], str]) -> str:
+    """The runtime's own reason, one line: a refusal of the inputs is already the runtime's cleaned words."""
+    from builder.model.failures import ModelInputError
+
+    return str(error) if isinstance(error, ModelInputError) else f"{type(error).__name__}: {cause(error)}"
+
+
+def cannot_run_lines(candidates: list[Candidate]) -> list[str]:
+    """A note per candidate that could not run on this host: which, and the runtime's reason."""
+    return [f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on {c.runtime} is not a "
+            f"candidate: {c.error}" for c in candidates if c.error.startswith(CANNOT_RUN)]
 
 
 def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract, x_val: Mapping[str, np.ndarray],
-            gate_x: Mapping[str, np.ndarray], precisions: tuple[str, ...], make: Make, judge: Judge,
+            precisions: tuple[str, ...], make: Make, judge: Judge,
             timer: Timer, budget: float, cause: Callable[[BaseException], str],
             stage: Callable[[str], Any]) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
     """Time every candidate; returns (candidates, latency by key, runner by key).
 
-    `make(runtime, path, signature)` opens a runner (`evaluate.Runner`), `judge(outputs on gate_x)` is the
-    quality gate against the original, `timer` the interleaved loop.
+    `make(runtime, path, signature)` opens a runner (`evaluate.Runner`), `judge(runner)` is the quality gate
+    against the original (on the gate's rows, and every other signature), `timer` the interleaved loop.
+
+    Every candidate is proved to run before it is timed: one call at the data's shapes. One that cannot (an
+    XLA `serving_xla` of a model whose ops have no XLA kernel, a runtime that cannot prepare the file) is a
+    candidate with its reason (`CANNOT_RUN`), never timed and never chosen; one that fails while it is timed
+    loses its timing the same way, and the others keep theirs.
     """
     calls: dict[str, Callable[[], Any]] = {}
     made: dict[str, Any] = {}
@@ -188,9 +233,18 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             continue
         try:
             runner = make(runtime, folder / result.path, signature)
+        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+            errors[trio] = f"{type(error).__name__}: {cause(error)}"
+            continue
+        try:
+            runner.predict(first_row(x_val))  # proof that it runs, before anything is timed
+        except Exception as error:  # noqa: BLE001 - one that cannot run is rejected with its reason
+            errors[trio] = f"{CANNOT_RUN} (one call at the data's shapes): {why_not_run(error, cause)}"
+            continue
+        try:
             evaluated = runtime == result.runtime and signature in ("", contract.signature)
             if not evaluated and signature != XLA_SIGNATURE:  # XLA is judged after timing, only if it can win
-                passed, why = judge(runner.predict_all(gate_x))
+                passed, why = judge(runner)
                 if not passed:
                     errors[trio] = f"fails the gate on this runtime ({why})"
                 runner = make(runtime, folder / result.path, signature)  # fresh: the gate's shapes are not timed
@@ -198,7 +252,12 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             made[key(*trio)] = runner
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
-    latencies = timer(calls, budget) if calls else {}
+    failed: dict[str, BaseException] = {}
+    latencies = timer(guarded(calls, failed), budget) if calls else {}
+    for k, error in failed.items():
+        latencies.pop(k, None)
+        made.pop(k, None)
+        errors[_trio_of(k, pairs)] = f"{CANNOT_RUN} (it failed while timed): {why_not_run(error, cause)}"
     for result, runtime, signature in pairs:
         trio = (result.path, runtime, signature)
         xla, plain = latencies.get(key(*trio)), latencies.get(key(result.path, runtime, contract.signature))
@@ -209,7 +268,10 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             errors[trio] = f"{verdict} {contract.signature} ({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged"
             continue
         with stage(f"judging {result.path} {signature} on the held-out rows"):
-            passed, why = judge(make(runtime, folder / result.path, signature).predict_all(gate_x))
+            try:
+                passed, why = judge(make(runtime, folder / result.path, signature))
+            except Exception as error:  # noqa: BLE001 - a shape of the gate's rows it cannot run
+                passed, why = False, why_not_run(error, cause)
         if not passed:
             errors[trio] = f"fails the gate on this runtime ({why})"
     feeds = new_shape_feeds(contract, x_val)

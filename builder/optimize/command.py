@@ -38,6 +38,9 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
                                  plan.loaded.signature)
         check_labels(contract, plan.data.y_val, plan.data.y_train)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
+    if plan.loaded.others:
+        lines.append(f"signatures: {contract.signature} (the contract), " + ", ".join(plan.loaded.others)
+                     + ": every one is kept in every artifact and judged against the original")
     for spec in contract.outputs:
         lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")
     lines += [f"note: {n}" for n in plan.notes]

@@ -30,7 +30,7 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
 def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None) -> None:
     """Labels that cannot be judged with their output's task are one line now, before any work."""
     from builder.errors import InputError
-    from builder.optimize.quality import binary_labels, class_ids
+    from builder.optimize.quality import EXACT, binary_labels, class_ids
 
     for split, labels in (("y_val", y_val), ("y_train", y_train or {})):
         for spec in contract.outputs:
@@ -38,7 +38,12 @@ def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_tra
                 continue
             key = f"{split}/{spec.name}" if len(contract.outputs) > 1 else split
             y = np.asarray(labels[spec.name])
-            if spec.task == "classification":
+            if spec.task == EXACT:
+                columns = int(np.prod([d or 1 for d in spec.shape[1:]]))
+                if len(y) and y.reshape(len(y), -1).shape[1] != columns and spec.shape[1:] and None not in spec.shape[1:]:
+                    raise InputError(f"data: {key} has shape {y.shape}; output {spec.name!r} is "
+                                     f"{_shape_text(spec.shape)} ({spec.task_why})")
+            elif spec.task == "classification":
                 class_ids(y, int(spec.shape[-1] or 1), f"data: {key} ({spec.name} is {spec.task_why})")
             elif spec.task == "binary":
                 binary_labels(y, f"data: {key} ({spec.name} is {spec.task_why})")

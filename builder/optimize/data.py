@@ -274,8 +274,14 @@ def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: 
             continue
         key = f"y_{split}/{spec.name}" if len(outputs) > 1 else f"y_{split}"
         y = np.asarray(arrays[spec.name])
-        if y.dtype.kind not in "fiub":
-            raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected numbers (class ids or values)")
+        if spec.dtype == STRING and y.dtype.kind in "SUO":  # the answers of a string output, as text
+            try:
+                y = as_bytes(y)
+            except (TypeError, UnicodeError) as error:
+                raise InputError(f"data {source}: {key} holds values that are not strings ({error})") from error
+        elif y.dtype.kind not in "fiub":
+            expected = "strings or numbers" if spec.dtype == STRING else "numbers (class ids or values)"
+            raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected {expected}")
         if len(y) != rows:
             raise InputError(f"data {source}: {key} has {len(y)} labels for {rows} inputs")
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):

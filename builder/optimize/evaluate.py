@@ -52,6 +52,11 @@ def _dtype_name(dtype: Any) -> str:
     return "string" if found.kind in "SUO" else found.name
 
 
+class MissingSignature(LookupError):
+    """The file, as this runtime reads it, lacks a signature the original has (OpenVINO reads only the first
+    subgraph of a .tflite converted from several signatures)."""
+
+
 class Runner:
     """One artifact on one runtime (`builder.model`: the backend a server runs): `predict(named arrays) ->
     named arrays`, any batch size.
@@ -68,7 +73,8 @@ class Runner:
         self._backend = create_backend(runtime, self.path, threads)
         sigs = self._backend.signatures
         if signature and signature not in sigs:
-            raise KeyError(f"{self.path.name} has no signature {signature!r} (it has: {', '.join(sorted(sigs))})")
+            raise MissingSignature(f"{self.path.name} on {runtime} has no signature {signature!r} (it has: "
+                                   f"{', '.join(sorted(sigs))})")
         self.signature = signature or (DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in sigs else next(iter(sigs)))
         spec = sigs[self.signature]
         self.inputs = tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.inputs)
@@ -79,6 +85,24 @@ class Runner:
     def predict(self, x: Arrays) -> dict[str, np.ndarray]:
         feed = {name: _as_dtype(np.asarray(x[name]), dtype) for name, dtype in self._dtypes.items()}
         return {k: np.asarray(v) for k, v in self._backend.predict(self.signature, feed).items()}
+
+    def signature_of(self, name: str) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None:
+        """Another signature's (inputs, outputs) as this file serves it; None when the file lacks it."""
+        spec = self._backend.signatures.get(name)
+        if spec is None:
+            return None
+        return (tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.inputs),
+                tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.outputs))
+
+    def call(self, name: str, x: Arrays, batch: int = 64) -> dict[str, np.ndarray]:
+        """Another signature's outputs on `x` (every row, in batches), in its inputs' dtypes."""
+        spec = self._backend.signatures[name]
+        dtypes = {s.name: s.dtype for s in spec.inputs}
+        rows = len(next(iter(x.values())))
+        parts = [{k: np.asarray(v) for k, v in self._backend.predict(
+                     name, {n: _as_dtype(np.asarray(x[n][i : i + batch]), d) for n, d in dtypes.items()}).items()}
+                 for i in range(0, rows, batch)]
+        return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
     def predict_all(self, x: Arrays, batch: int = 64) -> dict[str, np.ndarray]:
         fixed = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else None

@@ -16,8 +16,8 @@
 - A `.tflite` is the original itself: nothing to convert, only to evaluate and measure.
 
 The contract (input/output names, dtypes, shapes) is always the ORIGINAL model's serving signature; Keras
-models have none of their own, so theirs is what `model.save` would write: inputs and outputs named after the
-model's input and output layers. `sniff_model` needs no TensorFlow (early errors); `load_model` imports it.
+models have none of their own, so theirs is what `model.export` would serve: inputs named after the model's
+input layers, outputs named as the model returns them (a dict's keys; for a list, Keras's output names). `sniff_model` needs no TensorFlow (early errors); `load_model` imports it.
 """
 
 from __future__ import annotations
@@ -122,7 +122,11 @@ class LoadedModel:
     trainable_why_not: str | None
     params: int | None
     signature: str = DEFAULT_SIGNATURE  # the signature that is the contract (a SavedModel's may be `predict`)
+    #: the original's other signatures (`embed`, `score_pair`, ...): name -> (inputs, outputs); each is kept
+    #: and judged (`builder.optimize.signatures`)
+    others: dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = field(default_factory=dict)
     _predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = field(repr=False, default=None)  # type: ignore[assignment]
+    _predict_other: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = field(repr=False, default=None)
     _keep: list[Any] = field(default_factory=list, repr=False)  # temp dirs and loaded objects kept alive
 
     def predict(self, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
@@ -132,6 +136,13 @@ class LoadedModel:
         rows = len(next(iter(x.values())))
         parts = [self._predict({k: v[i : i + step] for k, v in x.items()}) for i in range(0, rows, step)]
         return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+
+    def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
+        """The original's outputs of another of its signatures (`others`), in batches."""
+        assert self._predict_other is not None, "the original has no other signatures"
+        rows = len(next(iter(x.values())))
+        parts = [self._predict_other(name, {k: v[i : i + batch] for k, v in x.items()}) for i in range(0, rows, batch)]
+        return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
     def close(self) -> None:
         for item in self._keep:
@@ -166,14 +177,52 @@ def _is_graph_model(model: Any) -> bool:
 
 
 def keras_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    """A Keras model's contract: input and output layer names, dtypes, shapes (what `model.save` serves)."""
+    """A Keras model's contract: its input names, and its outputs named as the model returns them.
+
+    Output names come from what the model returns, never from layer names: a model returning a dict
+    (`{"boxes": ..., "scores": ..., "classes": ...}`, all three from one layer named `nms`) answers by its keys,
+    as `model.export` serves it; a model returning a list or one tensor answers by Keras's output names (the
+    layers' names, made unique as Keras 2 does: `nms`, `nms_1`). Dtypes and shapes here are Keras's symbolic
+    ones; the contract is read again from the exported signature, which holds what the model really returns
+    (Keras declares a `StringLookup(invert=True)` output int64; its signature says string).
+    """
     in_names = list(getattr(model, "input_names", None) or [t.name.split(":")[0] for t in model.inputs])
-    out_names = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))])
-    inputs = tuple(TensorSpec(n, t.dtype.name if hasattr(t.dtype, "name") else str(t.dtype), _shape(t.shape))
-                   for n, t in zip(in_names, model.inputs))
-    outputs = tuple(TensorSpec(n, t.dtype.name if hasattr(t.dtype, "name") else str(t.dtype), _shape(t.shape))
-                    for n, t in zip(out_names, model.outputs))
+    inputs = tuple(TensorSpec(n, _dtype_name(t), _shape(t.shape)) for n, t in zip(in_names, model.inputs))
+    outputs = tuple(TensorSpec(n, _dtype_name(t), _shape(t.shape)) for n, t in keras_outputs(model))
     return inputs, outputs
+
+
+def keras_outputs(model: Any) -> list[tuple[str, Any]]:
+    """(name, symbolic tensor) of each output, named as the model returns it (see `keras_specs`)."""
+    structure = next((found for found in (getattr(model, "_outputs_struct", None),  # Keras 3
+                                          getattr(model, "_nested_outputs", None))  # tf_keras
+                      if found is not None), None)
+    if isinstance(structure, Mapping):
+        return [(str(name), tensor) for name, tensor in structure.items()]
+    tensors = list(model.outputs)
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) != len(tensors):
+        names = [f"output_{i}" for i in range(len(tensors))]
+    return list(zip(unique_names(names), tensors))
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Names made unique the way Keras 2 names the outputs of one layer that returns several: `nms`, `nms_1`."""
+    seen: set[str] = set()
+    counts: dict[str, int] = {}
+    out = []
+    for name in names:
+        proposal = name
+        while proposal in seen:
+            counts[name] = counts.get(name, 0) + 1
+            proposal = f"{name}_{counts[name]}"
+        seen.add(proposal)
+        out.append(proposal)
+    return out
+
+
+def _dtype_name(tensor: Any) -> str:
+    return tensor.dtype.name if hasattr(tensor.dtype, "name") else str(tensor.dtype)
 
 
 def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
@@ -287,6 +336,11 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
     fn = loaded.signatures[key]
     inputs, outputs = saved_model_contract(fn)
     check_supported(facts.path, inputs, outputs)
+    others = {}
+    for name, other in loaded.signatures.items():
+        if name != key:
+            others[name] = saved_model_contract(other)
+            check_supported(facts.path, *others[name])
     keep.append(loaded)
     params = sum(int(np.prod(v.shape)) for v in getattr(loaded, "variables", []))
     if keras_model is not None:
@@ -294,10 +348,16 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
         if {s.name for s in k_in} != {s.name for s in inputs} or {s.name for s in k_out} != {s.name for s in outputs}:
             keras_model, why = None, ("a Keras SavedModel whose serving_default names differ from the model's "
                                       "layers: pruning and QAT would change its API, so only post-training")
+        elif others:
+            keras_model, why = None, (f"a SavedModel with more signatures than {key} ({', '.join(others)}): pruning "
+                                      "and QAT rebuild it from Keras, which would drop them, so only post-training "
+                                      "quantization applies")
+    predictors = {name: _signature_predict(loaded.signatures[name], others[name][0]) for name in others}
     return LoadedModel(facts=facts, inputs=inputs, outputs=outputs, keras_model=keras_model,
                        saved_model_dir=directory, tflite_path=None, trainable_why_not=why,
                        params=int(keras_model.count_params()) if keras_model is not None else (params or None),
-                       signature=key, _predict=_signature_predict(fn, inputs), _keep=keep)
+                       signature=key, others=others, _predict=_signature_predict(fn, inputs),
+                       _predict_other=lambda name, x: predictors[name](x), _keep=keep)
 
 
 def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
@@ -336,11 +396,18 @@ def _from_tflite(facts: ModelFacts) -> LoadedModel:
     def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return backend.predict(key, {s.name: np.asarray(x[s.name], dtype=s.dtype) for s in inputs})
 
+    others = {name: (tuple(TensorSpec(t.name, t.dtype, _shape(t.shape)) for t in spec.inputs),
+                     tuple(TensorSpec(t.name, t.dtype, _shape(t.shape)) for t in spec.outputs))
+              for name, spec in backend.signatures.items() if name != key}
+
+    def predict_other(name: str, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return backend.predict(name, {s.name: np.asarray(x[s.name], dtype=s.dtype) for s in others[name][0]})
+
     return LoadedModel(facts=facts, inputs=inputs, outputs=outputs, keras_model=None, saved_model_dir=None,
                        tflite_path=facts.path, params=None,
                        trainable_why_not="a .tflite file: it is already converted, so it is evaluated and measured "
                                          "as it is (no pruning, QAT or re-quantization)",
-                       _predict=predict, _keep=[backend])
+                       signature=key, others=others, _predict=predict, _predict_other=predict_other, _keep=[backend])
 
 
 def import_user_modules(names: tuple[str, ...]) -> None:
@@ -362,13 +429,35 @@ def import_user_modules(names: tuple[str, ...]) -> None:
                              f"{logged('import-' + name.replace('.', '-'), error)}") from error
 
 
+#: What Keras's safe mode says when it refuses a `Lambda` holding Python code (Keras 3 and tf_keras alike).
+SAFE_MODE_MARKERS = ("enable_unsafe_deserialization", "safe_mode=False")
+#: The module of tfsmith's own that turns safe mode off for one run (`--import` it).
+UNSAFE_MODULE = "builder.optimize.unsafe_deserialization"
+
+
 def _keras_load_error(facts: ModelFacts, which: str, error: BaseException, imports: tuple[str, ...]) -> InputError:
     text = str(error)
+    if any(marker in text for marker in SAFE_MODE_MARKERS):
+        return InputError(safe_mode_line(facts.path, which, text, _one_line(error)))
     hint = ""
     if "Could not locate" in text or "Unknown layer" in text or "custom_objects" in text:
         hint = ("; it uses a custom class: pass the module that defines and registers it with --import MODULE"
                 if not imports else f"; --import {', '.join(imports)} did not register it")
     return InputError(f"model {facts.path}: {which} cannot load it: {_one_line(error)}{hint}")
+
+
+def safe_mode_line(path: Path, which: str, text: str, logged_line: str) -> str:
+    """One line for a model Keras's safe mode refuses: Keras's own reason (its first sentence: the advice
+    after it names a loader argument tfsmith's user cannot pass) and how to proceed when the file is trusted.
+
+    `logged_line` is Keras's whole first line with the log that holds its full text."""
+    reason = text.strip().splitlines()[0].strip() if text.strip() else "safe mode refused it"
+    first = reason.split(". ", 1)[0].rstrip(".")
+    log = logged_line[logged_line.rfind(" (full text: "):] if logged_line.endswith(")") and " (full text: " in logged_line else ""
+    return (f"model {path}: {which}'s safe mode refuses it: {first}, and loading it would run that code{log}; "
+            f"if you trust this file, pass --import {UNSAFE_MODULE} (or a module of yours that calls "
+            "keras.config.enable_unsafe_deserialization()); the exported SavedModel carries the graph, so serving "
+            "it needs neither")
 
 
 def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = ()) -> LoadedModel:

@@ -52,6 +52,12 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks),
                              loaded.signature)
     check_labels(contract, data.y_val, data.y_train)
+    if loaded.others:  # every other signature is kept and judged too, on rows of its own
+        from builder.optimize import signatures as sigs
+
+        with stage(say, f"the original's other signatures ({', '.join(loaded.others)})"):
+            plan.checks = sigs.make_checks(loaded.others, loaded.predict_signature, data.x_val)
+        plan.notes.append(sigs.plan_note(contract.signature, plan.checks) or "")
     out = Path(options.out).resolve()
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
@@ -79,6 +85,10 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             plan.notes.extend(select_notes)
             chosen_result = next((r for r in results if r.path == chosen), None)
             passed = bool(chosen_result and chosen_result.accepted)
+            if plan.checks:
+                from builder.optimize import signatures as sigs
+
+                plan.notes.append(sigs.served_note(chosen, runtime, contract.signature, plan.checks, passed) or "")
             report = Report(
                 tfsmith=_version(),
                 created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

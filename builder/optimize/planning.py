@@ -108,6 +108,8 @@ class Plan:
     #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
     logs: dict[str, str] = field(default_factory=dict)
     out: Path = Path(".")
+    #: the original's other signatures, each with the rows it is judged on (`builder.optimize.signatures`)
+    checks: tuple[Any, ...] = ()
 
     def log(self, name: str, text: str) -> Path:
         """Keep a full error text for OUT/logs/<name>.log; returns the path it will have."""
@@ -150,7 +152,8 @@ def make_plan(options: Options, say: Say) -> Plan:
         loaded = load_model(options.model, options.signature, options.imports)
     raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
     has_train = data_mod.has_training_data(raw, loaded.outputs)
-    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not, has_train, loaded.tflite_path is not None)
+    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
+                                 loaded.tflite_path is not None)
     if loaded.trainable_why_not and not notes:
         notes.append(f"the model is {loaded.trainable_why_not}")
     unknown = sorted({name for name, _ in recipe.tasks} - {t.name for t in loaded.outputs})
@@ -160,9 +163,11 @@ def make_plan(options: Options, say: Say) -> Plan:
         raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
                          f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
     plan = Plan(facts, recipe, reasons, notes, loaded, None, out=Path(options.out))
-    if any(t.dtype == "string" for t in loaded.inputs) and recipe.export.xla:
+    strings = [side for side, specs in (("inputs", loaded.inputs), ("outputs", loaded.outputs))
+               if any(t.dtype == "string" for t in specs)]
+    if strings and recipe.export.xla:
         recipe = replace(recipe, export=replace(recipe.export, xla=False))
-        notes.append("xla: serving_xla not added: string inputs have no XLA kernels")
+        notes.append(f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")
     if loaded.saved_model_dir is not None:
         failure = _probe_conversion(loaded)
         if failure is not None:
@@ -184,6 +189,20 @@ def make_plan(options: Options, say: Say) -> Plan:
         notes.append(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
     plan.recipe, plan.data = recipe, data
     return plan
+
+
+#: Output dtypes fine-tuning can take a loss on.
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
+
+
+def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
+    """Why pruning and QAT cannot fine-tune this model, when an output is not a float (a string label, an
+    argmax id, a flag): no loss applies to it; None otherwise."""
+    found = [f"{t.name!r} ({t.dtype})" for t in outputs if t.dtype not in FLOAT_DTYPES]
+    if not found:
+        return None
+    return (f"a model with output{'s' if len(found) > 1 else ''} {', '.join(found)} that fine-tuning has no loss "
+            "for, so only post-training quantization applies")
 
 
 def _probe_conversion(loaded: Any) -> Any:

@@ -26,7 +26,13 @@ against the original only.
   labels, agreement of those answers with the original's, the same "cannot judge" rule when the original
   answers one side for nearly every row).
 
-Task per output: one column whose labels are 0/1 or booleans is binary; several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
+- exact (an output whose values are not floats: strings such as a `StringLookup(invert=True)` label, booleans,
+  integer ids or counts): every value must be the original's. Judged by agreement, never cast to float: the
+  share of rows whose values all equal the original's (strings compared as UTF-8 bytes), with labels the
+  accuracy drop against them; the gate is the disagreement (or the drop) within `max_accuracy_drop`.
+
+Task per output: an output whose dtype is not a float is exact (a recipe may call an integer output
+regression or classification instead; strings and booleans are only ever exact); one column whose labels are 0/1 or booleans is binary; several columns that are probabilities (non-negative, rows sum to 1), or whose labels are
 class ids / one-hot, or (without labels) whose name says logits, are classification; one column, or anything
 else, is regression (judged by fidelity, which any output can be judged by). A recipe `[tasks]` table overrides
 it per output, and the report states the task and why for every output.
@@ -93,11 +99,34 @@ def binary_labels(labels: np.ndarray, where: str) -> np.ndarray:
     return np.asarray(labels).reshape(len(labels)).astype(bool)
 
 
+EXACT = "exact"
+
+
+def is_exact(values: np.ndarray) -> bool:
+    """Values that are answers to compare exactly, not numbers to measure an error on: strings, booleans,
+    integers (what a model returns as ids, labels, flags or counts)."""
+    return np.asarray(values).dtype.kind in "SUObiu"
+
+
+def exact_kind(values: np.ndarray) -> str:
+    kind = np.asarray(values).dtype.kind
+    return "strings" if kind in "SUO" else "booleans" if kind == "b" else "integers"
+
+
 def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
                override: str | None = None) -> tuple[str, str]:
-    """(task, why) for one output from the original model's outputs on the held-out rows and its labels."""
+    """(task, why) for one output from the original model's outputs on the held-out rows and its labels.
+
+    An output whose values are not floats is exact; a recipe may judge integers by another task (they are
+    numbers too), never strings or booleans (InputError)."""
+    if override and is_exact(outputs) and np.asarray(outputs).dtype.kind not in "iu" and override != EXACT:
+        raise InputError(f"recipe: [tasks] {name} = \"{override}\": {name!r} answers {exact_kind(outputs)}, which "
+                         f"can only be judged by exact agreement (\"{EXACT}\")")
     if override:
         return override, f"set in the recipe ([tasks] {name} = \"{override}\")"
+    if is_exact(outputs):
+        return EXACT, (f"{exact_kind(outputs)}, not scores: every value must be the original's (judged by exact "
+                       "agreement, never as numbers)")
     columns = _rows(outputs).shape[1]
     if columns == 1 and labels is not None and _are_binary_labels(labels):
         return BINARY, "one column and labels that are 0/1: a yes/no answer, judged at a 0.5 threshold"
@@ -183,9 +212,61 @@ def why_agreement_cannot_judge(original: np.ndarray, error_rms: float) -> str | 
     return None
 
 
+def comparable(values: np.ndarray) -> np.ndarray:
+    """Values as they are compared exactly: strings as UTF-8 bytes (TensorFlow answers bytes objects, data
+    files hold str or fixed-width bytes), anything else as it is."""
+    values = np.asarray(values)
+    if values.dtype.kind == "U":
+        return np.char.encode(values, "utf-8").astype(object)
+    if values.dtype.kind in "SO":
+        flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) if isinstance(v, (bytes, np.bytes_)) else v
+                for v in values.reshape(-1).tolist()]
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(values.shape)
+    return values
+
+
+def same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row: every value of `a` equals `b`'s (shapes must match row for row)."""
+    a, b = comparable(a), comparable(b)
+    if a.shape[1:] != b.shape[1:] and a.reshape(len(a), -1).shape[1] == b.reshape(len(b), -1).shape[1]:
+        b = b.reshape(a.shape)
+    if a.shape != b.shape:
+        return np.zeros(len(a), dtype=bool)
+    return np.asarray(a == b).reshape(len(a), -1).all(axis=1)
+
+
+def exact_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None, *,
+                 max_accuracy_drop: float) -> OutputMetric:
+    """An output judged by exact agreement with the original's values (strings, booleans, integers): the
+    accuracy drop against labels where there are labels, else the share of rows that differ."""
+    agree_rows = same_rows(outputs, original)
+    agreement = float(np.mean(agree_rows)) if len(agree_rows) else 1.0
+    what = f"{exact_kind(original)}, exact"
+    if labels is not None:
+        n = len(labels)
+        accuracy = float(np.mean(same_rows(np.asarray(outputs)[:n], labels))) if n else 1.0
+        original_accuracy = float(np.mean(same_rows(np.asarray(original)[:n], labels))) if n else 1.0
+        drop = original_accuracy - accuracy
+        passed = drop <= max_accuracy_drop + 1e-9
+        return OutputMetric(spec.name, spec.task, "accuracy_drop", round(drop, 6), max_accuracy_drop, passed,
+                            f"{what}, with labels: accuracy {accuracy:.4f} vs the original's {original_accuracy:.4f} "
+                            f"(drop {drop:+.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f}); exact agreement "
+                            f"with the original {agreement:.4f}", accuracy=accuracy,
+                            original_accuracy=original_accuracy, agreement=agreement)
+    disagreement = 1.0 - agreement
+    passed = disagreement <= max_accuracy_drop + 1e-9
+    return OutputMetric(spec.name, spec.task, "disagreement", round(disagreement, 6), max_accuracy_drop, passed,
+                        f"{what}: rows whose every value equals the original's {agreement:.4f} (disagreement "
+                        f"{disagreement:.4f} {'<=' if passed else '>'} {max_accuracy_drop:.4f})", agreement=agreement)
+
+
 def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None, *,
                   max_accuracy_drop: float, max_relative_error: float) -> OutputMetric:
     """One output's metrics and gate verdict vs the original model (see the module docstring)."""
+    if spec.task == EXACT or (is_exact(original) and np.asarray(original).dtype.kind not in "iu"):
+        return exact_metric(spec, outputs, original, labels, max_accuracy_drop=max_accuracy_drop)
     relative, max_abs = fidelity(outputs, original)
     if spec.task == BINARY:
         answers, answers_orig = binary_answers(outputs, original), binary_answers(original, original)

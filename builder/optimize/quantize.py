@@ -1,8 +1,8 @@
 """TFLite conversion (float32, dynamic-range, float16, full int8 with float I/O) and quantization-aware training.
 
 THE converter of tfsmith: `tfsmith optimize` and `tfsmith bench` both call `convert_saved_model`, so bench
-measures exactly the files optimize ships. Every mode converts a SavedModel's `serving_default`, so the .tflite
-keeps that signature: LiteRT's `get_signature_list()` shows the original input and output names, dtypes and
+measures exactly the files optimize ships. Every mode converts a SavedModel's `serving_default` (and the
+original's other signatures beside it, each in a subgraph of its own), so the .tflite keeps that signature: LiteRT's `get_signature_list()` shows the original input and output names, dtypes and
 dynamic batch. `EXPERIMENTAL_SPARSITY` is never set: it makes XNNPACK refuse the model ("failed to prepare")
 with the TensorFlow 2.21 converter tfsmith pins. QAT uses tfmot; after pruning it uses the pruning-preserving
 scheme so fine-tuning does not refill the zeros.
@@ -57,7 +57,16 @@ def representative_rows(calib: Calibration) -> Iterator[Any]:
             yield [np.asarray(calib[i : i + 1])]  # type: ignore[index]
 
 
-def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = True) -> None:
+def representative_by_signature(calibs: Mapping[str, Mapping[str, np.ndarray]]) -> Iterator[Any]:
+    """Calibration rows of a file converted from several signatures: `(signature, {input: row})` for each
+    signature's rows in turn (the converter calibrates each signature's subgraph on its own rows)."""
+    for key, rows in calibs.items():
+        for sample in representative_rows(rows):
+            yield key, sample
+
+
+def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = True,
+               by_signature: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> None:
     tf = tfenv.tensorflow()
     if mode == "fp32":
         return
@@ -73,7 +82,8 @@ def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = Tru
     elif mode in ("int8", "qat_int8"):
         if _rows(calib) == 0:
             raise TfsmithError("int8 conversion needs calibration rows and none were given")
-        converter.representative_dataset = lambda: representative_rows(calib)
+        converter.representative_dataset = ((lambda: representative_by_signature(by_signature)) if by_signature
+                                            else (lambda: representative_rows(calib)))
         converter.target_spec.supported_ops = ([tf.lite.OpsSet.TFLITE_BUILTINS_INT8] if strict else
                                                [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS])
         # inference_input_type / inference_output_type stay float32: float I/O (see the module docstring)
@@ -90,18 +100,64 @@ def _failed(mode: str, error: BaseException, advice: str) -> ConversionFailed:
 
 
 def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration = None,
-                        notes: list[str] | None = None, signature: str = "serving_default") -> bytes:
+                        notes: list[str] | None = None, signature: str = "serving_default",
+                        others: tuple[str, ...] = (), other_calib: Mapping[str, Mapping[str, np.ndarray]] | None = None
+                        ) -> bytes:
     """A .tflite flatbuffer of a SavedModel's `signature`: mode fp32, dynamic, float16, int8, qat_int8, or
     select_tf (float, TFLite builtins plus TensorFlow kernels: runs on TensorFlow's own interpreter only).
 
-    int8 first asks for int8 kernels only; when an op has none, it converts again letting that op run in
-    float (a note is added to `notes`); when even that fails, ConversionFailed says which op and what to do (its `full_text` for a log).
+    `others`: the original's other signatures, converted into the same file (each in a subgraph of its own;
+    int8 calibrates each on its rows in `other_calib`). When the converter cannot convert them all at once, the
+    file carries `signature` only and a note says why (the file then cannot replace the original, which the
+    gate says). int8 first asks for int8 kernels only; when an op has none, it converts again letting that op
+    run in float (a note is added to `notes`); when even that fails, ConversionFailed says which op and what
+    to do (its `full_text` for a log).
     """
+    if others:
+        calibs = None
+        if mode in ("int8", "qat_int8") and _rows(x_calib):
+            main = x_calib if isinstance(x_calib, Mapping) else None
+            calibs = {signature: main, **(other_calib or {})} if main is not None else None
+        try:
+            return _convert(saved_model_dir, mode, x_calib, notes, [signature, *others], calibs)
+        except (ConversionFailed, TfsmithError) as error:
+            from builder.optimize.causes import cause
+
+            blob = _convert(saved_model_dir, mode, x_calib, notes, [signature], None)
+            if notes is not None:
+                notes.append(f"{mode}: the .tflite carries {signature} only: the converter cannot convert every "
+                             f"signature into one file ({getattr(error, 'cause', None) or cause(str(error))}); the SavedModel "
+                             "keeps them all")
+            return blob
+    return _convert(saved_model_dir, mode, x_calib, notes, [signature], None)
+
+
+def _converter(tf: Any, saved_model_dir: Path, keys: list[str]) -> Any:
+    """The converter for these signatures of a SavedModel.
+
+    For several keys, `from_saved_model` is bypassed: when the loaded object has an attribute `serve` (what
+    `model.export` writes, and a common name for a `tf.Module`'s method), it takes the SavedModel for a
+    `model.export` artifact and converts `serving_default` alone, whatever keys it was given (TensorFlow
+    2.21), so `embed` and `score_pair` would vanish. The converter class it would build for any other
+    SavedModel converts every key asked for (weights shared between subgraphs: +1% in size for a second
+    signature of the same function)."""
+    if len(keys) > 1:
+        try:
+            from tensorflow.lite.python.lite import TFLiteSavedModelConverterV2
+        except ImportError:  # pragma: no cover - a TensorFlow that moved it: the public door, as it behaves
+            pass
+        else:
+            return TFLiteSavedModelConverterV2(str(saved_model_dir), {tf.saved_model.SERVING}, keys)
+    return tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=keys)
+
+
+def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list[str] | None, keys: list[str],
+             calibs: Mapping[str, Mapping[str, np.ndarray]] | None) -> bytes:
     tf = tfenv.tensorflow()
 
     def attempt(strict: bool) -> bytes:
-        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=[signature])
-        _configure(converter, mode, x_calib, strict=strict)
+        converter = _converter(tf, saved_model_dir, keys)
+        _configure(converter, mode, x_calib, strict=strict, by_signature=calibs if len(keys) > 1 else None)
         return bytes(converter.convert())
 
     try:

@@ -22,7 +22,7 @@ Pure: no TensorFlow here, so `--explain` and the unit tests are instant. A recip
     xla = false                     # add a jit_compile'd `serving_xla` signature to the SavedModel
 
     [tasks]                         # optional, per output name: how its quality is judged
-    predictions = "classification"  # or "regression" (default: inferred, and the report says why)
+    predictions = "classification"  # or "binary", "regression", "exact" (default: inferred, and the report says why)
 
 Unknown keys and impossible values are refused with one line naming the key (cibuildwheel's rule: never
 swallow a setting silently).
@@ -87,7 +87,7 @@ class Recipe:
     pruning: Pruning | None = None
     quantization: Quantization = field(default_factory=Quantization)
     export: Export = field(default_factory=Export)
-    tasks: tuple[tuple[str, str], ...] = ()  # (output name, "classification" | "regression") overrides
+    tasks: tuple[tuple[str, str], ...] = ()  # (output name, "classification" | "binary" | "regression" | "exact")
     #: the recipe named `choose` itself: the artifact is fixed, and only its runtime and precision are measured
     choose_named: bool = False
 
@@ -109,7 +109,7 @@ class Recipe:
 # --- parsing -------------------------------------------------------------------------------------------
 
 _TOP = {"name", "choose", "pruning", "quantization", "export", "tasks"}
-TASKS = ("classification", "binary", "regression")
+TASKS = ("classification", "binary", "regression", "exact")
 _PRUNING = {"sparsity", "schedule", "epochs", "initial_sparsity", "structured", "batch_size"}
 _QUANT = {"modes", "qat", "qat_epochs", "calibration_samples"}
 _EXPORT = {"tflite_fp32", "xla"}

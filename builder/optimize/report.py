@@ -28,7 +28,7 @@ def quality_text(artifact: ArtifactResult) -> str:
     """Per output, the gated number and the one beside it (accuracy / agreement / relative error)."""
     parts = []
     for m in artifact.metrics:
-        if m.task in ("classification", "binary"):
+        if m.task in ("classification", "binary", "exact"):
             text = (f"acc {m.accuracy:.4f}, " if m.accuracy is not None else "") + f"agree {m.agreement:.4f}"
         else:
             text = (f"MAE {m.mae:.4g}, " if m.mae is not None else "") + f"rel.err {m.relative_error:.4f}"

@@ -121,6 +121,10 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
     assert saved_model is not None
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
+    from builder.optimize import signatures as sigs
+
+    others = tuple(plan.loaded.others)  # converted into the same file: every signature is kept
+    other_calib = sigs.calibration(plan.checks, plan.data.x_calib)
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8")]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
@@ -130,7 +134,8 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
             path = staging / FILE_NAMES[format]
             try:
                 path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes,
-                                                              signature=signature))
+                                                              signature=signature, others=others,
+                                                              other_calib=other_calib))
             except quantize.ConversionFailed as error:
                 log = plan.log(f"convert-{mode}", error.full_text)
                 plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
@@ -176,21 +181,44 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
     from builder.optimize import evaluate, quality
 
-    runner = evaluate.Runner(runtime, path, options.threads, contract.signature if path.is_dir() else None)
+    runner = evaluate.Runner(runtime, path, options.threads,
+                             contract.signature if path.is_dir() or plan.checks else None)
     kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
     outputs = runner.predict_all(plan.gate_x)
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                          max_accuracy_drop=options.max_accuracy_drop,
                                          max_relative_error=options.max_relative_error)
+    verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
     raw, packed = evaluate.file_sizes(path)
     variables = evaluate.file_sizes(path / "variables")[0] if (path / "variables").is_dir() else 0
     extra: dict[str, Any] = {"signatures": list(runner.signatures)}
+    if plan.checks:
+        extra["other_signatures"] = dict(verdict.per_signature)
+    reason = differs if not kept else verdict.why if not verdict.passed else why
+    if kept and verdict.passed and verdict.why:
+        reason = f"{why}; {verdict.why}"
     result = ArtifactResult(
         path=rel, format=format, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={},
         inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
-        accepted=passed and kept, reason=why if kept else differs, variables_bytes=variables, extra=extra)
+        accepted=passed and kept and verdict.passed, reason=reason, variables_bytes=variables, extra=extra)
     return result, runner
+
+
+def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Options, contract_signature: str) -> Any:
+    """The artifact on this runtime, judged on every other signature of the original
+    (`builder.optimize.signatures.judge`): present, the original's names and dtypes, within the gate."""
+    from builder.optimize import quality
+    from builder.optimize import signatures as sigs
+
+    def judge_outputs(check: Any, answers: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray]
+                      ) -> tuple[bool, str]:
+        _, passed, why = quality.judge(answers, original, {}, check.outputs,
+                                       max_accuracy_drop=options.max_accuracy_drop,
+                                       max_relative_error=options.max_relative_error)
+        return passed, why
+
+    return sigs.judge(runner.signature_of, runner.call, checks, judge_outputs, contract_signature)
 
 
 def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
@@ -250,14 +278,19 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
 
-    def judge(outputs: Mapping[str, np.ndarray]) -> tuple[bool, str]:
-        _, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
-                                       max_accuracy_drop=options.max_accuracy_drop,
+    def judge(runner: Any) -> tuple[bool, str]:
+        """The gate on this runtime: the contract's outputs on the gate's rows, then every other signature."""
+        _, passed, why = quality.judge(runner.predict_all(plan.gate_x), reference, plan.data.y_val,
+                                       contract.outputs, max_accuracy_drop=options.max_accuracy_drop,
                                        max_relative_error=options.max_relative_error)
-        return passed, why
+        if not passed:
+            return passed, why
+        verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
+        return verdict.passed, verdict.why or why
 
     def make(runtime: str, path: Path, signature: str) -> Any:
-        return evaluate.Runner(runtime, path, options.threads, signature or None)
+        # a file with several signatures is called by the contract's key, as a request without one gets it
+        return evaluate.Runner(runtime, path, options.threads, signature or (contract.signature if plan.checks else None))
 
     pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
     budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
@@ -272,7 +305,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
                        if baseline_dir is not None else None)
     candidates, latencies, made = cands.measure(
-        results, staging, contract, plan.data.x_val, plan.gate_x, allowed_precisions(plan.recipe), make, judge,
+        results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
         timer, budget, cause, lambda text: stage(say, text))
     if baseline_runner is not None:
         made[baseline_key] = baseline_runner
@@ -287,6 +320,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     line = cands.shape_line(contract, candidates)
     if line:
         plan.notes.append(line)
+    plan.notes.extend(cands.cannot_run_lines(candidates))
     return updated, candidates, extra
 
 
@@ -308,11 +342,14 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
     out = {k: evaluate.throughput_from(1, rows[k]) for k, b in batches.items() if b == 1}
     calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, b) for k, b in batches.items() if b > 1}
     if calls:
+        from builder.optimize.candidates import guarded
+
         share = max(0.5, budget / 3)
+        failed: dict[str, BaseException] = {}
         with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s "
                          f"({share:.0f} s, interleaved)"):
-            per_call = evaluate.time_runners(calls, share, warmup=1)
-        out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call}
+            per_call = evaluate.time_runners(guarded(calls, failed), share, warmup=1)
+        out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call and k not in failed}
     return out
 
 

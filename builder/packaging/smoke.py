@@ -229,7 +229,8 @@ def wait_healthy(
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> float:
-    """Largest difference; SmokeFailed beyond float rounding (float) or one quantization step (integer)."""
+    """Largest difference; SmokeFailed beyond float rounding (float), or for any difference at all in an
+    answer that is not a float (integer ids, booleans, strings: the same file must give the same answer)."""
     where = f"output {output!r}: " if output else ""
     if got.shape != want.shape:
         raise SmokeFailed(f"{where}answer has shape {list(got.shape)}, the local interpreter's {list(want.shape)}")
@@ -240,7 +241,7 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> 
         return 0.0
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
     kind = np.dtype(dtype).kind
-    ok = diff <= 1 if kind in "iu" else bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
+    ok = bool(np.array_equal(got, want)) if kind in "iub" else bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
     if not ok:
         raise SmokeFailed(f"{where}answers differ from the local interpreter's (max |diff| {diff:.3g})")
     return diff
@@ -291,7 +292,8 @@ def compare_approximate(got: np.ndarray, want: np.ndarray, output: str = "") -> 
     metric: the same class for class scores, a small relative error otherwise.
     """
     judged = fidelity(output or "output", got, want)  # refuses a changed shape first
-    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+    numeric = not (is_text(got.dtype) or is_text(want.dtype))  # strings are judged by agreement alone
+    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size and numeric else 0.0
     if not judged.passed:
         raise SmokeFailed(f"int8 answers of {judged.output!r} vs the fp32 interpreter: {judged.text()} "
                           f"(max |diff| {diff:.3g})")
@@ -421,7 +423,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
         raise SmokeFailed("the served answers drifted from the original model's: "
                           + ", ".join(f.text() for f in failed))
     note = ""
-    constant = [n for n in names if want[n].size and not is_text(want[n].dtype)
+    constant = [n for n in names if want[n].size and np.dtype(want[n].dtype).kind in "fiu"  # np.ptp refuses bools
                 and float(np.max(np.ptp(want[n].reshape(rows, -1), axis=0))) == 0.0]
     if constant:
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
