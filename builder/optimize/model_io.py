@@ -293,6 +293,21 @@ def add_xla_signature(directory: Path, signature: str = DEFAULT_SIGNATURE) -> No
     fresh.rename(directory)
 
 
+def remove_signature(directory: Path, name: str) -> None:
+    """Re-save a SavedModel without the signature `name` (every other one stays); written beside it and
+    swapped in when complete. For a `serving_xla` that cannot run here: a served folder carries no signature
+    that cannot answer."""
+    tf = tfenv.tensorflow()
+    directory = Path(directory)
+    loaded = tf.saved_model.load(str(directory))
+    signatures = {key: fn for key, fn in loaded.signatures.items() if key != name}
+    fresh = directory.with_name(directory.name + ".without")
+    with contextlib.redirect_stdout(io.StringIO()):
+        tf.saved_model.save(loaded, str(fresh), signatures=signatures)
+    shutil.rmtree(directory)
+    fresh.rename(directory)
+
+
 def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
     return [None if i == 0 else d for i, d in enumerate(shape)]  # batch stays dynamic
 

@@ -26,7 +26,7 @@ from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
 from builder.optimize.select import select_step
-from builder.optimize.steps import (baseline_step, convert_step, evaluate_step,
+from builder.optimize.steps import (baseline_step, convert_step, drop_unrunnable_xla, evaluate_step,
                                     export_step, measure_step, openvino_available,
                                     prune_step, qat_step, samples_step)
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
@@ -74,6 +74,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             unpruned_export = sparsity is None and any(r.format == "saved_model" for r in results)
             results, candidates, extra = measure_step(results, staging, plan, contract, reference,
                                                       None if unpruned_export else loaded.saved_model_dir, options, say)
+            results = drop_unrunnable_xla(results, candidates, staging, plan)
             same = next((r for r in results if r.format == "saved_model"), None) if sparsity is None else None
             if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
                 baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,

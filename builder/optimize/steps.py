@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from builder.optimize.contract import contract_kept, fit_arguments
-from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS
+from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.options import Options, stage
 from builder.optimize.planning import Plan
 from builder.optimize.recipe import Recipe
@@ -322,6 +322,35 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         plan.notes.append(line)
     plan.notes.extend(cands.cannot_run_lines(candidates))
     return updated, candidates, extra
+
+
+def drop_unrunnable_xla(results: list[ArtifactResult], candidates: list[Candidate], staging: Path, plan: Plan
+                        ) -> list[ArtifactResult]:
+    """The SavedModel without its `serving_xla` when that signature could not make one call here (a model
+    with ops XLA has no kernel for, `tf.image.combined_non_max_suppression`): the served folder keeps only
+    signatures that answer, and a note says why (the candidate's note names the runtime's reason)."""
+    from builder.optimize import evaluate
+    from builder.optimize.candidates import CANNOT_RUN
+    from builder.optimize.causes import cause, log_text
+    from builder.optimize.model_io import remove_signature
+
+    broken = next((c for c in candidates if c.signature == XLA_SIGNATURE and c.error.startswith(CANNOT_RUN)), None)
+    saved = next((r for r in results if r.format == "saved_model"), None)
+    if broken is None or saved is None or XLA_SIGNATURE == plan.loaded.signature or XLA_SIGNATURE in plan.loaded.others:
+        return results
+    try:
+        remove_signature(staging / saved.path, XLA_SIGNATURE)
+    except Exception as error:  # noqa: BLE001 - the folder still serves every other signature
+        log = plan.log("remove-xla", log_text(error, "removing serving_xla"))
+        plan.notes.append(f"xla: serving_xla stays in {saved.path} although it cannot run here: re-saving without "
+                          f"it failed: {cause(error)} (full text: {log})")
+        return results
+    plan.notes.append(f"xla: serving_xla taken out of {saved.path}: it cannot run on this host (its candidate says "
+                      "why), so the served folder offers only signatures that answer")
+    raw, packed = evaluate.file_sizes(staging / saved.path)
+    signatures = [s for s in saved.extra.get("signatures", []) if s != XLA_SIGNATURE]
+    return [replace(r, size_bytes=raw, gzip_bytes=packed, extra={**r.extra, "signatures": signatures})
+            if r is saved else r for r in results]
 
 
 def allowed_precisions(recipe: Recipe) -> tuple[str, ...]:
