@@ -88,8 +88,8 @@ def grpc_caller(host: str, port: int, model_name: str, signature: str,
     """A zero-argument Predict call on one persistent channel (the request built once), and its closer."""
     import grpc
 
-    import builder.server.tfs_proto as pb
-    from builder.server.tensors import fill_proto
+    import builder.wire.tfs_proto as pb
+    from builder.wire.tensors import fill_proto
 
     channel = grpc.insecure_channel(f"{host}:{port}")
     call = channel.unary_unary(f"/{pb.PREDICTION_SERVICE}/Predict",

@@ -11,7 +11,6 @@ machine has; bazel's defaults (and `os.cpu_count()`) ignore that and over-subscr
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 from collections.abc import Callable
@@ -151,55 +150,9 @@ def tf_features(arch: str, flags: frozenset[str]) -> tuple[tuple[str, bool], ...
 
 
 # ------------------------------------------------------------------------------------------ cgroups
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-
-
-def _cgroup_dirs(root: Path, controller: str | None) -> list[Path]:
-    """Directories of this process's cgroup for a v1 controller (or v2 when None), leaf to top."""
-    text = _read(root / "proc/self/cgroup") or ""
-    dirs: list[Path] = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        wanted = controllers == "" if controller is None else controller in controllers.split(",")
-        if not wanted:
-            continue
-        if controller is None:
-            mounts = [root / "sys/fs/cgroup", root / "sys/fs/cgroup/unified"]
-        else:
-            mounts = [root / "sys/fs/cgroup" / controllers, root / "sys/fs/cgroup" / controller]
-        for mount in mounts:
-            current = Path(rel.strip() or "/")
-            while True:
-                candidate = mount / str(current).lstrip("/")
-                if candidate.is_dir() and candidate not in dirs:
-                    dirs.append(candidate)
-                if current == current.parent:
-                    break
-                current = current.parent
-    return dirs
-
-
-def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
-    """CPUs allowed by cgroup quotas (v2 cpu.max, v1 cfs_quota/period), the tightest level; None if none."""
-    limits: list[float] = []
-    for directory in _cgroup_dirs(root, None):
-        text = _read(directory / "cpu.max")
-        if text:
-            quota, _, period = text.partition(" ")
-            if quota != "max" and period:
-                limits.append(int(quota) / int(period))
-    for directory in _cgroup_dirs(root, "cpu"):
-        quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
-        if quota and period and int(quota) > 0 and int(period) > 0:
-            limits.append(int(quota) / int(period))
-    return min(limits) if limits else None
+# The readers live with the server's sizing (`builder.measure.cores`, standard library only: serving images
+# carry it); host detection uses the same ones.
+from builder.measure.cores import _cgroup_dirs, _read, cgroup_cpu_limit, usable_cpus  # noqa: E402,F401
 
 
 def cgroup_memory_limit(root: Path = Path("/")) -> int | None:
@@ -222,16 +175,6 @@ def mem_total(root: Path = Path("/")) -> int | None:
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024
     return None
-
-
-def usable_cpus(logical: int, affinity: int | None, quota: float | None) -> int:
-    """CPUs this process may really use: affinity mask and cgroup quota (rounded up), at least 1."""
-    usable = logical
-    if affinity:
-        usable = min(usable, affinity)
-    if quota is not None:
-        usable = min(usable, max(1, math.ceil(quota)))
-    return max(1, usable)
 
 
 def usable_memory(total: int | None, limit: int | None) -> int | None:

@@ -68,16 +68,17 @@ def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any
 
 # --- the server's code, the model and the wheels ------------------------------------------------------
 
-#: What a serving image runs: the server package, the measurement package its start-up self-test times with
-#: (standard library only), and the small modules they import (with the package's __init__); nothing else.
+#: What a serving image runs: the server package, the model layer, the measurement package its start-up
+#: self-test and sizing time with (standard library only), the wire formats, and the small modules they
+#: import (with the package's __init__); nothing else.
 SERVER_PACKAGE = "server"
-SERVER_PACKAGES = (SERVER_PACKAGE, "model", "measure")
+SERVER_PACKAGES = (SERVER_PACKAGE, "model", "measure", "wire")
 SERVER_SUPPORT = ("__init__.py", "errors.py", "digest.py", "report.py")
 
 
 def copy_server_code(dest: Path) -> None:
-    """`builder/server`, `builder/model` and `builder/measure` plus the few modules they import and the stdlib-only guard, as
-    /opt/tfsmith."""
+    """`builder/server`, `builder/model`, `builder/measure` and `builder/wire` plus the few modules they import and the
+    stdlib-only guard, as /opt/tfsmith."""
     package = dest / "builder"
     package.mkdir(parents=True, exist_ok=True)
     for name in SERVER_SUPPORT:

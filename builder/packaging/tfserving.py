@@ -23,7 +23,7 @@ from builder.packaging.context import environment
 from builder.packaging.plan import PackageOptions, ServePlan
 from builder.model.artifact import Artifact
 from builder.model.signature import DEFAULT_SIGNATURE
-from builder.server.protocol import TF_DTYPES
+from builder.wire.tensors import TF_DTYPES
 from builder.packaging.warmup import Tensor, encode_prediction_log, write_warmup
 from builder.say import Say
 

@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from builder.errors import InputError, TfsmithError
 from builder.server import options
@@ -22,8 +23,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
          choose_runtime: ChooseRuntime | None = None) -> int:
     args = options.parse(sys.argv[1:] if argv is None else argv, prog)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
+    from builder.server import front
     from builder.server.config import configure
-    from builder.server.process import run_server
 
     try:
         runtime, reason = args.runtime, "requested" if args.runtime else "what the model needs"
@@ -36,18 +37,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
             if choose_runtime is None:
                 raise InputError("--runtime auto is measured by tfsmith on the host (tfsmith serve/package); "
                                  "name the runtime here: litert, openvino, openvino-nncf or tensorflow")
-            runtime, reason = choose_runtime(args.runtime, args.model, args.threads)
-        if args.processes < 1:
-            raise InputError("--processes must be at least 1")
+            runtime, reason = choose_runtime(args.runtime, args.model, args.threads or 1)
         config = configure(
             args.model,
             model_name=args.model_name,
             version=args.model_version,
             runtime=runtime,
             runtime_reason=reason,
-            workers=args.workers,
+            workers=args.workers or 1,
             threads=args.threads,
-            max_batch=args.max_batch,
+            max_batch=args.max_batch or 1,
             batch_timeout_us=args.batch_timeout_us,
             max_body_bytes=args.max_body_bytes,
             dispatch=args.dispatch,
@@ -66,11 +65,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     except TfsmithError as error:
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
         return error.exit_code
-    # "serving ... on http://..." is said by run_server once the model has loaded, never before
+    # "serving ... on http://..." is said by the front once the model has loaded, never before
     logging.getLogger("tfsmith.serve").info("loading %s v%s (%s, runtime %s: %s)", config.model_name, config.version,
                                             config.model_path.name, config.runtime, config.runtime_reason)
+    config, sizing = size_server(config, args)
     try:
-        run_server(config, host=args.host, port=args.port, log_level=args.log_level, processes=args.processes)
+        layout = front.Layout(processes=sizing.processes, cpus=sizing.cpus)
+        front.run(config, host=args.host, port=args.port, log_level=args.log_level, layout=layout,
+                  banner=[f"configuration: {sizing.describe()}", *(f"  {line}" for line in sizing.why)])
     except TfsmithError as error:  # a port another process holds, refused before any model loads
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
         return error.exit_code
@@ -80,6 +82,43 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
                          f"served: {type(error).__name__}: {error}\n")
         return 1
     return 0
+
+
+def size_server(config: Any, args: Any) -> tuple[Any, Any]:
+    """The configuration with what was left auto chosen (`sizing`), and the sizing with its reasons."""
+    from dataclasses import replace
+
+    from builder.measure.cores import read_cores
+    from builder.model import registry
+    from builder.server import sizing
+    from builder.server.batching import BatchingConfig
+
+    asked = sizing.Asked(processes=args.processes, threads=args.threads, interpreters=args.workers,
+                         max_batch=args.max_batch, preference=args.prefer, pin=args.pin_cores == "on")
+    cores = read_cores()
+    tensorflow = registry.on_tensorflow(config.runtime)
+    everything_given = None not in (asked.processes, asked.threads, asked.interpreters, asked.max_batch)
+    measured = None
+    if not tensorflow and not everything_given:
+        model, samples, signature = served_file(config)
+        measured = sizing.measure_model(config.runtime, model, samples, signature, cores.count)
+    chosen = sizing.choose(cores, measured, asked, tensorflow=tensorflow)
+    batching = BatchingConfig(chosen.max_batch, config.batching.timeout_us)
+    return replace(config, workers=chosen.interpreters, threads=chosen.threads, batching=batching), chosen
+
+
+def served_file(config: Any) -> tuple[Path, Path | None, str | None]:
+    """(model file, samples, signature) that sizing times: the one model, or a base path's latest version."""
+    if not config.sources:
+        return config.model_path, config.samples_path, config.signature_name
+    from builder.model.artifact import resolve_artifact
+    from builder.server.model_config import version_folders
+
+    source = config.sources[0]
+    folders = version_folders(source.base_path)
+    latest = folders[max(folders)]
+    artifact = resolve_artifact(latest, source.name, config.runtime)
+    return artifact.model_path, artifact.samples_path, config.signature_name or artifact.signature
 
 
 def needed_runtime(model: Path | None) -> tuple[str, str] | None:

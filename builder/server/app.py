@@ -1,5 +1,5 @@
-"""The ASGI app: TensorFlow Serving's REST API (plus the Open Inference Protocol, gRPC and metrics started
-with it) over the loaded models (FastAPI). Running it (uvicorn, draining, worker processes) is `process`'s.
+"""The ASGI app: TensorFlow Serving's REST API, the Open Inference Protocol and metrics over the loaded
+models (FastAPI).
 
 Routes:
   /v1/models/...                                 TensorFlow Serving's REST API (`tfs_rest`)
@@ -7,11 +7,13 @@ Routes:
   GET  /monitoring/prometheus/metrics            Prometheus metrics (`metrics`)
   GET  /healthz                                  liveness + what is served
   GET  /openapi.json, /docs                      the API described, exactly (`contract`)
-gRPC (`grpc_service`) shares the event loop and the models. The three protocols only translate; what a
-request does once translated (resolve, readiness, batching, metrics, in-flight) is `dataplane`'s. Every error is `{"error": "..."}` with a 4xx
-status for what the client got wrong (400 malformed body or wrong shape/dtype, 404 unknown model/version/
-label/route, 405 wrong method with `Allow`, 413 body too large, 415 unknown Content-Encoding, 503 not ready)
-and 500 for our own failures; no request, however malformed, stops the server.
+A model host (`host`) serves it: the front (`front`) speaks HTTP and gRPC to clients and hands each request
+over; the host answers the hot paths straight from the data plane and everything else through this app.
+The protocols only translate; what a request does once translated (resolve, readiness, batching, metrics,
+in-flight) is `dataplane`'s. Every error is `{"error": "..."}` with a 4xx status for what the client got
+wrong (400 malformed body or wrong shape/dtype, 404 unknown model/version/label/route, 405 wrong method with
+`Allow`, 413 body too large, 415 unknown Content-Encoding, 503 not ready) and 500 for our own failures; no
+request, however malformed, stops the server.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from builder.server import grpc_service, reload, tfs_rest, v2
+from builder.server import reload, tfs_rest, v2
 from builder.server.answers import add_error_answers
 from builder.server.access_log import AccessLog
 from builder.server.config import ServerConfig
@@ -46,14 +48,9 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     models = load_models(config, pool, metrics)
     first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
     plane = DataPlane(models, metrics, config.access_log)
-    servicer = grpc_service.Servicer(plane)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if config.grpc_port:
-            server, port = await grpc_service.start(servicer, config.host, config.grpc_port, config.max_body_bytes,
-                                                    config.tls)
-            app.state.grpc_server, app.state.grpc_port = server, port
         poller = None
         if config.sources and config.poll_seconds > 0:
             def changed() -> None:
@@ -67,8 +64,6 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
         plane.set_ready(False)
         if poller is not None:
             poller.cancel()
-        if app.state.grpc_server is not None:
-            await app.state.grpc_server.stop(config.drain_seconds)
         plane.close()
 
     app = FastAPI(
@@ -81,8 +76,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     app.state.models = models
     app.state.plane = plane
     app.state.metrics = metrics
-    app.state.grpc_server = None
-    app.state.grpc_port = 0
+    app.state.grpc_port = config.grpc_port  # gRPC is the front's (`front`); 0 when it serves none
     app.state.config = config
 
     add_error_answers(app)

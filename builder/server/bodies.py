@@ -55,6 +55,17 @@ async def read_limited(stream: AsyncIterator[bytes], limit: int, content_length:
     return body if encoding == "identity" else gunzip_limited(body, limit)
 
 
+def decoded(body: bytes, limit: int, content_encoding: str | None = None) -> bytes:
+    """A body already read whole (the front read it under the limit as sent): decoded when gzip, refusing
+    (413) one that decodes to more than `limit` bytes and (415) an encoding the server does not read."""
+    encoding = (content_encoding or "identity").strip().lower() or "identity"
+    if encoding not in ENCODINGS:
+        raise RequestError(f"unsupported Content-Encoding {content_encoding!r}; send identity or gzip", status=415)
+    if len(body) > limit:
+        raise RequestError(f"request body of {len(body)} bytes exceeds the limit of {limit} bytes", status=413)
+    return body if encoding == "identity" else gunzip_limited(body, limit)
+
+
 def gunzip_limited(data: bytes, limit: int) -> bytes:
     """A gzip body decoded, refusing (413) one that decodes to more than `limit` bytes without decoding it all."""
     decoder = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)

@@ -66,7 +66,7 @@ def configure(
     runtime: str | None = None,
     runtime_reason: str = "requested",
     workers: int = 2,
-    threads: int = 1,
+    threads: int | None = 1,
     max_batch: int = 1,
     batch_timeout_us: int = 0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -93,7 +93,7 @@ def configure(
     from builder.model.openvino import nncf_inputs
     from builder.model.tensorflow import prepare_tensorflow
 
-    if workers < 1 or threads < 1:
+    if workers < 1 or (threads is not None and threads < 1):
         raise InputError("--workers and --threads must be at least 1")
     if version < 0:
         raise InputError("--model-version must be a non-negative integer")
@@ -118,8 +118,17 @@ def configure(
         batching = BatchingConfig(max_batch, batch_timeout_us)
     except ValueError as error:
         raise InputError(str(error)) from None
+
+    def tensorflow_threads() -> int:
+        """TensorFlow's intra-op pool: as asked, else (auto) the cores this process may use."""
+        from builder.measure.cores import read_cores
+
+        chosen = threads if threads is not None else read_cores().count
+        common["threads"] = chosen
+        return chosen
+
     common: dict[str, Any] = dict(  # the same in both forms below: one model file, or model sources
-        runtime_reason=runtime_reason, workers=workers, threads=threads, batching=batching,
+        runtime_reason=runtime_reason, workers=workers, threads=threads or 1, batching=batching,
         max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, host=host,
         access_log=access_log == "json", drain_seconds=drain_seconds, shutdown_delay_seconds=shutdown_delay_seconds,
         tls_cert=tls_cert, tls_key=tls_key, signature_required=signature_name is not None)
@@ -143,7 +152,7 @@ def configure(
             raise InputError(f"runtime {runtime} serves one model file; name it instead of a base path")
         runtime = runtime or sources_runtime(sources)
         if registry.on_tensorflow(runtime):
-            prepare_tensorflow(threads, workers)
+            prepare_tensorflow(tensorflow_threads(), workers)
         return ServerConfig(model_path=sources[0].base_path, model_name=sources[0].name, runtime=runtime,
                             sources=tuple(sources), poll_seconds=poll_seconds, signature_name=signature_name,
                             **common)
@@ -157,7 +166,7 @@ def configure(
     if registry.calibrates(runtime):
         nncf_inputs(resolved.model_path)  # refused up front without calibration samples
     if registry.on_tensorflow(runtime):
-        prepare_tensorflow(threads, workers)
+        prepare_tensorflow(tensorflow_threads(), workers)
     return ServerConfig(model_path=model_for_runtime(runtime, resolved.model_path), model_name=resolved.name,
                         version=version, runtime=runtime, samples_path=resolved.samples_path,
                         signature_name=signature_name or resolved.signature, **common)

@@ -1,8 +1,8 @@
 """TensorFlow Serving's gRPC API (port 8500): PredictionService.Predict/GetModelMetadata, ModelService.GetModelStatus.
 
-Served by `grpc.aio` on the same event loop as the REST app, so a gRPC predict goes through the same
-batcher and interpreter pool (and the same inline fast path for tiny models) as a REST one, without a
-second thread pool competing for the GIL. Handlers are generic (`method_handlers_generic_handler`) over
+The front listens (`grpc.aio`, on the same event loop as its HTTP) and hands each call's serialized message
+to a model host, where `Servicer` answers it through the same data plane, batcher and interpreters as a
+REST request. Handlers are generic (`method_handlers_generic_handler`) over
 our own message classes (`tfs_proto`): no generated stubs, no TensorFlow. Errors are gRPC status codes as
 TF Serving uses them: INVALID_ARGUMENT for a bad request, NOT_FOUND for an unknown model or version.
 Replies carry `tensor_content` (raw bytes) when the request did, else the typed value fields, so clients
@@ -11,7 +11,7 @@ that read `float_val` directly keep working and `tf.make_ndarray` reads either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,13 @@ import grpc
 import numpy as np
 
 from builder.server import ports
-from builder.server import tfs_proto as pb
 from builder.server.answers import failure
 from builder.server.dataplane import CLIENT_GONE, Address, DataPlane
+from builder.server.forward import GRPC, Answer, Request
 from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
-from builder.server.tensors import ENUM_OF_DTYPE, fill_proto, to_array
+from builder.wire import tfs_proto as pb
+from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, to_array
 
 CODE_OF_HTTP = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
                 413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE,
@@ -50,7 +51,10 @@ class PredictCodec:
 
     def decode(self, served: ServedModel, body: Any) -> tuple[PredictCall, list[str]]:
         signature = served.signature(body.model_spec.signature_name)
-        arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in body.inputs.items()}
+        try:
+            arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in body.inputs.items()}
+        except WireError as error:
+            raise RequestError(str(error)) from None
         call = served.call(signature, arrays)
         return call, check_output_names(signature, list(body.output_filter))
 
@@ -144,36 +148,38 @@ def signature_def_map(signatures: Mapping[str, Any]) -> Any:
     return result
 
 
-def _unary(method: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
-    return grpc.unary_unary_rpc_method_handler(method, request_deserializer=request.FromString,
-                                               response_serializer=response.SerializeToString)
+#: The RPCs the front accepts (any other is answered UNIMPLEMENTED by gRPC itself).
+RPCS = {pb.PREDICTION_SERVICE: ("Predict", "GetModelMetadata"), pb.MODEL_SERVICE: ("GetModelStatus",)}
+#: gRPC status number -> code.
+CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def handlers(servicer: Servicer) -> list[grpc.GenericRpcHandler]:
-    return [
-        grpc.method_handlers_generic_handler(pb.PREDICTION_SERVICE, {
-            "Predict": _unary(servicer.predict, pb.PredictRequest, pb.PredictResponse),
-            "GetModelMetadata": _unary(servicer.get_model_metadata, pb.GetModelMetadataRequest,
-                                       pb.GetModelMetadataResponse),
-        }),
-        grpc.method_handlers_generic_handler(pb.MODEL_SERVICE, {
-            "GetModelStatus": _unary(servicer.get_model_status, pb.GetModelStatusRequest, pb.GetModelStatusResponse),
-        }),
-    ]
+def front_handlers(respond: Callable[[Request], Awaitable[Answer]]) -> list[grpc.GenericRpcHandler]:
+    """The RPCs as the front receives them: the serialized message handed whole to a model host (`respond`),
+    its serialized reply or status code given back; nothing is decoded in the front."""
+
+    def handler(name: str) -> grpc.RpcMethodHandler:
+        async def behavior(message: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            answer = await respond(Request(GRPC, name, message, client=context.peer()))
+            if answer.status:
+                await context.abort(CODES.get(answer.status, grpc.StatusCode.INTERNAL), answer.message)
+            return bytes(answer.body)
+
+        return grpc.unary_unary_rpc_method_handler(behavior)
+
+    return [grpc.method_handlers_generic_handler(service, {method: handler(f"/{service}/{method}")
+                                                           for method in methods})
+            for service, methods in RPCS.items()]
 
 
-async def start(servicer: Servicer, host: str, port: int, max_message_bytes: int,
-                tls: tuple[Path, Path] | None = None, shared: bool | None = None) -> tuple[grpc.aio.Server, int]:
-    """A started gRPC server on the running loop and its bound port; `tls` is (certificate, key) files.
-
-    `shared` (default: whether this is one of `--processes N` workers) lets sibling workers listen on the
-    same port (SO_REUSEPORT); otherwise the port is ours alone, as gRPC would by default share it with any
-    process of the same user (see `ports`)."""
-    shared = ports.shared_by_workers() if shared is None else shared
+async def start(respond: Callable[[Request], Awaitable[Answer]], host: str, port: int, max_message_bytes: int,
+                tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
+    """The front's gRPC server, started on the running loop, and its bound port; `tls` is (certificate,
+    key) files. The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`)."""
     options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1),
-               ("grpc.so_reuseport", 1 if shared else 0)]
+               ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(handlers(servicer))
+    server.add_generic_rpc_handlers(front_handlers(respond))
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         if tls is None:

@@ -29,6 +29,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
     batchable = all(s.inputs and batched(s.inputs[0]) for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
+    pool.on_model_cpu = metrics.model_cpu.labels(config.model_name).inc  # after the self-test: requests only
     inline = run_inline(model_p50_us, config.batching) if config.dispatch == "auto" else config.dispatch == "inline"
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline)
     batcher.on_batch = metrics.batch

@@ -13,11 +13,11 @@ request; the text is built only when scraped.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 
 PATH = "/monitoring/prometheus/metrics"
@@ -42,7 +42,7 @@ def status_label(http_status: int) -> str:
 class _RequestCount:
     """Collector publishing the request counter under TF Serving's exact sample name."""
 
-    def __init__(self, counts: Counter[tuple[str, str]]) -> None:
+    def __init__(self, counts: Tally[tuple[str, str]]) -> None:
         self._counts = counts
 
     def collect(self) -> Iterator[Metric]:
@@ -57,7 +57,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.counts: Counter[tuple[str, str]] = Counter()
+        self.counts: Tally[tuple[str, str]] = Tally()
         self.registry.register(_RequestCount(self.counts))
         self._latency = Histogram(REQUEST_LATENCY, "Distribution of request latency in microseconds "
                                   "(TensorFlow Serving's name).", ["model_name", "API", "entrypoint"],
@@ -73,6 +73,10 @@ class Metrics:
                                   ["model_name", "version"], registry=self.registry)
         self.ready = Gauge("tfsmith_model_ready", "1 while the model is loaded, warmed and not draining.",
                            ["model_name"], registry=self.registry)
+        self.model_cpu = Counter("tfsmith_model_cpu_seconds", "CPU time of the model's calls (the calling "
+                                 "thread's), for what the server spends beyond the model: "
+                                 "process_cpu_seconds_total minus this.", ["model_name"], registry=self.registry)
+        ProcessCollector(registry=self.registry)
         self._children: dict[tuple[str, str, str], Any] = {}
         self._queue_child = self._queuing.labels("tfsmith_batch_threads")
 
@@ -104,3 +108,50 @@ class Timer:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+#: Gauges that are not summed across model processes: readiness is the least ready process's, a load time
+#: the slowest one's.
+MERGED_BY = {"tfsmith_model_ready": min, "tfsmith_model_load_seconds": max, "process_start_time_seconds": min,
+             "process_max_fds": max}
+
+
+def merge_expositions(texts: list[bytes]) -> bytes:
+    """One exposition from several processes' (`--processes N`): samples with the same name and labels are
+    summed (counters, histograms, requests in flight), except the gauges of `MERGED_BY`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: dict[str, tuple[str, str]] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text.decode("utf-8")):
+            families.setdefault(family.name, (family.type, family.documentation))
+            samples = values.setdefault(family.name, {})
+            for sample in family.samples:
+                samples.setdefault((sample.name, tuple(sorted(sample.labels.items()))), []).append(sample.value)
+    lines: list[str] = []
+    for name, (kind, documentation) in families.items():
+        lines.append(f"# HELP {name} {_escape_help(documentation)}")
+        lines.append(f"# TYPE {name} {'untyped' if kind == 'unknown' else kind}")
+        combine = MERGED_BY.get(name, sum)
+        for (sample, labels), found in values[name].items():
+            value = min(found) if sample.endswith("_created") else combine(found)
+            text = ",".join(f'{key}="{_escape_label(label)}"' for key, label in labels)
+            lines.append(f"{sample}{{{text}}} {_number(value)}" if text else f"{sample} {_number(value)}")
+    return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value)) if value != int(value) else f"{value:.1f}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from builder.errors import InputError
-from builder.server.tfs_proto import BOOL, ENUM, INT64, MAP, MESSAGE, REPEATED, STRING, UINT32, Field, file_proto
+from builder.wire.tfs_proto import BOOL, ENUM, INT64, MAP, MESSAGE, REPEATED, STRING, UINT32, Field, file_proto
 
 POLICY = ".tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy"
 CONFIG_MESSAGES: dict[str, list[Field]] = {

@@ -20,6 +20,19 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 RUNTIME_CHOICES = registry.CHOICES
 
 
+def auto_count(text: str) -> int | None:
+    """A count of at least 1, or `auto` (None: the server sizes it)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or auto), got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class ServerOption:
     """One command-line option of the server; `dest` is the attribute and the key `to_argv` reads."""
@@ -31,6 +44,7 @@ class ServerOption:
     help: str
     group: str = "model"
     choices: tuple[str, ...] | None = None
+    shown_default: str | None = None  # what --help says the default is, where it is not `default` itself
 
 
 OPTIONS: tuple[ServerOption, ...] = (
@@ -55,12 +69,23 @@ OPTIONS: tuple[ServerOption, ...] = (
                  "gRPC port, TensorFlow Serving's PredictionService/ModelService (0 = no gRPC)", group="network"),
     ServerOption("--max-body-bytes", "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES,
                  "larger request bodies are refused with 413", group="network"),
-    ServerOption("--workers", "workers", int, 2, "interpreters, one per worker thread", group="performance"),
-    ServerOption("--threads", "threads", int, 1, "intra-op threads per interpreter", group="performance"),
-    ServerOption("--processes", "processes", int, 1, "server processes sharing the port (throughput)",
-                 group="performance"),
-    ServerOption("--max-batch", "max_batch", int, 1, "dynamic batching: most examples per batch (1 = off)",
-                 group="performance"),
+    ServerOption("--processes", "processes", auto_count, None,
+                 "model processes the front hands requests to, the least busy first (1: the models run in the "
+                 "front's process); auto: sized from the cores and the model's measured call time",
+                 group="performance", shown_default="auto"),
+    ServerOption("--workers", "workers", auto_count, None, "interpreters per process, one per worker thread "
+                 "(auto: sized)", group="performance", shown_default="auto"),
+    ServerOption("--threads", "threads", auto_count, None, "intra-op threads per interpreter (auto: sized)",
+                 group="performance", shown_default="auto"),
+    ServerOption("--prefer", "prefer", str, "throughput",
+                 "what auto sizing serves best: throughput (the most answers from the cores) or latency (the "
+                 "fastest single answer)", group="performance", choices=("throughput", "latency")),
+    ServerOption("--pin-cores", "pin_cores", str, "off",
+                 "pin each model process to cores of its own (on) or let the kernel place them (off)",
+                 group="performance", choices=("on", "off")),
+    ServerOption("--max-batch", "max_batch", auto_count, None,
+                 "dynamic batching: most examples per batch (1 = off; auto: natural batching where a batch "
+                 "measures cheaper per example)", group="performance", shown_default="auto"),
     ServerOption("--batch-timeout-us", "batch_timeout_us", int, 0,
                  "dynamic batching: longest wait for a fuller batch", group="performance"),
     ServerOption("--dispatch", "dispatch", str, "auto",
@@ -95,8 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".tflite file or `tfsmith optimize --out` folder (or --model-base-path/--model-config-file)")
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     for option in OPTIONS:
+        shown = option.shown_default if option.shown_default is not None else option.default
         kwargs: dict[str, Any] = {"dest": option.dest, "type": option.type, "default": option.default,
-                                  "help": option.help if option.default is None else f"{option.help} (default: {option.default})"}
+                                  "help": option.help if shown is None else f"{option.help} (default: {shown})"}
         if option.choices:
             kwargs["choices"] = option.choices
         groups[option.group].add_argument(option.flag, **kwargs)

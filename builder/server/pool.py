@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import queue
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +36,9 @@ class BackendPool:
         self._free: queue.SimpleQueue[Backend] = queue.SimpleQueue()
         for backend in backends:
             self._free.put(backend)
+        #: Told the CPU seconds of each call (the calling thread's: with intra-op threads, theirs are not in
+        #: it), so the server can say what it spends beyond the model (`metrics`).
+        self.on_model_cpu: Callable[[float], None] | None = None
 
     @classmethod
     def create(cls, runtime: str, model_path: Path, workers: int = 1, threads: int = 1) -> BackendPool:
@@ -51,7 +55,13 @@ class BackendPool:
     def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Blocking; safe from any number of threads."""
         with self.checkout() as backend:
-            return backend.predict(signature, inputs)
+            if self.on_model_cpu is None:
+                return backend.predict(signature, inputs)
+            start = time.thread_time()
+            try:
+                return backend.predict(signature, inputs)
+            finally:
+                self.on_model_cpu(time.thread_time() - start)
 
 
 #: The start-up self-test's time budget: it stops earlier once the median is pinned down (`measure.stats`).

@@ -22,22 +22,7 @@ from builder.server import jsoncodec
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 
-# numpy dtype name -> TensorFlow DataType enum name and number (tensorflow/core/framework/types.proto).
-TF_DTYPES: dict[str, tuple[str, int]] = {
-    "float32": ("DT_FLOAT", 1),
-    "float64": ("DT_DOUBLE", 2),
-    "int32": ("DT_INT32", 3),
-    "uint8": ("DT_UINT8", 4),
-    "int16": ("DT_INT16", 5),
-    "int8": ("DT_INT8", 6),
-    "int64": ("DT_INT64", 9),
-    "bool": ("DT_BOOL", 10),
-    "uint16": ("DT_UINT16", 17),
-    "float16": ("DT_HALF", 19),
-    "uint32": ("DT_UINT32", 22),
-    "uint64": ("DT_UINT64", 23),
-    "object": ("DT_STRING", 7),  # see STRING
-}
+from builder.wire.tensors import TF_DTYPES  # noqa: E402 - the dtype table every wire format shares
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"

@@ -15,7 +15,6 @@ followed by its bytes (the extension's framing, what tritonclient writes).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,16 +29,10 @@ from builder.server.bodies import read_limited
 from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome, Provisional
 from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
 from builder.server.served import ServedModel, check_output_names
+from builder.wire.tensors import WireError
+from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
-HEADER_LENGTH = "inference-header-content-length"
 ENTRYPOINT = "V2"
-#: v2 datatype <-> numpy dtype name.
-DATATYPES = {
-    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
-    "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
-    "BYTES": STRING,
-}
-DATATYPE_OF = {numpy: v2 for v2, numpy in DATATYPES.items()}
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
 REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
 
@@ -72,32 +65,6 @@ def model_metadata(metadata: ModelMetadata) -> dict[str, Any]:
             "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
 
 
-def decode_bytes(data: memoryview | bytes, count: int, where: str) -> np.ndarray:
-    """A BYTES tensor's binary data (each element: uint32 little-endian length, then the bytes) as an object
-    array of `count` bytes values; RequestError when the framing does not hold exactly that many."""
-    values: list[bytes] = []
-    view, offset = memoryview(data), 0
-    while offset < len(view):
-        if offset + 4 > len(view):
-            raise RequestError(f"{where}: BYTES data ends inside a 4-byte length prefix")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > len(view):
-            raise RequestError(f"{where}: BYTES element of {length} bytes runs past its binary_data_size")
-        values.append(bytes(view[offset:offset + length]))
-        offset += length
-    if len(values) != count:
-        raise RequestError(f"{where}: {len(values)} BYTES elements in the binary data for {count} values")
-    array = np.empty(count, dtype=object)
-    array[:] = values
-    return array
-
-
-def encode_bytes(array: np.ndarray) -> bytes:
-    """An object array of bytes in the binary extension's BYTES framing (row-major)."""
-    return b"".join(struct.pack("<I", len(v)) + v for v in (bytes(x) for x in array.reshape(-1)))
-
-
 def split_body(body: bytes, header_length: str | None, standard: bool = False) -> tuple[Any, memoryview]:
     """(the JSON request, the binary tail) of an infer body; the tail is empty without the extension.
     `standard`: the JSON is read by the standard library straight away (`jsoncodec.loads`)."""
@@ -106,7 +73,7 @@ def split_body(body: bytes, header_length: str | None, standard: bool = False) -
     if not header_length.strip().isdigit() or int(header_length) > len(body):
         raise RequestError(f"Inference-Header-Content-Length {header_length!r} does not fit a {len(body)}-byte body")
     cut = int(header_length)
-    return parse_json(body[:cut]), memoryview(body)[cut:]
+    return parse_json(bytes(body[:cut]), standard), memoryview(body)[cut:]
 
 
 def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, booleans: bool = True
@@ -157,7 +124,10 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
             if offset + length > len(binary):
                 raise RequestError(f"{where}: binary_data_size {length} runs past the end of the body")
             if dtype == STRING:
-                arrays[name] = decode_bytes(binary[offset:offset + length], size, where).reshape(shape)
+                try:
+                    arrays[name] = decode_bytes(binary[offset:offset + length], size, where).reshape(shape)
+                except WireError as error:
+                    raise RequestError(str(error)) from None
                 offset += length
                 continue
             if length != size * np.dtype(dtype).itemsize:
@@ -275,7 +245,7 @@ class InferCodec:
     @staticmethod
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
         signature = served.signature("")
-        arrays = parse_inputs(document, signature, tail, may_hold_booleans(body[:len(body) - len(tail)]))
+        arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         check_output_names(signature, order)
         return served.call(signature, arrays), (document, order, binary)

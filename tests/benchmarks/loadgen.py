@@ -150,3 +150,63 @@ def run_load(
     """`total` POSTs of `bodies` (cycled) from `concurrency` keep-alive clients; `check` judges each answer
     (decoded JSON, or the raw bytes with `raw`); `headers[i]` are extra request headers for `bodies[i]`."""
     return asyncio.run(run_load_async(url, bodies, check, total, concurrency, headers, raw))
+
+
+
+class _Window:
+    """When a timed load ends: set once every connection of the pool is open."""
+
+    def __init__(self) -> None:
+        self.start = asyncio.Event()
+        self.deadline = 0.0
+
+
+async def _timed_client(url: str, bodies: Sequence[bytes], window: _Window, offset: int, latencies: list[float],
+                        failures: list[str], headers: Sequence[str] | None, opened: list[int]) -> None:
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    connection = _Connection(parts.hostname or "127.0.0.1", parts.port or 80)
+    connection.reader, connection.writer = await asyncio.open_connection(connection.host, connection.port)
+    opened.append(1)
+    await window.start.wait()  # every connection is open before any request: a proxy's pool, opened together
+    n = 0
+    try:
+        while time.perf_counter() < window.deadline:
+            index = (offset + n) % len(bodies)
+            n += 1
+            began = time.perf_counter()
+            try:
+                status, payload = await connection.post(path, bodies[index], headers[index] if headers else "")
+                latencies.append(time.perf_counter() - began)
+                if status != 200:
+                    failures.append(f"HTTP {status}: {payload[:200]!r}")
+            except Exception as error:  # noqa: BLE001 - counted and reported, never hidden
+                failures.append(f"{type(error).__name__}: {error}")
+                await connection.close()
+    finally:
+        await connection.close()
+
+
+def run_pool_for(url: str, bodies: Sequence[bytes], seconds: float, connections: int,
+                 headers: Sequence[Mapping[str, str]] | None = None) -> LoadResult:
+    """Requests for `seconds` from a pool of `connections` keep-alive connections opened together (as a
+    proxy's pool is), one request in flight on each; only the status is checked (throughput runs)."""
+    lines = [("".join(f"{k}: {v}\r\n" for k, v in h.items())) for h in headers] if headers else None
+
+    async def run() -> LoadResult:
+        latencies: list[float] = []
+        failures: list[str] = []
+        window, opened = _Window(), []
+        tasks = [asyncio.ensure_future(_timed_client(url, bodies, window, i * 7, latencies, failures, lines, opened))
+                 for i in range(connections)]
+        while len(opened) < connections and not any(t.done() for t in tasks):
+            await asyncio.sleep(0.001)
+        began = time.perf_counter()
+        window.deadline = began + seconds
+        window.start.set()
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - began
+        return LoadResult(len(latencies) + len(failures), len(failures), 0, elapsed, tuple(latencies),
+                          failures[0] if failures else "")
+
+    return asyncio.run(run())

@@ -237,8 +237,8 @@ def grpc_load(port: int, x: np.ndarray, input_name: str, total: int, concurrency
     """Predict with tensor_content from `concurrency` grpc.aio tasks; requests serialized up front."""
     import grpc
 
-    from builder.server import tfs_proto as pb
-    from builder.server.tensors import fill_proto
+    from builder.wire import tfs_proto as pb
+    from builder.wire.tensors import fill_proto
 
     requests = []
     for i in range(len(x)):

@@ -209,8 +209,8 @@ def test_model_config_file_policies_and_labels(versions: Path, tmp_path: Path) -
         v2 = HTTP.get(f"{running.url}/v2/models/b").json()
         assert v2["versions"] == ["1", "2"]
         grpc = pytest.importorskip("grpc")
-        from builder.server import tfs_proto
-        from builder.server.tensors import fill_proto
+        from builder.wire import tfs_proto
+        from builder.wire.tensors import fill_proto
 
         request = tfs_proto.PredictRequest()
         request.model_spec.name = "a"

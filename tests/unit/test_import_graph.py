@@ -107,10 +107,14 @@ def test_the_server_imports_only_what_images_carry() -> None:
     assert all(not deps for deps in outside.values()), outside
 
 
-#: What the rest of tfsmith may use of the server: its command line (to tell an image how to serve) and its
-#: wire formats (to speak to one as a client does). Models, runtimes and backends are `builder.model`'s.
-SERVER_SURFACE = {"builder.server.options", "builder.server.protocol", "builder.server.tfs_proto",
-                  "builder.server.tensors"}
+#: What the rest of tfsmith may use of the server: its command line (to tell an image how to serve). Its wire
+#: formats are `builder.wire`'s (clients speak to it with those); models, runtimes and backends `builder.model`'s.
+SERVER_SURFACE = {"builder.server.options"}
+
+
+def test_the_wire_formats_stand_below_the_server() -> None:
+    deps = {d for m, ds in import_graph().items() if m.startswith("builder.wire") for d in ds}
+    assert deps <= {"builder.wire", "builder.wire.tensors"}, deps
 
 
 def test_packaging_optimize_and_bench_use_the_model_layer_not_server_internals() -> None:

@@ -22,13 +22,13 @@ with warnings.catch_warnings():  # starlette's note about httpx's successor; the
 
 from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server import grpc_service, tfs_rest, v2
-from builder.server import tfs_proto as pb
+from builder.wire import tfs_proto as pb
 from builder.server.answers import add_error_answers
 from builder.server.dataplane import CLIENT_GONE, DataPlane
 from builder.server.metrics import Metrics, status_label
 from builder.server.protocol import PredictCall, RequestError
 from builder.server.served import ModelSet, ServedModel
-from builder.server.tensors import fill_proto
+from builder.wire.tensors import fill_proto
 
 SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),
                           (TensorSpec("y", "float32", (None, 1)),))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.server import tfs_proto as ours
+from builder.wire import tfs_proto as ours
 from builder.server.contract import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
 from builder.server.protocol import (
     RequestError,
@@ -26,8 +26,10 @@ from builder.server.protocol import (
     to_string_array,
     to_typed_array,
 )
-from builder.server.tensors import fill_proto, to_array
-from builder.server.v2 import DATATYPE_OF, decode_bytes, encode_bytes, json_data, parse_inputs
+from builder.wire.tensors import fill_proto, to_array
+from builder.server.v2 import DATATYPE_OF, json_data, parse_inputs
+from builder.wire.tensors import WireError
+from builder.wire.v2_binary import decode_bytes, encode_bytes
 
 TEXT = SignatureSpec("serving_default", (TensorSpec("text", "object", (None,)),), (TensorSpec("probs", "float32", (None, 2)),))
 MIXED = SignatureSpec(
@@ -127,11 +129,11 @@ def test_dt_string_fill_rules_and_refusals() -> None:
     assert to_array(empty, "x").tolist() == [b"", b""]
     wrong = ours.TensorProto(dtype=7, string_val=[b"a", b"b"])
     wrong.tensor_shape.dim.add(size=3)
-    with pytest.raises(RequestError, match="2 values in string_val"):
+    with pytest.raises(WireError, match="2 values in string_val"):
         to_array(wrong, "x")
     packed = ours.TensorProto(dtype=7, tensor_content=b"abc")
     packed.tensor_shape.dim.add(size=1)
-    with pytest.raises(RequestError, match="string_val, not tensor_content"):
+    with pytest.raises(WireError, match="string_val, not tensor_content"):
         to_array(packed, "x")
 
 
@@ -151,11 +153,11 @@ def test_bytes_framing_round_trips_and_refuses_bad_frames() -> None:
     raw = encode_bytes(values)
     assert raw == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0) + struct.pack("<I", 3) + b"\xff" * 3
     assert decode_bytes(raw, 3, "x").tolist() == values.tolist()
-    with pytest.raises(RequestError, match="inside a 4-byte length prefix"):
+    with pytest.raises(WireError, match="inside a 4-byte length prefix"):
         decode_bytes(raw + b"\x01", 3, "x")
-    with pytest.raises(RequestError, match="runs past"):
+    with pytest.raises(WireError, match="runs past"):
         decode_bytes(struct.pack("<I", 9) + b"ab", 1, "x")
-    with pytest.raises(RequestError, match="2 BYTES elements"):
+    with pytest.raises(WireError, match="2 BYTES elements"):
         decode_bytes(encode_bytes(objects(b"a", b"b")), 3, "x")
 
 

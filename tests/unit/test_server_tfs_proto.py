@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.server import tfs_proto as ours
-from builder.server.tensors import fill_proto, to_array
-from builder.server.protocol import RequestError
+from builder.wire import tfs_proto as ours
+from builder.wire.tensors import WireError, fill_proto, to_array
 
 apis = pytest.importorskip("tensorflow_serving.apis.predict_pb2", reason="tensorflow-serving-api not installed")
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2  # noqa: E402
@@ -131,11 +130,11 @@ def test_typed_values_follow_tensorflow_fill_rules() -> None:
     wrong = ours.TensorProto(dtype=1)
     wrong.tensor_shape.dim.add(size=3)
     wrong.float_val.extend([1.0, 2.0])
-    with pytest.raises(RequestError, match="2 values"):
+    with pytest.raises(WireError, match="2 values"):
         to_array(wrong, "x")
     short = ours.TensorProto(dtype=1, tensor_content=b"\0" * 8)
     short.tensor_shape.dim.add(size=3)
-    with pytest.raises(RequestError, match="tensor_content has 8 bytes"):
+    with pytest.raises(WireError, match="tensor_content has 8 bytes"):
         to_array(short, "x")
-    with pytest.raises(RequestError, match="unsupported dtype DataType 8"):  # DT_COMPLEX64
+    with pytest.raises(WireError, match="unsupported dtype DataType 8"):  # DT_COMPLEX64
         to_array(ours.TensorProto(dtype=8), "x")

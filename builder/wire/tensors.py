@@ -14,7 +14,26 @@ from typing import Any
 
 import numpy as np
 
-from builder.server.protocol import TF_DTYPES, RequestError
+# numpy dtype name -> TensorFlow DataType enum name and number (tensorflow/core/framework/types.proto).
+TF_DTYPES: dict[str, tuple[str, int]] = {
+    "float32": ("DT_FLOAT", 1),
+    "float64": ("DT_DOUBLE", 2),
+    "int32": ("DT_INT32", 3),
+    "uint8": ("DT_UINT8", 4),
+    "int16": ("DT_INT16", 5),
+    "int8": ("DT_INT8", 6),
+    "int64": ("DT_INT64", 9),
+    "bool": ("DT_BOOL", 10),
+    "uint16": ("DT_UINT16", 17),
+    "float16": ("DT_HALF", 19),
+    "uint32": ("DT_UINT32", 22),
+    "uint64": ("DT_UINT64", 23),
+    "object": ("DT_STRING", 7),  # strings: numpy object arrays of bytes
+}
+
+
+class WireError(ValueError):
+    """A message that does not hold what it says (a server answers it 400 INVALID_ARGUMENT)."""
 
 DTYPE_OF_ENUM: dict[int, np.dtype] = {number: np.dtype(name) for name, (_, number) in TF_DTYPES.items()}
 ENUM_OF_DTYPE: dict[str, int] = {name: number for name, (_, number) in TF_DTYPES.items()}
@@ -33,22 +52,22 @@ def dtype_name(number: int) -> str:
 
 
 def to_array(proto: Any, where: str) -> np.ndarray:
-    """A TensorProto as an ndarray; RequestError (400) naming `where` when it is malformed or unsupported."""
+    """A TensorProto as an ndarray; WireError naming `where` when it is malformed or unsupported."""
     dtype = DTYPE_OF_ENUM.get(proto.dtype)
     if dtype is None:
-        raise RequestError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
+        raise WireError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
     if proto.tensor_shape.unknown_rank:
-        raise RequestError(f"{where}: tensor_shape must be known")
+        raise WireError(f"{where}: tensor_shape must be known")
     shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
     if any(d < 0 for d in shape):
-        raise RequestError(f"{where}: negative dimension in tensor_shape {list(shape)}")
+        raise WireError(f"{where}: negative dimension in tensor_shape {list(shape)}")
     size = int(np.prod(shape, dtype=np.int64))
     if dtype == object:
         return _strings(proto, shape, size, where)
     if proto.tensor_content:
         content = proto.tensor_content
         if len(content) != size * dtype.itemsize:
-            raise RequestError(f"{where}: tensor_content has {len(content)} bytes, shape {list(shape)} of "
+            raise WireError(f"{where}: tensor_content has {len(content)} bytes, shape {list(shape)} of "
                                f"{dtype.name} needs {size * dtype.itemsize}")
         return np.frombuffer(content, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
     values = getattr(proto, VALUE_FIELD[dtype.name])
@@ -59,24 +78,24 @@ def to_array(proto: Any, where: str) -> np.ndarray:
         try:
             flat = np.asarray(values, dtype=dtype)
         except OverflowError:
-            raise RequestError(f"{where}: value out of range for {dtype.name}") from None
+            raise WireError(f"{where}: value out of range for {dtype.name}") from None
     if count == size:
         return flat.reshape(shape)
     if count == 0:
         return np.zeros(shape, dtype=dtype)
     if count == 1:
         return np.full(shape, flat[0], dtype=dtype)
-    raise RequestError(f"{where}: {count} values in {VALUE_FIELD[dtype.name]} for shape {list(shape)} "
+    raise WireError(f"{where}: {count} values in {VALUE_FIELD[dtype.name]} for shape {list(shape)} "
                        f"({size} values)")
 
 
 def _strings(proto: Any, shape: tuple[int, ...], size: int, where: str) -> np.ndarray:
     """A DT_STRING tensor's `string_val` as an object array of bytes (one value fills the shape, none is b"")."""
     if proto.tensor_content:
-        raise RequestError(f"{where}: DT_STRING values go in string_val, not tensor_content")
+        raise WireError(f"{where}: DT_STRING values go in string_val, not tensor_content")
     values = list(proto.string_val)
     if len(values) not in (size, 0, 1):
-        raise RequestError(f"{where}: {len(values)} values in string_val for shape {list(shape)} ({size} values)")
+        raise WireError(f"{where}: {len(values)} values in string_val for shape {list(shape)} ({size} values)")
     flat = np.empty(size, dtype=object)
     flat[:] = values if len(values) == size else [values[0] if values else b""] * size
     return flat.reshape(shape)

@@ -1,0 +1,103 @@
+"""Which model process answers the next request: the least busy one, per request, never per connection.
+
+Each model process has a window: how many requests it may hold at once (one running on each interpreter,
+plus one decoded and waiting so the interpreter never idles between requests; with batching, enough to
+fill a batch). A request goes to the process with the fewest requests out, ties taken in turn, so an idle
+server spreads even a single client's requests over every process. When every window is full the request
+waits here, in arrival order, and takes the first window that frees: one queue in front of all processes,
+so no request waits behind a busy process while another idles, whatever the clients' connections look like.
+The choice (`choose`) is a pure function; `Dispatcher` is the asyncio shell around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+H = TypeVar("H")
+T = TypeVar("T")
+
+
+def choose(out: Sequence[int], windows: Sequence[int], start: int) -> int | None:
+    """The index of the process with the fewest requests out among those below their window, looking from
+    `start` round so that ties go to each in turn; None when every window is full."""
+    best: int | None = None
+    count = len(out)
+    for step in range(count):
+        index = (start + step) % count
+        if out[index] < windows[index] and (best is None or out[index] < out[best]):
+            best = index
+    return best
+
+
+def window(interpreters: int, max_batch: int) -> int:
+    """Requests one model process may hold: a batch's worth for each interpreter, plus one decoded ahead."""
+    return interpreters * max(1, max_batch) + 1
+
+
+class Dispatcher(Generic[H]):
+    """Hands each call to the least busy of `hosts` (`choose`), or queues it until a window frees."""
+
+    def __init__(self, hosts: Sequence[H], windows: Sequence[int]) -> None:
+        self.hosts = list(hosts)
+        self.windows = list(windows)
+        self.out = [0] * len(hosts)
+        self.answered = [0] * len(hosts)  # requests each host has answered (metrics, balance checks)
+        self._next = 0
+        self._queue: deque[asyncio.Future[int]] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    async def run(self, call: Callable[[H], Awaitable[T]]) -> T:
+        """`call(host)` on the least busy host, once one has room."""
+        index = await self._acquire()
+        try:
+            return await call(self.hosts[index])
+        finally:
+            self._release(index)
+
+    async def run_on(self, index: int, call: Callable[[H], Awaitable[T]]) -> T:
+        """`call` on one named host, counted in its window but not waiting for room (metrics, control)."""
+        self.out[index] += 1
+        try:
+            return await call(self.hosts[index])
+        finally:
+            self.out[index] -= 1
+
+    async def _acquire(self) -> int:
+        index = choose(self.out, self.windows, self._next) if not self._queue else None
+        if index is None:
+            waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            self._queue.append(waiter)
+            try:
+                index = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed a window just as it was cancelled
+                    self._release(waiter.result())
+                raise
+            return index
+        self._take(index)
+        return index
+
+    def _take(self, index: int) -> None:
+        self.out[index] += 1
+        self._next = (index + 1) % len(self.hosts)
+
+    def _release(self, index: int) -> None:
+        self.out[index] -= 1
+        self.answered[index] += 1
+        while self._queue:
+            waiter = self._queue.popleft()
+            if waiter.done():  # its caller was cancelled while it waited
+                continue
+            chosen = choose(self.out, self.windows, self._next)
+            if chosen is None:
+                self._queue.appendleft(waiter)
+                return
+            self._take(chosen)
+            waiter.set_result(chosen)
+            return

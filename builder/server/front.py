@@ -1,0 +1,311 @@
+"""The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model host.
+
+    clients ──HTTP/1.1──▶ front (`http_front`) ──┐            ┌──▶ model host in this process   (--processes 1)
+    clients ──gRPC──────▶ front (`grpc_service`) ─┴▶ dispatch ─┼──▶ model process 1 ┐ shared memory
+                                                              └──▶ model process N ┘ (`channel`)
+
+With `--processes N` the front hands each request to the least busy model process (`dispatch`): requests,
+not connections, are spread, so one client connection, a pool of four or hundreds of them, and one gRPC
+channel alike keep every process busy. The front holds the only listening sockets: the REST port is bound
+before any model loads (a taken port is refused at once) and the gRPC port is ours alone (no SO_REUSEPORT),
+so no other process can join either (`ports`).
+
+Lifecycle:
+- start: the model hosts load and warm their models; the front listens once every one is ready. A model
+  process that refuses its model hands its one-line reason to the front, which prints it and exits with
+  its code (the same line one process would print).
+- SIGTERM/SIGINT: every host reports not-ready, the front keeps answering for `shutdown_delay_seconds` (load
+  balancers see the readiness change; a second signal skips the wait), then stops taking connections and
+  calls, lets the requests in flight finish (up to `drain_seconds`) and stops the hosts.
+- A model process that exits unasked stops the server with status 1: an orchestrator restarts the whole
+  server, where a smaller one would answer slower with nobody told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+from builder.errors import TfsmithError
+from builder.server import grpc_service, ports
+from builder.server.channel import DRAIN, META_ROOM, READY, REFUSED, STOP, ChannelClosed, FrontEnd
+from builder.server.config import ServerConfig, config_to_json
+from builder.server.dispatch import Dispatcher, window
+from builder.server.forward import HTTP, Answer, Request
+from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
+
+log = logging.getLogger("tfsmith.serve")
+
+#: How long stopped model processes get to exit before they are killed.
+STOP_SECONDS = 10.0
+
+
+class Refused(TfsmithError):
+    """A model process refused what it was given; its message and exit code are the ones to report."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the server is laid out: model processes (0: the models in the front's own process) and the cores
+    each is pinned to (None: not pinned)."""
+
+    processes: int = 0
+    cpus: tuple[tuple[int, ...], ...] | None = None
+
+
+def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info",
+        layout: Layout = Layout(), banner: Sequence[str] = ()) -> None:
+    """Serve until SIGTERM/SIGINT, then drain; SystemExit(1) when a model process died unasked. Ports
+    another process holds are refused (`ports.PortTaken`) before any model loads. `banner`: lines said
+    once the server listens (the configuration it chose and why)."""
+    import uvloop
+
+    sock = ports.bind_rest(host, port)  # ours from here on
+    try:
+        if config.grpc_port:
+            ports.check_free(config.host, config.grpc_port)
+        status = uvloop.run(_serve(config, sock, host, log_level, layout, banner))
+    finally:
+        sock.close()
+    if status:
+        raise SystemExit(status)
+
+
+# --- model hosts --------------------------------------------------------------------------------------------
+
+
+class LocalHosts:
+    """The models in this process: one host, answering directly."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        from builder.server.host import ModelHost
+
+        self.host = ModelHost(config)
+        self.died = asyncio.Event()  # never set: nothing to lose
+
+    async def start(self) -> None:
+        await self.host.start()
+
+    async def respond(self, request: Request) -> Answer:
+        return await self.host.answer(request)
+
+    def describe(self) -> str:
+        return "in this process"
+
+    async def drain(self) -> None:
+        self.host.drain()
+
+    async def stop(self) -> None:
+        await self.host.stop()
+
+    def kill(self) -> None:
+        pass
+
+
+@dataclass
+class _Process:
+    process: Any  # multiprocessing.Process
+    end: FrontEnd
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelProcesses:
+    """N model processes behind a dispatcher; the front's metrics answer sums theirs."""
+
+    def __init__(self, config: ServerConfig, layout: Layout, log_level: str) -> None:
+        from builder.server import model_process
+
+        self.config = config
+        self.died = asyncio.Event()
+        self.stopping = False
+        size = window(config.workers, config.batching.max_batch_size)
+        slot_bytes = config.max_body_bytes + META_ROOM
+        context = multiprocessing.get_context("spawn")
+        text = config_to_json(config)
+        self.processes: list[_Process] = []
+        for index in range(layout.processes):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            cpus = None if layout.cpus is None else layout.cpus[index]
+            process = context.Process(target=model_process.run, name=f"tfsmith-model-{index}",
+                                      args=(text, theirs, index, os.getpid(), log_level, cpus))
+            process.start()
+            theirs.close()
+            self.processes.append(_Process(process, FrontEnd(ours, size, slot_bytes)))
+        self._own_metrics = CollectorRegistry()
+        ProcessCollector(registry=self._own_metrics)
+        self.dispatcher: Dispatcher[FrontEnd] = Dispatcher([p.end for p in self.processes],
+                                                           [size] * len(self.processes))
+
+    async def start(self) -> None:
+        """Every process loaded and ready; Refused (the first refusal) otherwise, the others stopped."""
+        for index, entry in enumerate(self.processes):
+            entry.end.on_closed = lambda index=index: self._closed(index)
+            await entry.end.start()
+        outcomes = await asyncio.gather(*(self._ready(p) for p in self.processes), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                self.kill()
+                raise outcome
+
+    async def _ready(self, entry: _Process) -> None:
+        try:
+            notice, values = await entry.end.control()
+        except ChannelClosed:
+            raise TfsmithError(f"model process {entry.process.pid} exited while loading the model (status "
+                               f"{entry.process.exitcode}); see the log above") from None
+        if notice.kind == REFUSED:
+            message, code = values
+            raise Refused(message, code)
+        if notice.kind == READY:
+            entry.info = values
+
+    def _closed(self, index: int) -> None:
+        if not self.stopping:
+            entry = self.processes[index]
+            entry.process.join(0.5)
+            log.error("model process %d (pid %s) exited with status %s unasked; stopping the server", index,
+                      entry.process.pid, entry.process.exitcode)
+            self.died.set()
+
+    async def respond(self, request: Request) -> Answer:
+        if request.kind == HTTP and request.method == "GET" and request.path == METRICS_PATH:
+            return await self._metrics(request)
+        try:
+            return await self.dispatcher.run(lambda end: end.exchange(request))
+        except ChannelClosed:
+            return _unavailable(request)
+
+    async def _metrics(self, request: Request) -> Answer:
+        """Every process's metrics summed (counters, histograms, in flight; readiness as the least ready),
+        plus how many requests each process answered."""
+        answers = await asyncio.gather(*(self.dispatcher.run_on(i, lambda end: end.exchange(request))
+                                         for i in range(len(self.processes))), return_exceptions=True)
+        texts = [bytes(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
+        texts.append(generate_latest(self._own_metrics))  # the front's own CPU and memory, summed in
+        counts = "".join(f'tfsmith_process_requests_total{{process="{i}"}} {n}\n'
+                         for i, n in enumerate(self.dispatcher.answered))
+        extra = ("# HELP tfsmith_process_requests_total Requests each model process answered.\n"
+                 "# TYPE tfsmith_process_requests_total counter\n" + counts +
+                 "# HELP tfsmith_dispatch_queue Requests waiting for a model process.\n"
+                 f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.dispatcher.queued}\n")
+        return Answer(200, merge_expositions(texts) + extra.encode(), ((b"content-type", CONTENT_TYPE.encode()),))
+
+    def describe(self) -> str:
+        pids = ", ".join(str(p.info.get("pid", p.process.pid)) for p in self.processes)
+        return f"in {len(self.processes)} model processes (pids {pids})"
+
+    async def drain(self) -> None:
+        await asyncio.gather(*(p.end.tell(DRAIN) for p in self.processes))
+
+    async def stop(self) -> None:
+        """Each process finishes what it holds and exits; any still there after STOP_SECONDS is killed."""
+        self.stopping = True
+        await asyncio.gather(*(p.end.tell(STOP) for p in self.processes))
+        loop = asyncio.get_running_loop()
+        for entry in self.processes:
+            await loop.run_in_executor(None, entry.process.join, STOP_SECONDS)
+        self.kill()
+
+    def kill(self) -> None:
+        self.stopping = True
+        for entry in self.processes:
+            if entry.process.is_alive():
+                entry.process.kill()
+                entry.process.join(STOP_SECONDS)
+            entry.end.close()
+
+
+def _unavailable(request: Request) -> Answer:
+    if request.kind == HTTP:
+        from builder.server.answers import error_body
+
+        return Answer(503, error_body("the model process answering this request stopped"),
+                      ((b"content-type", b"application/json"),))
+    return Answer(14, message="the model process answering this request stopped")  # UNAVAILABLE
+
+
+# --- the front ---------------------------------------------------------------------------------------------
+
+
+def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls is None:
+        return None
+    cert, key = config.tls
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level: str, layout: Layout,
+                 banner: Sequence[str]) -> int:
+    from builder.server.http_front import HttpFront
+
+    loop = asyncio.get_running_loop()
+    asked, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        if asked.is_set():
+            hurry.set()  # a second signal: skip the shutdown delay
+        asked.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+    hosts: LocalHosts | ModelProcesses = (LocalHosts(config) if layout.processes == 0
+                                          else ModelProcesses(config, layout, log_level))
+    try:
+        starting = asyncio.ensure_future(hosts.start())
+        await asyncio.wait([starting, asyncio.ensure_future(asked.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # asked to stop while loading
+            hosts.kill()
+            starting.cancel()
+            return 0
+        starting.result()
+    except BaseException:
+        hosts.kill()
+        raise
+    respond: Callable[[Request], Awaitable[Answer]] = hosts.respond
+    tls = _tls_context(config)
+    http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls)
+    grpc_server = None
+    try:
+        await http.start(sock)
+        if config.grpc_port:
+            grpc_server, _ = await grpc_service.start(respond, config.host, config.grpc_port, config.max_body_bytes,
+                                                      config.tls)
+    except BaseException:
+        await hosts.stop()
+        raise
+    for line in banner:
+        log.info("%s", line)
+    log.info("serving %s v%s from %s on http%s://%s:%d%s, models %s", config.model_name, config.version,
+             config.model_path, "s" if tls else "", host, sock.getsockname()[1],
+             f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "", hosts.describe())
+    await asyncio.wait([asyncio.ensure_future(asked.wait()), asyncio.ensure_future(hosts.died.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    status = 0 if asked.is_set() else 1
+    await hosts.drain()
+    if asked.is_set() and config.shutdown_delay_seconds > 0:
+        try:
+            await asyncio.wait_for(hurry.wait(), config.shutdown_delay_seconds)
+        except asyncio.TimeoutError:
+            pass
+    stopping = [http.shutdown(config.drain_seconds)]
+    if grpc_server is not None:
+        stopping.append(grpc_server.stop(config.drain_seconds))
+    await asyncio.gather(*stopping)
+    await hosts.stop()
+    return status

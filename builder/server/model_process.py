@@ -1,0 +1,77 @@
+"""One model process of `--processes N`: the models loaded here, requests taken from the front's channel.
+
+Started by the front (spawned: a fresh interpreter, nothing inherited but the channel's socket), it loads
+and warms the models (`host.ModelHost`), says READY (or REFUSED with the one-line reason a user should
+read) and answers requests until the front says STOP or goes away. It holds no listening socket: clients
+only ever reach the front. Its own process group keeps a terminal's Ctrl-C for the front, which passes the
+stop on once; pinned to its share of the cores when the front asks (`cpus`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from builder.errors import TfsmithError
+
+log = logging.getLogger("tfsmith.serve")
+
+#: How often a model process checks that the front is still there.
+ORPHAN_CHECK_SECONDS = 1.0
+
+
+def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_level: str,
+        cpus: Sequence[int] | None = None) -> None:
+    """The process's whole life; the target the front spawns (module-level, so it pickles)."""
+    os.setpgrp()
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
+    threading.Thread(target=_stop_when_orphaned, args=(front_pid,), daemon=True).start()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    from builder.server.channel import READY, REFUSED, HostEnd
+    from builder.server.config import config_from_json
+
+    end = HostEnd(sock)
+    end.hello()
+    config = config_from_json(config_json)
+    try:
+        from builder.server.host import ModelHost
+
+        host = ModelHost(config)
+    except TfsmithError as error:
+        end.say(REFUSED, (str(error), error.exit_code))
+        sys.exit(error.exit_code)
+    except Exception as error:  # noqa: BLE001 - a model that fails to load: the front says why, in one line
+        log.debug("model process %d could not load the model", index, exc_info=True)
+        end.say(REFUSED, (f"{config.model_name} v{config.version} could not be served: {type(error).__name__}: "
+                          f"{error}", 1))
+        sys.exit(1)
+    end.say(READY, {"pid": os.getpid(), **host.info})
+    import uvloop
+
+    uvloop.run(_serve(host, end))
+
+
+async def _serve(host: object, end: object) -> None:
+    from builder.server.channel import HostEnd
+    from builder.server.host import ModelHost
+
+    assert isinstance(host, ModelHost) and isinstance(end, HostEnd)
+    await host.start()
+    end.on_drain = host.drain
+    try:
+        await end.serve(host.answer)
+    finally:
+        await host.stop()
+
+
+def _stop_when_orphaned(front_pid: int) -> None:
+    while os.getppid() == front_pid:
+        time.sleep(ORPHAN_CHECK_SECONDS)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,233 @@
+"""The server sizes itself: model processes × interpreters × threads per interpreter × batching, from the cores
+this process may use (`measure.cores`: affinity and CPU quota) and the model's own measured call time.
+
+What is measured at start (`measure_model`, the one timing loop, interleaved, ~2 s): the model's batch-1 call
+at 1, 2, 4... threads up to the cores, and a batch of `BATCH_PROBE` examples at one thread. What is decided
+from it (`choose`, pure):
+
+- threads per interpreter: for throughput, the count that spends the fewest core-seconds per call (t × time at
+  t threads; intra-op threads rarely scale linearly, so usually one); for latency, the fewest threads whose call
+  is not slower beyond noise than the fastest. Ties go to fewer threads.
+- processes: as many single-interpreter model processes as such interpreters fit the cores, never more busy
+  threads than cores (XNNPACK's pool spins before it sleeps, so an idle intra-op thread still takes a core).
+  Each process decodes and encodes under its own interpreter lock, so the Python work of a request scales with
+  the processes. One interpreter's worth of cores (or one core) keeps the models in the front's own process:
+  no hand-over at all.
+- batching: natural batching (`--batch-timeout-us 0`: a batch is whatever queued while the interpreter was
+  busy, so an idle server adds no latency) up to `BATCH_PROBE` when a batch's call costs less per example than
+  single calls beyond noise; otherwise off.
+- TensorFlow (a SavedModel) is not measured: its ops run on the process's own pools, sized to the cores, in
+  one process.
+Anything the user gave is kept as given; only what is `auto` is chosen, and the start-up lines say which.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.measure.cores import Cores
+from builder.measure.decide import Timed, faster_beyond_noise
+from builder.measure.stats import Summary
+
+log = logging.getLogger("tfsmith.serve")
+
+PREFERENCES = ("throughput", "latency")
+#: Examples in the batched probe, and the largest natural batch `auto` turns on.
+BATCH_PROBE = 8
+#: The start-up measurement's time budget (it stops earlier once every median is pinned down).
+MEASURE_BUDGET_S = 2.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The model's batch-1 call at each thread count tried, and a call of `batch` examples at one thread
+    (None: not measured, e.g. a model whose batch dimension is fixed)."""
+
+    by_threads: Mapping[int, Summary]
+    batch: int = 0
+    batched: Summary | None = None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the user gave (None: auto)."""
+
+    processes: int | None = None
+    threads: int | None = None
+    interpreters: int | None = None
+    max_batch: int | None = None
+    preference: str = "throughput"
+    pin: bool = False
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The server's shape: `processes` model processes (0: the models run in the front's process), each with
+    `interpreters` interpreters of `threads` threads, natural batching up to `max_batch` (1: off), pinned to
+    `cpus` (one tuple a process; None: not pinned); `why`, the lines said at start."""
+
+    processes: int
+    interpreters: int
+    threads: int
+    max_batch: int
+    cpus: tuple[tuple[int, ...], ...] | None
+    why: tuple[str, ...]
+
+    @property
+    def busy_threads(self) -> int:
+        return max(1, self.processes) * self.interpreters * self.threads
+
+    def describe(self) -> str:
+        where = "the front's own process" if self.processes == 0 else f"{self.processes} model processes"
+        batching = f"batching up to {self.max_batch}" if self.max_batch > 1 else "no batching"
+        pinned = ", each pinned to its cores" if self.cpus else ""
+        return (f"{where} × {self.interpreters} interpreter{'s' if self.interpreters != 1 else ''} × "
+                f"{self.threads} thread{'s' if self.threads != 1 else ''}, {batching}{pinned}")
+
+
+def thread_counts(cores: int) -> list[int]:
+    """The thread counts worth measuring: 1, 2, 4... up to the cores, and the cores themselves."""
+    counts, t = [], 1
+    while t < cores:
+        counts.append(t)
+        t *= 2
+    counts.append(cores)
+    return counts
+
+
+def _ms(summary: Summary) -> str:
+    return f"{summary.p50 * 1e3:.3g} ms"
+
+
+def choose_threads(measured: Measured, preference: str, cores: int) -> tuple[int, str]:
+    """(threads per interpreter, why) from the measured calls."""
+    tried = {t: s for t, s in sorted(measured.by_threads.items()) if t <= cores}
+    if not tried:
+        return 1, "threads: 1 per interpreter (the model could not be timed)"
+    figures = ", ".join(f"{_ms(s)} at {t}" for t, s in tried.items())
+    if preference == "latency":
+        items = [Timed(str(t), s.p50, s.ci_low, s.ci_high, preference=t) for t, s in tried.items()]
+        why = "the fewest threads no slower beyond noise than the fastest call"
+    else:  # core-seconds per call: what a full server spends on each answer
+        items = [Timed(str(t), s.p50 * t, s.ci_low * t, s.ci_high * t, preference=t) for t, s in tried.items()]
+        why = "the fewest core-seconds per call (threads × call time)"
+    best = min(items, key=lambda i: (i.p50, i.preference))
+    chosen = min((i for i in items if not faster_beyond_noise(best, i)), key=lambda i: i.preference)
+    threads = int(chosen.name)
+    return threads, f"threads: {threads} per interpreter, {why}; the model measured {figures} threads"
+
+
+def choose_batching(measured: Measured) -> tuple[int, str]:
+    """(max batch, why): natural batching where a batch costs less per example beyond noise."""
+    single = measured.by_threads.get(1)
+    if measured.batched is None or single is None or measured.batch < 2:
+        return 1, "batching: off (the model's batch is fixed, or it could not be timed batched)"
+    per = measured.batch
+    batched = Timed("batch", measured.batched.p50 / per, measured.batched.ci_low / per, measured.batched.ci_high / per)
+    alone = Timed("single", single.p50, single.ci_low, single.ci_high)
+    detail = (f"{measured.batched.p50 / per * 1e3:.3g} ms an example in a batch of {per} against "
+              f"{single.p50 * 1e3:.3g} ms alone")
+    if faster_beyond_noise(batched, alone):
+        return per, f"batching: natural, up to {per}: {detail}"
+    return 1, f"batching: off, a batch is not cheaper per example ({detail})"
+
+
+def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bool = False) -> Sizing:
+    """The server's shape for these cores and this model (pure)."""
+    count = cores.count
+    why = [f"cores: this process may use {cores.describe()}"]
+    if tensorflow:
+        threads = asked.threads or count
+        why.append(f"threads: {threads} intra-op" + ("" if asked.threads else ", TensorFlow runs a SavedModel on its own pools, sized to the cores"))
+        interpreters = asked.interpreters or 2
+        return Sizing(max(0, (asked.processes or 1)) if (asked.processes or 1) > 1 else 0, interpreters, threads,
+                      asked.max_batch or 1, None, tuple(why))
+    if asked.threads is not None:
+        threads = asked.threads
+        why.append(f"threads: {threads} per interpreter, as asked")
+    elif measured is None:
+        threads = 1
+        why.append("threads: 1 per interpreter (the model could not be timed at start)")
+    else:
+        threads, reason = choose_threads(measured, asked.preference, count)
+        why.append(reason)
+    fit = max(1, count // threads)  # interpreters of this size the cores hold
+    if asked.processes is not None:
+        processes = asked.processes if asked.processes > 1 else 0
+        per_process = max(1, fit // max(1, asked.processes))
+        interpreters = asked.interpreters or per_process
+        why.append(f"processes: {asked.processes}, as asked, {interpreters} interpreter{'s' if interpreters != 1 else ''} "
+                   "each")
+    elif asked.interpreters is not None:
+        processes, interpreters = 0, asked.interpreters
+        why.append(f"processes: one, with {interpreters} interpreters, as asked")
+    elif fit == 1:
+        processes, interpreters = 0, 1
+        why.append("processes: none apart, one interpreter fills the cores and runs in the front's own process "
+                   "(nothing to hand over)")
+    else:
+        processes, interpreters = fit, 1
+        why.append(f"processes: {fit} of one interpreter each, {fit} × {threads} thread{'s' if threads != 1 else ''} "
+                   f"fill {count} cores and each process decodes and encodes its requests under its own "
+                   "interpreter lock")
+    if asked.max_batch is not None:
+        max_batch = asked.max_batch
+        if max_batch > 1:
+            why.append(f"batching: up to {max_batch}, as asked")
+    elif measured is None:
+        max_batch = 1
+    else:
+        max_batch, reason = choose_batching(measured)
+        why.append(reason)
+    cpus = None
+    if asked.pin and processes:
+        cpus = pin(cores.ids, processes, interpreters * threads)
+        if cpus is None:
+            why.append("pinning: off, fewer cores than the processes' threads")
+    return Sizing(processes, interpreters, threads, max_batch, cpus, tuple(why))
+
+
+def pin(ids: Sequence[int], processes: int, each: int) -> tuple[tuple[int, ...], ...] | None:
+    """Disjoint cores for each process (`each` apiece, in order), or None when they do not fit."""
+    if processes * each > len(ids):
+        return None
+    return tuple(tuple(ids[i * each:(i + 1) * each]) for i in range(processes))
+
+
+# --- measuring (I/O) -------------------------------------------------------------------------------------
+
+
+def measure_model(runtime: str, model_path: Path, samples_path: Path | None, signature_name: str | None,
+                  cores: int, budget_s: float = MEASURE_BUDGET_S) -> Measured | None:
+    """The model's calls timed at each of `thread_counts(cores)` and batched at one thread, interleaved in one
+    loop (`builder.measure.loop`); None when the model cannot be run on its example inputs (then it is still
+    served, sized by the cores alone)."""
+    from builder.measure import loop, stats
+    from builder.model.create import create_backend
+    from builder.model.inputs import example_inputs
+    from builder.model.signature import DEFAULT_SIGNATURE, batched
+
+    runners = {}
+    try:
+        backends = {t: create_backend(runtime, model_path, t) for t in thread_counts(cores)}
+        first = next(iter(backends.values()))
+        signature = (first.signatures.get(signature_name or DEFAULT_SIGNATURE)
+                     or next(iter(first.signatures.values())))
+        single = example_inputs(signature, samples_path)
+        for t, backend in backends.items():
+            runners[f"threads={t}"] = (lambda b=backend: b.predict(signature.name, single))
+        if signature.inputs and all(batched(spec) for spec in signature.inputs):
+            several = example_inputs(signature, samples_path, BATCH_PROBE)
+            runners["batch"] = lambda: first.predict(signature.name, several)
+        samples = loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0]
+    except Exception as error:  # noqa: BLE001 - sizing never stops a server from starting
+        log.info("sizing: the model could not be timed (%s: %s); sizing by the cores alone",
+                 type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+        return None
+    by_threads = {int(name.split("=")[1]): stats.summarize(times) for name, times in samples.items()
+                  if name.startswith("threads=")}
+    batched_summary = stats.summarize(samples["batch"]) if "batch" in samples else None
+    return Measured(by_threads, BATCH_PROBE if batched_summary else 0, batched_summary)

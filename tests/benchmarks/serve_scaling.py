@@ -1,0 +1,561 @@
+"""Every core the server is given (a benchmark behind `make bench`, never a test).
+
+    python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 6] [--out DIR] [--judge]
+        [--protocols rest,v2,grpc] [--cores N]
+
+For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
+
+1. the model alone: the same interpreter in N processes × 1 thread, no server (inferences/s);
+2. per protocol (TF Serving REST JSON, Open Inference Protocol binary tensors, gRPC tensor_content) and per
+   client pool (4 and 16 keep-alive connections opened together, as a proxy's pool is; gRPC: as many channels,
+   each its own connection, plus one channel carrying 16 calls at once):
+   - `serve --processes N --workers 1 --threads 1 --max-batch 1`: throughput, p50/p99, each model process's
+     CPU seconds and requests (balance: max/min), the front's CPU;
+   - N one-process servers on N ports with the pool's connections spread evenly over them (the balanced
+     reference: what per-request dispatch must come within 0.9x of);
+3. `serve` with every option auto against each configuration it could have chosen (in-process × N
+   interpreters, N processes × 1 thread, N/2 processes × 2 threads...), v2 binary, 16 connections;
+4. the server's own CPU per request beyond the model's (one client; `process_cpu_seconds_total` minus
+   `tfsmith_model_cpu_seconds_total` from the server's metrics): MobileNetV2's 600 KB binary tensor on v2 and
+   gRPC, and the digits CNN's small request on REST, v2 and gRPC;
+and the load generator's own CPU beside each run. Tables on the terminal and in serve_scaling.md, the numbers
+in serve_scaling.json, a plot in serve_scaling.png.
+
+With `--judge` it ends with one line per floor and exits 1 when one is missed: with pools of 4 and 16
+connections, per-process CPU within 1.25x (max/min) and throughput at least 0.9x N balanced one-process servers,
+on REST, v2 binary and gRPC; per-request server CPU beyond the model at most 250 us for a 600 KB binary tensor
+(v2, gRPC), 150 us for a small request on REST and v2 and 300 us on gRPC. On a host with at least 8 cores also:
+binary-tensor throughput at least 0.8x the model alone, and auto within 10% of the best configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.benchmarks.loadgen import LoadResult, run_pool_for
+from tests.benchmarks.serve_peers import free_port, make_models, rest_bodies, v2_binary
+
+PROTOCOLS = ("rest", "v2", "grpc")
+POOLS = (4, 16)
+
+
+# --- servers ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    """A `python -m builder.server` process and how to reach it."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    grpc_port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def model_processes(self) -> list[Any]:
+        import psutil
+
+        return [c for c in psutil.Process(self.process.pid).children(recursive=True)
+                if "spawn_main" in " ".join(c.cmdline())]
+
+    def cpu(self) -> tuple[float, list[float]]:
+        """(the front's CPU seconds, each model process's), in process start order."""
+        import psutil
+
+        def seconds(process: Any) -> float:
+            times = process.cpu_times()
+            return times.user + times.system
+
+        return seconds(psutil.Process(self.process.pid)), [seconds(p) for p in
+                                                           sorted(self.model_processes(), key=lambda p: p.pid)]
+
+    def metrics(self) -> dict[str, float]:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"{self.url}/monitoring/prometheus/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = sample.name + "".join(f"|{k}={v}" for k, v in sorted(sample.labels.items()))
+                found[key] = found.get(key, 0.0) + sample.value
+        return found
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240) -> Server:
+    port, grpc_port = free_port(), free_port()
+    log = workdir / f"server-{port}.log"
+    argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
+            "--grpc-port", str(grpc_port), "--log-level", "info", *args]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(process, port, grpc_port, log)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=2):
+                return server
+        except OSError:
+            time.sleep(0.3)
+    server.stop()
+    raise RuntimeError(f"server not ready in {timeout_s} s")
+
+
+# --- load ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The request bodies of one protocol for the model's example rows."""
+
+    protocol: str
+    bodies: list[bytes]
+    headers: list[dict[str, str]] | None = None
+
+
+def requests_for(protocol: str, x: np.ndarray, input_name: str) -> Requests:
+    if protocol == "rest":
+        return Requests(protocol, rest_bodies(x))
+    if protocol == "v2":
+        bodies, headers = v2_binary(x, input_name)
+        return Requests(protocol, bodies, headers)
+    from builder.wire import tfs_proto as pb
+    from builder.wire.tensors import fill_proto
+
+    bodies = []
+    for i in range(len(x)):
+        request = pb.PredictRequest()
+        request.model_spec.name = "m"
+        fill_proto(request.inputs[input_name], x[i:i + 1])
+        bodies.append(request.SerializeToString())
+    return Requests(protocol, bodies)
+
+
+def grpc_pool_for(port: int, bodies: Sequence[bytes], seconds: float, channels: int, streams: int = 1) -> LoadResult:
+    """Predict calls for `seconds` over `channels` channels, each its own connection (a local subchannel pool:
+    by default channels to one address share one), `streams` calls in flight on each."""
+    import grpc
+
+    from builder.wire import tfs_proto as pb
+
+    async def run() -> LoadResult:
+        latencies: list[float] = []
+        failures: list[str] = []
+        options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", -1)]
+        opened = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(channels)]
+        for channel in opened:
+            await channel.channel_ready()
+        deadline = time.perf_counter() + seconds
+
+        async def client(channel: Any, offset: int) -> None:
+            call = channel.unary_unary(f"/{pb.PREDICTION_SERVICE}/Predict")
+            n = 0
+            while time.perf_counter() < deadline:
+                began = time.perf_counter()
+                try:
+                    await call(bodies[(offset + n) % len(bodies)], timeout=60)
+                    latencies.append(time.perf_counter() - began)
+                except grpc.RpcError as error:
+                    failures.append(str(error)[:200])
+                n += 1
+
+        began = time.perf_counter()
+        await asyncio.gather(*(client(channel, i * streams + s) for i, channel in enumerate(opened)
+                               for s in range(streams)))
+        elapsed = time.perf_counter() - began
+        for channel in opened:
+            await channel.close()
+        return LoadResult(len(latencies) + len(failures), len(failures), 0, elapsed, tuple(latencies),
+                          failures[0] if failures else "")
+
+    return asyncio.run(run())
+
+
+def load(server: Server, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
+    if requests.protocol == "grpc":
+        return grpc_pool_for(server.grpc_port, requests.bodies, seconds, connections, streams)
+    path = "/v1/models/m:predict" if requests.protocol == "rest" else "/v2/models/m/infer"
+    return run_pool_for(server.url + path, requests.bodies, seconds, connections, requests.headers)
+
+
+def load_many(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> LoadResult:
+    """The pool's connections spread evenly over one-process servers, all loaded at once (threads: each
+    `load` runs its own event loop)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    share = [connections // len(servers) + (1 if i < connections % len(servers) else 0) for i in range(len(servers))]
+    with ThreadPoolExecutor(len(servers)) as pool:
+        results = list(pool.map(lambda pair: load(pair[0], requests, seconds, pair[1]),
+                                [(s, n) for s, n in zip(servers, share) if n]))
+    latencies = tuple(v for r in results for v in r.latencies_s)
+    return LoadResult(sum(r.requests for r in results), sum(r.errors for r in results), 0,
+                      max(r.seconds for r in results), latencies, next((r.first_error for r in results if r.errors), ""))
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+# --- the model alone -------------------------------------------------------------------------------------
+
+ALONE = textwrap.dedent("""
+    import sys, time, numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=sys.argv[1], num_threads=1); it.allocate_tensors()
+    index = it.get_input_details()[0]["index"]
+    x = np.load(sys.argv[2])
+    for i in range(5):
+        it.set_tensor(index, x[i % len(x)][None]); it.invoke()
+    sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
+    deadline, n = time.perf_counter() + float(sys.argv[3]), 0
+    while time.perf_counter() < deadline:
+        it.set_tensor(index, x[n % len(x)][None]); it.invoke(); n += 1
+    print(n)
+""")
+
+
+def model_alone(model: Path, x: np.ndarray, processes: int, seconds: float, workdir: Path) -> float:
+    """Inferences/s of the same interpreter in `processes` processes × 1 thread, started together."""
+    rows = workdir / "rows.npy"
+    np.save(rows, x)
+    procs = [subprocess.Popen([sys.executable, "-c", ALONE, str(model), str(rows), str(seconds)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for _ in range(processes)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    counts = [int(proc.communicate(timeout=seconds + 120)[0].split()[-1]) for proc in procs]
+    return sum(counts) / seconds
+
+
+# --- measuring -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One load against one server layout."""
+
+    layout: str
+    protocol: str
+    connections: int
+    streams: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    loadgen_cpu_s: float
+    front_cpu_s: float | None = None
+    process_cpu_s: list[float] = field(default_factory=list)
+    process_requests: list[float] = field(default_factory=list)
+
+    @property
+    def cpu_balance(self) -> float | None:
+        cpu = [c for c in self.process_cpu_s]
+        return max(cpu) / min(cpu) if len(cpu) > 1 and min(cpu) > 0 else None
+
+    def summary(self) -> dict[str, Any]:
+        return {**asdict(self), "cpu_balance": self.cpu_balance}
+
+
+def measured_run(server: Server, requests: Requests, seconds: float, connections: int, layout: str,
+                 streams: int = 1) -> Run:
+    load(server, requests, min(2.0, seconds / 3), connections, streams)  # warm every process's path
+    front0, procs0 = server.cpu()
+    metrics0 = server.metrics()
+    cpu0 = own_cpu()
+    result = load(server, requests, seconds, connections, streams)
+    loadgen = own_cpu() - cpu0
+    front1, procs1 = server.cpu()
+    metrics1 = server.metrics()
+    answered = [metrics1.get(f"tfsmith_process_requests_total|process={i}", 0.0)
+                - metrics0.get(f"tfsmith_process_requests_total|process={i}", 0.0) for i in range(len(procs1))]
+    return Run(layout, requests.protocol, connections, streams, result.rps, result.p50_ms, result.p99_ms,
+               result.errors, loadgen, front1 - front0, [b - a for a, b in zip(procs0, procs1)], answered)
+
+
+def balanced_run(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> Run:
+    load_many(servers, requests, min(2.0, seconds / 3), connections)
+    before = [s.cpu()[0] for s in servers]
+    cpu0 = own_cpu()
+    result = load_many(servers, requests, seconds, connections)
+    loadgen = own_cpu() - cpu0
+    after = [s.cpu()[0] for s in servers]
+    return Run(f"{len(servers)} one-process servers", requests.protocol, connections, 1, result.rps, result.p50_ms,
+               result.p99_ms, result.errors, loadgen, None, [b - a for a, b in zip(before, after)])
+
+
+def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict[str, float]:
+    """One client: the server's CPU per request, the model's, and what is beyond it (microseconds)."""
+    load(server, requests, 1.0, 1)
+    a = server.metrics()
+    result = load(server, requests, count_s, 1)
+    b = server.metrics()
+    cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
+    model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
+    n = max(1, result.requests)
+    return {"requests": n, "p50_ms": result.p50_ms, "server_us": cpu / n * 1e6, "model_us": model / n * 1e6,
+            "beyond_us": (cpu - model) / n * 1e6, "errors": result.errors}
+
+
+def input_name(server: Server) -> str:
+    with urllib.request.urlopen(f"{server.url}/v1/models/m/metadata", timeout=30) as answer:
+        meta = json.load(answer)
+    return next(iter(meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]))
+
+
+def configuration(server: Server) -> str:
+    """The configuration line the server printed at start."""
+    for line in server.log.read_text().splitlines():
+        if "configuration:" in line:
+            return line.split("configuration:", 1)[1].strip()
+    return "?"
+
+
+def auto_alternatives(cores: int) -> list[tuple[str, list[str]]]:
+    """The configurations `--processes auto` chooses among on `cores` cores."""
+    options = [("in-process", ["--processes", "1", "--workers", str(cores), "--threads", "1", "--max-batch", "1"])]
+    threads = 1
+    while threads <= cores:
+        processes = cores // threads
+        if processes >= 2:
+            options.append((f"{processes} processes × {threads} thread{'s' if threads > 1 else ''}",
+                            ["--processes", str(processes), "--workers", "1", "--threads", str(threads),
+                             "--max-batch", "1"]))
+        threads *= 2
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from builder.measure.cores import read_cores
+
+    parser = argparse.ArgumentParser(prog="serve_scaling", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=Path("/tmp/tfsmith-bench-models"))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/tfsmith-serve-scaling"))
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured load")
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS))
+    parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs")
+    parser.add_argument("--judge", action="store_true")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    cores = args.cores or read_cores().count
+    models = make_models(args.models)
+    model = models["mobilenet_v2"]
+    x = np.random.default_rng(0).random((8, 224, 224, 3), dtype=np.float32)
+    protocols = [p for p in args.protocols.split(",") if p]
+    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}}
+    fixed = ["--workers", "1", "--threads", "1", "--max-batch", "1"]
+
+    if "alone" not in skip:
+        results["model_alone_per_s"] = model_alone(model, x, cores, args.seconds, args.out)
+        print(f"model alone, {cores} processes × 1 thread: {results['model_alone_per_s']:.0f} inferences/s",
+              file=sys.stderr)
+    if "scaling" not in skip:
+        served = start_server(model, ["--processes", str(cores), *fixed], args.out)
+        singles = [start_server(model, ["--processes", "1", *fixed], args.out) for _ in range(cores)]
+        try:
+            name = input_name(served)
+            for protocol in protocols:
+                requests = requests_for(protocol, x, name)
+                for pool in POOLS:
+                    for run in (measured_run(served, requests, args.seconds, pool, f"--processes {cores}"),
+                                balanced_run(singles, requests, args.seconds, pool)):
+                        results["runs"].append(run.summary())
+                        _say(run)
+                if protocol == "grpc":
+                    run = measured_run(served, requests, args.seconds, 1, f"--processes {cores}", streams=16)
+                    results["runs"].append(run.summary())
+                    _say(run)
+        finally:
+            for server in (served, *singles):
+                server.stop()
+    if "auto" not in skip:
+        requests = None
+        for label, options in [("auto", []), *auto_alternatives(cores)]:
+            server = start_server(model, options, args.out)
+            try:
+                requests = requests or requests_for("v2", x, input_name(server))
+                run = measured_run(server, requests, args.seconds, 16, label)
+                entry = {"label": label, "configuration": configuration(server), "rps": run.rps,
+                         "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "errors": run.errors}
+                results["auto"].append(entry)
+                print(f"{label}: {entry['configuration']}: {run.rps:.0f} req/s", file=sys.stderr)
+            finally:
+                server.stop()
+    if "costs" not in skip:
+        small = np.random.default_rng(0).random((8, 28, 28, 1), dtype=np.float32)
+        for model_name, rows, protocol_set in (("mobilenet_v2", x, ("v2", "grpc")),
+                                               ("digits", small, ("rest", "v2", "grpc"))):
+            for layout, options in (("in-process", ["--processes", "1", *fixed]),
+                                    (f"{cores} processes", ["--processes", str(cores), *fixed])):
+                server = start_server(models[model_name], options, args.out)
+                try:
+                    name = input_name(server)
+                    for protocol in protocol_set:
+                        cost = cost_per_request(server, requests_for(protocol, rows, name), args.seconds)
+                        results["costs"][f"{model_name} {protocol} {layout}"] = cost
+                        print(f"cost {model_name} {protocol} {layout}: {cost}", file=sys.stderr)
+                finally:
+                    server.stop()
+    (args.out / "serve_scaling.json").write_text(json.dumps(results, indent=2))
+    table = render(results)
+    (args.out / "serve_scaling.md").write_text(table)
+    print(table)
+    plot(results, args.out / "serve_scaling.png")
+    if not args.judge:
+        return 0
+    verdicts = judge(results)
+    for goal, met, detail in verdicts:
+        print(f"{'met' if met else 'MISSED' if met is False else 'not judged'}: {goal}: {detail}")
+    return 1 if any(met is False for _, met, _ in verdicts) else 0
+
+
+def _host() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _say(run: Run) -> None:
+    balance = f", CPU balance {run.cpu_balance:.2f}x" if run.cpu_balance else ""
+    print(f"{run.layout} {run.protocol} {run.connections}×{run.streams}: {run.rps:.0f} req/s, p50 {run.p50_ms:.1f} ms"
+          f"{balance}, errors {run.errors}", file=sys.stderr)
+
+
+def judge(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """Pure: the floors on one run's results, as (goal, met or None when not measured, detail)."""
+    verdicts: list[tuple[str, bool | None, str]] = []
+    runs = results.get("runs", [])
+    cores = results.get("cores", 0)
+    for protocol in PROTOCOLS:
+        for pool in POOLS:
+            served = next((r for r in runs if r["protocol"] == protocol and r["connections"] == pool
+                           and r["streams"] == 1 and r["layout"].startswith("--processes")), None)
+            balanced = next((r for r in runs if r["protocol"] == protocol and r["connections"] == pool
+                             and "one-process" in r["layout"]), None)
+            goal = f"{protocol}, pool of {pool}"
+            if served is None or balanced is None:
+                verdicts.append((goal, None, "not measured"))
+                continue
+            balance = served["cpu_balance"]
+            verdicts.append((f"{goal}: per-process CPU within 1.25x", None if balance is None else balance <= 1.25,
+                             f"max/min {balance:.2f}x" if balance else "one process"))
+            ratio = served["rps"] / balanced["rps"] if balanced["rps"] else 0.0
+            verdicts.append((f"{goal}: throughput >= 0.9x {cores} balanced one-process servers", ratio >= 0.9,
+                             f"{served['rps']:.0f} vs {balanced['rps']:.0f} req/s: {ratio:.2f}x"))
+    costs = results.get("costs", {})
+    for key, limit in (("mobilenet_v2 v2", 250), ("mobilenet_v2 grpc", 250), ("digits rest", 150),
+                       ("digits v2", 150), ("digits grpc", 300)):
+        for layout, cost in ((k.rsplit(" ", 2)[-2:], v) for k, v in costs.items() if k.startswith(key + " ")):
+            verdicts.append((f"{key} server CPU beyond the model, {' '.join(layout)} <= {limit} us",
+                             cost["beyond_us"] <= limit, f"{cost['beyond_us']:.0f} us (server {cost['server_us']:.0f}, "
+                             f"model {cost['model_us']:.0f})"))
+    alone = results.get("model_alone_per_s")
+    if cores >= 8 and alone:
+        for protocol in ("v2", "grpc"):
+            best = max((r["rps"] for r in runs if r["protocol"] == protocol and r["layout"].startswith("--processes")),
+                       default=0.0)
+            verdicts.append((f"{protocol} throughput >= 0.8x the model alone on {cores} cores", best >= 0.8 * alone,
+                             f"{best:.0f} vs {alone:.0f}/s: {best / alone:.2f}x"))
+        auto = next((a for a in results.get("auto", []) if a["label"] == "auto"), None)
+        others = [a["rps"] for a in results.get("auto", []) if a["label"] != "auto"]
+        if auto and others:
+            verdicts.append(("--processes auto within 10% of the best configuration", auto["rps"] >= 0.9 * max(others),
+                             f"{auto['rps']:.0f} vs best {max(others):.0f} req/s"))
+    return verdicts
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [f"# Serving on {results['cores']} cores ({results['host']})", ""]
+    if results.get("model_alone_per_s"):
+        lines.append(f"The model alone, {results['cores']} processes × 1 thread: "
+                     f"{results['model_alone_per_s']:.0f} inferences/s.\n")
+    lines += ["| layout | protocol | connections × calls | req/s | p50 ms | p99 ms | CPU s per model process | "
+              "requests per process | balance | front CPU s | load generator CPU s | errors |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results.get("runs", []):
+        cpu = " / ".join(f"{c:.1f}" for c in r["process_cpu_s"])
+        answered = " / ".join(f"{n:.0f}" for n in r["process_requests"]) or "—"
+        balance = f"{r['cpu_balance']:.2f}x" if r["cpu_balance"] else "—"
+        front = f"{r['front_cpu_s']:.1f}" if r["front_cpu_s"] is not None else "—"
+        lines.append(f"| {r['layout']} | {r['protocol']} | {r['connections']} × {r['streams']} | {r['rps']:.0f} | "
+                     f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {cpu} | {answered} | {balance} | {front} | "
+                     f"{r['loadgen_cpu_s']:.1f} | {r['errors']} |")
+    if results.get("auto"):
+        lines += ["", "| configuration | chosen as | req/s (v2 binary, 16 connections) | p50 ms | p99 ms |",
+                  "|---|---|---|---|---|"]
+        for a in results["auto"]:
+            lines.append(f"| {a['label']} | {a['configuration']} | {a['rps']:.0f} | {a['p50_ms']:.1f} | "
+                         f"{a['p99_ms']:.1f} |")
+    if results.get("costs"):
+        lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | p50 ms |",
+                  "|---|---|---|---|---|"]
+        for key, c in results["costs"].items():
+            lines.append(f"| {key} | {c['server_us']:.0f} | {c['model_us']:.0f} | {c['beyond_us']:.0f} | "
+                         f"{c['p50_ms']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    runs = results.get("runs", [])
+    if not runs:
+        return
+    labels = [f"{r['protocol']} {r['connections']}×{r['streams']}\n{r['layout'].replace('--processes', 'processes')}"
+              for r in runs]
+    figure, axis = plt.subplots(figsize=(max(8, len(runs) * 0.8), 4.5))
+    axis.bar(range(len(runs)), [r["rps"] for r in runs],
+             color=["tab:blue" if r["layout"].startswith("--") else "tab:gray" for r in runs])
+    if results.get("model_alone_per_s"):
+        axis.axhline(results["model_alone_per_s"], color="tab:red", linestyle="--", label="the model alone")
+        axis.legend()
+    axis.set_xticks(range(len(runs)), labels, rotation=60, ha="right", fontsize=7)
+    axis.set_ylabel("requests/s")
+    axis.set_title(f"MobileNetV2 on {results['cores']} cores: per-request dispatch (blue) vs balanced servers (gray)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
