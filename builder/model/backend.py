@@ -164,16 +164,18 @@ class LiteRTBackend(Backend):
         failure is refused in one line keeping the interpreter's own words; at a call, the shapes are the
         request's, so a failure is the request's (`ModelInputError`)."""
         try:
-            if load:
+            if load or subgraph == 0:  # the interpreter's own call: it applies the XNNPACK delegate, if not yet
                 self._interpreter.allocate_tensors()  # type: ignore[attr-defined]
             else:
-                self._native.AllocateTensors(subgraph)
+                self._native.AllocateTensors(subgraph)  # type: ignore[attr-defined]
         except RuntimeError as error:  # e.g. Select TF ops: keep LiteRT's own words, say what serves it
             if load and self._open_dimensions() and SELECT_OPS_MARKER not in str(error):
                 self._reported = str(error)  # the reporter keeps it in front of the next error's text
                 return False
-            if not load and SELECT_OPS_MARKER not in str(error):
+            if not load and SELECT_OPS_MARKER not in str(error) and not _ours(error):
                 raise ModelInputError(clean_message(self._fresh(error))) from None
+            if _ours(error):
+                raise
             raise InputError(self._refusal(self._model_path, error)) from None
         return True
 
@@ -201,7 +203,8 @@ class LiteRTBackend(Backend):
         return litert_refusal(model_path, error)
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        native = self._native
+        # `self._native` each time, never kept in a local: the interpreter refuses to allocate while anything
+        # else holds its wrapper (it takes that for a numpy view of its buffers)
         subgraph = self._subgraphs.get(signature.name, 0)
         index = self._indices[signature.name]
         try:
@@ -209,7 +212,7 @@ class LiteRTBackend(Backend):
             for name, value in inputs.items():
                 i = index[name]
                 if self._shapes.get((subgraph, i)) != value.shape:
-                    native.ResizeInputTensor(i, np.array(value.shape, dtype=np.int32), False, subgraph)  # type: ignore[attr-defined]
+                    self._native.ResizeInputTensor(i, np.array(value.shape, dtype=np.int32), False, subgraph)  # type: ignore[attr-defined]
                     self._shapes[(subgraph, i)] = value.shape
                     resized = True
             if resized or subgraph not in self._ready:
@@ -217,16 +220,26 @@ class LiteRTBackend(Backend):
                 self._allocate(subgraph=subgraph)
                 self._ready.add(subgraph)
             for name, value in inputs.items():
-                native.SetTensor(index[name], np.ascontiguousarray(value), subgraph)  # type: ignore[attr-defined]
-            native.Invoke(subgraph)  # type: ignore[attr-defined]
+                self._native.SetTensor(index[name], np.ascontiguousarray(value), subgraph)  # type: ignore[attr-defined]
+            self._native.Invoke(subgraph)  # type: ignore[attr-defined]
         except (ModelInputError, RuntimeError, ValueError) as error:  # the kernels refusing these values or shapes
             self._shapes = {k: v for k, v in self._shapes.items() if k[0] != subgraph}  # resize again next time
             self._ready.discard(subgraph)
-            if isinstance(error, ModelInputError):
+            if isinstance(error, ModelInputError) or _ours(error):
                 raise
             raise ModelInputError(clean_message(self._fresh(error))) from None
-        return {spec.name: native.GetTensor(index[spec.name], subgraph)  # type: ignore[attr-defined]
+        return {spec.name: self._native.GetTensor(index[spec.name], subgraph)  # type: ignore[attr-defined]
                 for spec in signature.outputs}
+
+
+#: What the interpreter says when the server itself misused it (it holds a view of the interpreter's buffers):
+#: never the request's fault.
+_MISUSE = ("reference to internal data",)
+
+
+def _ours(error: BaseException) -> bool:
+    """An interpreter error that is the server's own fault, whatever the request carried."""
+    return any(marker in str(error) for marker in _MISUSE)
 
 
 def litert_subgraphs(interpreter: object, signatures: Mapping[str, SignatureSpec]) -> dict[str, int]:

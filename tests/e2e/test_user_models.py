@@ -412,3 +412,14 @@ def test_a_waveform_shorter_than_one_frame_is_the_clients_mistake(optimize) -> N
         assert "Traceback" not in server.output()
     finally:
         assert server.stop() in STOPPED
+    server = Server(str(out), "--runtime", "litert", "--model-name", "stft")  # the .tflite, allocated per length
+    try:
+        _refused_everywhere(server, "stft", "waveform", short, "FP32", "failed to prepare")
+        for length in (1024, 512, 1024):  # lengths it can take still answer, before and after a refusal
+            waveform = samples["x/waveform"][:1, :length]
+            answer = server.predict("stft", {"inputs": {"waveform": waveform.tolist()}})
+            assert answer.status_code == 200, answer.text
+        assert np.allclose(answer.json()["outputs"], samples["expected/probs"][:1], rtol=1e-4, atol=1e-5)
+        assert "Traceback" not in server.output()
+    finally:
+        assert server.stop() in STOPPED
