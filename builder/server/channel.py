@@ -14,9 +14,10 @@ own, created for it, whose file descriptor rides on the notice (SCM_RIGHTS). Pag
 used once written: a server that only sees 600 KB bodies holds about 600 KB a slot, not `slot_bytes`.
 
 Notices (`NOTICE`: kind, slot, sequence number, length of the marshalled part, length of the body):
-  front -> model process: HELLO (the area's descriptor), REQUEST, DRAIN (not ready), STOP (finish, exit)
+  front -> model process: HELLO (the area's descriptor), REQUEST, DRAIN (not ready), STOP (finish, exit),
+                          LOAD (stage these versions of a model), ACTIVATE (serve the staged ones, or drop them)
   model process -> front: READY (what it loaded, as `marshal`led values), REFUSED (a one-line reason and
-                          an exit code), ANSWER
+                          an exit code), ANSWER, LOADED (staged, or why not)
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from builder.server.forward import Answer, Request, pack_answer, pack_request, unpack_answer, unpack_request
+from builder.server.forward import GRPC, Answer, Request, pack_answer, pack_request, unpack_answer, unpack_request
 
 NOTICE = struct.Struct("<BBHIIQ")  # kind, flags, slot, sequence, meta length, body length
-HELLO, REQUEST, DRAIN, STOP, READY, REFUSED, ANSWER = range(1, 8)
+HELLO, REQUEST, DRAIN, STOP, READY, REFUSED, ANSWER, LOAD, LOADED, ACTIVATE = range(1, 11)
 #: flag: the meta and body lie in a memory area of their own whose descriptor came with the notice
 OWN_AREA = 1
 #: Room in each slot for the marshalled part of a request (method, path, headers) beside the body.
@@ -243,11 +244,11 @@ class FrontEnd:
             self._waiting.pop(sequence, None)
             self._free.append(slot)
 
-    async def tell(self, kind: int) -> None:
-        """DRAIN or STOP."""
+    async def tell(self, kind: int, values: Any = None) -> None:
+        """DRAIN, STOP, LOAD or ACTIVATE (with its marshalled values)."""
         if self._end is not None and not self._end.closed:
             try:
-                await self._end.send(Notice(kind))
+                await self._end.send(Notice(kind), b"" if values is None else marshal.dumps(values))
             except ChannelClosed:
                 pass
 
@@ -278,11 +279,14 @@ class FrontEnd:
         return self._end is not None and self._end.closed
 
     def close(self) -> None:
+        if self.area_fd < 0:
+            return
         if self._end is not None:
             self._end.close()
         self.sock.close()
         self.slots.close()
         os.close(self.area_fd)
+        self.area_fd = -1
 
 
 # --- the model process's end -----------------------------------------------------------------------------
@@ -301,6 +305,9 @@ class HostEnd:
         self.slots: Slots | None = None
         self._end: _AsyncEnd | None = None
         self.on_drain: Callable[[], None] = lambda: None
+        #: LOAD (name, versions) -> (ok, error text); ACTIVATE (name, versions, commit)
+        self.on_load: Callable[[str, tuple[int, ...]], Any] | None = None
+        self.on_activate: Callable[[str, tuple[int, ...], bool], None] | None = None
         self.stopped: asyncio.Event | None = None
         self._answer: Callable[[Request], Any] | None = None
         self.in_flight = 0
@@ -341,6 +348,19 @@ class HostEnd:
             self.on_drain()
         elif notice.kind == STOP:
             self.stopped.set()
+        elif notice.kind == LOAD and self.on_load is not None:
+            name, versions = marshal.loads(extra)
+            task = asyncio.ensure_future(self._load(name, tuple(versions)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif notice.kind == ACTIVATE and self.on_activate is not None:
+            name, versions, commit = marshal.loads(extra)
+            self.on_activate(name, tuple(versions), commit)
+
+    async def _load(self, name: str, versions: tuple[int, ...]) -> None:
+        assert self.on_load is not None and self._end is not None
+        ok, error = await self.on_load(name, versions)
+        await self._end.send(Notice(LOADED), marshal.dumps((name, versions, ok, error)))
 
     async def _request(self, notice: Notice) -> None:
         assert self.slots is not None and self._end is not None and self._answer is not None
@@ -353,6 +373,8 @@ class HostEnd:
         self.in_flight += 1
         try:
             answer: Answer = await self._answer(request)
+        except Exception:  # noqa: BLE001 - a host answers its own failures; never leave the front waiting
+            answer = Answer(500 if request.kind != GRPC else 13, b"", (), "internal error")
         finally:
             self.in_flight -= 1
         meta, body = pack_answer(answer), answer.body

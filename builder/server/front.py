@@ -31,18 +31,20 @@ import signal
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from builder.errors import TfsmithError
 from builder.server import grpc_service, ports
-from builder.server.channel import DRAIN, META_ROOM, READY, REFUSED, STOP, ChannelClosed, FrontEnd
+from builder.server.channel import (ACTIVATE, DRAIN, LOAD, LOADED, META_ROOM, READY, REFUSED, STOP, ChannelClosed,
+                                    FrontEnd)
 from builder.server.config import ServerConfig, config_to_json
 from builder.server.dispatch import Dispatcher, window
 from builder.server.forward import HTTP, Answer, Request
 from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
+from builder.server.model_config import version_folders
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -135,6 +137,13 @@ class ModelProcesses:
         size = window(config.workers, config.batching.max_batch_size)
         slot_bytes = config.max_body_bytes + META_ROOM
         context = multiprocessing.get_context("spawn")
+        self.sources = config.sources if config.poll_seconds > 0 else ()
+        self.active: dict[str, tuple[int, ...]] = {}
+        self._poller: asyncio.Future[None] | None = None
+        if self.sources:  # the front decides which versions every process serves, and when they switch
+            self.active = {s.name: tuple(s.wanted(list(version_folders(s.base_path)))) for s in self.sources}
+            config = replace(config, poll_seconds=0.0, sources=tuple(
+                replace(s, policy="specific", specific=self.active[s.name]) for s in config.sources))
         text = config_to_json(config)
         self.processes: list[_Process] = []
         for index in range(layout.processes):
@@ -160,6 +169,38 @@ class ModelProcesses:
             if isinstance(outcome, BaseException):
                 self.kill()
                 raise outcome
+        if self.sources:
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def _poll(self) -> None:
+        """Every poll interval: a version set on disk that differs from the one served is staged in every
+        process, then served by all at once (or by none, when one cannot load it: tried again next time)."""
+        while True:
+            await asyncio.sleep(self.config.poll_seconds)
+            for source in self.sources:
+                try:
+                    wanted = tuple(source.wanted(list(version_folders(source.base_path))))
+                    if wanted and wanted != self.active.get(source.name):
+                        await self._switch(source.name, wanted)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - a bad version must not stop serving the good ones
+                    log.warning("%s: reload failed (%s: %s); still serving versions %s", source.name,
+                                type(error).__name__, error, list(self.active.get(source.name, ())))
+
+    async def _switch(self, name: str, versions: tuple[int, ...]) -> None:
+        await asyncio.gather(*(p.end.tell(LOAD, (name, versions)) for p in self.processes))
+        replies = [await p.end.control() for p in self.processes]
+        failures = [values[3] for notice, values in replies
+                    if notice.kind != LOADED or not values[2] or tuple(values[1]) != versions]
+        commit = not failures
+        await asyncio.gather(*(p.end.tell(ACTIVATE, (name, versions, commit)) for p in self.processes))
+        if commit:
+            self.active[name] = versions
+            log.info("%s: every model process serves versions %s", name, list(versions))
+        else:
+            log.warning("%s: versions %s not served: %s; still serving %s", name, list(versions), failures[0],
+                        list(self.active.get(name, ())))
 
     async def _ready(self, entry: _Process) -> None:
         try:
@@ -214,6 +255,8 @@ class ModelProcesses:
     async def stop(self) -> None:
         """Each process finishes what it holds and exits; any still there after STOP_SECONDS is killed."""
         self.stopping = True
+        if self._poller is not None:
+            self._poller.cancel()
         await asyncio.gather(*(p.end.tell(STOP) for p in self.processes))
         loop = asyncio.get_running_loop()
         for entry in self.processes:
@@ -222,6 +265,8 @@ class ModelProcesses:
 
     def kill(self) -> None:
         self.stopping = True
+        if self._poller is not None:
+            self._poller.cancel()
         for entry in self.processes:
             if entry.process.is_alive():
                 entry.process.kill()

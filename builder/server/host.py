@@ -74,6 +74,7 @@ class ModelHost:
             f"/{pb.MODEL_SERVICE}/GetModelStatus": (pb.GetModelStatusRequest, self.servicer.get_model_status),
         }
         self._lifespan: AbstractAsyncContextManager[None] | None = None
+        self._staged: dict[str, tuple[tuple[int, ...], dict[int, Any]]] = {}
 
     # --- life ------------------------------------------------------------------------------------------
 
@@ -90,6 +91,41 @@ class ModelHost:
         if self._lifespan is not None:
             await self._lifespan.__aexit__(None, None, None)
             self._lifespan = None
+
+    # --- versions decided by the front (model processes) ---------------------------------------------------
+
+    async def stage(self, name: str, versions: tuple[int, ...]) -> tuple[bool, str]:
+        """Load (off the event loop) and warm the `versions` of model `name` not served yet, to serve them once
+        the front says every process has; (False, why) when one cannot be loaded."""
+        from builder.server import reload
+        from builder.server.loading import load_version
+
+        source = self._source(name)
+        try:
+            self._staged[name] = (versions, await reload.stage(
+                self.plane.models, source, versions,
+                lambda s, v, f: load_version(self.config, s, v, f, self.plane.metrics)))
+        except Exception as error:  # noqa: BLE001 - the front keeps the versions served now, and says why
+            log.warning("%s: versions %s could not be loaded (%s: %s)", name, list(versions), type(error).__name__,
+                        error)
+            return False, f"{type(error).__name__}: {error}"
+        return True, ""
+
+    def activate(self, name: str, versions: tuple[int, ...], commit: bool) -> None:
+        """Serve the staged versions (commit), or let them go (another process could not load them)."""
+        from builder.server import reload
+
+        staged = self._staged.pop(name, None)
+        if staged is None or staged[0] != versions:
+            return
+        if commit:
+            reload.switch(self.plane.models, self._source(name), staged[1], self.config.drain_seconds)
+            self.app.openapi_schema = None  # versions are path parameter values in the document
+        else:
+            reload.discard(self.plane.models, self._source(name), staged[1])
+
+    def _source(self, name: str) -> Any:
+        return next(source for source in self.config.sources if source.name == name)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -139,9 +175,9 @@ class ModelHost:
         if header_length is None and not isinstance(body, bytes):
             body = bytes(body)  # all of it is JSON
         try:
-            response = await self.plane.infer(v2.ENTRYPOINT, Address(name, version), self._reader(request, body),
-                                              v2.InferCodec(header_length))
-            return Answer(response.status_code, response.body, tuple(response.raw_headers))
+            answer: v2.InferAnswer = await self.plane.infer(v2.ENTRYPOINT, Address(name, version),
+                                                            self._reader(request, body), v2.InferCodec(header_length))
+            return Answer(200, answer.body, answer.headers)
         except Exception as error:  # noqa: BLE001 - answered as the routes answer it
             answer = failure(error)
             return Answer(answer.status, error_body(answer.message), JSON_HEADERS)

@@ -192,6 +192,11 @@ class _Connection(asyncio.BufferedProtocol):
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
+        if self.state == ANSWERING:
+            if self.end - self.start > READ_ROOM and not self.paused and self.transport is not None:
+                self.transport.pause_reading()  # enough queued behind the request being answered
+                self.paused = True
+            return
         self._parse()
 
     def eof_received(self) -> bool | None:
@@ -204,7 +209,8 @@ class _Connection(asyncio.BufferedProtocol):
         size = len(self.buffer)
         if size - kept < wanted:
             size = max(size * 2, kept + wanted)
-        fresh = bytearray(size) if size != len(self.buffer) else self.buffer
+        # while a request is answered its body may be read through a view of this buffer: never write over it
+        fresh = bytearray(size) if size != len(self.buffer) or self.state == ANSWERING else self.buffer
         fresh[:kept] = self.buffer[self.start:self.end]
         self.buffer, self.start, self.end = fresh, 0, kept
 
@@ -348,10 +354,7 @@ class _Connection(asyncio.BufferedProtocol):
             path = unquote(path)
         request = Request(HTTP, self.method, body, path, parsed.query or b"", self.headers, self.client,
                           self.front.scheme)
-        self.state = ANSWERING
-        if self.transport is not None and not self.paused:
-            self.transport.pause_reading()
-            self.paused = True
+        self.state = ANSWERING  # bytes that come meanwhile (a pipelined request) wait in the buffer
         self.loop.create_task(self._answer(request))
 
     async def _answer(self, request: Request) -> None:

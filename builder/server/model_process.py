@@ -65,6 +65,8 @@ async def _serve(host: object, end: object) -> None:
     assert isinstance(host, ModelHost) and isinstance(end, HostEnd)
     await host.start()
     end.on_drain = host.drain
+    end.on_load = host.stage
+    end.on_activate = host.activate
     try:
         await end.serve(host.answer)
     finally:

@@ -1,10 +1,12 @@
 """Live versions: watch each model's base path, load what the version policy now wants, switch, retire.
 
 TF Serving's `--file_system_poll_wait_seconds` behaviour, in the order that loses no request: a new version
-is loaded and warmed off the event loop (requests keep flowing to the old one), then the name's version
-map is replaced in one assignment (new requests go to the new set), then each retired version is closed
-once the requests that had already resolved it are answered. A version that fails to load is logged and
-tried again at the next poll; the versions being served stay as they are.
+is loaded and warmed off the event loop (requests keep flowing to the old one: `stage`), then the name's
+version map is replaced in one assignment (new requests go to the new set: `switch`), then each retired
+version is closed once the requests that had already resolved it are answered. A version that fails to load
+is logged and tried again at the next poll; the versions being served stay as they are. With model
+processes the front decides when (`front.ModelProcesses`): every process stages, and only once all have
+does each switch, so no client sees version 2 from one process and then version 1 from another.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from builder.measure.cores import release_free_memory
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.served import ModelSet, ServedModel
 
@@ -41,21 +44,44 @@ async def update(models: ModelSet, source: ModelSource, load: Loader, drain_seco
     """One reconciliation of `source`; True when the served versions changed."""
     folders = version_folders(source.base_path)
     wanted = source.wanted(list(folders))
-    current = dict(models.models.get(source.name, {}))
-    if not wanted or sorted(current) == wanted:
+    if not wanted or sorted(models.models.get(source.name, {})) == wanted:
         return False
+    loaded = await stage(models, source, wanted, load)
+    switch(models, source, loaded, drain_seconds)
+    return True
+
+
+async def stage(models: ModelSet, source: ModelSource, wanted: Sequence[int], load: Loader) -> dict[int, ServedModel]:
+    """The versions `wanted` of `source`: those served already, and the others loaded and warmed off the event
+    loop (requests keep flowing to the versions served meanwhile)."""
+    folders = version_folders(source.base_path)
+    current = dict(models.models.get(source.name, {}))
     loop = asyncio.get_running_loop()
-    loaded = dict(current)
+    loaded = {v: current[v] for v in wanted if v in current}
     for version in wanted:
-        if version not in current:
+        if version not in loaded:
             log.info("%s: loading version %d from %s", source.name, version, folders[version])
             loaded[version] = await loop.run_in_executor(None, load, source, version, folders[version])
-    retired = [loaded.pop(v) for v in list(loaded) if v not in wanted]
+    return loaded
+
+
+def switch(models: ModelSet, source: ModelSource, loaded: dict[int, ServedModel], drain_seconds: float) -> None:
+    """Serve exactly `loaded` from now on (one assignment), and retire the versions left out."""
+    current = dict(models.models.get(source.name, {}))
     models.set(source.name, loaded, source.labels)
     log.info("%s: serving versions %s", source.name, sorted(loaded))
-    for served in retired:
-        loop.create_task(retire(served, drain_seconds))
-    return True
+    loop = asyncio.get_running_loop()
+    for version, served in current.items():
+        if loaded.get(version) is not served:
+            loop.create_task(retire(served, drain_seconds))
+
+
+def discard(models: ModelSet, source: ModelSource, loaded: dict[int, ServedModel]) -> None:
+    """Close staged versions that will not be served after all."""
+    current = models.models.get(source.name, {})
+    for version, served in loaded.items():
+        if current.get(version) is not served:
+            served.close()
 
 
 async def retire(served: ServedModel, drain_seconds: float) -> None:
@@ -67,3 +93,4 @@ async def retire(served: ServedModel, drain_seconds: float) -> None:
         await asyncio.sleep(0.02)
     log.info("%s: version %d unloaded", served.name, served.version)
     served.close()
+    release_free_memory()

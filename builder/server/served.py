@@ -130,8 +130,14 @@ class ModelSet:
             any(s.ready for s in versions.values()) for versions in self.models.values())
 
 
+_DTYPES: dict[str, np.dtype] = {}
+
+
 def _check_dtype(array: np.ndarray, spec: TensorSpec) -> None:
-    if array.dtype.name != spec.dtype:
+    expected = _DTYPES.get(spec.dtype)
+    if expected is None:
+        expected = _DTYPES[spec.dtype] = np.dtype(spec.dtype)
+    if array.dtype != expected:
         raise RequestError(f"inputs.{spec.name}: expects {spec.dtype}, got {array.dtype.name}")
 
 

@@ -27,8 +27,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from builder.measure.cores import Cores
+from builder.measure.cores import Cores, release_free_memory
+from builder.server.batching import INLINE_BELOW_US
 from builder.measure.decide import Timed, faster_beyond_noise
 from builder.measure.stats import Summary
 
@@ -125,6 +127,9 @@ def choose_batching(measured: Measured) -> tuple[int, str]:
     single = measured.by_threads.get(1)
     if measured.batched is None or single is None or measured.batch < 2:
         return 1, "batching: off (the model's batch is fixed, or it could not be timed batched)"
+    if single.p50 * 1e6 < INLINE_BELOW_US:
+        return 1, (f"batching: off, a {single.p50 * 1e6:.0f} us call runs on the event loop itself, which costs less "
+                   "than handing it to a batch's thread")
     per = measured.batch
     batched = Timed("batch", measured.batched.p50 / per, measured.batched.ci_low / per, measured.batched.ci_high / per)
     alone = Timed("single", single.p50, single.ci_low, single.ci_high)
@@ -205,29 +210,37 @@ def measure_model(runtime: str, model_path: Path, samples_path: Path | None, sig
     """The model's calls timed at each of `thread_counts(cores)` and batched at one thread, interleaved in one
     loop (`builder.measure.loop`); None when the model cannot be run on its example inputs (then it is still
     served, sized by the cores alone)."""
-    from builder.measure import loop, stats
-    from builder.model.create import create_backend
-    from builder.model.inputs import example_inputs
-    from builder.model.signature import DEFAULT_SIGNATURE, batched
+    from builder.measure import stats
 
-    runners = {}
     try:
-        backends = {t: create_backend(runtime, model_path, t) for t in thread_counts(cores)}
-        first = next(iter(backends.values()))
-        signature = (first.signatures.get(signature_name or DEFAULT_SIGNATURE)
-                     or next(iter(first.signatures.values())))
-        single = example_inputs(signature, samples_path)
-        for t, backend in backends.items():
-            runners[f"threads={t}"] = (lambda b=backend: b.predict(signature.name, single))
-        if signature.inputs and all(batched(spec) for spec in signature.inputs):
-            several = example_inputs(signature, samples_path, BATCH_PROBE)
-            runners["batch"] = lambda: first.predict(signature.name, several)
-        samples = loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0]
+        samples = _time_calls(runtime, model_path, samples_path, signature_name, cores, budget_s)
     except Exception as error:  # noqa: BLE001 - sizing never stops a server from starting
         log.info("sizing: the model could not be timed (%s: %s); sizing by the cores alone",
                  type(error).__name__, str(error).splitlines()[0] if str(error) else "")
         return None
+    finally:
+        release_free_memory()  # the timed interpreters' packed weights, before the server's own load
     by_threads = {int(name.split("=")[1]): stats.summarize(times) for name, times in samples.items()
                   if name.startswith("threads=")}
     batched_summary = stats.summarize(samples["batch"]) if "batch" in samples else None
     return Measured(by_threads, BATCH_PROBE if batched_summary else 0, batched_summary)
+
+
+def _time_calls(runtime: str, model_path: Path, samples_path: Path | None, signature_name: str | None,
+                cores: int, budget_s: float) -> dict[str, list[float]]:
+    """Each runner's call times; the interpreters made here are gone once it returns."""
+    from builder.measure import loop
+    from builder.model.create import create_backend
+    from builder.model.inputs import example_inputs
+    from builder.model.signature import DEFAULT_SIGNATURE, batched
+
+    backends = {t: create_backend(runtime, model_path, t) for t in thread_counts(cores)}
+    first = backends[1]
+    signature = first.signatures.get(signature_name or DEFAULT_SIGNATURE) or next(iter(first.signatures.values()))
+    single = example_inputs(signature, samples_path)
+    runners: dict[str, Any] = {f"threads={t}": (lambda b=backend: b.predict(signature.name, single))
+                               for t, backend in backends.items()}
+    if signature.inputs and all(batched(spec) for spec in signature.inputs):
+        several = example_inputs(signature, samples_path, BATCH_PROBE)
+        runners["batch"] = lambda: first.predict(signature.name, several)
+    return loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0]

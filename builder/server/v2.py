@@ -15,6 +15,8 @@ followed by its bytes (the extension's framing, what tritonclient writes).
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,12 @@ from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
 ENTRYPOINT = "V2"
+#: numpy dtype -> v2 datatype, and each dtype's little-endian form (the wire's byte order), looked up by dtype
+#: (a dtype's name is built anew each time it is read: too slow for every request).
+DATATYPE_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in DATATYPE_OF.items()}
+LITTLE_ENDIAN = {numpy: np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
+LITTLE_ENDIAN_OF = {np.dtype(numpy): np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
+NATIVE_IS_LITTLE = sys.byteorder == "little"
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
 REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
 
@@ -115,7 +123,7 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
         if dtype != specs[name].dtype:
             raise RequestError(f"{where}: datatype {tensor['datatype']} does not match the model's "
                                f"{DATATYPE_OF.get(specs[name].dtype, specs[name].dtype)}")
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         parameters = _check_parameters(tensor.get("parameters", {}), {"binary_data_size": int}, f"{where}.parameters")
         if "binary_data_size" in parameters:
             length = parameters["binary_data_size"]
@@ -130,11 +138,12 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
                     raise RequestError(str(error)) from None
                 offset += length
                 continue
-            if length != size * np.dtype(dtype).itemsize:
+            wire = LITTLE_ENDIAN[dtype]
+            if length != size * wire.itemsize:
                 raise RequestError(f"{where}: binary_data_size {length} does not fit shape {shape} of {dtype}")
-            array = np.frombuffer(binary[offset:offset + length], dtype=np.dtype(dtype).newbyteorder("<"))
+            array = np.frombuffer(binary[offset:offset + length], dtype=wire)
             offset += length
-            arrays[name] = array.astype(dtype, copy=False).reshape(shape)
+            arrays[name] = (array if NATIVE_IS_LITTLE else array.astype(dtype)).reshape(shape)
             continue
         if "data" not in tensor:
             raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
@@ -178,17 +187,31 @@ def json_data(value: np.ndarray) -> list[Any] | None:
         return None
 
 
+@dataclass(frozen=True)
+class InferAnswer:
+    """A v2 answer's body and its content headers (the binary extension's header length among them)."""
+
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+
+    def response(self) -> Response:
+        return Response(self.body, headers={k.decode(): v.decode() for k, v in self.headers})
+
+
+JSON_ANSWER = ((b"content-type", b"application/json"),)
+
+
 def infer_response(served: ServedModel, version: int, request: Mapping[str, Any], outputs: Mapping[str, np.ndarray],
-                   order: list[str], binary: set[str]) -> Response:
+                   order: list[str], binary: set[str]) -> InferAnswer:
     """The v2 answer: JSON, or JSON then raw output bytes (header length in Inference-Header-Content-Length)."""
     tensors, tail = [], []
     for name in order:
         value = np.asarray(outputs[name])
-        entry: dict[str, Any] = {"name": name, "datatype": DATATYPE_OF[value.dtype.name], "shape": list(value.shape)}
+        entry: dict[str, Any] = {"name": name, "datatype": DATATYPE_OF_DTYPE[value.dtype], "shape": list(value.shape)}
         data = None if name in binary else json_data(value)
         if data is None:
             raw = (encode_bytes(value) if value.dtype == object
-                   else np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes())
+                   else np.ascontiguousarray(value, dtype=LITTLE_ENDIAN_OF[value.dtype]).tobytes())
             entry["parameters"] = {"binary_data_size": len(raw)}
             tail.append(raw)
         else:
@@ -199,9 +222,9 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
         answer["id"] = request["id"]
     header = jsoncodec.dumps(answer)
     if not tail:
-        return Response(header, media_type="application/json")
-    return Response(b"".join([header, *tail]), media_type="application/octet-stream",
-                    headers={"Inference-Header-Content-Length": str(len(header))})
+        return InferAnswer(header, JSON_ANSWER)
+    return InferAnswer(b"".join([header, *tail]), ((b"content-type", b"application/octet-stream"),
+                                                    (HEADER_LENGTH.encode(), str(len(header)).encode())))
 
 
 #: What an infer answer needs of its request: the document, the outputs in order, those sent as binary.
@@ -251,7 +274,7 @@ class InferCodec:
         return served.call(signature, arrays), (document, order, binary)
 
     def encode(self, served: ServedModel, call: PredictCall, request: Kept,
-               outputs: Mapping[str, np.ndarray]) -> Response:
+               outputs: Mapping[str, np.ndarray]) -> InferAnswer:
         document, order, binary = request
         return infer_response(served, served.version, document, outputs, order, binary)
 
@@ -273,11 +296,12 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
             return _json({"name": name, "ready": True}) if plane.model_ready(name, version) else not_ready(outcome)
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
-        return await plane.infer(
+        answer: InferAnswer = await plane.infer(
             ENTRYPOINT, Address(name, version),
             lambda: read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
                                  request.headers.get("content-encoding")),
             InferCodec(request.headers.get(HEADER_LENGTH)))
+        return answer.response()
 
     @app.get("/v2/health/live", summary="Open Inference Protocol: server liveness")
     async def live() -> Response:

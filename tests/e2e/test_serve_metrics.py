@@ -26,8 +26,8 @@ def scrape(server: Server) -> dict[str, dict[tuple[tuple[str, str], ...], float]
 
 def test_metrics_count_every_protocol_by_status(models: Path) -> None:  # noqa: F811
     grpc = pytest.importorskip("grpc")
-    from builder.server import tfs_proto
-    from builder.server.tensors import fill_proto
+    from builder.wire import tfs_proto
+    from builder.wire.tensors import fill_proto
 
     running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "4", grpc=True)
     try:

@@ -108,8 +108,8 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_tls_on_rest_and_grpc(models: Path, certificate: tuple[Path, Path]) -> None:  # noqa: F811
     grpc = pytest.importorskip("grpc")
-    from builder.server import tfs_proto
-    from builder.server.tensors import fill_proto, to_array
+    from builder.wire import tfs_proto
+    from builder.wire.tensors import fill_proto, to_array
 
     cert, key = certificate
     secure = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=30)

@@ -1,13 +1,17 @@
-"""Ports nobody else can take: a second `tfsmith serve` (or any process) on a taken REST or gRPC port is
-refused in one line, while `--processes N` workers share both ports, each answering, and drain on SIGTERM.
+"""Ports nobody else can take, and `--processes N` as one server: a second `tfsmith serve` (or any process) on
+a taken REST or gRPC port is refused in one line; with model processes only the front listens, every process
+answers requests from a single connection, they drain on SIGTERM, stop with the front and stop it when one
+of them dies.
 
-Real servers on loopback; which worker answered a connection is read from the kernel's socket table (the
-worker process owning the server side of our connection), so the tests wait for events, never for time."""
+Real servers on loopback; which process answered is read from the server's own metrics
+(`tfsmith_process_requests_total`) and who listens from the kernel's socket table, so the tests wait for
+events, never for time."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -21,8 +25,8 @@ import numpy as np
 import psutil
 import pytest
 
-from builder.server import tfs_proto as pb
-from builder.server.tensors import fill_proto, to_array
+from builder.wire import tfs_proto as pb
+from builder.wire.tensors import fill_proto, to_array
 from tests.e2e.test_serve import STOPPED, TFSMITH, Server, free_port, inputs, models  # noqa: F401 - a fixture
 
 grpc = pytest.importorskip("grpc")
@@ -84,19 +88,34 @@ def answered_model(port: int, name: str) -> str:
         return call(metadata_request(name), timeout=30).model_spec.name  # type: ignore[attr-defined]
 
 
-def own_local_ports(server_port: int) -> set[int]:
-    """Local ports of this test process's established connections to `server_port`."""
-    return {c.laddr.port for c in psutil.Process().net_connections("tcp")
-            if c.raddr and c.raddr.port == server_port and c.status == psutil.CONN_ESTABLISHED}
+def listeners(process: psutil.Process) -> set[int]:
+    """The TCP ports `process` listens on."""
+    try:
+        return {c.laddr.port for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    except psutil.NoSuchProcess:
+        return set()
 
 
-def owner(workers: list[psutil.Process], server_port: int, client_port: int) -> int | None:
-    """The worker process holding the server side of our connection (from `client_port`), once accepted."""
-    for worker in workers:
-        for c in worker.net_connections("tcp"):
-            if c.laddr.port == server_port and c.raddr and c.raddr.port == client_port:
-                return worker.pid
-    return None
+def model_processes(server: Server) -> list[psutil.Process]:
+    """The server's model processes (spawned by multiprocessing), oldest first."""
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    return sorted((c for c in children if "spawn_main" in " ".join(c.cmdline())), key=lambda c: c.pid)
+
+
+def answered_by_process(server: Server) -> dict[str, float]:
+    """Requests each model process has answered, from the server's metrics."""
+    text = http_get(server, "/monitoring/prometheus/metrics")[1].decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r'tfsmith_process_requests_total\{process="(\d+)"\} (\S+)', text)}
+
+
+def http_get(server: Server, path: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
 
 
 def wait_for(condition: Callable[[], object], what: str, deadline_s: float = DEADLINE_S) -> object:
@@ -107,19 +126,6 @@ def wait_for(condition: Callable[[], object], what: str, deadline_s: float = DEA
             return value
         time.sleep(0.05)
     raise AssertionError(f"not seen in {deadline_s:.0f} s: {what}")
-
-
-def listening_workers(server: Server) -> list[psutil.Process]:
-    """The worker processes of `server` listening on both its REST and its gRPC port."""
-    found = []
-    for child in psutil.Process(server.process.pid).children(recursive=True):
-        try:
-            ports = {c.laddr.port for c in child.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
-        except psutil.NoSuchProcess:
-            continue
-        if {server.port, server.grpc_port} <= ports:
-            found.append(child)
-    return found
 
 
 def test_second_server_on_a_taken_grpc_port_is_refused_in_one_line(models: Path) -> None:  # noqa: F811
@@ -164,55 +170,53 @@ def test_a_foreign_grpc_server_sharing_its_port_keeps_it(models: Path) -> None: 
 
 
 @pytest.fixture
-def two_workers(models: Path) -> Iterator[tuple[Server, list[psutil.Process]]]:  # noqa: F811
-    """A `--processes 2` server with gRPC whose two workers both listen on both ports; requests wait in a
-    2 s batch so they are still in flight when a signal comes."""
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2",
-                     "--max-batch", "64", "--batch-timeout-us", "2000000", "--drain-seconds", "30", grpc=True)
+def two_processes(models: Path) -> Iterator[tuple[Server, list[psutil.Process]]]:  # noqa: F811
+    """A `--processes 2` server with gRPC whose requests wait in a 2 s batch, so they are still in flight when a
+    signal comes."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2", "--workers", "1",
+                     "--threads", "1", "--max-batch", "64", "--batch-timeout-us", "2000000", "--drain-seconds", "30",
+                     grpc=True)
     try:
-        workers = wait_for(lambda: (found := listening_workers(running)) and len(found) == 2 and found,
-                           "two workers listening on the REST and gRPC ports")
-        yield running, workers  # type: ignore[misc]
+        processes = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
+        yield running, processes  # type: ignore[misc]
     finally:
         if running.alive():
             running.stop()
 
 
-def test_processes_share_both_ports_and_each_worker_answers(two_workers: tuple[Server, list[psutil.Process]],
-                                                            models: Path) -> None:  # noqa: F811
-    running, workers = two_workers
+def test_only_the_front_listens_and_one_connection_reaches_every_process(
+        two_processes: tuple[Server, list[psutil.Process]], models: Path) -> None:  # noqa: F811
+    running, processes = two_processes
+    assert {running.port, running.grpc_port} <= listeners(psutil.Process(running.process.pid))
+    assert all(not listeners(p) for p in processes)  # clients reach the front only
     rest = free_port()
     line = one_error_line(refused(models / "image.tflite", "--port", str(rest), "--grpc-port",
                                   str(running.grpc_port), own_port=rest))
-    assert f"gRPC port {running.grpc_port}" in line  # a later server cannot join our workers
-
-    def grpc_answerer() -> int | None:
-        with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}", options=FRESH) as channel:
-            call = _stub(channel, "GetModelMetadata", pb.GetModelMetadataRequest, pb.GetModelMetadataResponse)
-            answer = call(metadata_request("digits"), timeout=30)
-            assert answer.model_spec.name == "digits"  # type: ignore[attr-defined]
-            (client_port,) = own_local_ports(running.grpc_port)
-            return owner(workers, running.grpc_port, client_port)
-
-    def rest_answerer() -> int | None:
-        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
-        try:
-            connection.request("GET", "/v1/models/digits")
+    assert f"gRPC port {running.grpc_port}" in line  # nobody joins the front's gRPC port
+    before = answered_by_process(running)
+    x = inputs(1, seed=60)
+    body = json.dumps({"instances": x.tolist()}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)  # ONE keep-alive connection
+    try:
+        for _ in range(4):
+            connection.request("POST", "/v1/models/digits:predict", body, {"content-type": "application/json"})
             answer = connection.getresponse()
-            assert answer.status == 200 and b"AVAILABLE" in answer.read()
-            return owner(workers, running.port, connection.sock.getsockname()[1])
-        finally:
-            connection.close()
+            assert answer.status == 200 and "predictions" in json.loads(answer.read())
+    finally:
+        connection.close()
+    after = answered_by_process(running)
+    served = {p: after[p] - before.get(p, 0.0) for p in after}
+    assert set(served) == {"0", "1"} and all(n >= 1 for n in served.values()), served  # both processes answered
+    with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}", options=FRESH) as channel:  # ONE channel
+        call = _stub(channel, "Predict", pb.PredictRequest, pb.PredictResponse)
+        calls = [call.future(predict_request("digits", x), timeout=60) for _ in range(4)]  # type: ignore[attr-defined]
+        assert all(to_array(c.result().outputs["probs"], "probs").shape == (1, 10) for c in calls)
+    final = answered_by_process(running)
+    assert all(final[p] - after[p] >= 1 for p in final), (after, final)  # concurrent calls on one channel spread
 
-    pids = {w.pid for w in workers}
-    for protocol, answerer in (("gRPC", grpc_answerer), ("REST", rest_answerer)):
-        seen: set[int | None] = set()
-        wait_for(lambda: seen.add(answerer()) or pids <= seen, f"both workers answering fresh {protocol} clients")
-        assert seen <= pids  # every connection was answered by one of our workers
 
-
-def test_processes_drain_requests_in_flight_on_sigterm(two_workers: tuple[Server, list[psutil.Process]]) -> None:
-    running, workers = two_workers
+def test_processes_drain_requests_in_flight_on_sigterm(two_processes: tuple[Server, list[psutil.Process]]) -> None:
+    running, processes = two_processes
     x = inputs(1, seed=61)
     body = json.dumps({"instances": x.tolist()}).encode()
     rest = [http.client.HTTPConnection("127.0.0.1", running.port, timeout=60) for _ in range(4)]
@@ -221,11 +225,13 @@ def test_processes_drain_requests_in_flight_on_sigterm(two_workers: tuple[Server
     channels = [grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}", options=FRESH) for _ in range(2)]
     calls = [_stub(channel, "Predict", pb.PredictRequest, pb.PredictResponse).future(  # type: ignore[attr-defined]
         predict_request("digits", x), timeout=60) for channel in channels]
-    client_ports = [c.sock.getsockname()[1] for c in rest]
-    wait_for(lambda: all(owner(workers, running.port, p) for p in client_ports)
-             and len(own_local_ports(running.grpc_port)) == len(channels)
-             and all(owner(workers, running.grpc_port, p) for p in own_local_ports(running.grpc_port)),
-             "every request accepted by a worker")
+
+    def in_flight() -> float:
+        text = http_get(running, "/monitoring/prometheus/metrics")[1].decode()
+        found = re.search(r"^tfsmith_requests_in_flight (\S+)", text, re.M)
+        return float(found.group(1)) if found else 0.0
+
+    wait_for(lambda: in_flight() >= 6, "every request waiting in a model process's batch")
     running.process.send_signal(signal.SIGTERM)
     answers = []
     for connection in rest:
@@ -239,7 +245,7 @@ def test_processes_drain_requests_in_flight_on_sigterm(two_workers: tuple[Server
     for channel in channels:
         channel.close()
     assert running.process.wait(timeout=120) in STOPPED
-    assert all(gone(worker) for worker in workers)
+    wait_for(lambda: all(gone(p) for p in processes), "both model processes stopped")
 
 
 def gone(process: psutil.Process) -> bool:
@@ -250,55 +256,57 @@ def gone(process: psutil.Process) -> bool:
 
 
 def readiness(server: Server) -> int | str:
-    """The readiness status a fresh connection gets (whichever worker accepts it), or why there was none."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    """The readiness status a fresh connection gets, or why there was none."""
     try:
-        connection.request("GET", "/v2/health/ready")
-        answer = connection.getresponse()
-        answer.read()
-        return answer.status
+        return http_get(server, "/v2/health/ready")[0]
     except OSError as error:
         return f"{type(error).__name__}: {error}"
-    finally:
-        connection.close()
 
 
 def test_processes_report_not_ready_through_the_shutdown_delay(models: Path) -> None:  # noqa: F811
-    """After SIGTERM every worker answers 503 on readiness and still answers predicts while the delay runs
-    (what a load balancer needs to take it out of rotation first), as one process does."""
+    """After SIGTERM readiness answers 503 (whichever process answers it) and predicts are still answered while
+    the delay runs (what a load balancer needs to take the server out of rotation first); a second signal
+    stops it without the rest of the delay."""
     running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2",
                      "--shutdown-delay-seconds", "600", "--drain-seconds", "5", grpc=True)
     try:
-        workers = wait_for(lambda: (found := listening_workers(running)) and len(found) == 2 and found,
-                           "two workers listening")
+        wait_for(lambda: len(model_processes(running)) == 2, "two model processes")
         assert {readiness(running) for _ in range(8)} == {200}
         running.process.send_signal(signal.SIGTERM)
-        wait_for(lambda: all(readiness(running) == 503 for _ in range(8)), "every fresh connection told 503")
-        assert len(listening_workers(running)) == 2  # both still there, both not ready
+        wait_for(lambda: all(readiness(running) == 503 for _ in range(8)), "every readiness request told 503")
         body = json.dumps({"instances": inputs(1, seed=62).tolist()}).encode()
         for _ in range(4):
             connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
             connection.request("POST", "/v1/models/digits:predict", body, {"content-type": "application/json"})
             assert connection.getresponse().status == 200
             connection.close()
-        for worker in workers:  # a second signal: stop now, without the rest of the delay
-            worker.send_signal(signal.SIGTERM)
+        running.process.send_signal(signal.SIGTERM)  # a second signal: stop now, without the rest of the delay
         assert running.process.wait(timeout=120) in STOPPED
     finally:
         if running.alive():
             running.stop()
 
 
-def test_workers_stop_when_their_supervisor_is_killed(models: Path) -> None:  # noqa: F811
+def test_model_processes_stop_when_the_front_is_killed(models: Path) -> None:  # noqa: F811
     running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2", grpc=True)
-    workers = wait_for(lambda: (found := listening_workers(running)) and len(found) == 2 and found,
-                       "two workers listening")
+    processes = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
     running.process.kill()
     running.process.wait(timeout=60)
-    wait_for(lambda: all(gone(worker) for worker in workers), "both workers stopped", deadline_s=120)
+    wait_for(lambda: all(gone(p) for p in processes), "both model processes stopped", deadline_s=120)
 
 
-def test_workers_refusing_a_model_say_so_in_one_line(tmp_path: Path, models: Path) -> None:  # noqa: F811
+def test_a_model_process_that_dies_stops_the_server(models: Path) -> None:  # noqa: F811
+    """A server missing a process would answer slower with nobody told: it exits 1 instead, saying why."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2")
+    processes = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
+    processes[0].kill()
+    assert running.process.wait(timeout=120) == 1
+    output = running.process.stdout.read() if running.process.stdout else ""
+    assert re.search(rf"model process 0 \(pid {processes[0].pid}\) exited .* unasked; stopping the server", output), output
+    wait_for(lambda: gone(processes[1]), "the other model process stopped")
+
+
+def test_model_processes_refusing_a_model_say_so_in_one_line(tmp_path: Path, models: Path) -> None:  # noqa: F811
     broken = tmp_path / "broken.tflite"
     broken.write_bytes((models / "image.tflite").read_bytes()[:1000])
     port = free_port()

@@ -138,7 +138,7 @@ def test_memory_returns_to_one_models_worth(versions: Path, base: Path) -> None:
     publish(versions, base, 1, source=4)
     size_mb = (versions / "v4.tflite").stat().st_size / 2**20
     running = Server("--model-base-path", str(base), "--model-name", "m", "--file-system-poll-wait-seconds", "0.2",
-                     "--workers", "2")
+                     "--processes", "1", "--workers", "2")  # one process: its two interpreters hold the weights
     try:
         x = np.random.default_rng(72).random((1, 8, 8, 1), dtype=np.float32).tolist()
         assert HTTP.post(f"{running.url}/v1/models/m:predict", json={"instances": x}).status_code == 200

@@ -184,7 +184,7 @@ def test_v2_answers_bytes_that_are_not_utf8_as_binary_data() -> None:
 
     outputs = {"label": objects(b"ok"), "blob": objects(b"\xff")}
     answer = infer_response(Served(), 1, {}, outputs, ["label", "blob"], set())  # type: ignore[arg-type]
-    cut = int(answer.headers["inference-header-content-length"])
+    cut = int(dict(answer.headers)[b"inference-header-content-length"])
     header = json.loads(answer.body[:cut])
     assert header["outputs"][0]["data"] == ["ok"]  # text stays JSON
     assert header["outputs"][1]["parameters"] == {"binary_data_size": 5}  # JSON cannot hold b"\xff"
