@@ -194,9 +194,10 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     extra: dict[str, Any] = {"signatures": list(runner.signatures)}
     if plan.checks:
         extra["other_signatures"] = dict(verdict.per_signature)
-    reason = differs if not kept else verdict.why if not verdict.passed else why
-    if kept and verdict.passed and verdict.why:
-        reason = f"{why}; {verdict.why}"
+    # every failure said (the contract's outputs, then the other signatures); passing, the contract's numbers
+    # and how every other signature was judged
+    failures = [text for text, ok in ((why, passed), (verdict.why, verdict.passed)) if not ok and text]
+    reason = differs if not kept else "; ".join(failures) if failures else "; ".join(t for t in (why, verdict.why) if t)
     result = ArtifactResult(
         path=rel, format=format, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={},
