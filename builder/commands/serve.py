@@ -45,9 +45,10 @@ def register(app: typer.Typer) -> None:
         model_name: Annotated[str | None, typer.Option(help="Served model name (default: from the path)")] = None,
         model_version: Annotated[int, typer.Option(help="Version number served")] = 1,
         signature: Annotated[str | None, typer.Option(help="Signature a request without signature_name gets (default: the one tfsmith optimize chose)")] = None,
-        workers: Annotated[int, typer.Option(help="Model instances in the server")] = 2,
-        threads: Annotated[int, typer.Option(help="Threads per model instance")] = 1,
-        max_batch: Annotated[int, typer.Option(help="Dynamic batching: max batch (1 = off)")] = 1,
+        processes: Annotated[str, typer.Option(help="Model processes in the server, or auto: sized when the container starts from the CPUs it gets and the model's measured call time")] = "auto",
+        workers: Annotated[str, typer.Option(help="Interpreters per process, or auto")] = "auto",
+        threads: Annotated[str, typer.Option(help="Threads per interpreter, or auto")] = "auto",
+        max_batch: Annotated[str, typer.Option(help="Dynamic batching: max batch (1 = off), or auto (natural batching where it measures cheaper)")] = "auto",
         batch_timeout_us: Annotated[int, typer.Option(help="Dynamic batching timeout")] = 0,
         context: Annotated[Path | None, typer.Option(help="Also keep the rendered build context here")] = None,
         smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the image and check its answers")] = True,
@@ -62,11 +63,25 @@ def register(app: typer.Typer) -> None:
             base_image=base_image,
             tag=tag,
             version=model_version,
-            workers=workers,
-            threads=threads,
-            max_batch=max_batch,
+            processes=_count(processes, "--processes"),
+            workers=_count(workers, "--workers"),
+            threads=_count(threads, "--threads"),
+            max_batch=_count(max_batch, "--max-batch"),
             batch_timeout_us=batch_timeout_us,
             signature=signature,
         )
         package_model(artifact, options, model_name=model_name, smoke=smoke, keep_context=context, say=typer.echo,
                       cuda_cc=cuda_cc)
+
+
+def _count(text: str, flag: str) -> int | None:
+    """A count of at least 1, or None for auto; InputError in one line otherwise."""
+    import argparse
+
+    from builder.errors import InputError
+    from builder.server.options import auto_count
+
+    try:
+        return auto_count(text)
+    except argparse.ArgumentTypeError as error:
+        raise InputError(f"{flag}: {error}") from None

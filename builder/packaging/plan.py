@@ -48,9 +48,12 @@ class PackageOptions:
     tag: str | None = None
     version: int = 1
     port: int = REST_PORT
-    workers: int = 2
-    threads: int = 1
-    max_batch: int = 1
+    #: None: the server sizes itself when the container starts (`--processes/--workers/--threads/--max-batch
+    #: auto`), from the CPUs the container gets and the model's measured call time
+    processes: int | None = None
+    workers: int | None = None
+    threads: int | None = None
+    max_batch: int | None = None
     batch_timeout_us: int = 0
     #: the signature a request without `signature_name` gets; None = the report's chosen signature
     signature: str | None = None
@@ -61,8 +64,10 @@ class PackageOptions:
             raise InputError(f"unknown --kind {self.kind!r}; choose one of: auto, {', '.join(KINDS)}")
         if not 1 <= self.port <= 65535 or self.port == GRPC_PORT:
             raise InputError(f"--port {self.port}: not a TCP port the REST API can use (gRPC has {GRPC_PORT})")
-        if min(self.workers, self.threads, self.max_batch) < 1 or self.batch_timeout_us < 0:
-            raise InputError("--workers, --threads and --max-batch must be at least 1, --batch-timeout-us not negative")
+        given = [v for v in (self.processes, self.workers, self.threads, self.max_batch) if v is not None]
+        if (given and min(given) < 1) or self.batch_timeout_us < 0:
+            raise InputError("--processes, --workers, --threads and --max-batch must be at least 1 (or auto), "
+                             "--batch-timeout-us not negative")
         if self.version < 1:
             raise InputError(f"--model-version {self.version}: versions are positive integers")
 
@@ -97,9 +102,10 @@ class ServePlan:
     target_features: tuple[str, ...]
     target_copts: tuple[str, ...]
     port: int
-    workers: int
-    threads: int
-    max_batch: int
+    processes: int | None
+    workers: int | None
+    threads: int | None
+    max_batch: int | None
     batch_timeout_us: int
     requirements: tuple[str, ...] = ()
     arch: str = "x86_64"
@@ -144,7 +150,7 @@ class ServePlan:
 
         values: dict[str, Any] = {
             "host": "0.0.0.0", "port": self.port, "grpc_port": self.grpc_port, "model_name": self.model_name,
-            "model_version": self.version, "runtime": self.runtime, "workers": self.workers,
+            "model_version": self.version, "runtime": self.runtime, "processes": self.processes, "workers": self.workers,
             "threads": self.threads, "max_batch": self.max_batch, "batch_timeout_us": self.batch_timeout_us,
         }
         if self.signature:
@@ -218,6 +224,7 @@ def plan_package(
         target_features=tuple(sorted(getattr(target, "features", ()) or ())),
         target_copts=tuple(getattr(target, "copts", ()) or ()),
         port=options.port if kind != "tfserving" else REST_PORT,
+        processes=options.processes,
         workers=options.workers,
         threads=options.threads,
         max_batch=options.max_batch,

@@ -53,9 +53,9 @@ class BatchingParameters:
 def batching_for(options: PackageOptions) -> BatchingParameters:
     """Batching parameters from the package options (TF Serving needs batch >= 1; 1 means: no merging)."""
     return BatchingParameters(
-        max_batch_size=max(options.max_batch, 1) if options.max_batch > 1 else 32,
+        max_batch_size=options.max_batch if options.max_batch and options.max_batch > 1 else 32,
         batch_timeout_micros=options.batch_timeout_us or 1000,
-        num_batch_threads=max(options.workers, 1),
+        num_batch_threads=max(options.workers or 2, 1),
     )
 
 

@@ -144,7 +144,7 @@ def package_model(
         from builder.engine import default_engine
 
         engine = default_engine()
-    choice = serving_runtime(options.runtime, artifact, kind, options.threads)
+    choice = serving_runtime(options.runtime, artifact, kind, options.threads or 1)
     kind.check_runtime(choice.runtime)
     say(f"image kind: {kind.name} ({kind_reason}); runtime: {choice.runtime} ({choice.reason})")
     # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
