@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -93,7 +93,6 @@ class Queued(NamedTuple):
     call: PredictCall
     answer: asyncio.Future[dict[str, np.ndarray]]
     since: float  # perf_counter when it queued
-    on_start: Callable[[], None] | None  # told on the worker thread when its batch starts
 
 
 class DynamicBatcher:
@@ -115,20 +114,18 @@ class DynamicBatcher:
         self.batches = 0
         self.examples = 0
 
-    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
-        """The call's outputs. `on_start` is called on the worker thread just before the interpreter runs the
-        call (alone or in a batch), for work meant to run beside the model; never for a model run inline."""
+    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+        """The call's outputs."""
         loop = asyncio.get_running_loop()
         if not (self._config.enabled and self._batchable):
             if self.inline:
                 return self._pool.predict(call.signature, call.inputs)
-            return await loop.run_in_executor(self._executor, _started, (on_start,), self._pool.predict,
-                                              call.signature, dict(call.inputs))
+            return await loop.run_in_executor(self._executor, self._pool.predict, call.signature, dict(call.inputs))
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
-        self._queues.setdefault(key, deque()).append(Queued(call, future, time.perf_counter(), on_start))
+        self._queues.setdefault(key, deque()).append(Queued(call, future, time.perf_counter()))
         if key not in self._draining:
             self._draining.add(key)
             loop.create_task(self._drain(key))
@@ -156,7 +153,7 @@ class DynamicBatcher:
         try:
             merged = merge_inputs(calls)
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _started, [q.on_start for q in taken], self._pool.predict, calls[0].signature, merged
+                self._executor, self._pool.predict, calls[0].signature, merged
             )
             self.batches += 1
             self.examples += sum(c.batch for c in calls)
@@ -169,12 +166,3 @@ class DynamicBatcher:
                     queued.answer.set_exception(error)
         finally:
             self._slots.release()
-
-
-def _started(on_start: Iterable[Callable[[], None] | None], predict: Callable[..., dict[str, np.ndarray]],
-             *args: object) -> dict[str, np.ndarray]:
-    """On the worker thread: tell whoever asked that the model is about to run, then run it."""
-    for tell in on_start:
-        if tell is not None:
-            tell()
-    return predict(*args)

@@ -9,8 +9,8 @@ translate between their wire formats and what these return.
   is not ready (503). Status (`status`), readiness (`model_ready`) and metadata (`metadata`) all start here.
 - Inference (`infer`): read the body, resolve, decode (off the event loop when large), run the batcher and
   encode; each protocol brings only its `Codec` (decode its request into a `PredictCall`, encode the answer).
-  A codec may decode provisionally (`Provisional`): the model then runs on the call while the decode's last
-  check runs here, and the answer waits for both.
+  A codec may decode provisionally (`Provisional`: a fast decode, the check that proves it, and the sure
+  decode to fall back on); the check runs before the model does.
 - Bookkeeping (`request`): every route of every protocol is counted (in-flight gauge, request counter and
   latency histogram by entrypoint and API, the gRPC access line); the status recorded is the one the
   exception leaving the block carries (`RequestError.status`, 499 for a client that went away, 500 for
@@ -29,6 +29,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
+from builder.model.failures import ModelInputError
 from builder.server.access_log import log_request
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
@@ -78,8 +79,7 @@ class ModelMetadata:
 @dataclass(frozen=True)
 class Provisional(Generic[D]):
     """A decode that is right only if `confirm()` says so (a check that reads the whole body once more); when
-    it says no, `fallback()` decodes the body the sure way. Answering waits for the check, but the model
-    need not: `DataPlane.infer` runs it on `decoded` meanwhile."""
+    it says no, `fallback()` decodes the body the sure way (`settle`)."""
 
     decoded: tuple[PredictCall, D]
     confirm: Callable[[], bool]
@@ -176,43 +176,9 @@ class DataPlane:
             body = await read()
             served = self.resolve(address.name, address.version, address.label)
             size = codec.size(body)
-            decoded = await self.decode(size, lambda: codec.decode(served, body))
-            if isinstance(decoded, Provisional):
-                (call, request), outputs = await self._predict_provisional(served, size, decoded)
-            else:
-                call, request = decoded
-                outputs = await served.predict(call)
+            call, request = await self.decode(size, lambda: settle(codec.decode(served, body)))
+            outputs = await served.predict(call)
             return codec.encode(served, call, request, outputs)
-
-    async def _predict_provisional(self, served: ServedModel, size: int, provisional: Provisional[D]
-                                   ) -> tuple[tuple[PredictCall, D], dict[str, np.ndarray]]:
-        """The decode that holds and the model's outputs for it. For a large body the check runs while the
-        model computes: the model's thread reports that it is about to call the interpreter, and keeps the
-        GIL until the interpreter releases it to compute, so the check (C code that holds the GIL), started
-        here once the report arrives, runs beside the model on the other core rather than before it.
-        (uvloop, which the server runs on, delivers the report without releasing the GIL; the standard
-        library's loop releases it for a moment, and the check may then run first: slower, same answer.)
-        MobileNetV2's 3 MB JSON body on 2 cores: the ~1.9 ms check leaves the request's time (REST p50
-        16.9 -> 13.6 ms). A check that fails costs one discarded model call; the fallback's call runs."""
-        if size < self.offload_bytes:  # the check costs less than arranging to overlap it
-            decoded = settle(provisional)
-            return decoded, await served.predict(decoded[0])
-        loop = asyncio.get_running_loop()
-        started: asyncio.Future[None] = loop.create_future()
-
-        def on_start() -> None:  # on the model's thread
-            loop.call_soon_threadsafe(lambda: started.done() or started.set_result(None))
-
-        prediction = asyncio.ensure_future(served.predict(provisional.decoded[0], on_start))
-        prediction.add_done_callback(_retrieve)
-        try:  # a model run inline, or one that failed, finishes without reporting a start
-            await asyncio.wait((started, prediction), return_when=asyncio.FIRST_COMPLETED)
-            if await self.decode(size, provisional.confirm):
-                return provisional.decoded, await prediction
-        finally:
-            prediction.cancel()  # a no-op once it is done; else nobody will use its outputs
-        decoded = await self.decode(size, provisional.fallback)
-        return decoded, await served.predict(decoded[0])
 
     async def decode(self, size: int, parse: Callable[[], T]) -> T:
         """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large and other requests
@@ -237,6 +203,9 @@ class DataPlane:
             yield outcome
         except RequestError as error:
             outcome.status = error.status
+            raise
+        except ModelInputError:  # the model refused what the client sent: answered 400 (`answers.failure`)
+            outcome.status = 400
             raise
         except (ClientGone, asyncio.CancelledError):
             outcome.status = CLIENT_GONE
@@ -263,9 +232,3 @@ def settle(decoded: tuple[PredictCall, D] | Provisional[D]) -> tuple[PredictCall
     if not isinstance(decoded, Provisional):
         return decoded
     return decoded.decoded if decoded.confirm() else decoded.fallback()
-
-
-def _retrieve(task: asyncio.Future[object]) -> None:
-    """Mark a discarded prediction's failure as seen (asyncio logs unretrieved ones as errors)."""
-    if not task.cancelled():
-        task.exception()

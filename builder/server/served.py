@@ -7,7 +7,7 @@ validation (`protocol`), the same batcher and interpreter pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +66,11 @@ class ServedModel:
         batch = next(iter(inputs.values())).shape[0]
         return PredictCall(signature=signature.name, inputs=inputs, row_format=row_format, batch=batch)
 
-    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
-        """The call's outputs; `on_start` as for `DynamicBatcher.predict`."""
+    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+        """The call's outputs."""
         self.active += 1
         try:
-            return await self.batcher.predict(call, on_start)
+            return await self.batcher.predict(call)
         finally:
             self.active -= 1
 

@@ -41,6 +41,7 @@ DATATYPE_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in DATATYPE_OF.items()}
 LITTLE_ENDIAN = {numpy: np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 LITTLE_ENDIAN_OF = {np.dtype(numpy): np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 NATIVE_IS_LITTLE = sys.byteorder == "little"
+NOT_READY = "model is not ready (loading, or the server is draining)"
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
 REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
 
@@ -285,7 +286,7 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
 
     def not_ready(outcome: Outcome) -> Response:
         outcome.status = 503
-        return _json({"error": "model is not ready (loading, or the server is draining)"}, 503)
+        return _json({"error": NOT_READY}, 503)
 
     async def metadata_of(name: str, version: str | None) -> Response:
         async with plane.request(ENTRYPOINT, "metadata", name):

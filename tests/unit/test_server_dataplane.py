@@ -14,6 +14,7 @@ import pytest
 import uvloop
 
 from builder.server import jsoncodec
+from builder.model.failures import ModelInputError
 from builder.server.batching import BatchingConfig, DynamicBatcher
 from builder.server.dataplane import Address, DataPlane, Provisional
 from builder.server.metrics import Metrics, status_label
@@ -45,9 +46,12 @@ def test_every_request_is_counted_with_the_status_its_exception_carries() -> Non
             await _fail(plane, "nope", RequestError("unknown", status=404))
         with pytest.raises(ZeroDivisionError):
             await _fail(plane, "m", ZeroDivisionError("boom"))
+        with pytest.raises(ModelInputError):  # the model refused what the client sent: answered 400
+            await _fail(plane, "m", ModelInputError("gather index out of bounds."))
 
     asyncio.run(scenario())
-    assert plane.metrics.counts == {("m", "OK"): 1, ("unknown", "NOT_FOUND"): 1, ("m", status_label(500)): 1}
+    assert plane.metrics.counts == {("m", "OK"): 1, ("unknown", "NOT_FOUND"): 1, ("m", status_label(500)): 1,
+                                    ("m", "INVALID_ARGUMENT"): 1}
     assert plane.metrics.in_flight._value.get() == 0
 
 
@@ -111,44 +115,37 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
 
 
-# --- a provisional decode: the model runs while its check does -----------------------------------------
+# --- a provisional decode: checked before the model runs ---------------------------------------------------
 
-class _WaitingModel:
-    """A pool of one interpreter that answers y = sum(x) per example, but only once the decode's check has
-    run, so a check made before or after the model (not beside it) makes the test fail instead of pass."""
+class _Model:
+    """A pool of one interpreter that answers y = sum(x) per example and says when it ran."""
 
     size = 1
 
     def __init__(self) -> None:
-        self.running = threading.Event()
-        self.checked = threading.Event()
         self.calls: list[float] = []
 
     def predict(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.running.set()
         self.calls.append(float(inputs["x"].sum()))
-        if not self.checked.wait(timeout=60):
-            raise TimeoutError("the check never ran while the model did")
         return {"y": inputs["x"].sum(axis=1, keepdims=True)}
 
 
 class _Provisionally:
     """A codec whose decode is provisional: x = [[1, 1]], unless its check says no; then x = [[2, 2]]."""
 
-    def __init__(self, model: _WaitingModel, holds: bool, size: int) -> None:
-        self.model, self.holds, self.body_size = model, holds, size
-        self.model_was_running: list[bool] = []
+    def __init__(self, model: _Model, holds: bool) -> None:
+        self.model, self.holds = model, holds
+        self.model_had_run: list[bool] = []
 
     def size(self, body: bytes) -> int:
-        return self.body_size
+        return 4096
 
     def _call(self, value: float) -> tuple[PredictCall, None]:
         x = np.full((1, 2), value, dtype=np.float32)
         return PredictCall(signature="serving_default", inputs={"x": x}, row_format=True, batch=1), None
 
     def confirm(self) -> bool:
-        self.model_was_running.append(self.model.running.is_set())
-        self.model.checked.set()
+        self.model_had_run.append(bool(self.model.calls))
         return self.holds
 
     def decode(self, served: ServedModel, body: bytes) -> Provisional[None]:
@@ -158,7 +155,7 @@ class _Provisionally:
         return float(outputs["y"][0, 0])
 
 
-def _infer(model: _WaitingModel, codec: _Provisionally, batching: BatchingConfig) -> float:
+def _infer(model: _Model, codec: _Provisionally, batching: BatchingConfig) -> float:
     executor = ThreadPoolExecutor(max_workers=1)
     batcher = DynamicBatcher(model, batching, executor, batchable=True)  # type: ignore[arg-type]
     models = ModelSet()
@@ -169,7 +166,7 @@ def _infer(model: _WaitingModel, codec: _Provisionally, batching: BatchingConfig
     async def body() -> bytes:
         return b"{}"
 
-    try:  # on uvloop, as the server runs (see `DataPlane._predict_provisional`)
+    try:
         return uvloop.run(plane.infer("REST", Address("m"), body, codec))
     finally:
         plane.close()
@@ -177,22 +174,15 @@ def _infer(model: _WaitingModel, codec: _Provisionally, batching: BatchingConfig
 
 
 @pytest.mark.parametrize("batching", [BatchingConfig(), BatchingConfig(max_batch_size=8)], ids=["alone", "batched"])
-def test_a_large_provisional_decode_is_checked_while_the_model_runs_on_it(batching: BatchingConfig) -> None:
-    model = _WaitingModel()
-    codec = _Provisionally(model, holds=True, size=4096)
+def test_a_provisional_decode_is_checked_before_the_model_runs_on_it(batching: BatchingConfig) -> None:
+    model = _Model()
+    codec = _Provisionally(model, holds=True)
     assert _infer(model, codec, batching) == 2.0  # sum of the provisional x = [1, 1]
-    assert codec.model_was_running == [True] and model.calls == [2.0]
+    assert codec.model_had_run == [False] and model.calls == [2.0]
 
 
-def test_a_provisional_decode_whose_check_fails_is_answered_from_its_fallback() -> None:
-    model = _WaitingModel()
-    codec = _Provisionally(model, holds=False, size=4096)
-    assert _infer(model, codec, BatchingConfig()) == 4.0  # the fallback's x = [2, 2]; the first answer unused
-    assert codec.model_was_running == [True] and model.calls == [2.0, 4.0]
-
-
-def test_a_small_provisional_decode_is_checked_before_the_model_runs() -> None:
-    model = _WaitingModel()
-    codec = _Provisionally(model, holds=False, size=100)  # below offload_bytes: nothing worth overlapping
-    assert _infer(model, codec, BatchingConfig()) == 4.0
-    assert codec.model_was_running == [False] and model.calls == [4.0]
+def test_a_provisional_decode_whose_check_fails_is_answered_from_its_fallback_alone() -> None:
+    model = _Model()
+    codec = _Provisionally(model, holds=False)
+    assert _infer(model, codec, BatchingConfig()) == 4.0  # the fallback's x = [2, 2]
+    assert codec.model_had_run == [False] and model.calls == [4.0]  # the model ran once, on the sure decode
