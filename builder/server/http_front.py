@@ -114,9 +114,11 @@ class HttpFront:
 class _Head:
     """httptools' callbacks for one request head: the URL and the headers, lower-cased."""
 
-    __slots__ = ("url", "headers", "size", "complete", "overflow")
+    __slots__ = ("url", "headers", "size", "complete", "overflow", "parser", "keep_alive")
 
     def __init__(self) -> None:
+        self.parser: Any = None
+        self.keep_alive = True
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.size = 0
@@ -128,6 +130,9 @@ class _Head:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # read now: a complete message resets the parser
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -252,7 +257,7 @@ class _Connection(asyncio.BufferedProtocol):
         head = bytes(self.buffer[self.start:found + 4])
         self.start = found + 4
         parsed = _Head()
-        parser = httptools.HttpRequestParser(parsed)
+        parser = parsed.parser = httptools.HttpRequestParser(parsed)
         try:
             parser.feed_data(head)
         except httptools.HttpParserUpgrade:
@@ -263,7 +268,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._new_request()
         self.method = parser.get_method().decode("latin-1")
         self.url, self.headers = parsed.url, tuple(parsed.headers)
-        self.keep_alive = parser.should_keep_alive()
+        self.keep_alive = parsed.keep_alive
         length = encoding = expect = None
         for name, value in parsed.headers:
             if name == b"content-length":

@@ -1,0 +1,125 @@
+"""The front's channel to a model process (`builder.server.channel`), both ends on one socket pair in this
+process: requests and answers cross through the shared slots (a body larger than a slot through an area of
+its own), control values arrive whole, a closed end fails what waits on it, and the metrics of several
+processes merge into one exposition."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from builder.server.channel import ACTIVATE, LOAD, LOADED, READY, ChannelClosed, FrontEnd, HostEnd
+from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.metrics import merge_expositions
+
+
+def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, HostEnd]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    return FrontEnd(ours, slots, slot_bytes), HostEnd(theirs)
+
+
+async def echo(request: Request) -> Answer:
+    """A host that answers with what it got: the body reversed, the path and a header in the headers."""
+    await asyncio.sleep(0)
+    if request.kind == GRPC:
+        return Answer(0, bytes(request.body)[::-1], message=request.method)
+    return Answer(200, bytes(request.body)[::-1], ((b"x-path", request.path.encode()),
+                                                   (b"x-type", request.header(b"content-type") or b"")))
+
+
+def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -> None:
+    async def scenario() -> list[Answer]:
+        front, host = ends(slots=2)
+        await front.start()
+        host.hello()  # the HELLO is already waiting: the area arrives
+        serving = asyncio.ensure_future(host.serve(echo))
+        small = Request(HTTP, "POST", b"abc", "/v2/models/m/infer", b"", ((b"content-type", b"x/y"),), "1.2.3.4:5")
+        large = Request(HTTP, "POST", bytes(range(256)) * 40, "/big")  # 10 KB: more than a 4 KB slot
+        call = Request(GRPC, "/tensorflow.serving.PredictionService/Predict", b"\x01\x02", client="ipv4:1")
+        answers = []
+        for group in ([small, call], [large, small]):  # two slots, two at a time
+            answers += await asyncio.gather(*(front.exchange(r) for r in group))
+        await front.tell(2)  # DRAIN: told, nothing to answer
+        host.stopped.set()  # type: ignore[union-attr]
+        await serving
+        front.close()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert answers[0] == Answer(200, b"cba", ((b"x-path", b"/v2/models/m/infer"), (b"x-type", b"x/y")))
+    assert answers[1] == Answer(0, b"\x02\x01", (), "/tensorflow.serving.PredictionService/Predict")
+    assert answers[2].body == (bytes(range(256)) * 40)[::-1] and answers[2].headers[0] == (b"x-path", b"/big")
+
+
+def test_control_values_arrive_whole() -> None:
+    async def scenario() -> tuple[object, object, tuple[str, tuple[int, ...], bool]]:
+        front, host = ends()
+        await front.start()
+        host.hello()
+        host.say(READY, {"pid": 7, "models": {"m": 1}})
+        ready = await front.control()
+        activated: list[tuple[str, tuple[int, ...], bool]] = []
+
+        async def load(name: str, versions: tuple[int, ...]) -> tuple[bool, str]:
+            return True, ""
+
+        host.on_load = load
+        host.on_activate = lambda name, versions, commit: activated.append((name, versions, commit))
+        serving = asyncio.ensure_future(host.serve(echo))
+        await front.tell(LOAD, ("m", (2, 3)))
+        loaded = await front.control()
+        await front.tell(ACTIVATE, ("m", (2, 3), True))
+        while not activated:
+            await asyncio.sleep(0.001)
+        host.stopped.set()  # type: ignore[union-attr]
+        await serving
+        front.close()
+        return ready[1], (loaded[0].kind, loaded[1]), activated[0]
+
+    ready, loaded, activated = asyncio.run(scenario())
+    assert ready == {"pid": 7, "models": {"m": 1}}
+    assert loaded == (LOADED, ("m", (2, 3), True, ""))
+    assert activated == ("m", (2, 3), True)
+
+
+def test_a_closed_end_fails_what_waits_on_it() -> None:
+    async def scenario() -> None:
+        front, host = ends()
+        closed: list[bool] = []
+        front.on_closed = lambda: closed.append(True)
+        await front.start()
+        host.hello()
+        waiting = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/")))
+        await asyncio.sleep(0.01)
+        host.sock.close()  # the model process is gone
+        with pytest.raises(ChannelClosed):
+            await waiting
+        assert closed == [True]
+        front.close()
+        front.close()  # twice is harmless
+
+    asyncio.run(scenario())
+
+
+def test_expositions_of_several_processes_merge_into_one() -> None:
+    one = (b'# HELP :tensorflow:serving:request_count The total number of requests.\n'
+           b'# TYPE :tensorflow:serving:request_count untyped\n'
+           b':tensorflow:serving:request_count{model_name="m",status="OK"} 3.0\n'
+           b'# HELP tfsmith_model_ready 1 while ready.\n# TYPE tfsmith_model_ready gauge\n'
+           b'tfsmith_model_ready{model_name="m"} 1.0\n'
+           b'# HELP tfsmith_batch_size Examples per call.\n# TYPE tfsmith_batch_size histogram\n'
+           b'tfsmith_batch_size_bucket{le="1.0"} 2.0\ntfsmith_batch_size_bucket{le="+Inf"} 2.0\n'
+           b'tfsmith_batch_size_count 2.0\ntfsmith_batch_size_sum 2.0\n')
+    two = one.replace(b"} 3.0", b"} 4.0").replace(b'tfsmith_model_ready{model_name="m"} 1.0',
+                                                    b'tfsmith_model_ready{model_name="m"} 0.0')
+    text = merge_expositions([one, two]).decode()
+    assert ':tensorflow:serving:request_count{model_name="m",status="OK"} 7.0' in text  # summed
+    assert 'tfsmith_model_ready{model_name="m"} 0.0' in text  # the least ready process
+    assert 'tfsmith_batch_size_bucket{le="+Inf"} 4.0' in text and "tfsmith_batch_size_count 4.0" in text
+    assert "# TYPE :tensorflow:serving:request_count untyped" in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert {f.name for f in text_string_to_metric_families(text)} >= {":tensorflow:serving:request_count",
+                                                                       "tfsmith_model_ready", "tfsmith_batch_size"}

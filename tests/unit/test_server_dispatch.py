@@ -1,0 +1,91 @@
+"""Requests, not connections, spread over model processes (`builder.server.dispatch`): the least busy takes the
+next request, ties in turn, and a full server queues requests in arrival order for the first window that frees."""
+
+from __future__ import annotations
+
+import asyncio
+
+from builder.server.dispatch import Dispatcher, choose, window
+
+
+def test_the_least_busy_below_its_window_is_chosen_ties_in_turn() -> None:
+    assert choose([0, 0], [2, 2], start=0) == 0
+    assert choose([0, 0], [2, 2], start=1) == 1
+    assert choose([1, 0], [2, 2], start=0) == 1
+    assert choose([2, 2], [2, 2], start=0) is None
+    assert choose([2, 1, 1], [2, 2, 2], start=2) == 2
+
+
+def test_a_window_holds_a_batch_for_each_interpreter_and_one_ahead() -> None:
+    assert window(1, 1) == 2
+    assert window(2, 8) == 17
+
+
+def test_one_client_s_sequential_requests_alternate_over_the_processes() -> None:
+    dispatcher: Dispatcher[str] = Dispatcher(["a", "b", "c"], [2, 2, 2])
+    seen: list[str] = []
+
+    async def call(host: str) -> str:
+        seen.append(host)
+        return host
+
+    async def scenario() -> None:
+        for _ in range(6):
+            await dispatcher.run(call)
+
+    asyncio.run(scenario())
+    assert seen == ["a", "b", "c", "a", "b", "c"]
+    assert dispatcher.answered == [2, 2, 2]
+
+
+def test_a_full_server_queues_in_arrival_order_and_no_window_idles_while_work_waits() -> None:
+    dispatcher: Dispatcher[int] = Dispatcher([0, 1], [1, 1])
+    started: list[tuple[str, int]] = []
+    gates: dict[str, asyncio.Event] = {}
+
+    def make(name: str):  # noqa: ANN202 - a call that holds its window until released
+        async def call(host: int) -> str:
+            started.append((name, host))
+            await gates[name].wait()
+            return name
+        return call
+
+    async def scenario() -> list[str]:
+        for name in "wxyz":
+            gates[name] = asyncio.Event()
+        tasks = [asyncio.ensure_future(dispatcher.run(make(name))) for name in "wxyz"]
+        await asyncio.sleep(0)
+        assert [n for n, _ in started] == ["w", "x"] and dispatcher.queued == 2  # both windows full
+        gates["x"].set()  # process 1 frees first: the oldest waiting request takes it
+        await asyncio.sleep(0.01)
+        assert started[2] == ("y", 1)
+        for name in "wyz":
+            gates[name].set()
+        return list(await asyncio.gather(*tasks))
+
+    assert asyncio.run(scenario()) == ["w", "x", "y", "z"]
+    assert sum(dispatcher.answered) == 4 and dispatcher.out == [0, 0] and dispatcher.queued == 0
+
+
+def test_a_waiting_request_cancelled_gives_its_place_up() -> None:
+    dispatcher: Dispatcher[int] = Dispatcher([0], [1])
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+
+        async def hold(host: int) -> None:
+            await gate.wait()
+
+        async def quick(host: int) -> str:
+            return "served"
+
+        first = asyncio.ensure_future(dispatcher.run(hold))
+        waiting = asyncio.ensure_future(dispatcher.run(quick))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        gate.set()
+        await first
+        assert await dispatcher.run(quick) == "served"
+        assert dispatcher.out == [0]
+
+    asyncio.run(scenario())
