@@ -41,7 +41,7 @@ DEFAULT_CPU_MILLIS = 1000
 DEFAULT_MEMORY_MIB = 512
 BASE_MEMORY_MIB = 256  # interpreter + server + runtime before the model (an estimate, not a measurement)
 MODEL_MEMORY_FACTOR = 4  # the model file is mapped, plus arena/activations: a generous multiple of its size
-LIMIT_FACTOR = 2  # limits = 2x requests: headroom without letting one pod starve a node
+LIMIT_FACTOR = 2  # memory limit = 2x the request: headroom without letting one pod starve a node
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,10 @@ class Resources:
 
     @property
     def cpu_limit_millis(self) -> int:
-        return self.cpu_millis * LIMIT_FACTOR
+        """The CPU limit is the request: the server in the pod sizes itself to its CPU quota (processes ×
+        threads = whole cores of it), so the quota must be what the scheduler reserved for it; a higher limit
+        would start more busy threads than the node set aside."""
+        return self.cpu_millis
 
     @property
     def memory_limit_mib(self) -> int:
@@ -247,7 +250,7 @@ def resources_from_report(report: Report, *, cpu: str | None = None, memory: str
     size = artifact.size_bytes + artifact.variables_bytes
     memory_mib = BASE_MEMORY_MIB + MODEL_MEMORY_FACTOR * math.ceil(size / 2**20)
     memory_mib = 64 * math.ceil(memory_mib / 64)
-    source = (f"report.json: {report.chosen}, {threads} thread(s) -> {threads} CPU; "
+    source = (f"report.json: {report.chosen}, {threads} thread(s) -> {threads} CPU, the server sized to them; "
               f"memory {BASE_MEMORY_MIB}Mi + {MODEL_MEMORY_FACTOR}x model size (estimate, RSS not measured)")
     return Resources(
         cpu_millis=parse_cpu(cpu) if cpu else threads * 1000,

@@ -49,7 +49,7 @@ from builder.server.model_config import version_folders
 log = logging.getLogger("tfsmith.serve")
 
 #: Health checks the front answers itself when the models run in processes of their own.
-HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready")
+HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
 JSON = ((b"content-type", b"application/json"),)
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
@@ -149,6 +149,7 @@ class ModelProcesses:
                 replace(s, policy="specific", specific=self.active[s.name]) for s in config.sources))
         text = config_to_json(config)
         self.ready = False
+        self._healthz: dict[str, Any] = {}
         if config.dispatch == "auto" and config.workers == 1 and not config.batching.enabled:
             # one interpreter and nothing to batch: the process has nothing else to do while its model runs,
             # so it runs the model on its event loop and saves a thread hand-off (~140 us a request on a
@@ -178,9 +179,18 @@ class ModelProcesses:
             if isinstance(outcome, BaseException):
                 self.kill()
                 raise outcome
+        await self._refresh_healthz()
         if self.sources:
             self._poller = asyncio.ensure_future(self._poll())
         self.ready = True
+
+    async def _refresh_healthz(self) -> None:
+        """What /healthz says of the models (process 0's answer), kept for the front to answer with."""
+        import json
+
+        answer = await self.dispatcher.run_on(0, lambda end: end.exchange(Request(HTTP, "GET", b"", "/healthz")))
+        if answer.status == 200:
+            self._healthz = json.loads(bytes(answer.body))
 
     async def _poll(self) -> None:
         """Every poll interval: a version set on disk that differs from the one served is staged in every
@@ -207,6 +217,7 @@ class ModelProcesses:
         await asyncio.gather(*(p.end.tell(ACTIVATE, (name, versions, commit)) for p in self.processes))
         if commit:
             self.active[name] = versions
+            await self._refresh_healthz()
             log.info("%s: every model process serves versions %s", name, list(versions))
         else:
             log.warning("%s: versions %s not served: %s; still serving %s", name, list(versions), failures[0],
@@ -263,6 +274,9 @@ class ModelProcesses:
         server is not draining (the v2 routes' answers, answered here: a process may be in a model call)."""
         from builder.server import jsoncodec, v2
 
+        if path == "/healthz":  # what process 0 said of its models, with the server's own readiness
+            return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.ready,
+                                                "processes": len(self.processes)}), JSON)
         if path.endswith("/live"):
             return Answer(200, jsoncodec.dumps({"live": True}), JSON)
         if self.ready:

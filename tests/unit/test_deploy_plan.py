@@ -107,7 +107,7 @@ def test_resources_from_a_report_and_from_flags() -> None:
     assert (measured.cpu_millis, measured.threads, measured.p50_us) == (2000, 2, 28.4)
     assert measured.memory_mib == 320  # 256 + 4 x ceil(3.000001 MiB) = 272, rounded up to a multiple of 64
     assert "model_int8.tflite" in measured.source and "estimate" in measured.source
-    assert (measured.cpu_limit_millis, measured.memory_limit_mib) == (4000, 640)
+    assert (measured.cpu_limit_millis, measured.memory_limit_mib) == (2000, 640)  # CPU: the quota it sizes to
     overridden = plan.resources_from_report(REPORT, cpu="500m", memory="1Gi")
     assert (overridden.cpu_millis, overridden.memory_mib) == (500, 1024) and "override" in overridden.source
     default = plan.default_resources()
