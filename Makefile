@@ -130,7 +130,9 @@ dockerfiles: venv
 
 # Every runtime side by side (2 threads): the example digits CNN (trained, real accuracy), then MobileNetV2 and
 # ResNet50 (random weights, latency only) through `tfsmith optimize --recipe auto` and `tfsmith bench`: what
-# optimize chose against the fastest runtime bench finds. bench_goals judges tfsmith's own speed goals (outside
+# optimize chose against the fastest runtime bench finds; then the server against its peers (serve_peers) and
+# on every core of this host (serve_scaling: per-request dispatch against balanced one-process servers, the
+# model alone, --processes auto against the configurations it could have chosen, the server's CPU per request). bench_goals judges tfsmith's own speed goals (outside
 # the package); the target fails when one is missed. Tables on the terminal; JSON, markdown, charts in build/bench/.
 BENCH_OUT ?= build/bench
 BENCH_THREADS ?= 2
@@ -144,7 +146,8 @@ bench: venv mlserver-venv
 		$(BENCH_OUT)/deploy_choice/mobilenet_v2/bench $(BENCH_OUT)/deploy_choice/resnet50/bench; goals=$$?; \
 	serving=0; $(PY) -m tests.benchmarks.serve_peers --rounds 3 --out $(BENCH_OUT)/serve_peers --judge \
 		$$(test -f $(MLSERVER_VENV)/.installed && echo --mlserver-python $(MLSERVER_VENV)/bin/python) || serving=1; \
-	exit $$(( deploy || goals || serving ))
+	scaling=0; $(PY) -m tests.benchmarks.serve_scaling --out $(BENCH_OUT)/serve_scaling --judge || scaling=1; \
+	exit $$(( deploy || goals || serving || scaling ))
 
 # The serving benchmark's peer: MLServer with the same LiteRT interpreter, in a venv of its own (without it,
 # its floors are reported as not judged).
