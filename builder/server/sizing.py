@@ -24,6 +24,7 @@ Anything the user gave is kept as given; only what is `auto` is chosen, and the 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,22 @@ class Sizing:
         pinned = ", each pinned to its cores" if self.cpus else ""
         return (f"{where} × {self.interpreters} interpreter{'s' if self.interpreters != 1 else ''} × "
                 f"{self.threads} thread{'s' if self.threads != 1 else ''}, {batching}{pinned}")
+
+
+#: What one request costs the front (HTTP in and out, the hand-over) and a model process beyond the model (the
+#: notice, decode, encode), in CPU microseconds for a small request, measured on a 2-core AMD EPYC guest: a
+#: rule, since neither can be timed before requests arrive. They bound how many processes one front can feed.
+FRONT_US = 60.0
+PROCESS_US = 60.0
+
+
+def fed_processes(measured: Measured | None, threads: int) -> int | None:
+    """How many model processes one front keeps busy with a call of the measured length, at least 2 (None:
+    not measured)."""
+    if measured is None or threads not in measured.by_threads:
+        return None
+    call_us = measured.by_threads[threads].p50 * 1e6
+    return max(2, math.ceil((call_us + PROCESS_US) / FRONT_US))
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -174,10 +191,17 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         why.append("processes: none apart, one interpreter fills the cores and runs in the front's own process "
                    "(nothing to hand over)")
     else:
-        processes, interpreters = fit, 1
-        why.append(f"processes: {fit} of one interpreter each, {fit} × {threads} thread{'s' if threads != 1 else ''} "
-                   f"fill {count} cores and each process decodes and encodes its requests under its own "
-                   "interpreter lock")
+        interpreters = 1
+        fed = fed_processes(measured, threads)
+        processes = min(fit, fed) if fed is not None else fit
+        if processes < fit:
+            why.append(f"processes: {processes} of one interpreter each, not {fit}: the front hands over a request "
+                       f"in about {FRONT_US:.0f} us, so more processes than (call + {PROCESS_US:.0f} us) / "
+                       f"{FRONT_US:.0f} us would only wait for it")
+        else:
+            why.append(f"processes: {fit} of one interpreter each, {fit} × {threads} thread"
+                       f"{'s' if threads != 1 else ''} fill {count} cores and each process decodes and encodes its "
+                       "requests under its own interpreter lock")
     if asked.max_batch is not None:
         max_batch = asked.max_batch
         if max_batch > 1:

@@ -120,3 +120,11 @@ def test_pinning_gives_each_process_cores_of_its_own(ids: tuple[int, ...], proce
 def test_pinning_is_asked_for_and_said() -> None:
     sizing = choose(Cores((0, 1, 2, 3)), measured({1: 5.0, 2: 2.8, 4: 1.6}), Asked(pin=True))
     assert sizing.cpus == ((0,), (1,), (2,), (3,)) and "pinned" in sizing.describe()
+
+
+def test_a_tiny_model_gets_no_more_processes_than_the_front_can_feed() -> None:
+    # 35 us a call: a request costs the front about as much as the model, so 64 processes would mostly wait
+    sizing = choose(Cores(tuple(range(64))), measured({1: 0.035, 2: 0.03}), Asked())
+    assert sizing.processes == 2 and "would only wait" in " ".join(sizing.why)
+    large = choose(Cores(tuple(range(64))), measured({1: 6.9, 2: 3.8}), Asked())
+    assert large.processes == 64  # a 7 ms call: the front feeds far more than 64
