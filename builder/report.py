@@ -18,7 +18,9 @@ from typing import Any, Mapping
 SCHEMA = 2
 REPORT_JSON = "report.json"
 SAMPLES_NPZ = "samples.npz"
-TASKS = ("classification", "binary", "regression")
+#: How an output's quality is judged: class scores or logits (classification), one yes/no column (binary), values
+#: (regression), or answers that are not floats (exact: strings, booleans, integer ids, equal or not, never cast)
+TASKS = ("classification", "binary", "regression", "exact")
 
 
 class ReportError(ValueError):
@@ -54,7 +56,8 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class OutputSpec(TensorSpec):
-    """An output plus how its quality is judged: `task` is classification or regression, `task_why` says why."""
+    """An output plus how its quality is judged: `task` is one of TASKS (classification, binary, regression, or
+    exact for outputs that are not floats), `task_why` says why."""
 
     task: str = "regression"
     task_why: str = ""
@@ -289,6 +292,53 @@ class DataInfo:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What the chosen artifact x runtime answers per core, measured, and the ceiling that puts on this host.
+
+    One core: the batch-1 p50 at one thread, so about 1e6 / p50 answers a second of model time; the host's
+    usable cores (affinity and CPU quota) at most `cores` times that. A measurement and a ceiling, not a
+    promise: a server spends time of its own on every request, and `tfsmith serve` sizes itself to the cores
+    to come as close to the ceiling as that allows."""
+
+    artifact: str
+    runtime: str
+    signature: str
+    threads: int  # 1: one core's worth
+    p50_us: float
+    ci_low_us: float
+    ci_high_us: float
+    cores: int  # the cores this host lets the process use
+    per_core_per_s: float
+    host_ceiling_per_s: float
+
+    def line(self) -> str:
+        """The report's one line, worded as what was measured and what it bounds."""
+        return (f"serving: {self.artifact} on {self.runtime} took {_duration(self.p50_us)} a call at batch 1 on "
+                f"one thread (p50, 95% CI {_duration(self.ci_low_us)}-{_duration(self.ci_high_us)}): one core "
+                f"answers about {self.per_core_per_s:,.0f} requests a second of model time; this host's "
+                f"{self.cores} usable core{'s' if self.cores != 1 else ''} at most about "
+                f"{self.host_ceiling_per_s:,.0f} a second, a ceiling `tfsmith serve` (sized to the cores) can "
+                "approach but not pass: the server's own work per request comes on top")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Capacity":
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _duration(us: float) -> str:
+    return f"{us:.3g} us" if us < 1000 else f"{us / 1e3:.3g} ms"
+
+
+def capacity(artifact: str, runtime: str, signature: str, p50_us: float, ci_low_us: float, ci_high_us: float,
+             cores: int) -> Capacity:
+    """Pure: the capacity figures from one-thread batch-1 timing and the usable core count."""
+    per_core = 1e6 / p50_us if p50_us > 0 else 0.0
+    return Capacity(artifact, runtime, signature, 1, round(p50_us, 2), round(ci_low_us, 2), round(ci_high_us, 2),
+                    cores, round(per_core, 1), round(per_core * cores, 1))
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything `tfsmith optimize` decided and measured; `chosen` + `chosen_runtime` are what to serve."""
 
@@ -313,6 +363,8 @@ class Report:
     #: the signature the chosen artifact x runtime serves when a request names none (a SavedModel may be
     #: chosen for its XLA-compiled `serving_xla`, or have only a signature of another name, e.g. `predict`)
     chosen_signature: str = "serving_default"
+    #: what one core and this host serve with the chosen artifact x runtime (None: not measured here)
+    capacity: Capacity | None = None
 
     @property
     def contract(self) -> ModelContract:
@@ -355,7 +407,8 @@ class Report:
             chosen=str(_need(data, "chosen", "report")), chosen_runtime=str(data.get("chosen_runtime", "litert")),
             samples=str(data.get("samples", SAMPLES_NPZ)), gate=Gate.from_dict(_need(data, "gate", "report")),
             selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA,
-            chosen_signature=str(data.get("chosen_signature") or "serving_default"))
+            chosen_signature=str(data.get("chosen_signature") or "serving_default"),
+            capacity=Capacity.from_dict(data["capacity"]) if data.get("capacity") else None)
 
     @classmethod
     def load(cls, path: Path) -> "Report":

@@ -84,12 +84,13 @@ def _batches(x: np.ndarray, size: int) -> np.ndarray:
 
 
 def _predict(adapter: Adapter, x: np.ndarray, batch: int) -> np.ndarray:
-    """Scores for every row of x, through batch-size chunks (the last chunk padded)."""
+    """The answers for every row of x (float scores, or strings, booleans, ids as the model gives them),
+    through batch-size chunks (the last chunk padded)."""
     outputs = []
     for start in range(0, len(x), batch):
         chunk = x[start : start + batch]
         padded = _batches(chunk, batch)
-        y = adapter.to_float(adapter.prepare(padded)())
+        y = adapter.answer(adapter.prepare(padded)())
         outputs.append(y.reshape(batch, -1)[: len(chunk)])
     return np.concatenate(outputs)
 
@@ -149,6 +150,9 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
 
     quality: dict[str, tuple[float | None, float | None, float | None]] = {}
     for name, y in scores.items():
+        if not _floats(y) or (reference is not None and not _floats(reference)):
+            quality[name] = _exact_quality(y, reference, bench.y_eval)
+            continue
         classes = y.shape[-1] > 1
         accuracy = (float(np.mean(top1(y) == bench.y_eval))
                     if classes and bench.y_eval is not None else None)
@@ -162,6 +166,24 @@ def _quality(live: list[_Live], bench: BenchModel, batch: int
                 agreement, relative = agrees, None
         quality[name] = (accuracy, agreement, relative)
     return quality
+
+
+def _floats(y: np.ndarray) -> bool:
+    return np.issubdtype(y.dtype, np.floating)
+
+
+def _exact_quality(y: np.ndarray, reference: np.ndarray | None, labels: np.ndarray | None
+                   ) -> tuple[float | None, float | None, float | None]:
+    """(accuracy, agreement, None) of answers that are not float scores (strings, booleans, integer ids), as
+    optimize judges them: the share of rows equal to the reference's (or to the labels) exactly, never cast."""
+    def rows_equal(a: np.ndarray, b: np.ndarray) -> float | None:
+        if a.shape[0] != b.shape[0] or a.size // max(a.shape[0], 1) != b.size // max(b.shape[0], 1):
+            return None
+        return float(np.mean(np.all(a.reshape(len(a), -1) == b.reshape(len(b), -1), axis=1)))
+
+    agreement = rows_equal(y, reference) if reference is not None else None
+    accuracy = rows_equal(y, np.asarray(labels)) if labels is not None else None
+    return accuracy, agreement, None
 
 
 def run_bench(bench: BenchModel, runtimes: list[str], settings: Settings, workdir: Path,

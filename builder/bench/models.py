@@ -1,7 +1,8 @@
 """The models a bench run compares, and every artifact the runtimes need, made from one source.
 
 The .tflite files are made by `tfsmith optimize`'s own converter (`builder.optimize.quantize.convert_saved_model`,
-from the model's exported SavedModel), so bench times the same files optimize ships, not look-alikes. MODEL is:
+from the model's exported SavedModel), and OpenVINO's IR (float, NNCF int8) by its own IR converter
+(`builder.optimize.openvino_ir`), so bench times the same files optimize ships, not look-alikes. MODEL is:
 - a Keras 2 model file (+ optional DATA .npz): the SavedModel is exported and the four .tflite variants
   converted here;
 - a `tfsmith optimize --out` folder: its SavedModel and .tflite files are timed as they are; variants it did not
@@ -24,11 +25,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.bench.runtimes import VARIANT_FORMATS, bench_row
+from builder.bench.runtimes import IR_VARIANT_FORMATS, VARIANT_FORMATS, bench_row
 from builder.errors import InputError
-from builder.model.registry import TENSORFLOW_DEFAULT
+from builder.model.registry import IR_DEFAULT, IR_SUFFIX, TENSORFLOW_DEFAULT
 
 TFLITE_VARIANTS = tuple(VARIANT_FORMATS)
+IR_VARIANTS = tuple(IR_VARIANT_FORMATS)
 #: bench's variant name -> the converter's mode name
 CONVERTER_MODES = {"fp32": "fp32", "dynamic": "dynamic", "fp16": "float16", "int8": "int8"}
 BUILTINS = ("example", "mobilenet_v2", "resnet50")
@@ -57,6 +59,8 @@ class BenchModel:
     shipped: str | None = None
     #: the SavedModel signature timed and converted (a tf.Module's may be `predict`)
     signature: str = "serving_default"
+    #: OpenVINO's IR by variant (fp32, int8): the .xml, its .bin beside it
+    ir: dict[str, Path] = field(default_factory=dict)
 
 
 def _tf() -> Any:
@@ -136,8 +140,10 @@ def convert_tflite(saved_model: Path, variant: str, calib: np.ndarray, signature
 
 
 def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarray, workdir: Path,
-                     failures: dict[str, str], say: Callable[[str], None], signature: str = "serving_default") -> None:
-    """Convert every variant not in `tflite` from the SavedModel into workdir; failures recorded per variant."""
+                     failures: dict[str, str], say: Callable[[str], None], signature: str = "serving_default",
+                     ir: dict[str, Path] | None = None) -> None:
+    """Convert every variant not in `tflite` (and, given `ir`, every OpenVINO IR variant not in it) from the
+    SavedModel into workdir; failures recorded per variant."""
     workdir.mkdir(parents=True, exist_ok=True)
     for variant in TFLITE_VARIANTS:
         if variant in tflite:
@@ -149,11 +155,44 @@ def _convert_missing(saved_model: Path, tflite: dict[str, Path], calib: np.ndarr
             tflite[variant] = path
         except Exception as error:  # noqa: BLE001 - reported per runtime
             failures[f"tflite-{variant}"] = one_line(error)
+    if ir is not None:
+        convert_missing_ir(saved_model, ir, calib, workdir, failures, say, signature)
+
+
+def convert_missing_ir(saved_model: Path, ir: dict[str, Path], calib: np.ndarray, workdir: Path,
+                       failures: dict[str, str], say: Callable[[str], None], signature: str = "serving_default"
+                       ) -> None:
+    """OpenVINO's IR variants not in `ir`, through optimize's IR converter (float, then NNCF int8 on `calib`);
+    where OpenVINO is not installed or refuses, the reason is recorded per variant."""
+    import importlib.util
+
+    wanted = [v for v in IR_VARIANTS if v not in ir]
+    if not wanted:
+        return
+    if importlib.util.find_spec("openvino") is None:
+        failures.update({f"ir-{v}": "openvino is not installed" for v in wanted})
+        return
+    from builder.optimize import openvino_ir
+
+    try:
+        say("converting to OpenVINO's IR")
+        model = openvino_ir.convert_saved_model(saved_model, signature)
+        if "fp32" in wanted:
+            ir["fp32"] = openvino_ir.write_ir(model, workdir / "openvino_fp32.xml")
+        if "int8" in wanted:
+            say("quantizing OpenVINO's IR to int8 with NNCF")
+            name = model.inputs[0].get_any_name()
+            ir["int8"] = openvino_ir.write_ir(openvino_ir.quantize_int8(model, {name: calib}),
+                                              workdir / "openvino_int8.xml")
+    except Exception as error:  # noqa: BLE001 - reported per runtime
+        failures.update({f"ir-{v}": one_line(error) for v in wanted if v not in ir})
 
 
 def from_keras(keras_model: Any, name: str, keras_path: Path | None, data: dict[str, np.ndarray] | None,
-               workdir: Path, trained: bool, say: Callable[[str], None] = lambda _: None) -> BenchModel:
-    """Export the SavedModel and convert every .tflite variant from an in-memory tf_keras model."""
+               workdir: Path, trained: bool, say: Callable[[str], None] = lambda _: None, convert_ir: bool = True
+               ) -> BenchModel:
+    """Export the SavedModel and convert every .tflite variant (and OpenVINO IR variant, unless the caller
+    brings its own: `convert_ir`) from an in-memory tf_keras model."""
     if len(keras_model.inputs) != 1 or len(keras_model.outputs) != 1:
         names = ", ".join(str(getattr(t, "name", t)).split(":")[0] for t in keras_model.inputs)
         raise InputError(f"{name}: tfsmith bench measures models with one input and one output; this one has "
@@ -172,17 +211,20 @@ def from_keras(keras_model: Any, name: str, keras_path: Path | None, data: dict[
         failures["savedmodel"] = one_line(error)
         saved_model = None
     tflite: dict[str, Path] = {}
+    ir: dict[str, Path] = {}
     if saved_model is not None:
-        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say)
+        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say, ir=ir if convert_ir else None)
     else:
         for variant in TFLITE_VARIANTS:
             failures[f"tflite-{variant}"] = f"no SavedModel to convert ({failures['savedmodel']})"
+        for variant in IR_VARIANTS:
+            failures[f"ir-{variant}"] = f"no SavedModel to convert ({failures['savedmodel']})"
     if keras_path is None:
         keras_path = workdir / "model.h5"
         keras_model.save(str(keras_path))
     return BenchModel(name=name, trained=trained, saved_model=saved_model, keras_path=keras_path, tflite=tflite,
                       x_eval=x_eval, y_eval=y_eval, x_calib=x_calib, failures=failures, notes=notes,
-                      source=str(keras_path))
+                      source=str(keras_path), ir=ir)
 
 
 def _variant_of(path: Path) -> str:
@@ -207,19 +249,25 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     tflite: dict[str, Path] = {}
     for path in sorted(directory.rglob("*.tflite")):
         tflite.setdefault(_variant_of(path), path)
+    ir = {_variant_of(path): path for path in sorted(directory.glob(f"*{IR_SUFFIX}"))
+          if _variant_of(path) in IR_VARIANTS and path.with_suffix(".bin").is_file()}
     report = _optimize_report(directory)
     chosen = report.get("chosen")
     shipped = shipped_runtime(chosen, report.get("chosen_runtime"), report.get("chosen_signature"))
     if chosen and (directory / chosen).suffix == ".tflite" and (directory / chosen).is_file():
         tflite[_variant_of(directory / chosen)] = directory / chosen  # e.g. the QAT file, not the PTQ one
-    if saved_model is None and not tflite and not keras_files:
-        raise InputError(f"{directory} holds no SavedModel, .tflite or Keras model file")
+    if saved_model is None and not tflite and not keras_files and not ir:
+        raise InputError(f"{directory} holds no SavedModel, .tflite, OpenVINO IR or Keras model file")
     if keras_files:
-        bench = from_keras_file(keras_files[0], data, workdir, say)
+        bench = from_keras_file(keras_files[0], data, workdir, say, convert_ir=False)
         bench.tflite.update(tflite)  # the optimize run's own files win over our conversions
-        if tflite:
-            bench.notes.append(f".tflite artifacts from {directory}: "
+        bench.ir.update(ir)
+        if bench.saved_model is not None:  # only the IR variants the folder lacks are converted
+            convert_missing_ir(bench.saved_model, bench.ir, bench.x_calib, workdir, bench.failures, say)
+        if tflite or ir:
+            bench.notes.append(f"artifacts from {directory}: "
                                + ", ".join(f"{k}={v.name}" for k, v in sorted(tflite.items()))
+                               + "".join(f", ir-{k}={v.name}" for k, v in sorted(ir.items()))
                                + f"; SavedModel baseline exported from the original model {keras_files[0]}")
         bench.name = directory.name
         bench.source = str(directory)
@@ -251,12 +299,12 @@ def from_directory(directory: Path, data: dict[str, np.ndarray] | None, workdir:
     key = "serving_default"
     if saved_model is not None:
         key = signature_key
-        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say, key)
+        _convert_missing(saved_model, tflite, x_calib, workdir, failures, say, key, ir=ir)
     else:
         failures["savedmodel"] = "no SavedModel in the folder"
     return BenchModel(name=directory.name, trained=data is not None, saved_model=saved_model, keras_path=None,
                       tflite=tflite, x_eval=x_eval, y_eval=y_eval, x_calib=x_calib, failures=failures,
-                      notes=notes, source=str(directory), shipped=shipped, signature=key)
+                      notes=notes, source=str(directory), shipped=shipped, signature=key, ir=ir)
 
 
 def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signature: str | None = None) -> str | None:
@@ -267,6 +315,8 @@ def shipped_runtime(chosen: str | None, chosen_runtime: str | None, chosen_signa
     if not chosen:
         return None
     path = Path(chosen)
+    if path.suffix == IR_SUFFIX:
+        return bench_row((chosen_runtime or IR_DEFAULT).lower(), _variant_of(path), ir=True)
     if path.suffix != ".tflite":
         return bench_row((chosen_runtime or TENSORFLOW_DEFAULT).lower(), None, chosen_signature)
     return bench_row((chosen_runtime or "litert").lower(), _variant_of(path))
@@ -332,7 +382,7 @@ def _from_keras3(path: Path, data: dict[str, np.ndarray] | None, workdir: Path,
 
 
 def from_keras_file(path: Path, data: dict[str, np.ndarray] | None, workdir: Path,
-                    say: Callable[[str], None] = lambda _: None) -> BenchModel:
+                    say: Callable[[str], None] = lambda _: None, convert_ir: bool = True) -> BenchModel:
     """A Keras 2 (tf_keras) model file, or a Keras 3 `.keras` (timed through its exported SavedModel)."""
     _tf()
     import tf_keras
@@ -343,7 +393,8 @@ def from_keras_file(path: Path, data: dict[str, np.ndarray] | None, workdir: Pat
         model = tf_keras.models.load_model(str(path), compile=False)
     except Exception as error:  # noqa: BLE001 - bad input: one line
         raise InputError(f"cannot load {path} as a Keras 2 (tf_keras) model: {one_line(error)}") from None
-    return from_keras(model, path.stem, path, data, workdir, trained=data is not None, say=say)
+    return from_keras(model, path.stem, path, data, workdir, trained=data is not None, say=say,
+                      convert_ir=convert_ir)
 
 
 def _random_weights(name: str, build: Callable[[], Any], workdir: Path, say: Callable[[str], None]) -> BenchModel:

@@ -3,8 +3,9 @@ executes ONE inference on that prepared input and returns the output as numpy.
 
 Two kinds of rows:
 - **tfsmith's rows** stand for a serving runtime of `builder.model.registry` (LiteRT on each .tflite variant,
-  OpenVINO reading the .tflite at f32 or bf16 or quantizing it with NNCF, TensorFlow on the SavedModel at f32,
-  with its XLA `serving_xla`, or with oneDNN bf16). They run through `builder.model.create.create_backend`, the
+  OpenVINO reading the .tflite at f32 or bf16, OpenVINO on its own IR converted from the SavedModel: float at
+  f32 or bf16, NNCF int8; TensorFlow on the SavedModel at f32, with its XLA `serving_xla`, or with oneDNN
+  bf16). They run through `builder.model.create.create_backend`, the
   backends the server and optimize use, with the same settings: what bench times is what an image serves. Their
   names are derived from the registry (`SERVED_ROWS`), so a runtime added there is a bench row here.
 - **peers** tfsmith does not deploy keep an adapter of their own: eager Keras, OpenVINO reading the SavedModel
@@ -37,9 +38,12 @@ Runner = Callable[[], Any]
 #: bench's .tflite variants -> the artifact formats optimize writes (what a registry runtime `reads`).
 VARIANT_FORMATS = {"fp32": "tflite_fp32", "dynamic": "tflite_dynamic", "fp16": "tflite_float16",
                  "int8": "tflite_int8"}
-#: How a row names the file an engine reads: OpenVINO reading the .tflite is `openvino-tflite-*`, so that it
-#: differs from the peer rows of OpenVINO reading the SavedModel (`openvino-fp32`, ...).
+#: bench's IR variants -> the IR formats optimize writes.
+IR_VARIANT_FORMATS = {"fp32": "openvino_ir_fp32", "int8": "openvino_ir_int8"}
+#: How a row names the file an engine reads: OpenVINO reading the .tflite is `openvino-tflite-*` and its own IR
+#: `openvino-ir-*`, so that both differ from the peer rows of OpenVINO reading the SavedModel (`openvino-fp32`, ...).
 TFLITE_ROW_PREFIX = {"litert": "litert-", "openvino": "openvino-tflite-"}
+IR_ROW_PREFIX = "openvino-ir-"
 #: The rows that run the SavedModel on TensorFlow: by its own signature, and by its XLA-compiled `serving_xla`.
 SAVEDMODEL_ROW, SAVEDMODEL_XLA_ROW = "savedmodel", "savedmodel-xla"
 XLA_SIGNATURE = "serving_xla"
@@ -61,21 +65,30 @@ class ServedRow:
     variant: str | None
     #: the SavedModel signature it calls when not the model's own (`serving_xla`)
     signature: str | None = None
+    #: it runs OpenVINO's IR (variant fp32 or int8), not a .tflite
+    ir: bool = False
 
 
 def _precision_suffix(entry: registry.Runtime) -> str:
-    """What a runtime's name adds to its engine's (`openvino-nncf` -> nncf, `tensorflow-bf16` -> bf16, litert -> "")."""
+    """What a runtime's name adds to its engine's (`openvino-bf16` -> bf16, `tensorflow-bf16` -> bf16, litert -> "")."""
     return entry.name.removeprefix(entry.engine).lstrip("-")
+
+
+def _file_rows(entry: registry.Runtime, prefix: str, formats: dict[str, str], ir: bool) -> tuple[ServedRow, ...]:
+    """One row per variant the runtime reads; a precision of its own on the float file is one row named by the
+    precision (`openvino-tflite-bf16`, `openvino-ir-bf16`)."""
+    suffix = _precision_suffix(entry)
+    variants = [v for v, format in formats.items() if entry.serves(format)]
+    if suffix and len(variants) == 1:
+        return (ServedRow(prefix + suffix, entry.name, variants[0], ir=ir),)
+    return tuple(ServedRow(prefix + "-".join(filter(None, (suffix, v))), entry.name, v, ir=ir) for v in variants)
 
 
 def _rows_of(entry: registry.Runtime) -> tuple[ServedRow, ...]:
     suffix = _precision_suffix(entry)
-    if entry.tflite:
-        prefix = TFLITE_ROW_PREFIX[entry.engine]
-        variants = [v for v, format in VARIANT_FORMATS.items() if entry.serves(format)]
-        if suffix and len(variants) == 1:  # a precision of its own on the float file: one row (openvino-tflite-bf16)
-            return (ServedRow(prefix + suffix, entry.name, variants[0]),)
-        return tuple(ServedRow(prefix + "-".join(filter(None, (suffix, v))), entry.name, v) for v in variants)
+    if entry.tflite or entry.ir:
+        rows = _file_rows(entry, TFLITE_ROW_PREFIX[entry.engine], VARIANT_FORMATS, False) if entry.tflite else ()
+        return rows + (_file_rows(entry, IR_ROW_PREFIX, IR_VARIANT_FORMATS, True) if entry.ir else ())
     if entry.serves(registry.SAVED_MODEL_FORMAT):
         rows = [ServedRow("-".join(filter(None, (SAVEDMODEL_ROW, suffix))), entry.name, None)]
         if not suffix:  # XLA compiles the f32 graph: one more signature of the same runtime
@@ -86,9 +99,10 @@ def _rows_of(entry: registry.Runtime) -> tuple[ServedRow, ...]:
 
 def _served_rows() -> tuple[ServedRow, ...]:
     """Every (runtime, artifact) an image can serve and bench can time, from the registry: the SavedModel rows
-    first (the baseline leads the table), then the .tflite rows in the registry's tie order."""
+    first (the baseline leads the table), then the .tflite rows in the registry's tie order, then the IR rows."""
     rows = [row for entry in registry.RUNTIMES for row in _rows_of(entry)]
-    return (*(r for r in rows if r.variant is None), *(r for r in rows if r.variant is not None))
+    return (*(r for r in rows if r.variant is None), *(r for r in rows if r.variant is not None and not r.ir),
+            *(r for r in rows if r.ir))
 
 
 SERVED_ROWS: tuple[ServedRow, ...] = _served_rows()
@@ -104,23 +118,24 @@ def served_row(row: str) -> ServedRow | None:
 
 
 def serving_runtime(row: str) -> str | None:
-    """The serving runtime a bench row stands for (`openvino-tflite-int8` -> openvino, `openvino-tflite-nncf` ->
-    openvino-nncf, `savedmodel-bf16` -> tensorflow-bf16); None for the peers no tfsmith image serves (Keras eager,
+    """The serving runtime a bench row stands for (`openvino-tflite-int8` -> openvino, `openvino-ir-bf16` ->
+    openvino-bf16, `savedmodel-bf16` -> tensorflow-bf16); None for the peers no tfsmith image serves (Keras eager,
     OpenVINO on the SavedModel, ORT)."""
     found = served_row(row)
     return found.runtime if found else None
 
 
-def bench_row(runtime: str, tflite_variant: str | None, signature: str | None = None) -> str | None:
+def bench_row(runtime: str, tflite_variant: str | None, signature: str | None = None, ir: bool = False
+              ) -> str | None:
     """The bench row that times `runtime` serving one artifact: a .tflite of `tflite_variant` (fp32, int8, ...),
-    or a SavedModel (variant None) by `signature`. A runtime that reads only the float file (openvino-nncf
-    quantizes it, openvino-bf16 computes it in bf16) has one row whatever file the report names. None when the
+    OpenVINO's IR of that variant (`ir`), or a SavedModel (variant None) by `signature`. A runtime that reads only
+    the float file (openvino-bf16 computes it in bf16) has one row whatever file the report names. None when the
     bench has no such row (a .tflite on TensorFlow's interpreter, a name the registry does not know)."""
     rows = [r for r in SERVED_ROWS if r.runtime == runtime]
     if tflite_variant is None:
         wanted = XLA_SIGNATURE if signature == XLA_SIGNATURE else None
         return next((r.name for r in rows if r.variant is None and r.signature == wanted), None)
-    tflite_rows = [r for r in rows if r.variant is not None]
+    tflite_rows = [r for r in rows if r.variant is not None and r.ir == ir]
     if len(tflite_rows) == 1:
         return tflite_rows[0].name
     return next((r.name for r in tflite_rows if r.variant == tflite_variant), None)
@@ -146,8 +161,11 @@ def configure_tf_threads(threads: int) -> None:
 
 
 def artifact_sizes(path: Path) -> tuple[int, int]:
-    """Raw and gzip'd size of a file, or of every file under a folder (gzip level 9, per file)."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """Raw and gzip'd size of an artifact: a file, an IR's .xml and .bin, or every file under a folder (gzip
+    level 9, per file)."""
+    from builder.model.artifact import artifact_files
+
+    files = artifact_files(path)
     raw = sum(p.stat().st_size for p in files)
     packed = sum(len(gzip.compress(p.read_bytes(), compresslevel=9)) for p in files)
     return raw, packed
@@ -178,6 +196,11 @@ def _quantize(x: np.ndarray, dtype: Any, quantization: tuple[float, int]) -> np.
     return np.clip(np.round(x / scale + zero), info.min, info.max).astype(dtype)
 
 
+def as_answer(y: np.ndarray) -> np.ndarray:
+    """Floats as float32 (every runtime's scores compared alike); strings, booleans and integers as they are."""
+    return y.astype(np.float32) if np.issubdtype(y.dtype, np.floating) else y
+
+
 def _dequantize(y: np.ndarray, quantization: tuple[float, int]) -> np.ndarray:
     scale, zero = quantization
     if np.issubdtype(y.dtype, np.floating) or scale == 0:
@@ -201,9 +224,10 @@ class Adapter:
     def prepare(self, x: np.ndarray) -> Runner:
         raise NotImplementedError
 
-    def to_float(self, y: Any) -> np.ndarray:
-        """Runner output as float scores (dequantized where the model's output is integer)."""
-        return np.asarray(y, dtype=np.float32)
+    def answer(self, y: Any) -> np.ndarray:
+        """Runner output as the model answers it: float scores as float32, anything else (strings, booleans,
+        integer ids) as it is, never cast."""
+        return as_answer(np.asarray(y))
 
 
 class KerasAdapter(Adapter):
@@ -234,14 +258,13 @@ class ServingAdapter(Adapter):
     """
 
     def __init__(self, row: ServedRow, artifact: Path, threads: int, workdir: Path,
-                 signature: str = DEFAULT_SIGNATURE, calib: np.ndarray | None = None) -> None:
+                 signature: str = DEFAULT_SIGNATURE) -> None:
         super().__init__(row.name, artifact, threads)
         self.row = row
         self.workdir = workdir
         #: the model's own signature (the contract's), and the one this row calls (`serving_xla` for XLA)
         self.model_signature = signature
         self.signature = row.signature or signature
-        self.calib = calib
         self.in_quant: tuple[float, int] = (0.0, 0)
         self.out_quant: tuple[float, int] = (0.0, 0)
 
@@ -271,12 +294,9 @@ class ServingAdapter(Adapter):
         return create_backend(self.row.runtime, path, self.threads)
 
     def _model_path(self) -> Path:
-        """What the runtime is given: the artifact itself, or what the server would find beside it (the
-        SavedModel with its `serving_xla`, the float .tflite with calibration samples for openvino-nncf)."""
+        """What the runtime is given: the artifact itself, or the SavedModel with its `serving_xla`."""
         if self.row.signature == XLA_SIGNATURE:
             return self._with_xla_signature()
-        if registry.calibrates(self.row.runtime):
-            return self._with_calibration_samples()
         return self.artifact
 
     def _with_xla_signature(self) -> Path:
@@ -294,29 +314,6 @@ class ServingAdapter(Adapter):
         self.size_artifact = copy
         return copy
 
-    def _with_calibration_samples(self) -> Path:
-        """The float .tflite where the server finds its calibration samples: as it is when an optimize folder
-        ships samples beside it, else staged with bench's calibration rows as `x/<input>` in samples.npz."""
-        from builder.errors import InputError
-        from builder.model.openvino import FP32_TFLITE, nncf_inputs
-
-        try:
-            nncf_inputs(self.artifact)
-            return self.artifact
-        except InputError:
-            if self.calib is None:
-                raise
-        from builder.model.backend import read_signatures
-        from builder.report import SAMPLES_NPZ
-
-        folder = self.workdir / self.name
-        folder.mkdir(parents=True, exist_ok=True)
-        staged = folder / FP32_TFLITE
-        shutil.copyfile(self.artifact, staged)
-        spec = next(iter(read_signatures(staged).values())).inputs[0]
-        np.savez(folder / SAMPLES_NPZ, **{f"x/{spec.name}": self.calib.astype(spec.dtype)})
-        return staged
-
     def _backend_for(self, shape: tuple[int, ...]) -> Any:
         if not self._per_shape:
             return self._first
@@ -332,8 +329,9 @@ class ServingAdapter(Adapter):
         feed, signature, output = {self.input.name: prepared}, self.signature, self.output.name
         return lambda: backend.predict(signature, feed)[output]
 
-    def to_float(self, y: Any) -> np.ndarray:
-        return _dequantize(np.asarray(y), self.out_quant)
+    def answer(self, y: Any) -> np.ndarray:
+        """Dequantized where the file gives int8 for a float output; otherwise as the model answers it."""
+        return _dequantize(np.asarray(y), self.out_quant) if self.out_quant[0] else as_answer(np.asarray(y))
 
 
 def _quantization(detail: dict[str, Any]) -> tuple[float, int]:
@@ -480,12 +478,18 @@ def build_adapters(names: list[str], bench: Any, threads: int, workdir: Path
             else:
                 adapters.append(ServingAdapter(served, bench.saved_model, threads, workdir,
                                                getattr(bench, "signature", DEFAULT_SIGNATURE)))
+        elif served is not None and served.ir:
+            path = bench.ir.get(served.variant)
+            if path is None:
+                missing[name] = ("", failures.get(f"ir-{served.variant}", f"no {served.variant} OpenVINO IR"))
+            else:
+                adapters.append(ServingAdapter(served, path, threads, workdir))
         elif served is not None:
             path = bench.tflite.get(served.variant)
             if path is None:
                 missing[name] = ("", failures.get(f"tflite-{served.variant}", f"no {served.variant} .tflite"))
             else:
-                adapters.append(ServingAdapter(served, path, threads, workdir, calib=bench.x_calib))
+                adapters.append(ServingAdapter(served, path, threads, workdir))
         elif name == KERAS_ROW:
             if bench.keras_path is None:
                 missing[name] = ("", failures.get("keras", "no Keras model"))

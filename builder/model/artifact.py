@@ -7,7 +7,9 @@ report, samples).
 `y/<output name>`. A bare .tflite works too; then there is no report, and smoke tests fall back to generated
 inputs checked against the local interpreter. A SavedModel (a folder with saved_model.pb) runs only on
 TensorFlow, and so does a .tflite that optimize measured on TensorFlow (one that needs Select TF ops): the
-`Artifact` says so (`runtime`), and which signature the report chose (`signature`).
+`Artifact` says so (`runtime`), and which signature the report chose (`signature`). OpenVINO's IR
+(`openvino_fp32.xml`, `openvino_int8.xml`, each with its `.bin` weights beside it) runs on OpenVINO only, without
+TensorFlow or LiteRT; an artifact that is an IR is its two files (digest and size cover both).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from builder.digest import sha256_file
 from builder.errors import InputError
+from builder.model import registry
 from builder.model.registry import TFLITE_RUNTIMES, engine_runtimes
 from builder.report import REPORT_JSON, SAMPLES_NPZ, ArtifactResult, Report, ReportError
 
@@ -32,6 +35,19 @@ TENSORFLOW_RUNTIMES = engine_runtimes(TENSORFLOW)
 def is_saved_model(path: Path) -> bool:
     """A folder TensorFlow loads as a SavedModel: it holds saved_model.pb."""
     return path.is_dir() and (path / SAVED_MODEL_PB).is_file()
+
+
+def is_ir(path: Path) -> bool:
+    """OpenVINO's IR: the `.xml` graph, whose `.bin` weights lie beside it."""
+    return path.suffix == registry.IR_SUFFIX
+
+
+def artifact_files(path: Path) -> list[Path]:
+    """The files one artifact is: a folder's files (a SavedModel), an IR's `.xml` and `.bin`, or the file."""
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    weights = path.with_suffix(registry.IR_WEIGHTS_SUFFIX)
+    return [path, weights] if is_ir(path) and weights.is_file() else [path]
 
 
 @dataclass(frozen=True)
@@ -49,12 +65,31 @@ class Artifact:
         return is_saved_model(self.model_path)
 
     @property
+    def ir(self) -> bool:
+        """OpenVINO's IR (packaging copies its `.bin` too, into an OpenVINO image)."""
+        return is_ir(self.model_path)
+
+    @property
+    def format(self) -> str | None:
+        """The artifact format (tflite_int8, openvino_ir_fp32, saved_model, ...): the report's, else what the
+        file says (a bare .tflite is taken for a float one, a bare .xml for a float IR)."""
+        entry = self._entry()
+        if entry is not None:
+            return entry.format
+        if self.saved_model:
+            return registry.SAVED_MODEL_FORMAT
+        return registry.format_of_file(self.model_path.name)
+
+    @property
     def runtime(self) -> str | None:
         """The runtime this model needs: tensorflow for a SavedModel or for a .tflite optimize measured on
-        TensorFlow (it needs Select TF ops); None when any .tflite runtime can serve it."""
+        TensorFlow (it needs Select TF ops); an OpenVINO runtime for an IR (the one optimize measured fastest,
+        else f32); None when any .tflite runtime can serve it."""
         chosen = self.chosen_runtime
         if chosen in TENSORFLOW_RUNTIMES:  # what optimize measured this file on (tensorflow-bf16, say)
             return chosen
+        if self.ir:
+            return chosen if chosen in registry.IR_RUNTIMES else registry.IR_DEFAULT
         if self.saved_model:
             return TENSORFLOW
         entry = self._entry()
@@ -74,7 +109,12 @@ class Artifact:
 
     @property
     def sha256(self) -> str:
-        """The model file's digest; for a SavedModel, of its saved_model.pb (the graph and signatures)."""
+        """The model file's digest; for a SavedModel, of its saved_model.pb (the graph and signatures); for an
+        IR, over its graph and weights (each file's digest, in order)."""
+        if self.ir:
+            import hashlib
+
+            return hashlib.sha256("".join(sha256_file(p) for p in artifact_files(self.model_path)).encode()).hexdigest()
         return sha256_file(self.model_path / SAVED_MODEL_PB if self.saved_model else self.model_path)
 
     @property
@@ -99,10 +139,8 @@ class Artifact:
 
 
 def _size(path: Path) -> int:
-    """Bytes of a file, or of every file under a folder (a SavedModel)."""
-    if path.is_dir():
-        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    return path.stat().st_size
+    """Bytes of an artifact: a file, an IR's two files, or every file under a folder (a SavedModel)."""
+    return sum(f.stat().st_size for f in artifact_files(path))
 
 
 def model_name_for(path: Path) -> str:
@@ -128,9 +166,9 @@ def resolve_artifact(path: Path, name: str | None = None, runtime: str | None = 
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
     if path.is_file():
-        if path.suffix != ".tflite":
-            raise InputError(f"{path}: expected a .tflite model, a SavedModel folder or a `tfsmith optimize --out` "
-                             "folder")
+        if path.suffix not in (".tflite", registry.IR_SUFFIX):
+            raise InputError(f"{path}: expected a .tflite model, an OpenVINO IR (.xml), a SavedModel folder or a "
+                             "`tfsmith optimize --out` folder")
         report = _read_report(path.parent / REPORT_JSON)
         return Artifact(path, check_model_name(name or model_name_for(path)), report, _samples(path.parent, report))
     if is_saved_model(path):  # a SavedModel itself (inside an optimize folder: that folder's report and samples)
@@ -142,10 +180,26 @@ def resolve_artifact(path: Path, name: str | None = None, runtime: str | None = 
                         _samples(path.parent, report) if report else None)
     report = _read_report(path / REPORT_JSON)
     chosen = report.chosen if report else None
+    if chosen and is_ir(Path(chosen)):
+        if runtime is None or runtime == registry.AUTO or registry.runtime(runtime).ir:
+            model = path / chosen
+            if not model.is_file():
+                raise InputError(f"{path / REPORT_JSON}: chosen model {chosen!r} is missing")
+            return Artifact(model, check_model_name(name or _name_from_report(report) or model_name_for(path)),
+                            report, _samples(path, report))
+        saved = next((a.path for a in report.artifacts if a.format == registry.SAVED_MODEL_FORMAT), None)
+        if registry.on_tensorflow(runtime) and saved is not None and is_saved_model(path / saved):
+            return Artifact(path / saved, check_model_name(name or _name_from_report(report) or model_name_for(path)),
+                            report, _samples(path, report))
+        chosen = best_tflite(report)  # a runtime that reads no IR: the fastest accepted .tflite
+        if chosen is None:
+            raise InputError(f"{path / REPORT_JSON}: the chosen artifact is an OpenVINO IR and no accepted .tflite "
+                             f"exists for runtime {runtime}; serve it with --runtime "
+                             f"{' or '.join(registry.IR_RUNTIMES)}")
     if chosen and not chosen.endswith(".tflite") and runtime not in TFLITE_RUNTIMES and is_saved_model(path / chosen):
         return Artifact(path / chosen, check_model_name(name or _name_from_report(report) or model_name_for(path)),
                         report, _samples(path, report))
-    if chosen and not chosen.endswith(".tflite"):
+    if chosen and not chosen.endswith(".tflite") and not is_ir(Path(chosen)):
         # optimize chose a SavedModel (e.g. for a GPU target); a LiteRT server takes the best .tflite instead.
         chosen = best_tflite(report) if report else None
         if chosen is None:

@@ -1,77 +1,225 @@
-"""OpenVINO as a runtime: it reads the same .tflite LiteRT serves, at the precision its registry entry names.
+"""OpenVINO as a runtime: its own IR (`.xml` + `.bin`, what `tfsmith optimize` converts from the SavedModel, float
+or NNCF int8), or the same .tflite LiteRT serves, at the precision the registry entry names.
 
 OpenVINO was measured faster than LiteRT on larger CNNs (an int8 ResNet50 at 2 threads: 9.2 vs 14.0 ms on a
 Xeon, 29.6 vs 51.8 ms on an AMD EPYC), and its inference precision matters as much: bf16 ran ResNet50 4.0x
 faster than f32 on a Xeon with AMX, and MobileNetV2 1.5x slower than f32 on an AMD EPYC with AVX512-BF16 and no
-AMX. So `openvino` (f32) and `openvino-bf16` are two candidates that optimize times on the host; nothing here
-decides between them. `openvino-nncf` quantizes the float .tflite to int8 with NNCF at start, calibrated on
-the folder's samples.
+AMX. So `openvino` (f32; int8 where the file is int8) and `openvino-bf16` are candidates that optimize times on
+the host; nothing here decides between them, and nothing here quantizes: an int8 model is a file the quality
+gate judged (`openvino_int8.xml`), never one made when a server starts.
+
+Shapes: a model compiled for a dynamic batch runs every shape, but slower than one compiled for the shape it
+gets: MobileNetV2 on an AMD EPYC (2 threads, batch 1) ran 6.4 ms dynamic against 5.1 ms static at f32, 3.6
+against 3.2 ms at bf16. Compiling per new shape on first sight costs ~75 ms (MobileNetV2) to a few hundred
+(ResNet50): a stall for the request that meets it. So each backend compiles two at load, when the batch is
+open and every other dimension fixed: the batch-1 shape (a request alone: the latency path) and the dynamic
+model for every other shape (the batches a batcher forms, whose first call at a new size costs ~10-20 ms, not
+a compile). Anything with an open length compiles dynamic only.
+
+The IR carries its serving signature in its runtime info (`rt_info["tfsmith"]`: the signature key and the
+names of its inputs and outputs in the model's order), so reading it back needs neither TensorFlow nor LiteRT;
+an IR made elsewhere is served under `serving_default` with OpenVINO's own tensor names and order.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from builder.errors import InputError
 from builder.model.backend import Backend, _litert_signatures, _open_litert, litert_subgraphs
-from builder.model.signature import SignatureSpec
+from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+
+#: Where the IR keeps its serving signature (`ov.Model.get_rt_info([RT_INFO, key])`).
+RT_INFO = "tfsmith"
+#: Output ports are addressed as ("out", k) beside input positions (ints).
+Position = Any
+
+
+def import_openvino(runtime: str = "openvino") -> Any:
+    """The openvino module; InputError in one line when it is not installed."""
+    try:
+        import openvino as ov
+    except ImportError:
+        raise InputError(f"runtime {runtime} needs the openvino package (pip install 'tfsmith[bench]')") from None
+    return ov
 
 
 class OpenVINOBackend(Backend):
-    """OpenVINO reading the same .tflite, at an explicit inference precision (never OpenVINO's own default,
-    which differs from CPU to CPU: the candidate's name says what it computes in)."""
+    """OpenVINO at an explicit inference precision (never OpenVINO's own default, which differs from CPU to CPU:
+    the candidate's name says what it computes in), compiled at the shapes it is called with (module
+    docstring). Subclasses say how the file is read (`_open`)."""
 
     runtime = "openvino"
+    platform = "openvino"
 
     def __init__(self, model_path: Path, threads: int = 1, precision: str = "f32", runtime: str = "") -> None:
         self.runtime = runtime or self.runtime
-        ov = _import_openvino(self.runtime)
+        ov = import_openvino(self.runtime)
+        core = ov.Core()
+        model, self.signatures, self._positions = self._open(ov, core, model_path)
+        config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": str(threads), "NUM_STREAMS": "1"}
+        try:
+            dynamic = core.compile_model(model, "CPU", config)
+            single = batch_one(model)
+            static = core.compile_model(single[0], "CPU", config) if single is not None else None
+        except RuntimeError as error:
+            raise InputError(f"{model_path}: OpenVINO cannot compile this model: {_first(error)}") from None
+        self._requests: dict[tuple[tuple[int, ...], ...] | None, Any] = {None: dynamic.create_infer_request()}
+        if static is not None and single is not None:
+            self._requests[single[1]] = static.create_infer_request()
+
+    def _open(self, ov: Any, core: Any, model_path: Path) -> tuple[Any, dict[str, SignatureSpec],
+                                                                    dict[str, dict[str, Position]]]:
+        """(the OpenVINO model, its signatures, per signature each name's input index or ("out", k))."""
+        raise NotImplementedError
+
+    def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        pos = self._positions[signature.name]
+        feed = {pos[name]: np.ascontiguousarray(value) for name, value in inputs.items()}
+        shapes = tuple(feed[i].shape for i in sorted(feed))
+        request = self._requests.get(shapes) or self._requests[None]
+        request.infer(feed, share_inputs=True)
+        result: dict[str, np.ndarray] = {}
+        for spec in signature.outputs:
+            _, k = pos[spec.name]
+            result[spec.name] = np.array(request.get_output_tensor(k).data, dtype=spec.dtype, copy=True)
+        return result
+
+
+def batch_one(model: Any) -> tuple[Any, tuple[tuple[int, ...], ...]] | None:
+    """(a copy of `model` reshaped to batch 1, its input shapes in input order) when the batch is the only
+    open dimension of every input; None otherwise (a fixed batch is static already; an open length is not)."""
+    shapes = []
+    for port in model.inputs:
+        shape = port.get_partial_shape()
+        if shape.rank.is_dynamic or len(shape) == 0 or not shape[0].is_dynamic:
+            return None
+        rest = [shape[i] for i in range(1, len(shape))]
+        if any(d.is_dynamic for d in rest):
+            return None
+        shapes.append((1, *(d.get_length() for d in rest)))
+    copy = model.clone()
+    copy.reshape({copy.inputs[i]: list(s) for i, s in enumerate(shapes)})
+    return copy, tuple(shapes)
+
+
+def _first(error: BaseException) -> str:
+    """OpenVINO's reason without its source-location lines (`builder.model.backend.cause` keeps the rest)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip() and not line.strip().startswith(
+        ("Exception from src", "Check '", "[ GENERAL_ERROR ]"))]
+    return lines[0] if lines else type(error).__name__
+
+
+# --- OpenVINO's IR ---------------------------------------------------------------------------------------
+
+
+class OpenVINOIRBackend(OpenVINOBackend):
+    """OpenVINO's own IR, the file optimize converted from the SavedModel (float, or int8 by NNCF)."""
+
+    def _open(self, ov: Any, core: Any, model_path: Path) -> tuple[Any, dict[str, SignatureSpec],
+                                                                    dict[str, dict[str, Position]]]:
+        try:
+            model = core.read_model(str(model_path))
+        except RuntimeError as error:
+            raise InputError(f"{model_path}: not a loadable OpenVINO IR ({_first(error)})") from None
+        signature, positions = ir_signature(model)
+        return model, {signature.name: signature}, {signature.name: positions}
+
+
+def ir_signature(model: Any) -> tuple[SignatureSpec, dict[str, Position]]:
+    """The serving signature an IR carries (its rt_info, written by `signature_info`), or, for an IR made
+    elsewhere, `serving_default` over OpenVINO's own names and order; with each name's port."""
+    recorded = _rt_info(model)
+    inputs = _ports(model.inputs, recorded.get("inputs"))
+    outputs = _ports(model.outputs, recorded.get("outputs"))
+    key = recorded.get("signature") or DEFAULT_SIGNATURE
+    signature = SignatureSpec(key, tuple(_tensor(name, port) for name, (_, port) in inputs.items()),
+                              tuple(_tensor(name, port) for name, (_, port) in outputs.items()))
+    positions: dict[str, Position] = {name: i for name, (i, _) in inputs.items()}
+    positions.update({name: ("out", k) for name, (k, _) in outputs.items()})
+    return signature, positions
+
+
+def signature_info(signature: str, inputs: list[str], outputs: list[str]) -> dict[str, str]:
+    """What an IR records of its serving signature (`model.set_rt_info(value, [RT_INFO, key])` each): the
+    signature key and the input and output names in the model's order, comma-separated."""
+    for name in (*inputs, *outputs):
+        if "," in name:
+            raise InputError(f"tensor name {name!r} has a comma: the IR cannot record it")
+    return {"signature": signature, "inputs": ",".join(inputs), "outputs": ",".join(outputs)}
+
+
+def _rt_info(model: Any) -> dict[str, str]:
+    found = {}
+    for key in ("signature", "inputs", "outputs"):
+        if model.has_rt_info([RT_INFO, key]):
+            found[key] = str(model.get_rt_info([RT_INFO, key]).astype(str))
+    return found
+
+
+def _ports(ports: Any, order: str | None) -> dict[str, tuple[int, Any]]:
+    """name -> (index, port), in the recorded order when there is one (each recorded name must be a port's)."""
+    own = {_port_name(port, i): (i, port) for i, port in enumerate(ports)}
+    if not order:
+        return own
+    by_name = {name: (i, port) for i, port in enumerate(ports) for name in port.get_names()}
+    missing = [name for name in order.split(",") if name not in by_name]
+    if missing:
+        raise InputError(f"the IR records tensors it does not have: {', '.join(missing)}")
+    return {name: by_name[name] for name in order.split(",")}
+
+
+def _port_name(port: Any, index: int) -> str:
+    """A port's name (the first of its tensor names, sorted), or its position for an unnamed one."""
+    names = sorted(port.get_names())
+    return names[0] if names else f"output_{index}"
+
+
+def _tensor(name: str, port: Any) -> TensorSpec:
+    shape = port.get_partial_shape()
+    if shape.rank.is_dynamic:
+        raise InputError(f"tensor {name!r} has an unknown rank in the IR; the server needs at least the rank")
+    dims = tuple(None if shape[i].is_dynamic else int(shape[i].get_length()) for i in range(len(shape)))
+    return TensorSpec(name=name, dtype=np.dtype(port.get_element_type().to_dtype()).name, shape=dims)
+
+
+# --- a .tflite on OpenVINO -------------------------------------------------------------------------------
+
+
+class OpenVINOTFLiteBackend(OpenVINOBackend):
+    """OpenVINO reading the same .tflite LiteRT serves; names and order come from LiteRT, so every runtime
+    exposes the identical signature."""
+
+    def _open(self, ov: Any, core: Any, model_path: Path) -> tuple[Any, dict[str, SignatureSpec],
+                                                                    dict[str, dict[str, Position]]]:
         from ai_edge_litert.interpreter import Interpreter
 
-        # Names and order come from LiteRT so every runtime exposes the identical signature.
         probe = _open_litert(model_path, 1, Interpreter)
-        self.signatures, indices = _litert_signatures(probe)
+        signatures, indices = _litert_signatures(probe)
         # OpenVINO reads a .tflite's first subgraph only: the signatures converted into other subgraphs (a
         # SavedModel's `embed` beside its `serving_default`) are not served here rather than answered wrongly.
-        first = {key for key, subgraph in litert_subgraphs(probe, self.signatures).items() if subgraph == 0}
-        self.signatures = {key: spec for key, spec in self.signatures.items() if key in first}
+        first = {key for key, subgraph in litert_subgraphs(probe, signatures).items() if subgraph == 0}
+        signatures = {key: spec for key, spec in signatures.items() if key in first}
         indices = {key: found for key, found in indices.items() if key in first}
         graph_inputs = [int(d["index"]) for d in probe.get_input_details()]  # type: ignore[attr-defined]
         graph_outputs = [int(d["index"]) for d in probe.get_output_details()]  # type: ignore[attr-defined]
         del probe
-        core = ov.Core()  # type: ignore[attr-defined]
-        model = self._read_model(core, model_path)
-        dynamic = _dynamic_shapes(self.signatures, indices, graph_inputs)
+        model = core.read_model(str(model_path))
+        dynamic = _dynamic_shapes(signatures, indices, graph_inputs)
         if dynamic:  # every dimension the signature leaves open (batch, lengths) stays open in OpenVINO too
-            model.reshape({model.inputs[i]: ov.PartialShape(shape) for i, shape in dynamic.items()})  # type: ignore[attr-defined]
-        config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": str(threads), "NUM_STREAMS": "1"}
-        self._compiled = core.compile_model(model, "CPU", config)
-        self._request = self._compiled.create_infer_request()
-        self._positions = {
+            model.reshape({model.inputs[i]: ov.PartialShape(shape) for i, shape in dynamic.items()})
+        positions = {
             key: {
                 **{n: graph_inputs.index(i) for n, i in idx.items() if i in graph_inputs},
                 **{n: ("out", graph_outputs.index(i)) for n, i in idx.items() if i in graph_outputs},
             }
             for key, idx in indices.items()
         }
-
-    def _read_model(self, core: object, model_path: Path) -> object:
-        """The OpenVINO model to compile, fresh (the caller reshapes it); openvino-nncf overrides this only."""
-        return core.read_model(str(model_path))  # type: ignore[attr-defined]
-
-    def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        pos = self._positions[signature.name]
-        feed = {pos[name]: np.ascontiguousarray(value) for name, value in inputs.items()}
-        self._request.infer(feed)
-        result: dict[str, np.ndarray] = {}
-        for spec in signature.outputs:
-            _, k = pos[spec.name]
-            result[spec.name] = np.array(self._request.get_output_tensor(k).data, dtype=spec.dtype, copy=True)
-        return result
+        return model, signatures, positions
 
 
 def _dynamic_shapes(signatures: Mapping[str, SignatureSpec], indices: Mapping[str, Mapping[str, int]],
@@ -85,99 +233,3 @@ def _dynamic_shapes(signatures: Mapping[str, SignatureSpec], indices: Mapping[st
             if index in graph_inputs and any(d is None for d in spec.shape):
                 shapes[graph_inputs.index(index)] = [-1 if d is None else int(d) for d in spec.shape]
     return shapes
-
-
-class OpenVINONNCFBackend(OpenVINOBackend):
-    """OpenVINO reading the fp32 .tflite, quantized to int8 by NNCF at server start from calibration samples.
-
-    bench measured this fastest for MobileNetV2 here (4.90 ms vs LiteRT int8 7.03 ms). The shipped artifact
-    stays the fp32 .tflite plus its samples; the int8 graph exists only in OpenVINO's memory. Quantization runs
-    once per process (cached), each worker compiles its own copy. Answers are int8-approximate: compare them
-    with the fp32 model by agreement, not bit for bit (smoke.py does).
-    """
-
-    runtime = "openvino-nncf"
-
-    def __init__(self, model_path: Path, threads: int = 1) -> None:
-        self._samples_path = nncf_inputs(model_path)[1]
-        super().__init__(model_path, threads, "f32", self.runtime)
-
-    def _read_model(self, core: object, model_path: Path) -> object:
-        quantized = _nncf_quantized(str(model_path), str(self._samples_path), _mtimes(model_path, self._samples_path))
-        return quantized.clone()  # type: ignore[attr-defined]
-
-
-#: Calibration samples NNCF uses at most (more barely moves int8 ranges and slows every server start).
-NNCF_CALIBRATION_SAMPLES = 128
-#: The float model in a `tfsmith optimize --out` folder (builder/optimize/__init__.py).
-FP32_TFLITE = "model_fp32.tflite"
-
-
-def _import_openvino(runtime: str) -> object:
-    try:
-        import openvino as ov
-    except ImportError:
-        raise InputError(f"runtime {runtime} needs the openvino package (pip install 'tfsmith[bench]')") from None
-    return ov
-
-
-def _mtimes(*paths: Path) -> tuple[float, ...]:
-    return tuple(p.stat().st_mtime for p in paths)
-
-
-@functools.lru_cache(maxsize=4)
-def _nncf_quantized(model_path: str, samples_path: str, _stamp: tuple[float, ...]) -> object:
-    """The fp32 .tflite read by OpenVINO and quantized by NNCF with up to NNCF_CALIBRATION_SAMPLES of `x`."""
-    ov = _import_openvino("openvino-nncf")
-    try:
-        import nncf
-    except ImportError:
-        raise InputError("runtime openvino-nncf needs the nncf package (pip install 'tfsmith[bench]')") from None
-    inputs = load_calibration(Path(samples_path))
-    model = ov.Core().read_model(model_path)  # type: ignore[attr-defined]
-    from ai_edge_litert.interpreter import Interpreter
-
-    signature = next(iter(_litert_signatures(_open_litert(Path(model_path), 1, Interpreter))[0].values()))
-    if len(signature.inputs) != 1:
-        raise InputError(f"{model_path}: runtime openvino-nncf quantizes one-input models; this one has "
-                         f"{len(signature.inputs)} inputs (serve it with litert or openvino)")
-    spec = signature.inputs[0]
-    if np.dtype(spec.dtype).kind != "f":
-        raise InputError(f"{model_path}: runtime openvino-nncf needs a float input, not {spec.dtype}")
-    x = inputs.get(spec.name)
-    if x is None:
-        raise InputError(f"{samples_path}: no samples for input {spec.name!r}")
-    items = [x[i : i + 1].astype(spec.dtype) for i in range(min(len(x), NNCF_CALIBRATION_SAMPLES))]
-    return nncf.quantize(model, nncf.Dataset(items), subset_size=len(items))
-
-
-def load_calibration(samples_path: Path) -> dict[str, np.ndarray]:
-    """The held-out inputs of an optimize samples file, by input name; InputError when it has none."""
-    from builder.model.artifact import load_samples
-
-    samples = load_samples(samples_path)
-    if not samples.inputs or samples.rows == 0:
-        raise InputError(f"{samples_path}: no calibration samples (`x/<input>`) for runtime openvino-nncf")
-    return samples.inputs
-
-
-def nncf_inputs(model_path: Path) -> tuple[Path, Path]:
-    """(fp32 .tflite, calibration samples) for serving `model_path`'s folder with openvino-nncf.
-
-    The fp32 model is `model_fp32.tflite` beside the chosen model (optimize's layout), else the model itself;
-    the samples are the folder's report `samples` (default samples.npz). Without samples the backend is
-    refused: NNCF without calibration would have to guess int8 ranges.
-    """
-    from builder.model.artifact import calibration_samples
-
-    fp32 = model_path.parent / FP32_TFLITE
-    source = fp32 if fp32.is_file() else model_path
-    samples = calibration_samples(model_path)
-    if samples is None:
-        raise InputError(
-            f"runtime openvino-nncf needs calibration samples (samples.npz, as `tfsmith optimize --out` "
-            f"writes) beside {model_path}; none found"
-        )
-    return source, samples
-
-

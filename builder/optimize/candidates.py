@@ -39,9 +39,9 @@ STALL_FLOOR_US = 50_000.0
 NEW_BATCHES = (3, 5)
 
 
-def importable(entry: registry.Runtime) -> bool:
-    """Every module the runtime needs imports here (OpenVINO and nncf are optional extras)."""
-    return all(importlib.util.find_spec(module) is not None for module in entry.modules)
+def importable(entry: registry.Runtime, format: str | None = None) -> bool:
+    """Every module the runtime needs to read `format` imports here (OpenVINO is an optional extra)."""
+    return all(importlib.util.find_spec(module) is not None for module in registry.needs(entry.name, format)[0])
 
 
 def allowed_precisions(int8_allowed: bool) -> tuple[str, ...]:
@@ -52,7 +52,7 @@ def allowed_precisions(int8_allowed: bool) -> tuple[str, ...]:
 
 def runtimes_for(format: str, precisions: tuple[str, ...]) -> tuple[str, ...]:
     """The runtimes that could serve an artifact format here, in tie order."""
-    return tuple(r.name for r in registry.serving(format) if r.precision in precisions and importable(r))
+    return tuple(r.name for r in registry.serving(format) if r.precision in precisions and importable(r, format))
 
 
 def candidate_pairs(result: ArtifactResult, contract: ModelContract, precisions: tuple[str, ...]
@@ -315,7 +315,7 @@ def _faster(a: Latency, b: Latency) -> bool:
 #: What a .tflite format stores, for a runtime that computes in the file's own precision.
 STORED = {"tflite_fp32": "f32", "tflite_original": "as stored", "tflite_float16": "f16 weights, f32 compute",
           "tflite_dynamic": "int8 weights, f32 activations", "tflite_int8": "int8", "tflite_qat_int8": "int8",
-          "tflite_select_tf": "f32", "saved_model": "f32"}
+          "tflite_select_tf": "f32", "saved_model": "f32", "openvino_ir_fp32": "f32", "openvino_ir_int8": "int8"}
 
 
 def _precision(entry: registry.Runtime, format: str) -> str:

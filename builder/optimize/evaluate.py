@@ -28,8 +28,10 @@ DEFAULT_SIGNATURE = "serving_default"
 
 
 def file_sizes(path: Path) -> tuple[int, int]:
-    """(raw, gzip) bytes of a file, or summed over a folder's files."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """(raw, gzip) bytes of an artifact: a file, an IR's .xml and .bin, or summed over a folder's files."""
+    from builder.model.artifact import artifact_files
+
+    files = artifact_files(path)
     raw = sum(p.stat().st_size for p in files)
     packed = sum(len(gzip.compress(p.read_bytes(), compresslevel=9)) for p in files)
     return raw, packed

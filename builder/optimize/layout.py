@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 
+from builder.model.registry import IR_FORMATS
 from builder.report import SAMPLES_NPZ
+
+__all__ = ["FILE_NAMES", "IR_FORMATS", "RULE_ORDER", "SAMPLES_NAME", "SAMPLE_ROWS", "TF", "TF_FORMATS", "XLA_SIGNATURE"]
 
 SAMPLES_NAME = SAMPLES_NPZ
 SAMPLE_ROWS = 32
@@ -17,7 +20,11 @@ FILE_NAMES = {
     "tflite_qat_int8": "model_qat_int8.tflite",
     "tflite_original": "model.tflite",
     "tflite_select_tf": "model_select_tf.tflite",
+    # OpenVINO's IR: the .xml graph named here, its .bin weights beside it (same stem)
+    "openvino_ir_fp32": "openvino_fp32.xml",
+    "openvino_ir_int8": "openvino_int8.xml",
 }
+
 #: formats that TensorFlow itself serves (a SavedModel; a .tflite with Select TF ops on TensorFlow's interpreter)
 TF_FORMATS = ("saved_model", "tflite_select_tf")
 TF = "tensorflow"

@@ -2,9 +2,10 @@
 
 plan (`planning`: recipe, model, DATA; every refusal happens here, before any work) -> reference outputs of the
 ORIGINAL model -> the contract (`contract`) -> prune (kept only if it still agrees with the original, for auto)
--> export -> convert -> QAT -> evaluate (per output, vs the original) -> measure candidates (`steps` and
-`candidates`: artifact x runtime x precision, builder.measure's timing loop, the cost of a new input shape) ->
-select (`select`) -> samples.npz -> report -> publish.
+-> export -> convert (.tflite files, and OpenVINO's IR: float, NNCF int8) -> QAT -> evaluate (per output, vs the
+original) -> measure candidates (`steps` and `candidates`: artifact x runtime x precision, builder.measure's
+timing loop, the cost of a new input shape) -> select (`select`) -> the choice at one thread (what one core and
+this host serve) -> samples.npz -> report -> publish.
 
 Everything is built in a staging folder next to `--out` and moved into place in one rename at the end, so a
 bad input or a crash leaves `--out` as it was. The quality gate runs after publication: rejected artifacts are
@@ -26,7 +27,7 @@ from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
 from builder.optimize.select import select_step
-from builder.optimize.steps import (baseline_step, convert_step, drop_unrunnable_xla, evaluate_step,
+from builder.optimize.steps import (baseline_step, capacity_step, convert_step, drop_unrunnable_xla, evaluate_step,
                                     export_step, measure_step, openvino_available,
                                     prune_step, qat_step, samples_step)
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
@@ -70,7 +71,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             results = evaluate_step(produced, staging, plan, contract, reference, options, say)
             with stage(say, "the float baseline (SavedModel signature)"):
                 baseline, _ = baseline_step(plan, contract, reference, options)
-            samples_step(staging, plan, contract, reference)  # before timing: openvino-nncf calibrates on them
+            samples_step(staging, plan, contract, reference)
             unpruned_export = sparsity is None and any(r.format == "saved_model" for r in results)
             results, candidates, extra = measure_step(results, staging, plan, contract, reference,
                                                       None if unpruned_export else loaded.saved_model_dir, options, say)
@@ -86,6 +87,10 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             plan.notes.extend(select_notes)
             chosen_result = next((r for r in results if r.path == chosen), None)
             passed = bool(chosen_result and chosen_result.accepted)
+            serving = (capacity_step(staging, chosen, runtime, choice.signature, plan, say)
+                       if selection.measured and passed else None)
+            if serving is not None:
+                plan.notes.append(serving.line())
             if plan.checks:
                 from builder.optimize import signatures as sigs
 
@@ -108,7 +113,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
                 chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
                 gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
                           chosen_result.reason if chosen_result else f"{chosen} was not produced"),
-                selection=selection, chosen_signature=choice.signature)
+                selection=selection, chosen_signature=choice.signature, capacity=serving)
             report = relocated(report, staging, out)  # what it says of files names them where they will be
             with stage(say, "writing report.json, report.md, report.png"):
                 reporting.write_report(report, staging)

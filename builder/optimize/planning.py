@@ -42,7 +42,8 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         notes.append("the model is a .tflite: it is the original and the only artifact; it is evaluated and "
                      "measured as it is")
         return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
-                       export=recipes.Export(tflite_fp32=False, xla=False), choose="tflite_original"), notes
+                       export=recipes.Export(tflite_fp32=False, xla=False, openvino=False),
+                       choose="tflite_original"), notes
     if why_not_trainable and (pruning or quant.qat):
         notes.append(f"pruning and QAT skipped: the model is {why_not_trainable}")
         pruning, quant = None, replace(quant, qat=False)

@@ -19,6 +19,7 @@ Pure: no TensorFlow here, so `--explain` and the unit tests are instant. A recip
 
     [export]
     tflite_fp32 = true
+    openvino = true                 # OpenVINO's IR beside the .tflite files: float, and NNCF int8 where int8 is built
     xla = false                     # add a jit_compile'd `serving_xla` signature to the SavedModel
 
     [tasks]                         # optional, per output name: how its quality is judged
@@ -37,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
+from builder.report import TASKS
 
 QUANT_MODES = ("dynamic", "float16", "int8")
-FORMATS = ("saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8")
+FORMATS = ("saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16", "tflite_int8", "tflite_qat_int8",
+           "openvino_ir_fp32", "openvino_ir_int8")
 SCHEDULES = ("polynomial", "constant")
 
 # CPU flags (Linux /proc/cpuinfo spelling) that make int8 dot products fast, per architecture.
@@ -78,6 +81,9 @@ class Quantization:
 class Export:
     tflite_fp32: bool = True
     xla: bool = False
+    #: OpenVINO's IR converted from the SavedModel (float; int8 by NNCF where the recipe quantizes to int8): on
+    #: by default, since which of LiteRT and OpenVINO is faster depends on the model and the CPU
+    openvino: bool = True
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,10 @@ class Recipe:
         formats += [f"tflite_{mode}" for mode in QUANT_MODES if mode in self.quantization.modes]
         if self.quantization.qat:
             formats.append("tflite_qat_int8")
+        if self.export.openvino:
+            formats.append("openvino_ir_fp32")
+            if "int8" in self.quantization.modes:
+                formats.append("openvino_ir_int8")
         return tuple(formats)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,10 +119,9 @@ class Recipe:
 # --- parsing -------------------------------------------------------------------------------------------
 
 _TOP = {"name", "choose", "pruning", "quantization", "export", "tasks"}
-TASKS = ("classification", "binary", "regression", "exact")
 _PRUNING = {"sparsity", "schedule", "epochs", "initial_sparsity", "structured", "batch_size"}
 _QUANT = {"modes", "qat", "qat_epochs", "calibration_samples"}
-_EXPORT = {"tflite_fp32", "xla"}
+_EXPORT = {"tflite_fp32", "xla", "openvino"}
 
 
 def _check_keys(where: str, table: Mapping[str, Any], known: set[str]) -> None:
@@ -203,6 +212,7 @@ def recipe_from_mapping(data: Mapping[str, Any], source: str = "recipe") -> Reci
     export = Export(
         tflite_fp32=_bool(f"{source}: export.tflite_fp32", etable.get("tflite_fp32", True)),
         xla=_bool(f"{source}: export.xla", etable.get("xla", False)),
+        openvino=_bool(f"{source}: export.openvino", etable.get("openvino", True)),
     )
     ttable = _table(f"{source}: tasks", data.get("tasks", {}))
     for output, task in ttable.items():
@@ -323,6 +333,9 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
                    "when the gate fails")
     reasons.append("export: serving-only SavedModel (signature serving_default) and a float32 .tflite as the "
                    "reference for the quantized ones")
+    reasons.append("openvino: OpenVINO's IR converted from the SavedModel (float, and int8 by NNCF on the "
+                   "calibration rows), judged and timed like every artifact: whether LiteRT or OpenVINO is "
+                   "faster depends on the model and the CPU, so it is measured (where openvino is installed)")
     recipe = Recipe(
         name="auto",
         choose=choose,

@@ -8,7 +8,7 @@ from typing import Any
 
 
 from builder.optimize import recipe as recipes
-from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, TF_FORMATS, XLA_SIGNATURE
+from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, XLA_SIGNATURE
 from builder.optimize.recipe import Recipe
 from builder.optimize.target import TargetFacts, measured_note, rule_reason
 from builder.report import ArtifactResult, Candidate, Selection
@@ -68,7 +68,9 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
         else:
             chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
     format = next((r.format for r in results if r.path == chosen_path), "")
-    runtime = TF if format in TF_FORMATS or chosen_path == FILE_NAMES["saved_model"] else "litert"
+    from builder.optimize.steps import evaluated_on
+
+    runtime = TF if chosen_path == FILE_NAMES["saved_model"] else evaluated_on(format or "tflite_fp32")
     how = rule_reason(facts)
     return Choice(chosen_path, runtime, contract_signature, Selection(False, how, tuple(candidates))), notes
 

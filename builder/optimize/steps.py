@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from builder.optimize.contract import contract_kept, fit_arguments
-from builder.optimize.layout import FILE_NAMES, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
+from builder.optimize.layout import FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.options import Options, stage
 from builder.optimize.planning import Plan
 from builder.optimize.recipe import Recipe
@@ -125,7 +125,7 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
 
     others = tuple(plan.loaded.others)  # converted into the same file: every signature is kept
     other_calib = sigs.calibration(plan.checks, plan.data.x_calib)
-    formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8")]
+    formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
     for format in formats:
@@ -146,6 +146,39 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
                               "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                               "delegate, never on LiteRT")
         produced.append((format, path))
+    return produced + ir_step(plan, saved_model, staging, say)
+
+
+def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tuple[str, Path]]:
+    """OpenVINO's IR of the SavedModel (`builder.optimize.openvino_ir`): the float one, and the NNCF int8 one
+    where the recipe quantizes to int8, calibrated on DATA's calibration rows here, at optimize time. Where
+    OpenVINO is not installed, or refuses the model (its converter, NNCF, a model with several signatures),
+    one note says why and optimize goes on without it."""
+    wanted = [f for f in IR_FORMATS if f in plan.recipe.formats]
+    if not wanted:
+        return []
+    names = ", ".join(FILE_NAMES[f] for f in wanted)
+    if not openvino_available():
+        plan.notes.append(f"{names} not written: OpenVINO is not installed here (pip install 'tfsmith[bench]')")
+        return []
+    from builder.optimize import openvino_ir
+    from builder.optimize.causes import log_text
+
+    produced: list[tuple[str, Path]] = []
+    try:
+        with stage(say, "converting to OpenVINO's IR (float)"):
+            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others))
+            produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, staging / FILE_NAMES["openvino_ir_fp32"])))
+        if "openvino_ir_int8" in wanted:
+            with stage(say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
+                rows = plan.recipe.quantization.calibration_samples
+                quantized = openvino_ir.quantize_int8(model, plan.data.x_calib, rows)
+                path = openvino_ir.write_ir(quantized, staging / FILE_NAMES["openvino_ir_int8"])
+                produced.append(("openvino_ir_int8", path))
+    except openvino_ir.IRRefused as error:
+        missing = ", ".join(FILE_NAMES[f] for f in wanted if f not in dict(produced))
+        log = plan.log("convert-openvino", log_text(error.full_text, "converting to OpenVINO's IR"))
+        plan.notes.append(f"{missing} not written: {error} (full text: {log})")
     return produced
 
 
@@ -222,12 +255,22 @@ def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Option
     return sigs.judge(runner.signature_of, runner.call, checks, judge_outputs, contract_signature)
 
 
+def evaluated_on(format: str) -> str:
+    """The runtime an artifact is evaluated on (its table row): TensorFlow for what only TensorFlow runs,
+    OpenVINO at f32 for its IR (int8 where the file is), LiteRT for every other .tflite."""
+    from builder.model import registry
+
+    if format in TF_FORMATS:
+        return TF
+    return registry.IR_DEFAULT if registry.is_ir(format) else registry.TFLITE_DEFAULT
+
+
 def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
                   reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
     results = []
     for format, path in produced:
         with stage(say, f"evaluating {path.name}"):
-            runtime = TF if format in TF_FORMATS else "litert"
+            runtime = evaluated_on(format)
             try:
                 result, _ = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference, options)
             except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
@@ -381,6 +424,34 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
             per_call = evaluate.time_runners(guarded(calls, failed), share, warmup=1)
         out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call and k not in failed}
     return out
+
+
+# --- step 9b: what one core and this host serve -----------------------------------------------------------
+
+
+#: Timing budget for the chosen candidate at one thread (a few hundred calls of a small model, dozens of a big one).
+CAPACITY_BUDGET_S = 3.0
+
+
+def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan: Plan, say: Say) -> Any:
+    """The chosen artifact x runtime timed at batch 1 on ONE thread (the timing loop every candidate used), and
+    what that bounds (`builder.report.capacity`): one core answers about 1e6 / p50 a second of model time, this
+    host's usable cores at most that many times it. None where the choice was not measured here or cannot run."""
+    from builder.measure.cores import read_cores
+    from builder.optimize import evaluate
+    from builder.report import capacity
+
+    path = staging / chosen
+    if not path.exists():
+        return None
+    with stage(say, "timing the chosen artifact on one thread (what one core serves)"):
+        try:
+            runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
+            runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
+            found = evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S)["chosen"]
+        except Exception:  # noqa: BLE001 - the choice was timed already; this line is only left out
+            return None
+    return capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)
 
 
 # --- step 10: samples -----------------------------------------------------------------------------------

@@ -35,12 +35,12 @@ SERVER_BASE = ("numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "
                "msgspec", "pysimdjson")
 
 
-def server_requirements(runtime: str) -> tuple[str, ...]:
-    """The server's distributions for `runtime` (the registry's: nncf only in images that quantize at start,
-    it is big; TensorFlow comes with a TensorFlow image's base), pinned to the versions installed here (what the
-    tests ran)."""
+def server_requirements(runtime: str, format: str | None = None) -> tuple[str, ...]:
+    """The server's distributions for `runtime` reading an artifact of `format` (the registry's: OpenVINO alone
+    for its IR, OpenVINO and LiteRT for a .tflite on OpenVINO; TensorFlow comes with a TensorFlow image's base),
+    pinned to the versions installed here (what the tests ran)."""
     pins = []
-    for name in (*SERVER_BASE, *registry.distributions(runtime)):
+    for name in (*SERVER_BASE, *registry.distributions(runtime, format)):
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -61,8 +61,12 @@ def environment() -> Any:
     return env
 
 
+#: The slim kinds (a Python base, the server and its runtime's wheels) share one template; others have their own.
+TEMPLATES = {"litert": "slim.Dockerfile.j2", "openvino": "slim.Dockerfile.j2"}
+
+
 def render_dockerfile(plan: ServePlan, template: str | None = None, **extra: Any) -> str:
-    name = template or f"{plan.kind}.Dockerfile.j2"
+    name = template or TEMPLATES.get(plan.kind, f"{plan.kind}.Dockerfile.j2")
     return environment().get_template(name).render(plan=plan, **extra)
 
 
@@ -94,20 +98,19 @@ def copy_server_code(dest: Path) -> None:
 
 
 def copy_model(plan: ServePlan, artifact: Artifact, model_dir: Path) -> None:
-    """The served model (a .tflite file or a SavedModel folder) under its in-image name, with its report; the
-    samples only where the runtime needs them (openvino-nncf calibrates on them at start): they can be large."""
-    from builder.model.openvino import nncf_inputs
-
+    """The served model (a .tflite file, OpenVINO's IR: its .xml and .bin, or a SavedModel folder) under its
+    in-image name, with its report. The samples stay out: they can be large, and nothing in an image
+    calibrates (an int8 model is a file optimize made and judged)."""
     model_dir.mkdir(parents=True, exist_ok=True)
     if artifact.model_path.is_dir():
         shutil.copytree(artifact.model_path, model_dir / plan.model_file)
     else:
         shutil.copy2(artifact.model_path, model_dir / plan.model_file)
+    if artifact.ir:  # the weights, beside the graph under the same stem
+        shutil.copy2(artifact.model_path.with_suffix(registry.IR_WEIGHTS_SUFFIX),
+                     (model_dir / plan.model_file).with_suffix(registry.IR_WEIGHTS_SUFFIX))
     if artifact.report is not None:
         (model_dir / "report.json").write_text(artifact.report.to_json())
-    if registry.calibrates(plan.runtime):
-        _, samples = nncf_inputs(artifact.model_path)  # refuses in one line when there are no calibration samples
-        shutil.copy2(samples, model_dir / samples.name)
 
 
 def link_wheels(wheels: Path | None, dest: Path) -> None:

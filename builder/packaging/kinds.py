@@ -6,10 +6,11 @@ Every kind answers the same four questions, so `tfsmith package` is one workflow
 - `write_context(...)`: the build context (through `builder.packaging.context`);
 - `smoke(...)`: start the image and prove it answers as the original model does.
 
-Kinds: `litert` (a slim Python base, tfsmith's server, LiteRT/OpenVINO), `tensorflow` (FROM the TensorFlow image
-`tfsmith build` made for the target: SavedModels, every signature and dtype, Select-TF-ops .tflite files; the
-image's own preflight guard stays the entry point) and `tfserving` (TensorFlow Serving's own layout on a TF
-Serving base image).
+Kinds: `litert` (a slim Python base, tfsmith's server, LiteRT, or OpenVINO reading the same .tflite),
+`openvino` (the same slim base and server with OpenVINO alone, serving its own IR: no TensorFlow, no LiteRT),
+`tensorflow` (FROM the TensorFlow image `tfsmith build` made for the target: SavedModels, every signature and
+dtype, Select-TF-ops .tflite files; the image's own preflight guard stays the entry point) and `tfserving`
+(TensorFlow Serving's own layout on a TF Serving base image).
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ class ImageKind(ABC):
     def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
         """The base image and its facts; InputError in one line when it is not on the engine."""
 
-    def requirements(self, runtime: str) -> tuple[str, ...]:
-        """The server's pinned distributions this kind installs for `runtime` (none for TF Serving)."""
+    def requirements(self, runtime: str, format: str | None = None) -> tuple[str, ...]:
+        """The server's pinned distributions this kind installs for `runtime` reading `format` (none for TF
+        Serving)."""
         from builder.packaging.context import server_requirements
 
-        return server_requirements(runtime)
+        return server_requirements(runtime, format)
 
     def write_context(self, plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None,
                       options: PackageOptions) -> Path:
@@ -79,6 +81,22 @@ def image_python(engine: Engine, ref: str, python_bin: str = "python3") -> str:
     return version
 
 
+def slim_base(options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
+    """The slim Python base every slim kind is built FROM: `--base-image`, else tfsmith's own (made here, as
+    `make engine` makes it, when the engine lacks it; another architecture's under emulation)."""
+    if options.base_image:
+        return BaseImage(options.base_image, image_python(engine, options.base_image), "requested (--base-image)")
+    from builder.engine.local import base_image_ref, ensure_base_image
+
+    arch = getattr(target, "arch", None) or None
+    ref = base_image_ref(arch)
+    try:
+        engine.inspect(ref)
+    except ImageNotFound:
+        ensure_base_image(ref, say=say, arch=arch)
+    return BaseImage(ref, image_python(engine, ref), f"the slim Python base image ({ref})")
+
+
 class LiteRTKind(ImageKind):
     """A slim Python base with tfsmith's server and LiteRT (or OpenVINO reading the same .tflite)."""
 
@@ -87,17 +105,19 @@ class LiteRTKind(ImageKind):
     default_runtime = registry.TFLITE_DEFAULT
 
     def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
-        if options.base_image:
-            return BaseImage(options.base_image, image_python(engine, options.base_image), "requested (--base-image)")
-        from builder.engine.local import base_image_ref, ensure_base_image
+        return slim_base(options, target, engine, say)
 
-        arch = getattr(target, "arch", None) or None
-        ref = base_image_ref(arch)
-        try:
-            engine.inspect(ref)
-        except ImageNotFound:  # made here, as `make engine` makes it (another architecture's under emulation)
-            ensure_base_image(ref, say=say, arch=arch)
-        return BaseImage(ref, image_python(engine, ref), f"the slim Python base image ({ref})")
+
+class OpenVINOKind(ImageKind):
+    """The same slim Python base and server with OpenVINO alone, serving OpenVINO's IR (float, or the NNCF int8
+    optimize made and judged): no TensorFlow and no LiteRT in the image, and nothing quantized at start."""
+
+    name = "openvino"
+    runtimes = registry.IR_RUNTIMES
+    default_runtime = registry.IR_DEFAULT
+
+    def base(self, options: PackageOptions, target: Any | None, engine: Engine, say: Say = quiet) -> BaseImage:
+        return slim_base(options, target, engine, say)
 
 
 def tensorflow_image_for(images: list[Image], target: Any) -> Image | None:
@@ -191,7 +211,7 @@ class TFServingKind(ImageKind):
             raise InputError(f"base image {base.ref} has no tensorflow_model_server, so the image cannot be "
                              "smoke-tested; use a TF Serving base image, or --no-smoke to build the layout only")
 
-    def requirements(self, runtime: str) -> tuple[str, ...]:
+    def requirements(self, runtime: str, format: str | None = None) -> tuple[str, ...]:
         return ()
 
     def write_context(self, plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None,
@@ -206,8 +226,8 @@ class TFServingKind(ImageKind):
         return smoke_tfserving(engine, plan, artifact, say)
 
 
-KIND_CLASSES: dict[str, type[ImageKind]] = {"litert": LiteRTKind, "tensorflow": TensorFlowKind,
-                                            "tfserving": TFServingKind}
+KIND_CLASSES: dict[str, type[ImageKind]] = {"litert": LiteRTKind, "openvino": OpenVINOKind,
+                                            "tensorflow": TensorFlowKind, "tfserving": TFServingKind}
 
 
 def kind_named(name: str) -> ImageKind:
@@ -226,10 +246,28 @@ def needs_tensorflow(artifact: Artifact, runtime: str | None) -> bool:
 
 
 def choose_kind(requested: str, artifact: Artifact, runtime: str | None) -> tuple[str, str]:
-    """The image kind and why: as asked, else TensorFlow for what only TensorFlow runs, else LiteRT."""
+    """The image kind and why: as asked, else TensorFlow for what only TensorFlow runs, OpenVINO for its IR,
+    else LiteRT."""
     if requested != "auto":
         return requested, "requested (--kind)"
     if needs_tensorflow(artifact, runtime):
         what = "a SavedModel" if artifact.model_path.is_dir() else f"{artifact.model_path.name} on TensorFlow"
         return "tensorflow", f"the chosen artifact is {what}: it runs on TensorFlow"
+    if artifact.ir:
+        return "openvino", f"the chosen artifact is OpenVINO's IR ({artifact.model_path.name}): OpenVINO alone runs it"
     return "litert", "the chosen artifact is a .tflite LiteRT runs"
+
+
+def check_artifact(kind: ImageKind, artifact: Artifact) -> None:
+    """Refuse, in one line, an image kind that cannot hold this artifact: OpenVINO's IR only in an openvino
+    image, which holds nothing else (a .tflite on OpenVINO is a litert image: it takes LiteRT to read)."""
+    if artifact.ir and kind.name != "openvino":
+        raise InputError(f"{artifact.model_path} is OpenVINO's IR: a {kind.name} image cannot serve it; use "
+                         "--kind openvino (or --kind auto), or name a runtime that reads another file of the folder "
+                         "(--runtime litert: the fastest accepted .tflite; --runtime tensorflow: the SavedModel)")
+    if kind.name == "openvino" and not artifact.ir:
+        what = "a SavedModel" if artifact.model_path.is_dir() else f"{artifact.model_path.name}"
+        raise InputError(f"an openvino image serves OpenVINO's IR (what tfsmith optimize writes as "
+                         f"openvino_fp32.xml / openvino_int8.xml); {what} is not one: use --kind auto"
+                         + (", or --kind litert --runtime openvino for OpenVINO on the .tflite"
+                            if artifact.model_path.suffix == ".tflite" else ""))

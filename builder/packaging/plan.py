@@ -6,11 +6,12 @@ so everything an image will hold (base, labels, entry point, command, wheels, pl
 engine. Rendering, downloading and publishing live in `builder.packaging.context`. (`smoke_gpus` asks the engine one
 question, whether it can pass GPUs in, and decides from the plan how the smoke test starts the image.)
 
-Vocabulary (one meaning each): the image **kind** is how the image is made (`litert`: a slim Python base;
-`tensorflow`: FROM the TensorFlow image `tfsmith build` made for the target; `tfserving`: TensorFlow Serving's
-own layout on a TF Serving base); the **runtime** is the inference engine the server runs inside it (`litert`,
-`openvino`, `openvino-nncf`, `tensorflow`); the artifact's **format** is which file optimize wrote (`tflite_int8`,
-`saved_model`, ...: report.json's `format`, `builder.model.registry`).
+Vocabulary (one meaning each): the image **kind** is how the image is made (`litert`: a slim Python base with
+LiteRT, for a .tflite; `openvino`: a slim Python base with OpenVINO alone, for OpenVINO's IR; `tensorflow`: FROM
+the TensorFlow image `tfsmith build` made for the target; `tfserving`: TensorFlow Serving's own layout on a TF
+Serving base); the **runtime** is the inference engine the server runs inside it (`litert`, `openvino`,
+`openvino-bf16`, `tensorflow`, ...: `builder.model.registry`); the artifact's **format** is which file optimize
+wrote (`tflite_int8`, `openvino_ir_int8`, `saved_model`, ...: report.json's `format`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from builder.model.artifact import Artifact
 TF_IMAGE_LABELS = tuple(f"{LABEL_PREFIX}.{name}" for name in ("spec-digest", "wheel-digest", "tag", "manifest"))
 GRPC_PORT = 8500
 REST_PORT = 8501
-KINDS = ("litert", "tensorflow", "tfserving")
+KINDS = ("litert", "openvino", "tensorflow", "tfserving")
 #: The Python interpreter of the venv every tfsmith image runs (the slim base's and the TensorFlow image's).
 VENV_PYTHON = "/opt/venv/bin/python"
 
@@ -39,8 +40,8 @@ VENV_PYTHON = "/opt/venv/bin/python"
 class PackageOptions:
     """What the user asked for (flags of `tfsmith package`)."""
 
-    kind: str = "auto"  # auto | litert | tensorflow | tfserving; auto = what the chosen artifact runs on
-    #: the inference runtime in the image: litert | openvino | openvino-nncf | tensorflow | auto;
+    kind: str = "auto"  # auto | litert | openvino | tensorflow | tfserving; auto = what the chosen artifact runs on
+    #: the inference runtime in the image: a name of builder.model.registry, or auto;
     #: None = what tfsmith optimize measured fastest for the chosen artifact (report.json), else by kind
     runtime: str | None = None
     target: str | None = None
@@ -183,8 +184,11 @@ class ServePlan:
 
 
 def model_file_in_image(artifact: Artifact) -> str:
-    """The served model's name under /models/<name>/<version>/: `saved_model` (a folder) or `model.tflite`."""
-    return "saved_model" if artifact.model_path.is_dir() else "model.tflite"
+    """The served model's name under /models/<name>/<version>/: `saved_model` (a folder), `model.xml` (OpenVINO's
+    IR, its `model.bin` beside it) or `model.tflite`."""
+    if artifact.model_path.is_dir():
+        return "saved_model"
+    return "model.xml" if artifact.ir else "model.tflite"
 
 
 def default_tag(artifact: Artifact, kind: str, arch: str = "x86_64") -> str:

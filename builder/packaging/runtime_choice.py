@@ -17,7 +17,7 @@ from builder.measure.decide import choose_fastest_runtime
 from builder.measure import stats
 from builder.measure.loop import time_interleaved
 from builder.model import registry
-from builder.model.create import create_backend, model_for_runtime
+from builder.model.create import check_reads, create_backend, is_ir
 from builder.model.inputs import sample_inputs
 
 
@@ -45,7 +45,7 @@ def measure_runtimes(candidates: Mapping[str, Path], threads: int, budget_s: flo
         try:
             backend = create_backend(runtime, path, threads)
         except Exception as error:  # noqa: BLE001 - any failure means: not a candidate, and say why
-            if runtime == AUTO_BASELINE:
+            if runtime == baseline_for(path):
                 raise
             errors[runtime] = _first_line(error)
             continue
@@ -62,25 +62,24 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {cause(error)}"
 
 
-#: The runtime every other must beat beyond noise (it runs the .tflite exactly as optimize evaluated it).
+#: The runtime every other must beat beyond noise: for a .tflite LiteRT (it runs the file exactly as optimize
+#: evaluated it), for OpenVINO's IR OpenVINO at f32 (its exact answer).
 AUTO_BASELINE = registry.TFLITE_DEFAULT
 
 
+def baseline_for(model_path: Path) -> str:
+    return registry.IR_DEFAULT if is_ir(model_path) else AUTO_BASELINE
+
+
 def auto_candidates(model_path: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """What `auto` measures: every registry runtime that reads a .tflite, each on the file it serves (the
-    chosen .tflite; the float one for a runtime that quantizes at load, when calibration samples exist, else
-    its refusal, said in the reason). The same names and settings optimize times."""
-    candidates: dict[str, Path] = {}
-    refused: dict[str, str] = {}
+    """What `auto` measures: every registry runtime that reads the file (a .tflite's, or OpenVINO's IR's: a
+    bf16 runtime only where the file is float), each on that very file. The same names and settings optimize
+    times. (The second value is kept for runtimes refused up front; none is, today.)"""
     format = _format_of(model_path)
-    for entry in registry.RUNTIMES:
-        if not entry.tflite or not (format is None or entry.serves(format) or registry.calibrates(entry.name)):
-            continue
-        try:
-            candidates[entry.name] = model_for_runtime(entry.name, model_path)
-        except InputError as error:
-            refused[entry.name] = str(error)
-    return candidates, refused
+    ir = is_ir(model_path)
+    candidates = {entry.name: model_path for entry in registry.RUNTIMES
+                  if (entry.ir if ir else entry.tflite) and (format is None or entry.serves(format))}
+    return candidates, {}
 
 
 def _format_of(model_path: Path) -> str | None:
@@ -96,11 +95,12 @@ def _format_of(model_path: Path) -> str | None:
 
 def choose_runtime(
     requested: str, model_path: Path, threads: int = 1, measure: Measure = measure_runtimes) -> RuntimeChoice:
-    """A named runtime as asked (openvino-nncf refused up front without samples); `auto` measures them all.
+    """A named runtime as asked (refused up front when it cannot read the file); `auto` measures them all.
 
-    The decision is `builder.measure.decide`'s: another runtime is picked only when it is faster than LiteRT
-    beyond noise (non-overlapping median confidence intervals); within noise the smaller file, then LiteRT
-    (the .tflite contract, what the optimizer evaluated, the smallest runtime) wins.
+    The decision is `builder.measure.decide`'s: another runtime is picked only when it is faster than the
+    file's exact runtime (LiteRT for a .tflite, OpenVINO f32 for its IR) beyond noise (non-overlapping median
+    confidence intervals); within noise the smaller file, then the smaller runtime in the registry's tie order
+    wins.
     """
     registry.check(requested, allow_auto=True)
     if model_path.is_dir():  # a SavedModel: only TensorFlow runs it, whatever was asked
@@ -112,7 +112,7 @@ def choose_runtime(
                              f"not {requested}")
         return RuntimeChoice(requested, "requested", {})
     if requested != registry.AUTO:
-        model_for_runtime(requested, model_path)  # refused up front when it cannot serve this file
+        check_reads(requested, model_path)  # refused up front when it cannot read this file
         return RuntimeChoice(requested, "requested", {})
     candidates, refused = auto_candidates(model_path)
     samples, errors = measure(candidates, threads)

@@ -57,7 +57,8 @@ class SmokeResult:
     max_abs_diff: float
     fidelity: tuple[Fidelity, ...]  # per output, against the original model (empty without samples)
     startup_s: float
-    #: int8-at-load runtimes (openvino-nncf): top-1 agreement with the local fp32 interpreter, else None
+    #: approximate runtimes (bf16 compute): the agreement of its answers with the same file computed exactly
+    #: here (top-1 for class scores), else None
     local_agreement: float | None = None
     note: str = ""  # a caveat the numbers need (e.g. a constant reference makes agreement meaningless)
     protocols: tuple[str, ...] = ("REST row", "REST columnar")
@@ -67,8 +68,8 @@ class SmokeResult:
         if self.local_agreement is None:
             match = f"every answer matches {self.reference}"
         else:
-            match = (f"int8 (NNCF) answers agree with the local fp32 interpreter on {self.local_agreement:.1%} of "
-                     f"top-1 classes")
+            match = (f"its answers (computed at a lower precision) agree with {self.reference} at f32 on "
+                     f"{self.local_agreement:.1%} of rows")
         text = (
             f"smoke: {self.requests} requests ({', '.join(self.protocols)}), {self.examples} examples, {match} "
             f"(max |diff| {self.max_abs_diff:.3g}); ready in {self.startup_s:.1f} s"
@@ -247,8 +248,8 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str, output: str = "") -> 
     return diff
 
 
-#: Runtimes whose answers approximate the served float file's (int8 quantized at server start, bf16 compute):
-#: judged by agreement, not bit for bit.
+#: Runtimes whose answers approximate the served float file's (bf16 compute): judged by agreement, not bit for
+#: bit.
 APPROXIMATE_RUNTIMES = registry.APPROXIMATE
 #: Smallest top-1 agreement with a reference (the fp32 interpreter, or the original model) a served
 #: classification output must reach on the smoke rows.
@@ -286,16 +287,17 @@ def fidelity(output: str, got: np.ndarray, original: np.ndarray) -> Fidelity:
 
 
 def compare_approximate(got: np.ndarray, want: np.ndarray, output: str = "") -> tuple[float, float]:
-    """(max |diff|, top-1 agreement) of int8 answers vs the fp32 interpreter's; SmokeFailed below the floor.
+    """(max |diff|, top-1 agreement) of answers computed at a lower precision (bf16) vs the same file computed
+    exactly here; SmokeFailed below the floor.
 
-    Bit-for-bit equality cannot hold for a model quantized at load, so the honest check is the output's
-    metric: the same class for class scores, a small relative error otherwise.
+    Bit-for-bit equality cannot hold at another precision, so the honest check is the output's metric: the same
+    class for class scores, a small relative error otherwise.
     """
     judged = fidelity(output or "output", got, want)  # refuses a changed shape first
     numeric = not (is_text(got.dtype) or is_text(want.dtype))  # strings are judged by agreement alone
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size and numeric else 0.0
     if not judged.passed:
-        raise SmokeFailed(f"int8 answers of {judged.output!r} vs the fp32 interpreter: {judged.text()} "
+        raise SmokeFailed(f"answers of {judged.output!r} vs the same file at f32 here: {judged.text()} "
                           f"(max |diff| {diff:.3g})")
     return diff, judged.value if judged.metric != "relative error" else 1.0
 
@@ -325,12 +327,16 @@ def _columnar_answer(body: Any, names: list[str]) -> dict[str, np.ndarray]:
 
 def reference_backend(artifact: Artifact, runtime: str) -> Any:
     """What the served answers are checked against, run here on the same artifact: TensorFlow for what runs on
-    TensorFlow (a SavedModel, a Select-TF-ops .tflite), else the LiteRT interpreter on the .tflite."""
+    TensorFlow (a SavedModel, a Select-TF-ops .tflite), OpenVINO at f32 for its IR (the IR needs OpenVINO; its
+    int8 computes as the file says), else the LiteRT interpreter on the .tflite. bf16 runtimes are checked
+    against f32."""
     from builder.model.backend import LiteRTBackend
     from builder.model.create import create_backend
 
-    if registry.on_tensorflow(runtime) or artifact.model_path.is_dir():  # bf16 too: checked against f32
+    if registry.on_tensorflow(runtime) or artifact.model_path.is_dir():
         return create_backend(registry.TENSORFLOW_DEFAULT, artifact.model_path, 1)
+    if artifact.ir:
+        return create_backend(registry.IR_DEFAULT, artifact.model_path, 1)
     return LiteRTBackend(artifact.model_path)
 
 
@@ -351,7 +357,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
     strings, several named inputs), in TF Serving's row form (one instance a request) and columnar form, then
     once over TF Serving's gRPC API (`tensor_content`, when `grpc_address` is given) and the Open Inference
     Protocol (`/v2/models/<m>/infer`, binary tensors). Each answer must match the same artifact run here
-    (`reference_backend`: within float rounding; int8-at-load runtimes by the output's metric), and each
+    (`reference_backend`: within float rounding; bf16 runtimes by the output's metric), and each
     output is judged against the ORIGINAL model's answers with its metric: top-1 agreement for class scores,
     exact agreement for integers and strings, relative error for regression.
     """
@@ -429,7 +435,7 @@ def check_server(base_url: str, artifact: Artifact, model_name: str, version: in
         note = (f"the reference answers of {', '.join(constant)} are the same for every row (random weights?): "
                 "agreement says little about quality there")
     reference = ("the same model on TensorFlow here" if registry.on_tensorflow(runtime) or artifact.model_path.is_dir()
-                 else "the local interpreter")
+                 else "the same IR on OpenVINO here" if artifact.ir else "the local interpreter")
     return SmokeResult(requests, rows, worst, tuple(judged), 0.0, min(agreements) if agreements else None, note,
                        tuple(protocols), reference)
 

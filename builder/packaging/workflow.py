@@ -8,7 +8,6 @@ nothing half-written is left behind. Each step says what it does, long ones as t
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from builder.errors import InputError
 from builder.packaging.kinds import ImageKind, choose_kind, kind_named
 from builder.packaging.plan import PackageOptions, ServePlan, plan_package
 from builder.packaging.runtime_choice import RuntimeChoice, choose_runtime
+from builder.model import registry
 from builder.model.artifact import TENSORFLOW_RUNTIMES, Artifact, resolve_artifact
 from builder.say import Say
 
@@ -80,6 +80,9 @@ def serving_runtime(requested: str | None, artifact: Artifact, kind: ImageKind, 
             how = artifact.report.selection.how if artifact.report else ""
             return RuntimeChoice(measured, f"chosen by tfsmith optimize{': ' + how if how else ''}", {})
         requested = kind.default_runtime
+        if measured in registry.RETIRED:  # a report of an earlier tfsmith: say what serves instead, and why
+            return RuntimeChoice(requested, f"the report chose {measured}, which tfsmith no longer has: "
+                                            f"{registry.RETIRED[measured]}; serving {requested} meanwhile", {})
     if kind.name == "tfserving" or requested in kind.runtimes and requested in TENSORFLOW_RUNTIMES:
         kind.check_runtime(requested)
         return RuntimeChoice(requested, "requested" if requested != kind.default_runtime else
@@ -109,17 +112,18 @@ def package_model(
 ) -> tuple[ServePlan, Image]:
     """Build (and smoke-test) one serving image; returns the plan and the engine's Image. `model` is a path
     the user named, or an artifact the caller has already resolved (it is not worked out again)."""
-    from builder.model import registry
-    from builder.model.create import model_for_runtime
+    from builder.packaging.kinds import check_artifact
 
     options.check()
     if options.runtime in ("tfserving", "tensorflow-serving"):
         raise InputError("tfserving is an image kind, not a runtime: use --kind tfserving")
     if options.runtime is not None:
         registry.check(options.runtime, allow_auto=True, what="--runtime")
-    artifact = model if isinstance(model, Artifact) else resolve_artifact(model, model_name)
+    artifact = model if isinstance(model, Artifact) else resolve_artifact(model, model_name, options.runtime)
     kind_name, kind_reason = choose_kind(options.kind, artifact, options.runtime)
     kind = kind_named(kind_name)
+    if kind.name != "tfserving":
+        check_artifact(kind, artifact)
     target_name = options.target
     recorded = recorded_target(artifact)
     if target_name is None and kind.name == "tensorflow":  # its base is the TensorFlow image built for a target
@@ -147,14 +151,11 @@ def package_model(
     choice = serving_runtime(options.runtime, artifact, kind, options.threads or 1)
     kind.check_runtime(choice.runtime)
     say(f"image kind: {kind.name} ({kind_reason}); runtime: {choice.runtime} ({choice.reason})")
-    # openvino-nncf serves (and labels, and smoke-tests against) the fp32 .tflite it quantizes at start
-    if choice.runtime in registry.NAMES and not artifact.model_path.is_dir():
-        artifact = dataclasses.replace(artifact, model_path=model_for_runtime(choice.runtime, artifact.model_path))
     base = kind.base(options, target, engine, say)
     say(f"base image: {base.ref} ({base.why})")
     if smoke:
         kind.check_smoke(engine, base)
-    requirements = kind.requirements(choice.runtime)
+    requirements = kind.requirements(choice.runtime, artifact.format)
     plan = plan_package(artifact, options, kind=kind.name, base=base, target=target, runtime=choice.runtime,
                         runtime_reason=choice.reason, requirements=requirements,
                         signature=default_signature(options.signature, artifact))

@@ -89,8 +89,7 @@ def configure(
     device report, the GPU requirement) so a server that cannot serve as asked refuses before it listens."""
     from builder.model.artifact import resolve_artifact
     from builder.model import registry
-    from builder.model.create import model_for_runtime
-    from builder.model.openvino import nncf_inputs
+    from builder.model.create import check_reads
     from builder.model.tensorflow import prepare_tensorflow
 
     if workers < 1 or (threads is not None and threads < 1):
@@ -148,8 +147,6 @@ def configure(
             assert model_base_path is not None
             sources = check_sources([ModelSource(model_name or model_name_for(model_base_path), model_base_path)],
                                     str(model_base_path))
-        if runtime is not None and registry.calibrates(runtime):
-            raise InputError(f"runtime {runtime} serves one model file; name it instead of a base path")
         runtime = runtime or sources_runtime(sources)
         if registry.on_tensorflow(runtime):
             prepare_tensorflow(tensorflow_threads(), workers)
@@ -163,11 +160,10 @@ def configure(
         serving = ", ".join(r.name for r in registry.serving(registry.SAVED_MODEL_FORMAT))
         raise InputError(f"{resolved.model_path}: a SavedModel runs only on TensorFlow; use --runtime "
                          f"{serving} (not {runtime})")
-    if registry.calibrates(runtime):
-        nncf_inputs(resolved.model_path)  # refused up front without calibration samples
+    check_reads(runtime, resolved.model_path)  # refused before listening: an OpenVINO IR off OpenVINO, say
     if registry.on_tensorflow(runtime):
         prepare_tensorflow(tensorflow_threads(), workers)
-    return ServerConfig(model_path=model_for_runtime(runtime, resolved.model_path), model_name=resolved.name,
+    return ServerConfig(model_path=resolved.model_path, model_name=resolved.name,
                         version=version, runtime=runtime, samples_path=resolved.samples_path,
                         signature_name=signature_name or resolved.signature, **common)
 

@@ -29,6 +29,10 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
 GATE_FAILED = 3
+#: OpenVINO's IR, written beside the .tflite files where OpenVINO is installed: float, and int8 where int8 is built
+OPENVINO = importlib.util.find_spec("openvino") is not None
+IR = {"openvino_ir_fp32"} if OPENVINO else set()
+IR_INT8 = {*IR, "openvino_ir_int8"} if OPENVINO else set()
 
 
 def _cli() -> list[str]:
@@ -173,7 +177,7 @@ def test_prune_80_with_pruning_preserving_qat(example: dict[str, Path], tmp_path
     report = _report(out)
     assert report.sparsity["target"] == 0.8
     assert report.sparsity["achieved"] == pytest.approx(0.8, abs=0.01)
-    assert set(_formats(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8"}
+    assert set(_formats(report)) == {"saved_model", "tflite_int8", "tflite_qat_int8", *IR_INT8}
     assert report.chosen == "model_qat_int8.tflite"  # the recipe names it: its runtime and precision are measured
     assert report.selection.measured and "the recipe names model_qat_int8.tflite" in report.selection.how
     qat = _formats(report)["tflite_qat_int8"]
@@ -200,7 +204,7 @@ def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_p
     assert report.sparsity["layers"] and all(v == pytest.approx(0.5, abs=0.01)
                                              for v in report.sparsity["layers"].values())
     formats = _formats(report)
-    assert set(formats) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16"}
+    assert set(formats) == {"saved_model", "tflite_fp32", "tflite_dynamic", "tflite_float16", *IR}
     assert formats["tflite_float16"].size_bytes < formats["tflite_fp32"].size_bytes * 0.6
     assert report.chosen == "model_dynamic.tflite"
     assert formats["saved_model"].extra["signatures"] == ["serving_default", "serving_xla"]
@@ -393,7 +397,7 @@ def test_subclassed_model_refuses_pruning_and_keeps_post_training(example: dict[
     assert report.sparsity is None and report.recipe["pruning"] is None
     assert any("subclassed" in note and "Sequential/Functional" in note for note in report.notes)
     assert "subclassed" in stdout
-    assert set(_formats(report)) == {"saved_model", "tflite_fp32", "tflite_int8"}
+    assert set(_formats(report)) == {"saved_model", "tflite_fp32", "tflite_int8", *IR_INT8}
     assert all(a.contract_kept for a in report.artifacts)
 
 
@@ -484,7 +488,7 @@ def test_a_float_only_recipe_still_measures_runtimes_and_precisions(example: dic
                                    "--out", out, "--latency-runs", "20")
     assert code == 0, stderr
     report = _report(out)
-    assert set(_formats(report)) == {"saved_model", "tflite_fp32"}  # the recipe narrows what is built...
+    assert set(_formats(report)) == {"saved_model", "tflite_fp32", *IR}  # the recipe narrows what is built...
     assert report.selection.measured and "among what recipe float builds" in report.selection.how  # ...not the choice
     candidates = report.selection.candidates
     runtimes = {c.runtime for c in candidates}
@@ -492,7 +496,6 @@ def test_a_float_only_recipe_still_measures_runtimes_and_precisions(example: dic
     if importlib.util.find_spec("openvino") is not None:
         assert {"openvino", "openvino-bf16"} <= runtimes
     assert all(c.precision for c in candidates) and not any(c.precision == "int8" for c in candidates)
-    assert "openvino-nncf" not in runtimes  # int8 only where the recipe quantizes to int8
     chosen = next(c for c in candidates if (c.artifact, c.runtime) == (report.chosen, report.chosen_runtime))
     assert not chosen.error and f"on {report.chosen_runtime} ({chosen.precision})" in stdout
     assert "| precision |" in (out / "report.md").read_text()

@@ -116,7 +116,11 @@ def test_optimize_choice_is_compared_with_the_fastest_runtime_measured() -> None
     ("model_int8.tflite", "litert", "litert-int8"),
     ("model_int8.tflite", None, "litert-int8"),
     ("model_dynamic.tflite", "openvino", "openvino-tflite-dynamic"),
-    ("model_fp32.tflite", "openvino-nncf", "openvino-tflite-nncf"),
+    ("model_fp32.tflite", "openvino-bf16", "openvino-tflite-bf16"),
+    ("openvino_int8.xml", "openvino", "openvino-ir-int8"),
+    ("openvino_fp32.xml", None, "openvino-ir-fp32"),
+    ("openvino_fp32.xml", "openvino-bf16", "openvino-ir-bf16"),
+    ("model_fp32.tflite", "openvino-nncf", None),  # a runtime earlier tfsmith versions had: no row now
     ("model_float16.tflite", "litert", "litert-fp16"),
     ("saved_model", None, "savedmodel"),
     ("model_int8.tflite", "tensorrt", None),
@@ -130,25 +134,30 @@ def test_optimize_report_maps_to_the_bench_runtime(chosen: str | None, runtime: 
 
 
 def test_bench_rows_map_to_the_servers_runtime_names_and_back() -> None:
-    from builder.bench.runtimes import ALL_RUNTIMES, SERVED_ROWS, VARIANT_FORMATS, bench_row, role_of, serving_runtime
+    from builder.bench.runtimes import (ALL_RUNTIMES, IR_VARIANT_FORMATS, SERVED_ROWS, VARIANT_FORMATS, bench_row,
+                                        role_of, serving_runtime)
     from builder.model import registry
 
     assert len(set(ALL_RUNTIMES)) == len(ALL_RUNTIMES)
     served = {row: serving_runtime(row) for row in ALL_RUNTIMES}
     assert {runtime for runtime in served.values() if runtime} == set(registry.NAMES)  # every runtime has a row
-    assert served["openvino-tflite-nncf"] == "openvino-nncf" and served["openvino-tflite-int8"] == "openvino"
+    assert served["openvino-ir-int8"] == "openvino" and served["openvino-tflite-int8"] == "openvino"
+    assert served["openvino-ir-bf16"] == "openvino-bf16" and served["openvino-ir-fp32"] == "openvino"
     assert served["openvino-tflite-bf16"] == "openvino-bf16" and served["savedmodel-bf16"] == "tensorflow-bf16"
     # peers: OpenVINO on the SavedModel (its bf16 row is what OpenVINO's default gives a user), eager Keras, ORT
     assert {row for row, runtime in served.items() if runtime is None} == {
         "keras", "openvino-fp32", "openvino-bf16", "openvino-int8", "onnxruntime-fp32", "onnxruntime-int8"}
     for row in SERVED_ROWS:  # each row is found again from what optimize's report says: runtime x file x signature
-        assert bench_row(row.runtime, row.variant, row.signature) == row.name
+        assert bench_row(row.runtime, row.variant, row.signature, ir=row.ir) == row.name
         entry = registry.runtime(row.runtime)
-        assert entry.serves(VARIANT_FORMATS[row.variant] if row.variant else registry.SAVED_MODEL_FORMAT), row
+        formats = IR_VARIANT_FORMATS if row.ir else VARIANT_FORMATS
+        assert entry.serves(formats[row.variant] if row.variant else registry.SAVED_MODEL_FORMAT), row
     for row, runtime in served.items():
         assert role_of(row) == ("baseline" if row == "savedmodel" else ROLE_TFSMITH if runtime else "peer")
-    assert bench_row("openvino-nncf", "int8") == "openvino-tflite-nncf"  # it always quantizes the fp32 file
+    assert bench_row("openvino-bf16", "int8") == "openvino-tflite-bf16"  # it only computes the float file
     assert bench_row("openvino-bf16", "fp32") == "openvino-tflite-bf16"
+    assert bench_row("openvino", "int8", ir=True) == "openvino-ir-int8"
+    assert bench_row("litert", "int8", ir=True) is None
     assert bench_row("tensorflow", None, "serving_xla") == "savedmodel-xla"
     assert bench_row("tensorflow", None, "predict") == "savedmodel"
     assert bench_row("tensorflow-bf16", None) == "savedmodel-bf16"
@@ -252,13 +261,14 @@ def test_the_reason_says_how_the_tflite_is_served() -> None:
     from builder.model import registry
 
     assert how_served("litert-int8").startswith("LiteRT")
-    assert how_served("openvino-tflite-nncf") == registry.runtime("openvino-nncf").summary
+    assert how_served("openvino-ir-int8") == registry.runtime("openvino").summary
     assert "bf16" in how_served("openvino-tflite-bf16") and "bf16" in how_served("savedmodel-bf16")
+    assert "bf16" in how_served("openvino-ir-bf16")
     assert how_served("openvino-bf16") == ""  # the peer: OpenVINO reading the SavedModel, no image serves it
-    row = RuntimeResult(name="openvino-tflite-nncf", role=ROLE_TFSMITH, artifact="m.tflite", ok=True,
+    row = RuntimeResult(name="openvino-ir-int8", role=ROLE_TFSMITH, artifact="openvino_int8.xml", ok=True,
                         latency=summarize([1e-3] * 30))
     _, rec = recommend((row,), trained=False)
-    assert rec.runtime == "openvino-tflite-nncf" and "NNCF" in rec.reason
+    assert rec.runtime == "openvino-ir-int8" and "own IR" in rec.reason
 
 
 def test_optimize_choice_is_marked_and_round_trips(recorded: BenchRun, tmp_path: Path) -> None:
@@ -327,9 +337,6 @@ def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: P
     rendered = table([row])  # slower than a peer beyond noise, yet the fastest of its own candidates
     assert "x (beyond noise)" in rendered and "1.00x (within noise)" in rendered
     assert verdict_lines([row])[0].startswith("mobilenet_v2 / auto: ok")
-    same = compare("mobilenet_v2", "auto", {"chosen": "model_fp32.tflite", "chosen_runtime": "openvino-nncf"},
-                   mobilenet["bench"], host_bf16=True)
-    assert same.shipped == "openvino-tflite-nncf" and same.ratio_vs_fastest_deployable == 1.0
     resnet = recorded["resnet50"]
     # the gate rejected int8 (random weights change the top-1 answer): it is timed by optimize but no candidate
     assert "litert-int8" not in accepted_candidates(resnet["report"])

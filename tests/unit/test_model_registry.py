@@ -41,7 +41,8 @@ def test_an_unknown_name_is_refused_once_with_every_choice() -> None:
     with pytest.raises(InputError, match="choose one of: auto, litert"):
         registry.check("tflite", allow_auto=True)
     assert registry.check("auto", allow_auto=True) == "auto"
-    assert registry.calibrates("openvino-nncf") and not registry.calibrates("openvino-bf16")
+    with pytest.raises(InputError, match="'openvino-nncf' is gone: it quantized .* when the server started"):
+        registry.runtime("openvino-nncf")  # what replaced it is said, in one line
     assert registry.on_tensorflow("tensorflow-bf16") and not registry.on_tensorflow("openvino")
 
 

@@ -45,7 +45,8 @@ def test_full_toml_recipe(tmp_path: Path) -> None:
     assert recipe.pruning == Pruning(sparsity=0.8, schedule="polynomial", epochs=3)
     assert recipe.quantization.modes == ("float16", "int8")  # canonical order
     assert recipe.quantization.qat and recipe.quantization.qat_epochs == 2
-    assert recipe.formats == ("saved_model", "tflite_float16", "tflite_int8", "tflite_qat_int8")
+    assert recipe.formats == ("saved_model", "tflite_float16", "tflite_int8", "tflite_qat_int8", "openvino_ir_fp32",
+                              "openvino_ir_int8")  # OpenVINO's IR: float, and NNCF int8 where int8 is built
     assert recipe.choose == "tflite_int8"
     assert recipe.export.xla and not recipe.export.tflite_fp32
 

@@ -1,4 +1,4 @@
-"""`--runtime auto` decision logic and the openvino-nncf plumbing, with fake measurements (no runtimes run)."""
+"""`--runtime auto` decision logic, and what an OpenVINO IR image carries, with fake measurements (no runtimes run)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from builder.errors import InputError
-from builder.model.artifact import Artifact, resolve_artifact
-from builder.packaging.runtime_choice import auto_candidates, choose_runtime
-from builder.model.create import model_for_runtime
+from builder.model.artifact import resolve_artifact
+from builder.packaging.runtime_choice import choose_runtime
 from tests.report_fixture import write_report
 from builder.packaging.context import render_server_context as render_context
 from builder.packaging.context import server_requirements as pinned_requirements
@@ -49,95 +48,111 @@ class FakeMeasure:
         return samples, {n: e for n, e in self.errors.items() if n in candidates}
 
 
-def test_auto_picks_nncf_when_it_clearly_beats_litert_and_serves_the_fp32_model(tmp_path: Path) -> None:
+def _ir_folder(tmp_path: Path) -> Path:
+    """An optimize-like folder whose chosen artifact is OpenVINO's int8 IR (graph and weights), beside a .tflite."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name in ("openvino_int8.xml", "openvino_int8.bin", "openvino_fp32.xml", "openvino_fp32.bin",
+                 "model_fp32.tflite"):
+        (tmp_path / name).write_bytes(b"<net/>" if name.endswith(".xml") else b"\0" * 16)
+    write_report(tmp_path, chosen="openvino_int8.xml", chosen_runtime="openvino",
+                 artifacts=[("openvino_int8.xml", "openvino_ir_int8"), ("openvino_fp32.xml", "openvino_ir_fp32"),
+                            ("model_fp32.tflite", "tflite_fp32")])
+    np.savez(tmp_path / "samples.npz", **{"x/pixels": np.zeros((4, 8, 8, 1), np.float32)})
+    return tmp_path / "openvino_int8.xml"
+
+
+def test_auto_picks_openvino_when_it_clearly_beats_litert_on_the_same_file(tmp_path: Path) -> None:
     model = _folder(tmp_path)
-    measure = FakeMeasure({"litert": 7.03, "openvino": 6.5, "openvino-nncf": 4.90})
+    measure = FakeMeasure({"litert": 7.03, "openvino": 4.90})
     choice = choose_runtime("auto", model, threads=2, measure=measure)
-    assert choice.runtime == "openvino-nncf"
-    assert measure.asked == {"litert": model, "openvino": model, "openvino-nncf": tmp_path / "model_fp32.tflite"}
-    assert "openvino-nncf p50 4.900 ms on this host: faster beyond noise than openvino" in choice.reason
+    assert choice.runtime == "openvino"
+    assert measure.asked == {"litert": model, "openvino": model}  # bf16 computes only float files
+    assert "openvino p50 4.900 ms on this host: faster beyond noise than litert" in choice.reason
     assert "litert 7.030 ms" in choice.reason and "2 threads" in choice.reason
-    assert "openvino 6.500 ms" in choice.reason  # every measured number is said
-    assert choice.p50_us["openvino-nncf"] == pytest.approx(4.90e3, rel=0.01)
-    assert model_for_runtime(choice.runtime, model) == tmp_path / "model_fp32.tflite"
+    assert choice.p50_us["openvino"] == pytest.approx(4.90e3, rel=0.01)
+
+
+def test_auto_measures_bf16_on_a_float_file(tmp_path: Path) -> None:
+    _folder(tmp_path)
+    fp32 = tmp_path / "model_fp32.tflite"
+    measure = FakeMeasure({"litert": 1.0, "openvino": 2.0, "openvino-bf16": 0.5})
+    assert choose_runtime("auto", fp32, measure=measure).runtime == "openvino-bf16"
+    assert set(measure.asked) == {"litert", "openvino", "openvino-bf16"}
 
 
 def test_auto_keeps_litert_when_the_others_are_within_noise(tmp_path: Path) -> None:
-    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure(
-        {"litert": 1.0, "openvino": 0.9995, "openvino-nncf": 0.9998}))
+    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure({"litert": 1.0, "openvino": 0.9995}))
     assert choice.runtime == "litert"
     assert "within noise of the fastest, openvino" in choice.reason
 
 
 def test_auto_takes_a_small_win_beyond_noise_there_is_no_fixed_margin(tmp_path: Path) -> None:
-    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure(
-        {"litert": 1.0, "openvino": 0.97, "openvino-nncf": 2.0}))
+    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure({"litert": 1.0, "openvino": 0.97}))
     assert choice.runtime == "openvino"
     assert "faster beyond noise than litert" in choice.reason
 
 
-def test_auto_takes_the_fastest_of_several_clear_winners(tmp_path: Path) -> None:
-    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure(
-        {"litert": 1.0, "openvino": 0.5, "openvino-nncf": 0.7}))
-    assert choice.runtime == "openvino"
-
-
-def test_auto_without_samples_never_measures_nncf_and_says_why(tmp_path: Path) -> None:
-    model = _folder(tmp_path, samples=False)
-    measure = FakeMeasure({"litert": 1.0, "openvino": 2.0, "openvino-nncf": 0.1})
-    choice = choose_runtime("auto", model, measure=measure)
-    assert "openvino-nncf" not in measure.asked
-    assert choice.runtime == "litert"
-    assert "openvino-nncf unavailable" in choice.reason and "calibration samples" in choice.reason
-
-
 def test_auto_reports_a_runtime_that_failed_to_load(tmp_path: Path) -> None:
-    measure = FakeMeasure({"litert": 1.0, "openvino-nncf": 0.5}, errors={"openvino": "RuntimeError: boom"})
+    measure = FakeMeasure({"litert": 1.0}, errors={"openvino": "RuntimeError: boom"})
     choice = choose_runtime("auto", _folder(tmp_path), measure=measure)
-    assert choice.runtime == "openvino-nncf"
+    assert choice.runtime == "litert"
     assert "openvino unavailable (RuntimeError: boom)" in choice.reason
 
 
-def test_named_nncf_needs_samples_and_others_are_taken_as_asked(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="calibration samples"):
-        choose_runtime("openvino-nncf", _folder(tmp_path / "a", samples=False))
-    model = _folder(tmp_path / "b")
-    assert choose_runtime("openvino-nncf", model).reason == "requested"
-    assert choose_runtime("openvino", model).runtime == "openvino"
+def test_auto_on_openvinos_ir_measures_only_what_reads_it(tmp_path: Path) -> None:
+    model = _ir_folder(tmp_path)
+    measure = FakeMeasure({"openvino": 2.0, "openvino-bf16": 1.0})
+    choice = choose_runtime("auto", model, measure=measure)
+    assert measure.asked == {"openvino": model}  # an int8 IR: no bf16 candidate, never LiteRT
+    assert choice.runtime == "openvino"
+    fp32 = tmp_path / "openvino_fp32.xml"
+    assert choose_runtime("auto", fp32, measure=measure).runtime == "openvino-bf16"
+    assert set(measure.asked) == {"openvino", "openvino-bf16"}
+
+
+def test_named_runtimes_are_taken_as_asked_and_what_cannot_read_the_file_is_refused(tmp_path: Path) -> None:
+    model = _folder(tmp_path / "a")
+    assert choose_runtime("openvino", model).reason == "requested"
     with pytest.raises(InputError, match="unknown runtime"):
         choose_runtime("tensorrt", model)
+    ir = _ir_folder(tmp_path / "b")
+    assert choose_runtime("openvino-bf16", ir).runtime == "openvino-bf16"
+    with pytest.raises(InputError, match="an OpenVINO IR runs on runtime openvino or openvino-bf16, not litert"):
+        choose_runtime("litert", ir)
 
 
-def test_a_bare_fp32_tflite_with_samples_is_its_own_nncf_source(tmp_path: Path) -> None:
-    model = tmp_path / "m.tflite"
-    model.write_bytes(b"TFL3")
-    np.savez(tmp_path / "samples.npz", x=np.zeros((2, 3), np.float32))
-    candidates, refused = auto_candidates(model)
-    assert candidates["openvino-nncf"] == model and not refused
+def test_the_retired_runtime_is_refused_saying_what_serves_its_models_now(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as refused:
+        choose_runtime("openvino-nncf", _folder(tmp_path))
+    assert "'openvino-nncf' is gone" in str(refused.value) and "openvino_int8.xml" in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
-def test_nncf_images_carry_nncf_and_the_samples_others_do_not(tmp_path: Path) -> None:
-    model = _folder(tmp_path / "opt")
+def test_an_ir_image_carries_openvino_alone_and_the_irs_two_files(tmp_path: Path) -> None:
+    model = _ir_folder(tmp_path / "opt")
     artifact = resolve_artifact(model.parent)
-    fp32 = Artifact(model_for_runtime("openvino-nncf", artifact.model_path), artifact.name, artifact.report,
-                    artifact.samples_path)
-    reason = "auto (1 thread): openvino-nncf p50 4.900 ms vs litert 7.030 ms on this host"
-    plan = plan_package(fp32, PackageOptions(), kind="litert", base=BaseImage("base:1"), runtime="openvino-nncf",
-                        runtime_reason=reason, requirements=pinned_requirements("openvino-nncf"))
-    assert plan.labels["io.tfsmith.runtime"] == "openvino-nncf"
-    assert plan.labels["io.tfsmith.runtime.reason"] == reason
-    assert plan.command[plan.command.index("--runtime") + 1] == "openvino-nncf"
-    assert any(r.startswith("nncf==") for r in plan.requirements)
-    assert not any(r.startswith("nncf==") for r in pinned_requirements("openvino"))
-    context = render_context(plan, fp32, tmp_path / "ctx", None)
-    assert (context / "model" / "samples.npz").is_file()
-    assert (context / "model" / "model.tflite").read_bytes() == (model.parent / "model_fp32.tflite").read_bytes()
-    litert = render_context(plan_package(artifact, PackageOptions(), kind="litert", base=BaseImage("base:1")),
-                            artifact, tmp_path / "ctx2", None)
-    assert not (litert / "model" / "samples.npz").exists()
+    assert artifact.model_path == model and artifact.runtime == "openvino" and artifact.format == "openvino_ir_int8"
+    requirements = pinned_requirements("openvino", artifact.format)
+    plan = plan_package(artifact, PackageOptions(), kind="openvino", base=BaseImage("base:1"), runtime="openvino",
+                        requirements=requirements)
+    assert any(r.startswith("openvino==") for r in requirements)
+    assert not any(r.startswith(("ai-edge-litert==", "nncf==", "tensorflow")) for r in requirements)
+    assert any(r.startswith("ai-edge-litert==") for r in pinned_requirements("openvino", "tflite_fp32"))
+    assert plan.command[0] == "/models/digits/1/model.xml"
+    context = render_context(plan, artifact, tmp_path / "ctx", None)
+    assert (context / "model" / "model.xml").read_bytes() == model.read_bytes()
+    assert (context / "model" / "model.bin").read_bytes() == model.with_suffix(".bin").read_bytes()
+    assert not (context / "model" / "samples.npz").exists()  # nothing in an image calibrates
+    assert "--kind openvino" in (context / "Dockerfile").read_text()
 
 
-def test_int8_answers_are_judged_by_top1_agreement() -> None:
+def test_a_runtime_that_reads_no_ir_gets_the_folders_fastest_tflite(tmp_path: Path) -> None:
+    model = _ir_folder(tmp_path)
+    assert resolve_artifact(tmp_path, runtime="litert").model_path == tmp_path / "model_fp32.tflite"
+    assert resolve_artifact(tmp_path, runtime="openvino-bf16").model_path == model
+
+
+def test_lower_precision_answers_are_judged_by_top1_agreement() -> None:
     want = np.eye(10, dtype=np.float32)[np.arange(20) % 10]
     close = want * 0.9 + 0.01
     diff, agreement = compare_approximate(close, want)
@@ -179,7 +194,6 @@ def test_smoke_sends_only_as_many_big_examples_as_fit_the_servers_body_limit() -
 
 
 def test_auto_says_plainly_when_every_peer_is_slower(tmp_path: Path) -> None:
-    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure(
-        {"litert": 0.05, "openvino": 0.28, "openvino-nncf": 0.25}))
+    choice = choose_runtime("auto", _folder(tmp_path), measure=FakeMeasure({"litert": 0.05, "openvino": 0.28}))
     assert choice.runtime == "litert"
-    assert "faster beyond noise than openvino-nncf (5.00x)" in choice.reason
+    assert "faster beyond noise than openvino (5.60x)" in choice.reason
