@@ -31,6 +31,7 @@ import numpy as np
 
 from builder.errors import InputError
 from builder.model.backend import Backend, _litert_signatures, _open_litert, litert_subgraphs
+from builder.model.failures import ModelInputError, clean_message
 from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
 
 #: Where the IR keeps its serving signature (`ov.Model.get_rt_info([RT_INFO, key])`).
@@ -82,7 +83,10 @@ class OpenVINOBackend(Backend):
         feed = {pos[name]: np.ascontiguousarray(value) for name, value in inputs.items()}
         shapes = tuple(feed[i].shape for i in sorted(feed))
         request = self._requests.get(shapes) or self._requests[None]
-        request.infer(feed, share_inputs=True)
+        try:
+            request.infer(feed, share_inputs=True)
+        except RuntimeError as error:  # a kernel refusing these values or shapes: the request's, said in one line
+            raise ModelInputError(clean_message(_first(error))) from None
         result: dict[str, np.ndarray] = {}
         for spec in signature.outputs:
             _, k = pos[spec.name]

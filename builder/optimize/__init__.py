@@ -18,10 +18,13 @@ inside; id inputs stay integer). `--signature NAME` makes another SavedModel sig
 objects registered with `@keras.saving.register_keras_serializable` load; the exported SavedModel carries the
 graph, so serving needs no user code.
 
-Runtimes (one word each, everywhere): `litert` (a .tflite on LiteRT/XNNPACK), `openvino` (OpenVINO reading the
-.tflite), `openvino-nncf` (OpenVINO quantizing the fp32 .tflite with NNCF at load), `tensorflow` (a SavedModel
-signature; or a Select-TF-ops .tflite on TensorFlow's own `tf.lite.Interpreter`, which needs a TensorFlow build
-with the Flex delegate: the stock 2.21 wheel has none, so such a file is kept but marked "not run on this host").
+Runtimes (one word each, everywhere; `builder.model.registry`): `litert` (a .tflite on LiteRT/XNNPACK), `openvino`
+and `openvino-bf16` (OpenVINO reading the .tflite or its own IR, at f32 (int8 where the file is) or bf16),
+`tensorflow` and `tensorflow-bf16` (a SavedModel signature; or a Select-TF-ops .tflite on TensorFlow's own
+`tf.lite.Interpreter`, which needs a TensorFlow build with the Flex delegate: the stock 2.21 wheel has none, so
+such a file is kept but marked "not run on this host"). No runtime changes the file it runs: an int8 model is a
+file written here and judged by the gate (the int8 .tflite, OpenVINO's NNCF int8 IR), never one quantized when
+a server starts.
 
 When the TFLite builtins cannot express the model (a Keras 3 GRU's tensor lists; `TextVectorization`'s string
 ops), optimize still completes: no plain .tflite, no pruning or QAT (they only feed .tflite files), the
@@ -41,6 +44,13 @@ folder, then one rename)::
       model_float16.tflite    float16 weights                       (format `tflite_float16`)
       model_int8.tflite       full int8 inside, float I/O           (format `tflite_int8`)
       model_qat_int8.tflite   quantization-aware-trained int8       (format `tflite_qat_int8`)
+      openvino_fp32.xml/.bin  OpenVINO's IR of the SavedModel, float32 weights (format `openvino_ir_fp32`):
+                              OpenVINO's converter on the contract's signature, ports named as the original
+                              names them, the signature recorded in the IR (no TensorFlow needed to read it)
+      openvino_int8.xml/.bin  the same quantized to int8 by NNCF on the calibration rows, here and now
+                              (format `openvino_ir_int8`; where the recipe quantizes to int8). Not written, with
+                              a note saying why, for a model with several signatures (one IR holds one
+                              function), or where OpenVINO is missing or its converter refuses the model
       model.tflite            the original, when MODEL is a .tflite (format `tflite_original`; nothing else)
       model_select_tf.tflite  float, TFLite builtins + Select TF ops, written only when the plain conversion
                               fails; runs on TensorFlow's interpreter with the Flex delegate (format
@@ -77,7 +87,7 @@ writes it, standard library only)::
      "artifacts": [ArtifactResult, ...],
      "chosen": "model_int8.tflite" (relative to OUT; "saved_model" on GPU targets, or when it measured fastest,
                or when no plain .tflite could be made),
-     "chosen_runtime": "litert"|"openvino"|"openvino-nncf"|"tensorflow",
+     "chosen_runtime": a runtime of builder.model.registry ("litert", "openvino", "openvino-bf16", "tensorflow", ...),
      "chosen_signature": the signature a request without signature_name gets: the contract's
                ("serving_default", or --signature's), or "serving_xla" when the SavedModel's XLA-compiled
                signature was measured faster beyond noise than the contract's,
@@ -86,7 +96,9 @@ writes it, standard library only)::
               "chosen_reason"},
      "selection": {"measured": bool, "how": str,
                    "candidates": [{"artifact", "runtime", "p50_us"|null, "samples", "size_bytes", "error",
-                                   "signature"}]}}
+                                   "signature"}]},
+     "capacity": {"artifact", "runtime", "signature", "threads": 1, "p50_us", "ci_low_us", "ci_high_us", "cores",
+                  "per_core_per_s", "host_ceiling_per_s"} | null   (the choice at one thread; null: not measured)}
 
     One candidate row per artifact x runtime x signature: a .tflite's `signature` is its own (the contract's);
     the SavedModel has a row for the contract's signature and, when it carries one, a row for `serving_xla`
@@ -121,12 +133,15 @@ passes and its signature equals the contract; rejected ones are kept and marked;
 rejected the command exits 3 (bad input exits 2 with one line and leaves --out untouched).
 
 Choice: on this host with `--recipe auto`, every accepted artifact x runtime x signature (a .tflite on LiteRT;
-OpenVINO reading the same file when `openvino` is importable, and quantizing the fp32 file with NNCF at load when
-`nncf` is; the SavedModel's contract signature and its `serving_xla` on TensorFlow; a Select-TF-ops .tflite on
-TensorFlow's interpreter; runtimes and signatures that compute differently are checked against the gate too) is
+OpenVINO reading the same file, and its own IR, at f32 and bf16 when `openvino` is importable; the SavedModel's
+contract signature and its `serving_xla` on TensorFlow; a Select-TF-ops .tflite on TensorFlow's interpreter;
+runtimes and signatures that compute differently are checked against the gate too) is
 timed in one interleaved loop (`builder.measure`, the one bench and `--runtime auto` use) on the model's own
 held-out rows; the fastest p50 wins unless others are within noise of it (their median's 95% confidence
-interval overlaps its own): then the smaller file wins, then the smaller runtime (litert, openvino,
-openvino-nncf, tensorflow), then the contract's signature over serving_xla, then the name. For another target, a GPU target (the SavedModel on `tensorflow`) or a recipe file,
+interval overlaps its own): then the smaller file wins, then the smaller runtime (the registry's tie order:
+litert, openvino, openvino-bf16, tensorflow, ...), then the contract's signature over serving_xla, then the name.
+The chosen artifact x runtime is then timed at batch 1 on one thread: report.json `capacity` and a `serving:`
+note say what one core answers a second (1e6 / p50, model time only) and this host's usable cores at most, a
+ceiling, not a promise. For another target, a GPU target (the SavedModel on `tensorflow`) or a recipe file,
 the choice is by rule and `selection.how` says so.
 """

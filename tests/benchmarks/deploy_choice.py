@@ -15,8 +15,10 @@ are bench rows of the same interleaved run.
 Per model and recipe, the table puts optimize's choice (report.json `chosen` x `chosen_runtime` x
 `chosen_signature`, and its candidate's `precision`) next to:
 - the fastest row bench measured that keeps the model's answers (bench's quality rule, the one its
-  recommendation applies), peers included: what the user could get with anything bench can run;
-- the fastest such row a tfsmith image serves (what optimize could have deployed);
+  recommendation applies) among the files the recipe allows (the float-only recipe: no quantized file, any
+  precision of compute), peers included: what the user could get with anything bench can run;
+- the fastest such row a tfsmith image serves (what optimize could have deployed: LiteRT and OpenVINO on each
+  .tflite, OpenVINO on its own IR, float and NNCF int8, TensorFlow on the SavedModel);
 - the fastest of the candidates optimize itself accepted and timed: optimize's choice slower than that beyond
   noise (the medians' confidence intervals apart) means the two measurements disagree, a failure;
 - OpenVINO's bf16 on the SavedModel (the `openvino-bf16` peer: what a user of OpenVINO gets with its default
@@ -52,6 +54,17 @@ BF16_RULE_MODELS = ("resnet50",)
 MAX_RATIO_VS_BF16_PEER = 1.25
 #: /proc/cpuinfo flags of bf16 compute (x86: AMX and AVX512-BF16; Arm: the BF16 extension).
 BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16", "bf16"})
+#: Peer rows that run a quantized model (tfsmith's rows say so by the file they serve).
+QUANTIZED_PEERS = frozenset({"openvino-int8", "onnxruntime-int8"})
+
+
+def quantized_row(name: str) -> bool:
+    """A bench row whose model is quantized (int8, dynamic-range or float16 weights): what a float-only recipe
+    does not allow, whatever precision the rest computes in."""
+    from builder.bench.runtimes import served_row
+
+    row = served_row(name)
+    return name in QUANTIZED_PEERS if row is None else row.variant in ("int8", "dynamic", "fp16")
 
 
 def _tfsmith() -> list[str]:
@@ -115,6 +128,15 @@ def _run(command: list[str], log: Path, timeout_s: float) -> float:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise SystemExit(f"{' '.join(command[:3])} ... failed (exit {done.returncode}); {log}:\n{tail}")
     return time.perf_counter() - start
+
+
+def cpu_model() -> str:
+    """This CPU's model name, as /proc/cpuinfo (and lscpu) give it: the numbers are this host's."""
+    try:
+        return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), "unknown CPU")
+    except OSError:
+        return "unknown CPU"
 
 
 def host_computes_in_bf16() -> bool:
@@ -235,7 +257,7 @@ def compare(model: str, recipe: str, report: dict, bench_json: dict, host_bf16: 
     if not measured:
         raise SystemExit(f"{model}: bench measured no runtime")
     verdicts = quality_verdicts(run.results, trained=run.trained)
-    passing = {name for name, (ok, _) in verdicts.items() if ok}
+    passing = {name for name, (ok, _) in verdicts.items() if ok and (recipe != FLOAT_ONLY or not quantized_row(name))}
     mine = measured.get(shipped)
     best, versus = _fastest_of(run.results, shipped, passing)
     deployable = {n for n in passing if measured[n].role != ROLE_PEER}
@@ -290,7 +312,7 @@ def _noise(within: bool | None) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     head = ("model", "recipe", "optimize chose (artifact x runtime, precision) = bench row", "p50 ms ±CI",
-            "fastest keeping answers (any)", "ratio", "fastest a tfsmith image serves", "ratio",
+            "fastest keeping answers (any the recipe allows)", "ratio", "fastest a tfsmith image serves", "ratio",
             "fastest of optimize's candidates", "ratio", f"{BF16_PEER} p50 ms", "ratio",
             f"bf16 rule (<= {MAX_RATIO_VS_BF16_PEER}x)")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
@@ -318,9 +340,12 @@ def verdict_lines(rows: Sequence[Row]) -> list[str]:
     for r in rows:
         agreement = ("not measured" if r.within_noise_of_fastest_candidate is None else
                      "within noise of" if r.within_noise_of_fastest_candidate else "slower beyond noise than")
+        anything = ("-" if r.ratio_vs_fastest_passing is None else
+                    f"{r.ratio_vs_fastest_passing:.2f}x{_noise(r.within_noise_of_fastest_passing)}")
         lines.append(f"{r.model} / {r.recipe}: {'FAIL' if r.failed else 'ok'} -- optimize's choice {r.shipped} is "
-                     f"{agreement} the fastest of its own candidates ({r.fastest_candidate or '-'}); bf16 rule: "
-                     f"{r.bf16_verdict}"
+                     f"{agreement} the fastest of its own candidates ({r.fastest_candidate or '-'}); against the "
+                     f"fastest row anything bench runs that keeps the answers ({r.fastest_passing or '-'}): {anything}; "
+                     f"bf16 rule: {r.bf16_verdict}"
                      + (f" ({r.ratio_vs_bf16_peer:.2f}x {BF16_PEER})" if r.ratio_vs_bf16_peer is not None else ""))
     return lines
 
@@ -374,7 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not names:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(MODELS)}")
     host_bf16 = host_computes_in_bf16()
-    print(f"host: {'computes in bf16' if host_bf16 else 'no bf16 compute'}", flush=True)
+    print(f"host: {cpu_model()}, {os.cpu_count()} cores, {'computes in bf16' if host_bf16 else 'no bf16 compute'}",
+          flush=True)
     results = [row for n in names
                for row in measure(n, args.out, args.threads, args.budget_s, args.runtimes, args.rows, host_bf16)]
     print()
