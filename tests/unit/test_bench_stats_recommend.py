@@ -322,7 +322,7 @@ def test_our_speed_goals_are_judged_outside_the_product(recorded: BenchRun) -> N
 
 
 def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: Path) -> None:
-    from tests.benchmarks.deploy_choice import accepted_candidates, compare, table, verdict_lines
+    from tests.benchmarks.deploy_choice import accepted_candidates, compare, quantized_row, table, verdict_lines
 
     recorded = json.loads((fixtures_dir / "bench" / "deploy_choice_recorded.json").read_text())
     mobilenet = recorded["mobilenet_v2"]
@@ -344,6 +344,9 @@ def test_deploy_choice_compares_recorded_optimize_and_bench_runs(fixtures_dir: P
     row = compare("resnet50", "auto", resnet["report"], resnet["bench"], host_bf16=True)
     assert row.shipped == "litert-dynamic" and row.fastest_candidate == "litert-dynamic"
     assert row.fastest_passing == "openvino-int8"  # litert-int8 and openvino-tflite-int8 lost the top-1 answer
+    floats = compare("resnet50", "float-only", resnet["report"], resnet["bench"], host_bf16=True)
+    assert floats.fastest_passing and not quantized_row(floats.fastest_passing)  # the recipe asked for float answers
+    assert quantized_row("openvino-ir-int8") and quantized_row("onnxruntime-int8") and not quantized_row("openvino-ir-bf16")
     assert row.bf16_verdict.startswith("n/a") and "openvino-bf16" in row.bf16_verdict  # not in this recording
 
 
