@@ -1,7 +1,8 @@
 """tfsmith's own speed goals, judged on `tfsmith bench` runs (a benchmark behind `make bench`, never a test):
 
-1. the recommended .tflite runtime is no slower than the fastest peer a user would pick instead (XLA, OpenVINO
-   IR, ONNX Runtime, eager Keras), or within noise of it;
+1. the recommended row (what a tfsmith image serves: a .tflite on LiteRT or OpenVINO, OpenVINO's own IR, the
+   SavedModel on TensorFlow) is no slower than the fastest peer a user would pick instead (OpenVINO reading the
+   SavedModel, ONNX Runtime, eager Keras), or within noise of it;
 2. on the trained example model, it is at least 20x faster than the SavedModel serving signature (random-weight
    models are latency-only: the ratio is shown without a verdict).
 
