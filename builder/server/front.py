@@ -37,6 +37,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from builder.errors import TfsmithError
+from builder.measure.cores import keep_request_memory
 from builder.server import grpc_service, ports
 from builder.server.channel import (ACTIVATE, DRAIN, LOAD, LOADED, META_ROOM, READY, REFUSED, STOP, ChannelClosed,
                                     FrontEnd)
@@ -79,6 +80,7 @@ def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_lev
     once the server listens (the configuration it chose and why)."""
     import uvloop
 
+    keep_request_memory()
     sock = ports.bind_rest(host, port)  # ours from here on
     try:
         if config.grpc_port:
@@ -147,7 +149,6 @@ class ModelProcesses:
             self.active = {s.name: tuple(s.wanted(list(version_folders(s.base_path)))) for s in self.sources}
             config = replace(config, poll_seconds=0.0, sources=tuple(
                 replace(s, policy="specific", specific=self.active[s.name]) for s in config.sources))
-        text = config_to_json(config)
         self.ready = False
         self._healthz: dict[str, Any] = {}
         if config.dispatch == "auto" and config.workers == 1 and not config.batching.enabled:
@@ -155,6 +156,7 @@ class ModelProcesses:
             # so it runs the model on its event loop and saves a thread hand-off (~140 us a request on a
             # 2-core guest); the front answers health checks itself, so none waits behind a model call
             config = replace(config, dispatch="inline")
+        text = config_to_json(config)
         self.processes: list[_Process] = []
         for index in range(layout.processes):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -34,6 +34,10 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
     threading.Thread(target=_stop_when_orphaned, args=(front_pid,), daemon=True).start()
     if cpus:
         os.sched_setaffinity(0, cpus)
+    yield_to_the_front()
+    from builder.measure.cores import keep_request_memory
+
+    keep_request_memory()
     from builder.server.channel import READY, REFUSED, HostEnd
     from builder.server.config import config_from_json
 
@@ -71,6 +75,18 @@ async def _serve(host: object, end: object) -> None:
         await end.serve(host.answer)
     finally:
         await host.stop()
+
+
+def yield_to_the_front() -> None:
+    """Run as SCHED_BATCH, Linux's policy for CPU-bound work: the front (waiting on sockets) is preferred when it
+    wakes up, so it forwards an answer and takes the next request at once instead of waiting for a time slice
+    behind the model processes that keep every core busy (gRPC, pools of 4 and 16 connections on 2 cores:
+    0.91x and 0.94x of two one-process servers without it, 0.99x with it, one run each). Needs no privileges;
+    a no-op where unsupported."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
 
 
 def _stop_when_orphaned(front_pid: int) -> None:

@@ -96,6 +96,10 @@ class Sizing:
 #: rule, since neither can be timed before requests arrive. They bound how many processes one front can feed.
 FRONT_US = 60.0
 PROCESS_US = 60.0
+#: What handing a small request to a model process adds to its CPU cost, whole server (notices both ways, the
+#: wake-ups, the copy): the digits CNN over v2 cost ~330 us more in 2 model processes than in one process
+#: (2-core AMD EPYC guest). A model faster than that is served in one process.
+HANDOVER_US = 330.0
 
 
 def fed_processes(measured: Measured | None, threads: int) -> int | None:
@@ -190,6 +194,12 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         processes, interpreters = 0, 1
         why.append("processes: none apart, one interpreter fills the cores and runs in the front's own process "
                    "(nothing to hand over)")
+    elif measured is not None and threads in measured.by_threads and \
+            measured.by_threads[threads].p50 * 1e6 < HANDOVER_US:
+        processes, interpreters = 0, min(fit, 2)
+        why.append(f"processes: none apart, a {measured.by_threads[threads].p50 * 1e6:.0f} us call is shorter than "
+                   f"handing its request to a model process costs (~{HANDOVER_US:.0f} us of CPU), so the front's "
+                   f"own process runs {interpreters} interpreter{'s' if interpreters != 1 else ''}")
     else:
         interpreters = 1
         fed = fed_processes(measured, threads)

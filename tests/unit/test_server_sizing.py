@@ -122,9 +122,14 @@ def test_pinning_is_asked_for_and_said() -> None:
     assert sizing.cpus == ((0,), (1,), (2,), (3,)) and "pinned" in sizing.describe()
 
 
-def test_a_tiny_model_gets_no_more_processes_than_the_front_can_feed() -> None:
-    # 35 us a call: a request costs the front about as much as the model, so 64 processes would mostly wait
+def test_a_model_faster_than_a_hand_over_stays_in_the_front_s_process() -> None:
     sizing = choose(Cores(tuple(range(64))), measured({1: 0.035, 2: 0.03}), Asked())
-    assert sizing.processes == 2 and "would only wait" in " ".join(sizing.why)
+    assert (sizing.processes, sizing.interpreters) == (0, 2) and "shorter than handing" in " ".join(sizing.why)
+
+
+def test_no_more_processes_than_the_front_can_feed() -> None:
+    # 0.5 ms a call: the front hands over a request in ~60 us, so about (500 + 60) / 60 = 10 processes keep busy
+    sizing = choose(Cores(tuple(range(64))), measured({1: 0.5, 2: 0.45}), Asked())
+    assert sizing.processes == 10 and "would only wait" in " ".join(sizing.why)
     large = choose(Cores(tuple(range(64))), measured({1: 6.9, 2: 3.8}), Asked())
     assert large.processes == 64  # a 7 ms call: the front feeds far more than 64
