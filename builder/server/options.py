@@ -73,7 +73,8 @@ OPTIONS: tuple[ServerOption, ...] = (
                  "model processes the front hands requests to, the least busy first (1: the models run in the "
                  "front's process); auto: sized from the cores and the model's measured call time",
                  group="performance", shown_default="auto"),
-    ServerOption("--workers", "workers", auto_count, None, "interpreters per process, one per worker thread", group="performance", shown_default="auto"),
+    ServerOption("--workers", "workers", auto_count, None, "interpreters per process, one per worker thread",
+                 group="performance", shown_default="auto"),
     ServerOption("--threads", "threads", auto_count, None, "intra-op threads per interpreter",
                  group="performance", shown_default="auto"),
     ServerOption("--prefer", "prefer", str, "throughput",
