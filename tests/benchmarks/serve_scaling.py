@@ -1,7 +1,7 @@
 """Every core the server is given (a benchmark behind `make bench`, never a test).
 
-    python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 6] [--out DIR] [--judge]
-        [--protocols rest,v2,grpc] [--cores N]
+    python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 5] [--rounds 3] [--out DIR] [--judge]
+        [--protocols rest,v2,grpc] [--cores N] [--skip alone,scaling,auto,costs]
 
 For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
 
@@ -19,7 +19,8 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
 4. the server's own CPU per request beyond the model's (one client; `process_cpu_seconds_total` minus
    `tfsmith_model_cpu_seconds_total` from the server's metrics): MobileNetV2's 600 KB binary tensor on v2 and
    gRPC, and the digits CNN's small request on REST, v2 and gRPC;
-and the load generator's own CPU beside each run. Tables on the terminal and in serve_scaling.md, the numbers
+and the load generator's own CPU beside each run. Each comparison runs `--rounds` times, its sides alternating,
+and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on the terminal and in serve_scaling.md, the numbers
 in serve_scaling.json, a plot in serve_scaling.png.
 
 With `--judge` it ends with one line per floor and exits 1 when one is missed: with pools of 4 and 16
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -219,6 +221,17 @@ def load_many(servers: Sequence[Server], requests: Requests, seconds: float, con
                       max(r.seconds for r in results), latencies, next((r.first_error for r in results if r.errors), ""))
 
 
+def interleaved(runs: Sequence[Callable[[], Run]], rounds: int) -> list[Run]:
+    """Each run `rounds` times, the runs alternating (the order reversed every other round, so a drift in the
+    host's load falls on all alike); for each, the round with the median throughput."""
+    done: list[list[Run]] = [[] for _ in runs]
+    for round_number in range(rounds):
+        order = list(range(len(runs))) if round_number % 2 == 0 else list(reversed(range(len(runs))))
+        for index in order:
+            done[index].append(runs[index]())
+    return [sorted(found, key=lambda r: r.rps)[len(found) // 2] for found in done]
+
+
 def own_cpu() -> float:
     times = os.times()
     return times.user + times.system
@@ -362,7 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="serve_scaling", description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=Path("/tmp/tfsmith-bench-models"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/tfsmith-serve-scaling"))
-    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured load")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each measured load")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each comparison, interleaved (median)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs")
@@ -390,12 +404,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for protocol in protocols:
                 requests = requests_for(protocol, x, name)
                 for pool in POOLS:
-                    for run in (measured_run(served, requests, args.seconds, pool, f"--processes {cores}"),
-                                balanced_run(singles, requests, args.seconds, pool)):
+                    pair: tuple[Callable[[], Run], Callable[[], Run]] = (
+                        lambda: measured_run(served, requests, args.seconds, pool, f"--processes {cores}"),
+                        lambda: balanced_run(singles, requests, args.seconds, pool))
+                    for run in interleaved(pair, args.rounds):
                         results["runs"].append(run.summary())
                         _say(run)
                 if protocol == "grpc":
-                    run = measured_run(served, requests, args.seconds, 1, f"--processes {cores}", streams=16)
+                    (run,) = interleaved((lambda: measured_run(served, requests, args.seconds, 1,
+                                                               f"--processes {cores}", streams=16),), args.rounds)
                     results["runs"].append(run.summary())
                     _say(run)
         finally:
@@ -404,17 +421,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "auto" not in skip:
         small = np.random.default_rng(0).random((8, 28, 28, 1), dtype=np.float32)
         for model_name, rows in (("mobilenet_v2", x), ("digits", small)):
-            requests = None
-            for label, options in [("auto", []), *auto_alternatives(cores)]:
-                server = start_server(models[model_name], options, args.out)
-                try:
-                    requests = requests or requests_for("v2", rows, input_name(server))
-                    run = measured_run(server, requests, args.seconds, 16, label)
+            choices = [("auto", []), *auto_alternatives(cores)]
+            servers = [start_server(models[model_name], options, args.out) for _, options in choices]
+            try:
+                requests = requests_for("v2", rows, input_name(servers[0]))
+                runs = interleaved([functools.partial(measured_run, server, requests, args.seconds, 16, label)
+                                    for (label, _), server in zip(choices, servers)], args.rounds)
+                for (label, _), server, run in zip(choices, servers, runs):
                     entry = {"model": model_name, "label": label, "configuration": configuration(server),
                              "rps": run.rps, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "errors": run.errors}
                     results["auto"].append(entry)
                     print(f"{model_name} {label}: {entry['configuration']}: {run.rps:.0f} req/s", file=sys.stderr)
-                finally:
+            finally:
+                for server in servers:
                     server.stop()
     if "costs" not in skip:
         small = np.random.default_rng(0).random((8, 28, 28, 1), dtype=np.float32)
