@@ -210,12 +210,20 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
         assert cause in note and f"{out}/logs/convert-fp32.log" in note
         assert cause in (out / "logs" / "convert-fp32.log").read_text()
         assert f"note: {note}" in stdout
-        assert formats == {"saved_model", "tflite_select_tf"} and not (out / "model_fp32.tflite").exists()
+        assert formats - set(registry.IR_FORMATS) == {"saved_model", "tflite_select_tf"}
+        assert not (out / "model_fp32.tflite").exists()
+        if name == "text_classifier":  # OpenVINO's converter cannot take string ops either: one note says so
+            assert not formats & set(registry.IR_FORMATS)
+            assert any(n.startswith("openvino_fp32.xml not written: OpenVINO's converter refused the model")
+                       for n in report.notes) or importlib.util.find_spec("openvino") is None
         select = report.artifact("model_select_tf.tflite")
         assert select.runtime == "tensorflow" and (out / select.path).is_file()
         if select.extra.get("runnable_here") is False:  # a TensorFlow without the Flex delegate (stock wheel)
             assert not select.accepted and "Flex delegate" in select.reason and "logs/run-" in select.reason
-        assert (report.chosen, report.chosen_runtime) == ("saved_model", "tensorflow")
+        # TensorFlow serves what LiteRT cannot, or OpenVINO's IR where its converter took the model (a GRU's
+        # tensor lists) and it measured faster
+        assert (report.chosen, report.chosen_runtime) == ("saved_model", "tensorflow") or (
+            report.chosen == "openvino_fp32.xml" and report.chosen_runtime in registry.IR_RUNTIMES)
     else:
         assert {"saved_model", "tflite_fp32", "tflite_int8"} <= formats
     if name == "text_classifier":
