@@ -10,12 +10,10 @@ from pathlib import Path
 
 from builder.errors import InputError
 from builder.model import registry
+from builder.model.artifact import is_ir
 from builder.model.backend import Backend, LiteRTBackend
 
-
-def is_ir(model_path: Path) -> bool:
-    """An OpenVINO IR: the `.xml` graph (its `.bin` weights beside it)."""
-    return model_path.suffix == registry.IR_SUFFIX
+__all__ = ["check_reads", "create_backend", "create_backends", "is_ir"]
 
 
 def check_reads(runtime: str, model_path: Path) -> None:

@@ -16,6 +16,10 @@ open and every other dimension fixed: the batch-1 shape (a request alone: the la
 model for every other shape (the batches a batcher forms, whose first call at a new size costs ~10-20 ms, not
 a compile). Anything with an open length compiles dynamic only.
 
+Each call binds the caller's arrays to the request without a copy and runs `start_async()` + `wait()`:
+`infer(inputs)` also builds a dict of copied outputs on every call, and measured ~4% slower on MobileNetV2
+(bf16, 2 threads, AMD EPYC; 4.12 against 3.93 ms in one interleaved minute on a busy host).
+
 The IR carries its serving signature in its runtime info (`rt_info["tfsmith"]`: the signature key and the
 names of its inputs and outputs in the model's order), so reading it back needs neither TensorFlow nor LiteRT;
 an IR made elsewhere is served under `serving_default` with OpenVINO's own tensor names and order.
@@ -55,11 +59,11 @@ class OpenVINOBackend(Backend):
     docstring). Subclasses say how the file is read (`_open`)."""
 
     runtime = "openvino"
-    platform = "openvino"
 
     def __init__(self, model_path: Path, threads: int = 1, precision: str = "f32", runtime: str = "") -> None:
         self.runtime = runtime or self.runtime
         ov = import_openvino(self.runtime)
+        self._tensor = ov.Tensor
         core = ov.Core()
         model, self.signatures, self._positions = self._open(ov, core, model_path)
         config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": str(threads), "NUM_STREAMS": "1"}
@@ -84,7 +88,11 @@ class OpenVINOBackend(Backend):
         shapes = tuple(feed[i].shape for i in sorted(feed))
         request = self._requests.get(shapes) or self._requests[None]
         try:
-            request.infer(feed, share_inputs=True)
+            for index, value in feed.items():  # the caller's arrays wrapped, not copied (alive until wait() returns);
+                # a read-only one (gRPC's tensor_content, read in place) is copied: OpenVINO shares writable memory only
+                request.set_input_tensor(index, self._tensor(value, shared_memory=bool(value.flags.writeable)))
+            request.start_async()  # with wait(): no dict of copied outputs built per call, as infer() does
+            request.wait()
         except RuntimeError as error:  # a kernel refusing these values or shapes: the request's, said in one line
             raise ModelInputError(clean_message(_first(error))) from None
         result: dict[str, np.ndarray] = {}
@@ -123,6 +131,8 @@ def _first(error: BaseException) -> str:
 
 class OpenVINOIRBackend(OpenVINOBackend):
     """OpenVINO's own IR, the file optimize converted from the SavedModel (float, or int8 by NNCF)."""
+
+    platform = "openvino"  # the Open Inference Protocol's name for an OpenVINO IR model (Triton's too)
 
     def _open(self, ov: Any, core: Any, model_path: Path) -> tuple[Any, dict[str, SignatureSpec],
                                                                     dict[str, dict[str, Position]]]:
