@@ -109,13 +109,19 @@ class Server:
             self.process.kill()
 
 
+#: The tree whose server is measured (`--src`: a checkout of another version, for before/after tables).
+SOURCE: list[Path | None] = [None]
+
+
 def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240) -> Server:
     port, grpc_port = free_port(), free_port()
     log = workdir / f"server-{port}.log"
     argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
             "--grpc-port", str(grpc_port), "--log-level", "info", *args]
+    source = SOURCE[0]
+    env = {**os.environ, "PYTHONPATH": str(source)} if source else None
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source)
     server = Server(process, port, grpc_port, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -294,8 +300,11 @@ class Run:
 
     @property
     def cpu_balance(self) -> float | None:
-        cpu = [c for c in self.process_cpu_s]
-        return max(cpu) / min(cpu) if len(cpu) > 1 and min(cpu) > 0 else None
+        """max/min of the model processes' CPU seconds (infinite when one did nothing; None for one process)."""
+        cpu = list(self.process_cpu_s)
+        if len(cpu) < 2 or max(cpu) <= 0:
+            return None
+        return max(cpu) / min(cpu) if min(cpu) > 0 else float("inf")
 
     def summary(self) -> dict[str, Any]:
         return {**asdict(self), "cpu_balance": self.cpu_balance}
@@ -380,10 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs")
+    parser.add_argument("--src", type=Path, help="root of another checkout whose server to measure (before/after)")
     parser.add_argument("--judge", action="store_true")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
+    SOURCE[0] = args.src
     cores = args.cores or read_cores().count
     models = make_models(args.models)
     model = models["mobilenet_v2"]
