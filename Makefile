@@ -40,7 +40,7 @@ engine: venv
 # 1. detect this host; 2. the TensorFlow image for TARGET, compiled from source (~14k actions, many hours on
 # few cores: tfsmith prints its estimate first; needs GitHub); 3. optimize MODEL for TARGET (default: the
 # example digits CNN); 4. package it into a serving image and smoke-test it with the original model's requests:
-# a slim LiteRT image for a .tflite, or FROM the step-2 TensorFlow image when the chosen artifact runs on
+# a slim LiteRT image for a .tflite (OpenVINO for OpenVINO's IR), or FROM the step-2 TensorFlow image when the chosen artifact runs on
 # TensorFlow (a SavedModel: GPU targets, string inputs, recurrent layers; a Select-TF-ops .tflite).
 # GPUs: with CUDA_CC unset, TARGET=host on a host with NVIDIA GPUs builds for them (CPU-only where the driver
 # is too old for TensorFlow's CUDA); CUDA_CC=none builds CPU-only. Steps 2-4 get the same CUDA_CC, so the image,
@@ -111,7 +111,7 @@ build: engine
 	else echo; echo "==> 3/4 optimizing $$model"; fi; \
 	rm -rf $(BUILD_OUT)/optimized; \
 	$(TFSMITH) optimize "$$model" --data "$$data" --recipe auto --target $(TARGET) $(cuda_flag) --out $(BUILD_OUT)/optimized
-	@echo; echo "==> 4/4 packaging the chosen artifact into a serving image (LiteRT, or FROM the step-2 TensorFlow image when it runs on TensorFlow), smoke-tested with real requests"
+	@echo; echo "==> 4/4 packaging the chosen artifact into a serving image (LiteRT or OpenVINO on a slim base, or FROM the step-2 TensorFlow image when it runs on TensorFlow), smoke-tested with real requests"
 	@$(TFSMITH) package $(BUILD_OUT)/optimized --target $(TARGET) $(cuda_flag) $(if $(SERVE_BASE_IMAGE),--base-image $(SERVE_BASE_IMAGE)) --smoke
 	@echo; echo "make build done:"; \
 	echo "  TensorFlow image  $$(cat .tfsmith/tf-image.source)  (docker images tfsmith/tensorflow)"; \

@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
     @app.command("package")
     def package(
         artifact: Annotated[Path, typer.Argument(help=".tflite model, SavedModel folder or `tfsmith optimize --out` folder")],
-        kind: Annotated[str, typer.Option(help="Image kind: auto (what the chosen artifact runs on) | litert (slim Python base) | tensorflow (FROM the TensorFlow image tfsmith build made for --target) | tfserving (TF Serving's layout)")] = "auto",
-        runtime: Annotated[str | None, typer.Option(help="Inference runtime in the image: litert | openvino | openvino-nncf | tensorflow | auto (default: what tfsmith optimize measured fastest, else the kind's own)")] = None,
+        kind: Annotated[str, typer.Option(help="Image kind: auto (what the chosen artifact runs on) | litert (slim Python base) | openvino (slim, OpenVINO alone: OpenVINO's IR) | tensorflow (FROM the TensorFlow image tfsmith build made for --target) | tfserving (TF Serving's layout)")] = "auto",
+        runtime: Annotated[str | None, typer.Option(help="Inference runtime in the image: litert | openvino | openvino-bf16 | tensorflow | tensorflow-bf16 | auto (default: what tfsmith optimize measured fastest, else the kind's own)")] = None,
         target: Annotated[str | None, typer.Option(help="Build target: the preflight guard, and which TensorFlow image a tensorflow image is built FROM")] = None,
         cuda_cc: Annotated[str | None, typer.Option(help="CUDA compute capabilities of the target (its and-cuda TensorFlow image), e.g. 8.0,9.0")] = None,
         base_image: Annotated[str | None, typer.Option(help="Local base image (never pulled); overrides the kind's default")] = None,

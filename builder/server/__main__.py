@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
                 raise InputError("--runtime auto measures one MODEL file; name a runtime for a base path or config file")
             if choose_runtime is None:
                 raise InputError("--runtime auto is measured by tfsmith on the host (tfsmith serve/package); "
-                                 "name the runtime here: litert, openvino, openvino-nncf or tensorflow")
+                                 f"name the runtime here: {', '.join(c for c in options.RUNTIME_CHOICES if c != 'auto')}")
             runtime, reason = choose_runtime(args.runtime, args.model, args.threads or 1)
         config = configure(
             args.model,
