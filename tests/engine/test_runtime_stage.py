@@ -202,4 +202,5 @@ def test_a_cuda_image_without_a_gpu_or_its_libraries_says_so(
     assert "tensorflow[and-cuda]" in warning and "CPU only" in warning
     required = run(engine, tag, ["python", "-c", "print(1)"], env={**cuda, "TFSMITH_IMAGE_REQUIRE_GPU": "1"})
     assert required.code == 3 and required.stdout == ""
-    assert "CUDA libraries are not installed" in required.stderr
+    assert "TensorFlow's CUDA 12 libraries are missing: nvidia-cudnn-cu12" in required.stderr
+    assert "tensorflow[and-cuda]" in required.stderr
