@@ -371,9 +371,10 @@ def auto_alternatives(cores: int) -> list[tuple[str, list[str]]]:
     while threads <= cores:
         processes = cores // threads
         if processes >= 2:
-            options.append((f"{processes} processes × {threads} thread{'s' if threads > 1 else ''}",
-                            ["--processes", str(processes), "--workers", "1", "--threads", str(threads),
-                             "--max-batch", "1"]))
+            label = f"{processes} processes × {threads} thread{'s' if threads > 1 else ''}"
+            fixed = ["--processes", str(processes), "--workers", "1", "--threads", str(threads), "--max-batch", "1"]
+            options.append((label, fixed))
+            options.append((f"{label}, pinned", [*fixed, "--pin-cores", "on"]))  # auto leaves pinning off: is it slower?
         threads *= 2
     return options
 
