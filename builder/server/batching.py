@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from builder.model.failures import ModelInputError
 from builder.server.pool import BackendPool
 from builder.server.protocol import PredictCall
 
@@ -160,9 +161,37 @@ class DynamicBatcher:
             for queued, part in zip(taken, split_outputs(outputs, [c.batch for c in calls])):
                 if not queued.answer.done():
                     queued.answer.set_result(part)
+        except ModelInputError as error:
+            if len(taken) == 1:
+                _fail(taken, error)
+            else:
+                await self._one_by_one(taken)
         except Exception as error:  # noqa: BLE001 - every waiting request gets the failure, the server lives on
-            for queued in taken:
-                if not queued.answer.done():
-                    queued.answer.set_exception(error)
+            _fail(taken, error)
         finally:
             self._slots.release()
+
+    async def _one_by_one(self, taken: list[Queued]) -> None:
+        """A merged batch the model refused (one request's values: a token id out of range, say): every
+        request run again alone, so only the request that holds the bad values gets the refusal and the
+        others that happened to share its batch are answered."""
+        loop = asyncio.get_running_loop()
+        for queued in taken:
+            if queued.answer.done():  # the client is gone
+                continue
+            try:
+                outputs = await loop.run_in_executor(self._executor, self._pool.predict, queued.call.signature,
+                                                     dict(queued.call.inputs))
+            except Exception as error:  # noqa: BLE001 - this request's own failure, answered to it alone
+                _fail([queued], error)
+            else:
+                self.batches += 1
+                self.examples += queued.call.batch
+                if not queued.answer.done():
+                    queued.answer.set_result(outputs)
+
+
+def _fail(taken: Sequence[Queued], error: BaseException) -> None:
+    for queued in taken:
+        if not queued.answer.done():
+            queued.answer.set_exception(error)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -392,11 +393,37 @@ def test_an_id_beyond_the_vocabulary_is_the_clients_mistake_on_litert_and_tensor
         assert "Traceback" not in server.output()
     finally:
         assert server.stop() in STOPPED
+    _batch_mates_are_answered(out, good, bad)
     server = Server(str(out / "saved_model"), "--runtime", "tensorflow", "--model-name", "tokens")
     try:
         message = _refused_everywhere(server, "tokens", "tokens", bad, "INT32", "= 500 is not in [0, 20)")
         assert "Graph execution error" not in message and "[[" not in message
         assert server.predict("tokens", {"instances": good.tolist()}).status_code == 200
+    finally:
+        assert server.stop() in STOPPED
+
+
+def _batch_mates_are_answered(out: Path, good: np.ndarray, bad: np.ndarray) -> None:
+    """With dynamic batching, the bad request and three good ones sent together share one interpreter call
+    (the first waits up to 2 s for company); the model refuses it, and only the bad request gets the 400."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = Server(str(out), "--runtime", "litert", "--model-name", "tokens", "--processes", "1", "--workers", "1",
+                    "--max-batch", "8", "--batch-timeout-us", "2000000")
+    try:
+        alone = server.predict("tokens", {"instances": good.tolist()}).json()["predictions"]
+        others = [good, good[:, ::-1].copy(), np.full_like(good, 7)]
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda rows: server.predict("tokens", {"instances": rows.tolist()}),
+                                    [bad, *others]))
+        assert answers[0].status_code == 400 and "gather index out of bounds" in answers[0].json()["error"]
+        assert [a.status_code for a in answers[1:]] == [200, 200, 200], [a.text for a in answers[1:]]
+        np.testing.assert_allclose(answers[1].json()["predictions"], alone, rtol=1e-6)
+        assert answers[2].json()["predictions"] != answers[3].json()["predictions"]  # each its own answer
+        metrics = HTTP.get(f"{server.url}/monitoring/prometheus/metrics").text
+        singles = float(re.search(r'^tfsmith_batch_size_bucket\{le="1\.0"\} (\S+)$', metrics, re.M).group(1))
+        calls = float(re.search(r"^tfsmith_batch_size_count (\S+)$", metrics, re.M).group(1))
+        assert calls > singles, metrics  # they did share a batch
     finally:
         assert server.stop() in STOPPED
 

@@ -1,0 +1,82 @@
+"""The real batcher over a stand-in interpreter: what each request gets back when the model refuses a merged
+batch because of one request's values."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import uvloop
+
+from builder.model.failures import ModelInputError
+from builder.server.batching import BatchingConfig, DynamicBatcher
+from builder.server.protocol import PredictCall
+
+
+class _Lookup:
+    """A pool of one interpreter that looks token ids up in a table of 10 rows, as an embedding does, and
+    refuses a batch holding an id outside it (as LiteRT's GATHER does); it records each call's ids."""
+
+    size = 1
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def predict(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids = inputs["ids"]
+        self.calls.append(ids.reshape(-1).tolist())
+        if ids.min() < 0 or ids.max() >= 10:
+            raise ModelInputError("gather index out of bounds")
+        return {"y": ids.astype(np.float32) * 2.0}
+
+
+def _call(*ids: int) -> PredictCall:
+    x = np.array([[i] for i in ids], dtype=np.int32)
+    return PredictCall(signature="serving_default", inputs={"ids": x}, row_format=True, batch=len(ids))
+
+
+def _answer_all(model: _Lookup, calls: list[PredictCall]) -> list[np.ndarray | BaseException]:
+    executor = ThreadPoolExecutor(max_workers=1)
+    # the first request waits up to 2 s for company, so the others join its batch however slow the machine
+    batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=8, timeout_us=2_000_000), executor,  # type: ignore[arg-type]
+                             batchable=True)
+
+    async def run() -> list[np.ndarray | BaseException]:
+        answers = await asyncio.gather(*(batcher.predict(call) for call in calls), return_exceptions=True)
+        return [a if isinstance(a, BaseException) else a["y"] for a in answers]
+
+    try:
+        return uvloop.run(run())
+    finally:
+        executor.shutdown(wait=False)
+
+
+def test_one_requests_bad_ids_fail_only_that_request_and_its_batch_mates_are_answered() -> None:
+    model = _Lookup()
+    good, bad, other = _answer_all(model, [_call(1, 2), _call(3, 500), _call(4)])
+    assert isinstance(bad, ModelInputError) and "gather index out of bounds" in str(bad)
+    np.testing.assert_array_equal(good, [[2.0], [4.0]])
+    np.testing.assert_array_equal(other, [[8.0]])
+    assert model.calls == [[1, 2, 3, 500, 4], [1, 2], [3, 500], [4]]  # merged, refused, then each alone
+
+
+def test_a_refused_request_alone_is_not_run_twice() -> None:
+    model = _Lookup()
+    (bad,) = _answer_all(model, [_call(-1)])
+    assert isinstance(bad, ModelInputError)
+    assert model.calls == [[-1]]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("interpreter crashed")])
+def test_a_failure_that_is_not_the_requests_fault_reaches_every_request_of_the_batch(error: Exception) -> None:
+    model = _Lookup()
+
+    def broken(signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        model.calls.append(inputs["ids"].reshape(-1).tolist())
+        raise error
+
+    model.predict = broken  # type: ignore[method-assign]
+    answers = _answer_all(model, [_call(1), _call(2)])
+    assert answers == [error, error] and model.calls == [[1, 2]]  # not retried: no request is to blame
