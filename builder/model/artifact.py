@@ -42,6 +42,12 @@ def is_ir(path: Path) -> bool:
     return path.suffix == registry.IR_SUFFIX
 
 
+def ir_models(folder: Path) -> list[Path]:
+    """The IR graphs in `folder` whose weights lie beside them (an `.xml` alone is no model)."""
+    return sorted(p for p in folder.glob(f"*{registry.IR_SUFFIX}")
+                  if p.is_file() and p.with_suffix(registry.IR_WEIGHTS_SUFFIX).is_file())
+
+
 def artifact_files(path: Path) -> list[Path]:
     """The files one artifact is: a folder's files (a SavedModel), an IR's `.xml` and `.bin`, or the file."""
     if path.is_dir():
@@ -211,12 +217,13 @@ def resolve_artifact(path: Path, name: str | None = None, runtime: str | None = 
         model = path / chosen
         if not model.is_file():
             raise InputError(f"{path / REPORT_JSON}: chosen model {chosen!r} is missing")
-    else:
-        candidates = sorted(path.glob("*.tflite"))
+    else:  # no report: the folder's one .tflite, else its one IR (a version folder holding a bare model)
+        candidates = sorted(path.glob("*.tflite")) or ir_models(path)
         if len(candidates) != 1:
             listed = ", ".join(c.name for c in candidates) or "none"
-            raise InputError(f"{path}: cannot tell which .tflite to serve (found: {listed}); pass the file itself, "
-                             "or a SavedModel folder (one with saved_model.pb)")
+            raise InputError(f"{path}: cannot tell which model to serve (found: {listed}); pass the file itself, "
+                             "or a folder holding one .tflite, one OpenVINO IR (.xml and .bin) or a SavedModel "
+                             "(saved_model.pb)")
         model = candidates[0]
     return Artifact(model, check_model_name(name or _name_from_report(report) or model_name_for(path)), report,
                     _samples(path, report))

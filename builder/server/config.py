@@ -169,12 +169,15 @@ def configure(
 
 
 def sources_runtime(sources: Sequence[ModelSource]) -> str:
-    """tensorflow when a served version folder holds a SavedModel (TF Serving's usual layout), else litert."""
-    from builder.model.artifact import is_saved_model
+    """tensorflow when a served version folder holds a SavedModel (TF Serving's usual layout); openvino when
+    every one holds an OpenVINO IR and no .tflite (what OpenVINO Model Server serves); else litert."""
+    from builder.model.artifact import ir_models, is_saved_model
 
-    for source in sources:
-        if any(is_saved_model(folder) for folder in version_folders(source.base_path).values()):
-            return "tensorflow"
+    folders = [folder for source in sources for folder in version_folders(source.base_path).values()]
+    if any(is_saved_model(folder) for folder in folders):
+        return "tensorflow"
+    if folders and all(ir_models(folder) and not any(folder.glob("*.tflite")) for folder in folders):
+        return "openvino"
     return "litert"
 
 

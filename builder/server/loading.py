@@ -60,8 +60,8 @@ def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics
         folders = version_folders(source.base_path)
         wanted = source.wanted(list(folders))
         if not wanted:
-            raise InputError(f"{source.name}: no version folder with a .tflite or a SavedModel under "
-                             f"{source.base_path}")
+            raise InputError(f"{source.name}: no version folder with a .tflite, an OpenVINO IR or a SavedModel "
+                             f"under {source.base_path}")
         versions = {v: load_version(config, source, v, folders[v], metrics) for v in wanted}
         models.set(source.name, versions, source.labels)
     return models

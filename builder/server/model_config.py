@@ -98,7 +98,7 @@ def read_config_file(path: Path) -> list[ModelSource]:
     for entry in config.model_config_list.config:
         if not entry.name or not entry.base_path:
             raise InputError(f"{path}: every config needs a name and a base_path")
-        if entry.model_platform not in ("", "tensorflow", "tflite"):
+        if entry.model_platform not in ("", "tensorflow", "tflite", "openvino"):
             raise InputError(f"{path}: {entry.name}: model_platform {entry.model_platform!r} is not served here")
         base = Path(entry.base_path)
         if not base.is_absolute():
@@ -131,8 +131,10 @@ def check_sources(sources: list[ModelSource], where: str) -> list[ModelSource]:
 
 
 def version_folders(base: Path) -> dict[int, Path]:
-    """Integer-named folders under `base` that hold a model, a .tflite or a SavedModel (TF Serving's
-    `<base>/<version>/` layout)."""
+    """Integer-named folders under `base` that hold a model: a .tflite, an OpenVINO IR or a SavedModel (TF
+    Serving's `<base>/<version>/` layout)."""
+    from builder.model.artifact import ir_models
+
     found: dict[int, Path] = {}
     try:
         entries = list(base.iterdir())
@@ -140,6 +142,7 @@ def version_folders(base: Path) -> dict[int, Path]:
         return found
     for entry in entries:
         if entry.is_dir() and entry.name.isdigit() and (any(entry.glob("*.tflite"))
-                                                         or (entry / "saved_model.pb").is_file()):
+                                                         or (entry / "saved_model.pb").is_file()
+                                                         or ir_models(entry)):
             found[int(entry.name)] = entry
     return found

@@ -130,3 +130,32 @@ def test_what_cannot_serve_an_ir_is_refused_in_one_line(folder: Path, tmp_path: 
     errors = [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")]
     assert len(errors) == 1 and needle in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_version_folders_of_bare_irs_are_served_on_openvino(folder: Path, tmp_path: Path) -> None:
+    """TF Serving's `<base>/<version>/` layout holding OpenVINO IRs (as OpenVINO Model Server's repository does),
+    named in a model config file: each version answers as its own file does, on OpenVINO, chosen without
+    --runtime."""
+    import shutil
+
+    from builder.model.create import create_backend
+
+    for version, stem in ((1, "openvino_fp32"), (2, "openvino_int8")):
+        (tmp_path / "digits" / str(version)).mkdir(parents=True)
+        for suffix in (".xml", ".bin"):
+            shutil.copy(folder / f"{stem}{suffix}", tmp_path / "digits" / str(version) / f"model{suffix}")
+    config = tmp_path / "models.config"
+    config.write_text('model_config_list { config { name: "digits" base_path: "digits" model_platform: "openvino" '
+                      'model_version_policy { all {} } } }')
+    running = Server("--model-config-file", str(config), "--processes", "1")
+    try:
+        assert HTTP.get(f"{running.url}/healthz").json()["runtime"] == "openvino"
+        x = load_samples(folder / "samples.npz").inputs["image"][:4]
+        for version, stem in ((1, "openvino_fp32"), (2, "openvino_int8")):
+            answer = HTTP.post(f"{running.url}/v1/models/digits/versions/{version}:predict",
+                               json={"instances": x.tolist()})
+            assert answer.status_code == 200, answer.text
+            want = create_backend("openvino", folder / f"{stem}.xml", 1).predict("serving_default", {"image": x})
+            np.testing.assert_allclose(answer.json()["predictions"], want["probs"], rtol=1e-5, atol=1e-6)
+    finally:
+        assert running.stop() in STOPPED

@@ -62,3 +62,24 @@ def test_requests_resolve_latest_versions_and_labels() -> None:
     assert models.ready
     models.draining = True
     assert not models.ready
+
+
+def test_a_version_folder_may_hold_an_openvino_ir_whose_weights_lie_beside_it(tmp_path: Path) -> None:
+    from builder.model.artifact import resolve_artifact
+    from builder.server.config import sources_runtime
+
+    for version, files in ((1, ("model.xml", "model.bin")), (2, ("graph.xml",)), (3, ("a.xml", "a.bin", "notes.xml"))):
+        (tmp_path / str(version)).mkdir()
+        for name in files:
+            (tmp_path / str(version) / name).write_text("")
+    assert sorted(version_folders(tmp_path)) == [1, 3]  # 2's graph has no weights: no model
+    assert resolve_artifact(tmp_path / "3").model_path == tmp_path / "3" / "a.xml"
+    assert sources_runtime([ModelSource("m", tmp_path)]) == "openvino"
+    (tmp_path / "3" / "m.tflite").write_bytes(b"")  # a .tflite beside the IR: LiteRT, as before
+    assert sources_runtime([ModelSource("m", tmp_path)]) == "litert"
+    assert resolve_artifact(tmp_path / "3").model_path == tmp_path / "3" / "m.tflite"
+    (tmp_path / "4").mkdir()
+    for name in ("x.xml", "x.bin", "y.xml", "y.bin"):
+        (tmp_path / "4" / name).write_text("")
+    with pytest.raises(InputError, match=r"cannot tell which model to serve \(found: x.xml, y.xml\)"):
+        resolve_artifact(tmp_path / "4")
