@@ -1,7 +1,7 @@
 """`tfsmith serve` (run the model server here) and `tfsmith package` (serving images).
 
 `serve` forwards its arguments to the server's own parser (builder.server.options), so the server's options
-are listed once. Heavy imports (LiteRT, FastAPI, uvicorn, docker) happen inside the command bodies.
+are listed once. Heavy imports (LiteRT, FastAPI, docker) happen inside the command bodies.
 """
 
 from __future__ import annotations

@@ -30,9 +30,10 @@ from builder.say import Say
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 
-#: What the server needs in every image: REST (FastAPI on uvicorn), gRPC on 8500 and metrics, plus the runtime.
-SERVER_BASE = ("numpy", "fastapi", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client",
-               "msgspec", "pysimdjson")
+#: What the server needs in every image: its HTTP front (httptools on uvloop; FastAPI for the routes besides
+#: predict and infer), gRPC on 8500 and metrics, plus the runtime.
+SERVER_BASE = ("numpy", "fastapi", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client", "msgspec",
+               "pysimdjson")
 
 
 def server_requirements(runtime: str, format: str | None = None) -> tuple[str, ...]:

@@ -42,7 +42,7 @@ class ServerConfig:
     sources: tuple[ModelSource, ...] = ()  # models from a config file or a base path (instead of model_path)
     poll_seconds: float = 0.0  # look for new versions this often (0 = never)
     grpc_port: int = 0  # 0 = no gRPC
-    host: str = "127.0.0.1"  # where gRPC listens (REST's address is uvicorn's)
+    host: str = "127.0.0.1"  # where the front listens (REST and gRPC)
     access_log: bool = False
     drain_seconds: float = 30.0
     shutdown_delay_seconds: float = 0.0

@@ -4,39 +4,29 @@ Linux lets several sockets listen on one port only when every one of them sets S
 to the same user). gRPC sets it by default, so without care a second server on the same `--grpc-port` starts
 and silently takes part of the first one's calls. The rules here:
 
-- REST: the server binds its own socket (SO_REUSEADDR for restarts over TIME_WAIT, never SO_REUSEPORT) before
-  loading any model, and uvicorn serves on that socket; worker processes (`--processes N`) inherit it. A taken
-  port is refused at once and there is no window: the socket is ours from the check on.
-- gRPC, one process: the port is checked with a bind without SO_REUSEPORT, and the gRPC server itself listens
-  with `grpc.so_reuseport` = 0, so nothing can join it afterwards.
-- gRPC, N worker processes: the parent checks the port the same way, then tells the workers (through the
-  environment, `SHARED_ENV`) to listen with SO_REUSEPORT so they can share it. Any process started later
-  fails its own check, because our workers' sockets are bound.
+- REST: the front binds its own socket (SO_REUSEADDR for restarts over TIME_WAIT, never SO_REUSEPORT) before
+  loading any model, and serves on it itself; model processes never listen. A taken port is refused at once
+  and there is no window: the socket is ours from the check on.
+- gRPC: the port is checked with a bind without SO_REUSEPORT, and the front's gRPC server listens with
+  `grpc.so_reuseport` = 0, so nothing can join it afterwards; model processes never listen.
 
 The remaining race window: between the gRPC check and the moment gRPC listens (the time the models take to
 load: seconds, more for a large SavedModel), another process can bind the port first. Then our gRPC server
-fails to start and the server exits; it never ends up sharing the port. With N workers, a process of the same
-user that itself sets SO_REUSEPORT can still join the workers' gRPC sockets (Linux allows it and gRPC offers
-no way to hand the workers one inherited socket); one-process servers leave no such opening.
+fails to start and the server exits; it never ends up sharing the port.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 
 from builder.errors import InputError
-
-#: Set (to "1") by the parent of `--processes N` workers: their gRPC servers share the checked port.
-SHARED_ENV = "TFSMITH_SERVE_SHARED_PORTS"
-
 
 class PortTaken(InputError):
     """The port is held by another process; `str()` is the one-line message."""
 
 
 def _family(host: str) -> socket.AddressFamily:
-    """IPv6 for an address with a colon, else IPv4 (uvicorn's rule, so the check binds as the server will)."""
+    """IPv6 for an address with a colon, else IPv4 (as the front and gRPC bind, so the check binds alike)."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
@@ -58,10 +48,10 @@ def _bound(host: str, port: int, what: str, flag: str) -> socket.socket:
 
 
 def bind_rest(host: str, port: int) -> socket.socket:
-    """The REST listening socket, bound (not yet listening) without SO_REUSEPORT and inheritable by worker
-    processes; PortTaken when another process holds the port."""
+    """The REST listening socket, bound (not yet listening) without SO_REUSEPORT and not inherited by any
+    process started from here; PortTaken when another process holds the port."""
     sock = _bound(host, port, "REST", "--port")
-    sock.set_inheritable(True)
+    sock.set_inheritable(False)
     return sock
 
 
@@ -70,13 +60,3 @@ def check_free(host: str, port: int, what: str = "gRPC", flag: str = "--grpc-por
     if port == 0:
         return
     _bound(host, port, what, flag).close()
-
-
-def share_with_workers() -> None:
-    """Tell worker processes started from here that their gRPC servers share the (checked) port."""
-    os.environ[SHARED_ENV] = "1"
-
-
-def shared_by_workers() -> bool:
-    """True in a worker of `--processes N`: its gRPC server listens with SO_REUSEPORT beside its siblings."""
-    return os.environ.get(SHARED_ENV) == "1"

@@ -28,7 +28,7 @@ from tests.benchmarks.loadgen import run_load
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
 HTTP = httpx.Client(timeout=30.0)  # one keep-alive client: a new one per call costs ~50 ms (TLS context)
-STOPPED = (0, -signal.SIGTERM)  # uvicorn shuts down gracefully, then re-raises SIGTERM to report it
+STOPPED = (0, -signal.SIGTERM)  # a graceful stop exits 0; a stop before the signal handlers are set is -SIGTERM
 
 MAKE_MODELS = r"""
 import os, sys

@@ -72,7 +72,7 @@ def test_the_rest_socket_is_ours_until_closed() -> None:
     sock = ports.bind_rest("127.0.0.1", port)
     try:
         assert sock.getsockname() == ("127.0.0.1", port)
-        assert sock.get_inheritable()  # worker processes serve on it
+        assert not sock.get_inheritable()  # the front alone serves on it
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 0
         sock.listen()
         with pytest.raises(ports.PortTaken):
@@ -82,10 +82,3 @@ def test_the_rest_socket_is_ours_until_closed() -> None:
     finally:
         sock.close()
     ports.bind_rest("127.0.0.1", port).close()
-
-
-def test_only_workers_are_told_to_share(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ports.SHARED_ENV, "")  # restored afterwards, so no other test's gRPC server shares
-    assert not ports.shared_by_workers()
-    ports.share_with_workers()
-    assert ports.shared_by_workers()
