@@ -40,8 +40,8 @@ engine: venv
 # 1. detect this host; 2. the TensorFlow image for TARGET, compiled from source (~14k actions, many hours on
 # few cores: tfsmith prints its estimate first; needs GitHub); 3. optimize MODEL for TARGET (default: the
 # example digits CNN); 4. package it into a serving image and smoke-test it with the original model's requests:
-# a slim LiteRT image for a .tflite (OpenVINO for OpenVINO's IR), or FROM the step-2 TensorFlow image when the chosen artifact runs on
-# TensorFlow (a SavedModel: GPU targets, string inputs, recurrent layers; a Select-TF-ops .tflite).
+# a slim LiteRT image for a .tflite (OpenVINO for OpenVINO's IR), or FROM the step-2 TensorFlow image when the
+# chosen artifact runs on TensorFlow (a SavedModel: GPU targets, string inputs, recurrent layers; a Select-TF-ops .tflite).
 # GPUs: with CUDA_CC unset, TARGET=host on a host with NVIDIA GPUs builds for them (CPU-only where the driver
 # is too old for TensorFlow's CUDA); CUDA_CC=none builds CPU-only. Steps 2-4 get the same CUDA_CC, so the image,
 # the artifact optimize chooses for it and the serving image's base agree.

@@ -42,10 +42,12 @@ def is_ir(path: Path) -> bool:
     return path.suffix == registry.IR_SUFFIX
 
 
-def ir_models(folder: Path) -> list[Path]:
-    """The IR graphs in `folder` whose weights lie beside them (an `.xml` alone is no model)."""
-    return sorted(p for p in folder.glob(f"*{registry.IR_SUFFIX}")
-                  if p.is_file() and p.with_suffix(registry.IR_WEIGHTS_SUFFIX).is_file())
+def folder_models(folder: Path) -> list[Path]:
+    """The model files a folder holds when no report says which to serve: its .tflite files, else its IR graphs
+    whose weights lie beside them (an `.xml` alone is no model)."""
+    return sorted(folder.glob("*.tflite")) or sorted(
+        p for p in folder.glob(f"*{registry.IR_SUFFIX}")
+        if p.is_file() and p.with_suffix(registry.IR_WEIGHTS_SUFFIX).is_file())
 
 
 def artifact_files(path: Path) -> list[Path]:
@@ -218,7 +220,7 @@ def resolve_artifact(path: Path, name: str | None = None, runtime: str | None = 
         if not model.is_file():
             raise InputError(f"{path / REPORT_JSON}: chosen model {chosen!r} is missing")
     else:  # no report: the folder's one .tflite, else its one IR (a version folder holding a bare model)
-        candidates = sorted(path.glob("*.tflite")) or ir_models(path)
+        candidates = folder_models(path)
         if len(candidates) != 1:
             listed = ", ".join(c.name for c in candidates) or "none"
             raise InputError(f"{path}: cannot tell which model to serve (found: {listed}); pass the file itself, "

@@ -13,7 +13,6 @@ from builder.model import registry
 from builder.model.artifact import is_ir
 from builder.model.backend import Backend, LiteRTBackend
 
-__all__ = ["check_reads", "create_backend", "create_backends", "is_ir"]
 
 
 def check_reads(runtime: str, model_path: Path) -> None:

@@ -17,7 +17,8 @@ from builder.measure.decide import choose_fastest_runtime
 from builder.measure import stats
 from builder.measure.loop import time_interleaved
 from builder.model import registry
-from builder.model.create import check_reads, create_backend, is_ir
+from builder.model.artifact import is_ir
+from builder.model.create import check_reads, create_backend
 from builder.model.inputs import sample_inputs
 
 

@@ -121,7 +121,7 @@ class DynamicBatcher:
         if not (self._config.enabled and self._batchable):
             if self.inline:
                 return self._pool.predict(call.signature, call.inputs)
-            return await loop.run_in_executor(self._executor, self._pool.predict, call.signature, dict(call.inputs))
+            return await self._alone(call)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
@@ -171,17 +171,20 @@ class DynamicBatcher:
         finally:
             self._slots.release()
 
+    async def _alone(self, call: PredictCall) -> dict[str, np.ndarray]:
+        """One call, unmerged, on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._pool.predict, call.signature,
+                                                                dict(call.inputs))
+
     async def _one_by_one(self, taken: list[Queued]) -> None:
         """A merged batch the model refused (one request's values: a token id out of range, say): every
         request run again alone, so only the request that holds the bad values gets the refusal and the
         others that happened to share its batch are answered."""
-        loop = asyncio.get_running_loop()
         for queued in taken:
             if queued.answer.done():  # the client is gone
                 continue
             try:
-                outputs = await loop.run_in_executor(self._executor, self._pool.predict, queued.call.signature,
-                                                     dict(queued.call.inputs))
+                outputs = await self._alone(queued.call)
             except Exception as error:  # noqa: BLE001 - this request's own failure, answered to it alone
                 _fail([queued], error)
             else:

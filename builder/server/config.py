@@ -171,12 +171,12 @@ def configure(
 def sources_runtime(sources: Sequence[ModelSource]) -> str:
     """tensorflow when a served version folder holds a SavedModel (TF Serving's usual layout); openvino when
     every one holds an OpenVINO IR and no .tflite (what OpenVINO Model Server serves); else litert."""
-    from builder.model.artifact import ir_models, is_saved_model
+    from builder.model.artifact import folder_models, is_ir, is_saved_model
 
     folders = [folder for source in sources for folder in version_folders(source.base_path).values()]
     if any(is_saved_model(folder) for folder in folders):
         return "tensorflow"
-    if folders and all(ir_models(folder) and not any(folder.glob("*.tflite")) for folder in folders):
+    if folders and all(is_ir(model) for folder in folders for model in folder_models(folder)):
         return "openvino"
     return "litert"
 

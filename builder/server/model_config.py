@@ -133,7 +133,7 @@ def check_sources(sources: list[ModelSource], where: str) -> list[ModelSource]:
 def version_folders(base: Path) -> dict[int, Path]:
     """Integer-named folders under `base` that hold a model: a .tflite, an OpenVINO IR or a SavedModel (TF
     Serving's `<base>/<version>/` layout)."""
-    from builder.model.artifact import ir_models
+    from builder.model.artifact import folder_models
 
     found: dict[int, Path] = {}
     try:
@@ -141,8 +141,7 @@ def version_folders(base: Path) -> dict[int, Path]:
     except OSError:
         return found
     for entry in entries:
-        if entry.is_dir() and entry.name.isdigit() and (any(entry.glob("*.tflite"))
-                                                         or (entry / "saved_model.pb").is_file()
-                                                         or ir_models(entry)):
+        if entry.is_dir() and entry.name.isdigit() and ((entry / "saved_model.pb").is_file()
+                                                         or folder_models(entry)):
             found[int(entry.name)] = entry
     return found

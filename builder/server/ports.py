@@ -21,6 +21,7 @@ import socket
 
 from builder.errors import InputError
 
+
 class PortTaken(InputError):
     """The port is held by another process; `str()` is the one-line message."""
 

@@ -20,8 +20,8 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
    `tfsmith_model_cpu_seconds_total` from the server's metrics): MobileNetV2's 600 KB binary tensor on v2 and
    gRPC, and the digits CNN's small request on REST, v2 and gRPC;
 and the load generator's own CPU beside each run. Each comparison runs `--rounds` times, its sides alternating,
-and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on the terminal and in serve_scaling.md, the numbers
-in serve_scaling.json, a plot in serve_scaling.png.
+and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
+the terminal and in serve_scaling.md, the numbers in serve_scaling.json, a plot in serve_scaling.png.
 
 With `--judge` it ends with one line per floor and exits 1 when one is missed: with pools of 4 and 16
 connections, per-process CPU within 1.25x (max/min) and throughput at least 0.9x N balanced one-process servers,
@@ -374,7 +374,7 @@ def auto_alternatives(cores: int) -> list[tuple[str, list[str]]]:
             label = f"{processes} processes × {threads} thread{'s' if threads > 1 else ''}"
             fixed = ["--processes", str(processes), "--workers", "1", "--threads", str(threads), "--max-batch", "1"]
             options.append((label, fixed))
-            options.append((f"{label}, pinned", [*fixed, "--pin-cores", "on"]))  # auto leaves pinning off: is it slower?
+            options.append((f"{label}, pinned", [*fixed, "--pin-cores", "on"]))  # auto leaves it off: measured
         threads *= 2
     return options
 
@@ -416,15 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for protocol in protocols:
                 requests = requests_for(protocol, x, name)
                 for pool in POOLS:
-                    pair: tuple[Callable[[], Run], Callable[[], Run]] = (
-                        lambda: measured_run(served, requests, args.seconds, pool, f"--processes {cores}"),
-                        lambda: balanced_run(singles, requests, args.seconds, pool))
+                    pair = (functools.partial(measured_run, served, requests, args.seconds, pool,
+                                              f"--processes {cores}"),
+                            functools.partial(balanced_run, singles, requests, args.seconds, pool))
                     for run in interleaved(pair, args.rounds):
                         results["runs"].append(run.summary())
                         _say(run)
                 if protocol == "grpc":
-                    (run,) = interleaved((lambda: measured_run(served, requests, args.seconds, 1,
-                                                               f"--processes {cores}", streams=16),), args.rounds)
+                    (run,) = interleaved((functools.partial(measured_run, served, requests, args.seconds, 1,
+                                                            f"--processes {cores}", streams=16),), args.rounds)
                     results["runs"].append(run.summary())
                     _say(run)
         finally:
