@@ -111,6 +111,8 @@ class DynamicBatcher:
         #: Called with (examples, seconds the oldest request queued) for each merged batch (metrics).
         self.on_batch: Callable[[int, float], None] | None = None
         self._draining: set[BatchKey] = set()
+        #: Set when a partial batch waiting for company (`timeout_us`) fills up: it leaves then, not at the timeout.
+        self._filled: dict[BatchKey, asyncio.Event] = {}
         self._slots: asyncio.Semaphore | None = None
         self.batches = 0
         self.examples = 0
@@ -126,7 +128,11 @@ class DynamicBatcher:
             self._slots = asyncio.Semaphore(self._pool.size)
         key = batch_key(call)
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
-        self._queues.setdefault(key, deque()).append(Queued(call, future, time.perf_counter()))
+        queue = self._queues.setdefault(key, deque())
+        queue.append(Queued(call, future, time.perf_counter()))
+        filled = self._filled.get(key)
+        if filled is not None and sum(q.call.batch for q in queue) >= self._config.max_batch_size:
+            filled.set()
         if key not in self._draining:
             self._draining.add(key)
             loop.create_task(self._drain(key))
@@ -139,7 +145,13 @@ class DynamicBatcher:
             while queue:
                 await self._slots.acquire()
                 if self._config.timeout_us and sum(q.call.batch for q in queue) < self._config.max_batch_size:
-                    await asyncio.sleep(self._config.timeout_us / 1e6)
+                    filled = self._filled[key] = asyncio.Event()
+                    try:
+                        await asyncio.wait_for(filled.wait(), self._config.timeout_us / 1e6)
+                    except asyncio.TimeoutError:
+                        pass  # the timeout: the batch leaves as it is
+                    finally:
+                        del self._filled[key]
                 count = take_count([q.call.batch for q in queue], self._config.max_batch_size)
                 taken = [queue.popleft() for _ in range(count)]
                 asyncio.get_running_loop().create_task(self._run(taken))

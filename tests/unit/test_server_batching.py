@@ -80,3 +80,24 @@ def test_a_failure_that_is_not_the_requests_fault_reaches_every_request_of_the_b
     model.predict = broken  # type: ignore[method-assign]
     answers = _answer_all(model, [_call(1), _call(2)])
     assert answers == [error, error] and model.calls == [[1, 2]]  # not retried: no request is to blame
+
+
+def test_a_partial_batch_leaves_as_soon_as_it_fills_not_at_its_timeout() -> None:
+    model = _Lookup()
+    executor = ThreadPoolExecutor(max_workers=1)
+    batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=3, timeout_us=600_000_000), executor,  # type: ignore[arg-type]
+                             batchable=True)
+
+    async def run() -> list[dict[str, np.ndarray]]:
+        first = asyncio.ensure_future(batcher.predict(_call(1)))
+        await asyncio.sleep(0)  # the first waits for company alone
+        others = [asyncio.ensure_future(batcher.predict(_call(i))) for i in (2, 3)]
+        # a ten-minute timeout: answered at all within the minute only because the full batch left at once
+        return await asyncio.wait_for(asyncio.gather(first, *others), 60)
+
+    try:
+        answers = uvloop.run(run())
+    finally:
+        executor.shutdown(wait=False)
+    assert [a["y"].tolist() for a in answers] == [[[2.0]], [[4.0]], [[6.0]]]
+    assert model.calls == [[1, 2, 3]]
