@@ -68,12 +68,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     # "serving ... on http://..." is said by the front once the model has loaded, never before
     logging.getLogger("tfsmith.serve").info("loading %s v%s (%s, runtime %s: %s)", config.model_name, config.version,
                                             config.model_path.name, config.runtime, config.runtime_reason)
-    config, sizing = size_server(config, args)
     try:
+        config, sizing = size_server(config, args)  # times the model: a base path with nothing to serve ends here
         layout = front.Layout(processes=sizing.processes, cpus=sizing.cpus)
         front.run(config, host=args.host, port=args.port, log_level=args.log_level, layout=layout,
                   banner=[f"configuration: {sizing.describe()}", *(f"  {line}" for line in sizing.why)])
-    except TfsmithError as error:  # a port another process holds, refused before any model loads
+    except TfsmithError as error:  # nothing to serve, or a port another process holds: before any model loads
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")
         return error.exit_code
     except Exception as error:  # a model that fails to load: exit non-zero with the reason, never stay up
@@ -112,10 +112,10 @@ def served_file(config: Any) -> tuple[Path, Path | None, str | None]:
     if not config.sources:
         return config.model_path, config.samples_path, config.signature_name
     from builder.model.artifact import resolve_artifact
-    from builder.server.model_config import version_folders
+    from builder.server.model_config import served_folders
 
     source = config.sources[0]
-    folders = version_folders(source.base_path)
+    folders = served_folders(source)  # one line, before any model loads, when there is nothing to serve
     latest = folders[max(folders)]
     artifact = resolve_artifact(latest, source.name, config.runtime)
     return artifact.model_path, artifact.samples_path, config.signature_name or artifact.signature

@@ -15,7 +15,7 @@ from builder.errors import InputError
 from builder.server.batching import DynamicBatcher, run_inline
 from builder.server.config import ServerConfig
 from builder.server.metrics import Metrics
-from builder.server.model_config import ModelSource, version_folders
+from builder.server.model_config import ModelSource, served_folders
 from builder.server.pool import BackendPool, measure_pool
 from builder.server.protocol import SignatureSpec, batched, default_signature
 from builder.server.served import ModelSet, ServedModel
@@ -57,12 +57,8 @@ def load_models(config: ServerConfig, pool: BackendPool | None, metrics: Metrics
         models.set(config.model_name, {config.version: load_model(config, pool, metrics)})
         return models
     for source in config.sources:
-        folders = version_folders(source.base_path)
-        wanted = source.wanted(list(folders))
-        if not wanted:
-            raise InputError(f"{source.name}: no version folder with a .tflite, an OpenVINO IR or a SavedModel "
-                             f"under {source.base_path}")
-        versions = {v: load_version(config, source, v, folders[v], metrics) for v in wanted}
+        versions = {v: load_version(config, source, v, folder, metrics)
+                    for v, folder in served_folders(source).items()}
         models.set(source.name, versions, source.labels)
     return models
 

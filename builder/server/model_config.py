@@ -130,6 +130,16 @@ def check_sources(sources: list[ModelSource], where: str) -> list[ModelSource]:
     return sources
 
 
+def served_folders(source: ModelSource) -> dict[int, Path]:
+    """The version folders `source`'s policy serves now; InputError, one line, when there is none."""
+    folders = version_folders(source.base_path)
+    wanted = source.wanted(list(folders))
+    if not wanted:
+        raise InputError(f"{source.name}: no version folder with a .tflite, an OpenVINO IR or a SavedModel "
+                         f"under {source.base_path}")
+    return {version: folders[version] for version in wanted}
+
+
 def version_folders(base: Path) -> dict[int, Path]:
     """Integer-named folders under `base` that hold a model: a .tflite, an OpenVINO IR or a SavedModel (TF
     Serving's `<base>/<version>/` layout)."""

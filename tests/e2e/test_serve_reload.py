@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server
+from tests.e2e.test_serve import HTTP, REPO, STOPPED, TFSMITH, Server
 
 MAKE_VERSIONS = r"""
 import os, sys
@@ -238,3 +238,16 @@ def test_bad_model_config_files_are_one_line_errors(tmp_path: Path, text: str, n
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if line.startswith("tfsmith: error:")]
     assert len(errors) == 1 and needle in errors[0], done.stderr
+
+
+def test_a_base_path_with_nothing_to_serve_is_refused_in_one_line_before_any_model_loads(tmp_path: Path) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.xml").write_text("<net/>")  # a graph without its weights: no model
+    done = subprocess.run([sys.executable, "-m", "builder.server", "--model-base-path", str(tmp_path / "m"),
+                           "--model-name", "m", "--port", "0", "--grpc-port", "0"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert errors == [f"tfsmith-serve: error: m: no version folder with a .tflite, an OpenVINO IR or a SavedModel "
+                      f"under {tmp_path / 'm'}"], done.stderr
+    assert "Traceback" not in done.stderr
