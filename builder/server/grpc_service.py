@@ -26,7 +26,7 @@ from builder.server.forward import GRPC, Answer, Request
 from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.wire import tfs_proto as pb
-from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, to_array
+from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tensor
 
 CODE_OF_HTTP = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
                 413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE,
@@ -44,24 +44,26 @@ class PredictCodec:
     """A PredictRequest's tensors into a call, and the outputs into a PredictResponse (raw `tensor_content`
     when the request sent it, else the typed value fields)."""
 
-    request: Any
-
     def size(self, body: Any) -> int:
         return 0  # protobuf has decoded it: the tensors are views of its bytes
 
-    def decode(self, served: ServedModel, body: Any) -> tuple[PredictCall, list[str]]:
+    def decode(self, served: ServedModel, body: Any) -> tuple[PredictCall, tuple[list[str], bool]]:
+        """The call, and what its reply needs: the outputs asked for, and whether every input came as raw
+        `tensor_content` (decided here, where each tensor's bytes are read once: every read of a protobuf
+        bytes field copies it, ~16 µs for a 600 KB image on a warm cache)."""
         signature = served.signature(body.model_spec.signature_name)
         try:
-            arrays = {name: to_array(tensor, f"inputs.{name}") for name, tensor in body.inputs.items()}
+            read = {name: read_tensor(tensor, f"inputs.{name}") for name, tensor in body.inputs.items()}
         except WireError as error:
             raise RequestError(str(error)) from None
-        call = served.call(signature, arrays)
-        return call, check_output_names(signature, list(body.output_filter))
+        raw = bool(read) and all(content for _, content in read.values())
+        call = served.call(signature, {name: array for name, (array, _) in read.items()})
+        return call, (check_output_names(signature, list(body.output_filter)), raw)
 
-    def encode(self, served: ServedModel, call: PredictCall, wanted: list[str],
+    def encode(self, served: ServedModel, call: PredictCall, wanted_raw: tuple[list[str], bool],
                outputs: Mapping[str, np.ndarray]) -> Any:
         signature = served.signatures[call.signature]
-        content = bool(self.request.inputs) and all(t.tensor_content for t in self.request.inputs.values())
+        wanted, content = wanted_raw
         response = pb.PredictResponse()
         _spec(response.model_spec, served.name, served.version, signature.name)
         for name, value in pick_outputs(outputs, signature, wanted).items():
@@ -90,7 +92,7 @@ class Servicer:
             return request
 
         return await self._answer(context, lambda: self.plane.infer(
-            ENTRYPOINT, _address(request.model_spec), read, PredictCodec(request), peer=context.peer()))
+            ENTRYPOINT, _address(request.model_spec), read, PredictCodec(), peer=context.peer()))
 
     async def get_model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import math
 import operator
 import threading
 from collections.abc import Callable, Mapping
@@ -201,7 +202,7 @@ def numeric_input(signature: SignatureSpec) -> tuple[Any, tuple[int, ...], np.dt
 
 def _batch(flat: np.ndarray, dims: tuple[int, ...], want: np.dtype, max_batch: int) -> int | None:
     """How many examples `flat` holds, or None when it is not whole examples the dtype holds exactly."""
-    per_row = int(np.prod(dims, dtype=np.int64))
+    per_row = math.prod(dims)
     if per_row == 0 or flat.size == 0 or flat.size % per_row:
         return None
     batch = flat.size // per_row

@@ -10,6 +10,7 @@ fills the whole shape, an empty one means zeros, any other count must match the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,12 @@ def dtype_name(number: int) -> str:
 
 def to_array(proto: Any, where: str) -> np.ndarray:
     """A TensorProto as an ndarray; WireError naming `where` when it is malformed or unsupported."""
+    return read_tensor(proto, where)[0]
+
+
+def read_tensor(proto: Any, where: str) -> tuple[np.ndarray, bool]:
+    """`to_array`, and whether the values came as raw `tensor_content` (a server answers in the form it was
+    asked in; reading the field again to find out would copy it again)."""
     dtype = DTYPE_OF_ENUM.get(proto.dtype)
     if dtype is None:
         raise WireError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
@@ -61,15 +68,15 @@ def to_array(proto: Any, where: str) -> np.ndarray:
     shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
     if any(d < 0 for d in shape):
         raise WireError(f"{where}: negative dimension in tensor_shape {list(shape)}")
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     if dtype == object:
-        return _strings(proto, shape, size, where)
-    if proto.tensor_content:
-        content = proto.tensor_content
+        return _strings(proto, shape, size, where), False
+    content = proto.tensor_content  # read once: each read of a bytes field is a fresh copy of it
+    if content:
         if len(content) != size * dtype.itemsize:
             raise WireError(f"{where}: tensor_content has {len(content)} bytes, shape {list(shape)} of "
                                f"{dtype.name} needs {size * dtype.itemsize}")
-        return np.frombuffer(content, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
+        return np.frombuffer(content, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape), True
     values = getattr(proto, VALUE_FIELD[dtype.name])
     count = len(values)
     if dtype.name == "float16":
@@ -80,11 +87,11 @@ def to_array(proto: Any, where: str) -> np.ndarray:
         except OverflowError:
             raise WireError(f"{where}: value out of range for {dtype.name}") from None
     if count == size:
-        return flat.reshape(shape)
+        return flat.reshape(shape), False
     if count == 0:
-        return np.zeros(shape, dtype=dtype)
+        return np.zeros(shape, dtype=dtype), False
     if count == 1:
-        return np.full(shape, flat[0], dtype=dtype)
+        return np.full(shape, flat[0], dtype=dtype), False
     raise WireError(f"{where}: {count} values in {VALUE_FIELD[dtype.name]} for shape {list(shape)} "
                        f"({size} values)")
 

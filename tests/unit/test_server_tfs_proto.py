@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from builder.wire import tfs_proto as ours
-from builder.wire.tensors import WireError, fill_proto, to_array
+from builder.wire.tensors import WireError, fill_proto, read_tensor, to_array
 
 apis = pytest.importorskip("tensorflow_serving.apis.predict_pb2", reason="tensorflow-serving-api not installed")
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2, predict_pb2  # noqa: E402
@@ -112,8 +112,9 @@ def test_tensor_protos_decode_as_tensorflow_reads_them() -> None:
             real = tf.make_tensor_proto(array)
             if not content:
                 real = tf.make_tensor_proto(array.tolist() if array.dtype != np.float16 else array, dtype=real.dtype)
-            decoded = to_array(ours.TensorProto.FromString(real.SerializeToString()), "x")
+            decoded, raw = read_tensor(ours.TensorProto.FromString(real.SerializeToString()), "x")
             assert decoded.dtype == array.dtype and np.array_equal(decoded, array), (array, content)
+            assert raw == bool(real.tensor_content), (array, content)  # the form a reply is written in
             written = fill_proto(ours.TensorProto(), array, content)
             back = tf.make_ndarray(type(real).FromString(written.SerializeToString()))
             assert back.dtype == array.dtype and np.array_equal(back, array), (array, content)
