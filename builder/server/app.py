@@ -98,6 +98,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
                 "workers": None if primary.pool is None else primary.pool.size,
                 "max_batch_size": config.batching.max_batch_size,
                 "inline": primary.batcher.inline,
+                "dispatch": primary.batcher.mode,
                 "model_p50_us": None if p50 is None else round(p50, 1),
                 "ready": models.ready,
                 "grpc_port": app.state.grpc_port or None,

@@ -37,7 +37,7 @@ class ServerConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_request_batch: int = 4096
-    dispatch: str = "auto"  # auto (inline for models faster than a thread hop) | inline | threads
+    dispatch: str = "auto"  # auto (`batching.dispatch_mode`) | inline | turns | threads
     samples_path: Path | None = None  # the model's own example inputs (optimize's samples.npz), for warm-up
     sources: tuple[ModelSource, ...] = ()  # models from a config file or a base path (instead of model_path)
     poll_seconds: float = 0.0  # look for new versions this often (0 = never)
@@ -96,8 +96,8 @@ def configure(
         raise InputError("--workers and --threads must be at least 1")
     if version < 0:
         raise InputError("--model-version must be a non-negative integer")
-    if dispatch not in ("auto", "inline", "threads"):
-        raise InputError(f"unknown --dispatch {dispatch!r}; choose auto, inline or threads")
+    if dispatch not in ("auto", "inline", "turns", "threads"):
+        raise InputError(f"unknown --dispatch {dispatch!r}; choose auto, inline, turns or threads")
     if max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
     if not 0 <= grpc_port <= 65535:

@@ -52,6 +52,9 @@ log = logging.getLogger("tfsmith.serve")
 #: Health checks the front answers itself when the models run in processes of their own.
 HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
 JSON = ((b"content-type", b"application/json"),)
+#: How a model's calls run in the front's own process (`batching.dispatch_mode`), for the start-up line.
+CALLS_RUN = {"inline": "on the event loop", "turns": "on the event loop, one per turn of it",
+             "threads": "on worker threads"}
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
 
@@ -111,7 +114,8 @@ class LocalHosts:
         return await self.host.answer(request)
 
     def describe(self) -> str:
-        return "in this process"
+        modes = sorted({served.batcher.mode for served in self.host.plane.models.all()})
+        return f"in this process, model calls {' / '.join(CALLS_RUN[mode] for mode in modes)}"
 
     async def drain(self) -> None:
         self.host.drain()

@@ -89,8 +89,9 @@ OPTIONS: tuple[ServerOption, ...] = (
     ServerOption("--batch-timeout-us", "batch_timeout_us", int, 0,
                  "dynamic batching: longest wait for a fuller batch", group="performance"),
     ServerOption("--dispatch", "dispatch", str, "auto",
-                 "run the model on the event loop (inline) or worker threads; auto decides by the model's speed",
-                 group="performance", choices=("auto", "inline", "threads")),
+                 "run the model on the event loop (inline: every call; turns: one call per turn of the loop) or "
+                 "worker threads; auto decides by the model's speed and its interpreters",
+                 group="performance", choices=("auto", "inline", "turns", "threads")),
     ServerOption("--log-level", "log_level", str, "info", "log level", group="operations"),
     ServerOption("--access-log", "access_log", str, "off",
                  "access log: one JSON line per request on stderr (json) or none (off)", group="operations",

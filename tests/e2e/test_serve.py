@@ -239,6 +239,16 @@ def test_parallel_clients_on_worker_threads(models: Path, local: LiteRTBackend) 
         assert running.stop() in STOPPED
 
 
+def test_parallel_clients_taking_turns_on_the_event_loop(models: Path, local: LiteRTBackend) -> None:
+    """The same with one call per turn of the event loop (what `auto` gives a slower model's one interpreter)."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "turns", "--workers", "1")
+    try:
+        assert HTTP.get(f"{running.url}/healthz").json()["dispatch"] == "turns"
+        _parallel(running, local)
+    finally:
+        assert running.stop() in STOPPED
+
+
 def test_large_json_bodies_are_answered_only_once_their_structure_holds(models: Path, local: LiteRTBackend) -> None:
     """Bodies large enough to have their structure checked while the model runs (REST and v2 JSON, the model
     on worker threads): rectangular ones get the model's answers; ragged ones holding just as many numbers get

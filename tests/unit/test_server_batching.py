@@ -101,3 +101,78 @@ def test_a_partial_batch_leaves_as_soon_as_it_fills_not_at_its_timeout() -> None
         executor.shutdown(wait=False)
     assert [a["y"].tolist() for a in answers] == [[[2.0]], [[4.0]], [[6.0]]]
     assert model.calls == [[1, 2, 3]]
+
+
+# --- one call per turn of the event loop (`--dispatch turns`) -------------------------------------------------
+
+
+def _turns_batcher(model: _Lookup) -> DynamicBatcher:
+    return DynamicBatcher(model, BatchingConfig(), None, batchable=True, turns=True)  # type: ignore[arg-type]
+
+
+def test_calls_on_turns_run_on_the_loop_one_per_turn_in_the_order_they_came() -> None:
+    model = _Lookup()
+    batcher = _turns_batcher(model)
+    ticks: list[str] = []
+
+    async def ticker() -> None:  # one mark per turn of the loop: the loop polls between model calls
+        for _ in range(12):
+            ticks.append("turn")
+            await asyncio.sleep(0)
+
+    def counted(signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ticks.append("call")
+        return _Lookup.predict(model, signature, inputs)
+
+    model.predict = counted  # type: ignore[method-assign]
+
+    async def run() -> list[dict[str, np.ndarray]]:
+        ticking = asyncio.ensure_future(ticker())
+        answers = await asyncio.gather(*(batcher.predict(_call(i)) for i in (1, 2, 3, 4)))
+        await ticking
+        return answers
+
+    answers = uvloop.run(run())
+    assert [a["y"].tolist() for a in answers] == [[[2.0]], [[4.0]], [[6.0]], [[8.0]]]
+    assert model.calls == [[1], [2], [3], [4]]  # in arrival order, each alone
+    calls = [i for i, tick in enumerate(ticks) if tick == "call"]
+    assert all(b - a > 1 and "turn" in ticks[a:b] for a, b in zip(calls, calls[1:])), ticks  # never two in a turn
+    assert batcher.mode == "turns"
+
+
+def test_a_caller_gone_while_waiting_for_its_turn_is_passed_over() -> None:
+    model = _Lookup()
+    batcher = _turns_batcher(model)
+
+    async def run() -> list[object]:
+        first = asyncio.ensure_future(batcher.predict(_call(1)))
+        gone = asyncio.ensure_future(batcher.predict(_call(2)))
+        last = asyncio.ensure_future(batcher.predict(_call(3)))
+        await asyncio.sleep(0)  # the first has run; the other two wait for turns
+        gone.cancel()
+        return await asyncio.wait_for(asyncio.gather(first, gone, last, return_exceptions=True), 60)
+
+    first, gone, last = uvloop.run(run())
+    assert isinstance(gone, asyncio.CancelledError)
+    assert model.calls == [[1], [3]]
+    assert last["y"].tolist() == [[6.0]]  # type: ignore[index]
+
+
+def test_a_caller_gone_just_after_it_was_handed_the_turn_hands_it_on() -> None:
+    model = _Lookup()
+    batcher = _turns_batcher(model)
+
+    async def run() -> list[object]:
+        first = asyncio.ensure_future(batcher.predict(_call(1)))
+        handed = asyncio.ensure_future(batcher.predict(_call(2)))
+        last = asyncio.ensure_future(batcher.predict(_call(3)))
+        await asyncio.sleep(0)  # the first has run; it passes the turn in the next turn of the loop
+        turn = batcher._turn_waiters[0]  # noqa: SLF001 - to catch the moment the turn is handed on
+        while not turn.done():
+            await asyncio.sleep(0)
+        handed.cancel()  # before it resumes to take the turn
+        return await asyncio.wait_for(asyncio.gather(first, handed, last, return_exceptions=True), 60)
+
+    first, handed, last = uvloop.run(run())
+    assert isinstance(handed, asyncio.CancelledError)
+    assert model.calls == [[1], [3]] and last["y"].tolist() == [[6.0]]  # type: ignore[index]
