@@ -95,19 +95,21 @@ def run_inline(model_p50_us: float | None, batching: BatchingConfig) -> bool:
     return not batching.enabled and model_p50_us is not None and model_p50_us < INLINE_BELOW_US
 
 
-def dispatch_mode(model_p50_us: float | None, batching: BatchingConfig, interpreters: int) -> str:
+def dispatch_mode(model_p50_us: float | None, batching: BatchingConfig, interpreters: int, cores: int) -> str:
     """`--dispatch auto`: where model calls run (`INLINE`, `TURNS` or `THREADS`).
 
-    A model faster than a thread hop runs inline (`run_inline`). A slower one with a single interpreter runs
-    on the loop one call per turn (`TURNS`): nothing else could use the interpreter meanwhile, and the hop
-    to a thread and back cost ~300 us of CPU a call here (MobileNetV2, 7 ms, one process on one core: 714-749
-    against 979-1,073 us beyond the model, 114-121 against 102-111 req/s at 4 connections, 3 interleaved
-    runs), while between two calls the loop reads, accepts and answers probes. Only up to `TURN_LIMIT_US` a
-    call: a probe waits at most one call. Several interpreters need threads to run at once.
+    A model faster than a thread hop runs inline (`run_inline`). A slower one with a single interpreter on a
+    single core runs on the loop one call per turn (`TURNS`): nothing could run beside it, and the hop to a
+    thread and back cost ~300 us of CPU a call (MobileNetV2, 7 ms, the server on one core of a 2-core guest,
+    v2 binary, 4 connections, 3 interleaved rounds: 701-729 against 885-976 us beyond the model, the same
+    121-123 req/s), while between two calls the loop reads, accepts and answers probes. Only up to
+    `TURN_LIMIT_US` a call, since a probe may wait a few calls. With a second core the thread earns its hop:
+    the loop reads and decodes the next request while the model runs (124-129 against 117-124 req/s on 2
+    cores), and several interpreters need threads to run at once.
     """
     if run_inline(model_p50_us, batching):
         return INLINE
-    if (not batching.enabled and model_p50_us is not None and interpreters == 1
+    if (not batching.enabled and model_p50_us is not None and interpreters == 1 and cores == 1
             and model_p50_us <= TURN_LIMIT_US):
         return TURNS
     return THREADS

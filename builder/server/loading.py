@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from builder.errors import InputError
+from builder.measure.cores import read_cores
 from builder.server.batching import INLINE, TURNS, DynamicBatcher, dispatch_mode
 from builder.server.config import ServerConfig
 from builder.server.metrics import Metrics
@@ -30,7 +31,9 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     batchable = all(s.inputs and batched(s.inputs[0]) for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
     pool.on_model_cpu = metrics.model_cpu.labels(config.model_name).inc  # after the self-test: requests only
-    mode = dispatch_mode(model_p50_us, config.batching, pool.size) if config.dispatch == "auto" else config.dispatch
+    cores = read_cores().count
+    mode = (dispatch_mode(model_p50_us, config.batching, pool.size, cores) if config.dispatch == "auto"
+            else config.dispatch)
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline=mode == INLINE, turns=mode == TURNS)
     batcher.on_batch = metrics.batch
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)

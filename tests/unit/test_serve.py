@@ -193,13 +193,14 @@ def test_batching_config_and_inline_decision() -> None:
     assert not run_inline(5000.0, BatchingConfig())
 
 
-def test_auto_dispatch_takes_turns_on_the_loop_only_for_one_interpreter_and_a_call_a_probe_can_wait_for() -> None:
-    assert dispatch_mode(10.0, BatchingConfig(), 2) == "inline"  # faster than a hop to a thread
-    assert dispatch_mode(7000.0, BatchingConfig(), 1) == "turns"
-    assert dispatch_mode(7000.0, BatchingConfig(), 2) == "threads"  # two interpreters run at once on threads
-    assert dispatch_mode(7000.0, BatchingConfig(8), 1) == "threads"  # a batch fills while one runs
-    assert dispatch_mode(200_000.0, BatchingConfig(), 1) == "threads"  # a probe would wait 0.2 s behind it
-    assert dispatch_mode(None, BatchingConfig(), 1) == "threads"  # not timed: its length is unknown
+def test_auto_dispatch_takes_turns_on_the_loop_only_for_one_interpreter_on_one_core() -> None:
+    assert dispatch_mode(10.0, BatchingConfig(), 2, 2) == "inline"  # faster than a hop to a thread
+    assert dispatch_mode(7000.0, BatchingConfig(), 1, 1) == "turns"
+    assert dispatch_mode(7000.0, BatchingConfig(), 1, 2) == "threads"  # the loop reads on while the model runs
+    assert dispatch_mode(7000.0, BatchingConfig(), 2, 1) == "threads"  # two interpreters run at once on threads
+    assert dispatch_mode(7000.0, BatchingConfig(8), 1, 1) == "threads"  # a batch fills while one runs
+    assert dispatch_mode(200_000.0, BatchingConfig(), 1, 1) == "threads"  # a probe would wait 0.2 s behind it
+    assert dispatch_mode(None, BatchingConfig(), 1, 1) == "threads"  # not timed: its length is unknown
 
 
 # --- warmup records -------------------------------------------------------------------------------------
