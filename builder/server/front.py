@@ -269,8 +269,13 @@ class ModelProcesses:
         texts.append(generate_latest(self._own_metrics))  # the front's own CPU and memory, summed in
         counts = "".join(f'tfsmith_process_requests_total{{process="{i}"}} {n}\n'
                          for i, n in enumerate(self.dispatcher.answered))
+        front = os.times()
         extra = ("# HELP tfsmith_process_requests_total Requests each model process answered.\n"
                  "# TYPE tfsmith_process_requests_total counter\n" + counts +
+                 "# HELP tfsmith_front_cpu_seconds_total CPU time of the front alone (one process, which every "
+                 "request passes through: near 1 second a second, it is what limits the server).\n"
+                 "# TYPE tfsmith_front_cpu_seconds_total counter\n"
+                 f"tfsmith_front_cpu_seconds_total {front.user + front.system}\n" +
                  "# HELP tfsmith_dispatch_queue Requests waiting for a model process.\n"
                  f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.dispatcher.queued}\n")
         return Answer(200, merge_expositions(texts) + extra.encode(), ((b"content-type", CONTENT_TYPE.encode()),))

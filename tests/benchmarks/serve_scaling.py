@@ -338,16 +338,20 @@ def balanced_run(servers: Sequence[Server], requests: Requests, seconds: float, 
 
 
 def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict[str, float]:
-    """One client: the server's CPU per request, the model's, and what is beyond it (microseconds)."""
+    """One client: the server's CPU per request, the model's, what is beyond it, and (with model processes)
+    the front's own share of it (microseconds)."""
     load(server, requests, 1.0, 1)
     a = server.metrics()
+    front0, processes = server.cpu()
     result = load(server, requests, count_s, 1)
+    front1, _ = server.cpu()
     b = server.metrics()
     cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
     model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
     n = max(1, result.requests)
     return {"requests": n, "p50_ms": result.p50_ms, "server_us": cpu / n * 1e6, "model_us": model / n * 1e6,
-            "beyond_us": (cpu - model) / n * 1e6, "errors": result.errors}
+            "beyond_us": (cpu - model) / n * 1e6, "front_us": (front1 - front0) / n * 1e6 if processes else None,
+            "errors": result.errors}
 
 
 def input_name(server: Server) -> str:
@@ -559,10 +563,11 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {a.get('model', 'mobilenet_v2')} | {a['label']} | {a['configuration']} | {a['rps']:.0f} | "
                          f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} |")
     if results.get("costs"):
-        lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | p50 ms |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | of it, the front's | "
+                  "p50 ms |", "|---|---|---|---|---|---|"]
         for key, c in results["costs"].items():
-            lines.append(f"| {key} | {c['server_us']:.0f} | {c['model_us']:.0f} | {c['beyond_us']:.0f} | "
+            front = "—" if c.get("front_us") is None else f"{c['front_us']:.0f}"
+            lines.append(f"| {key} | {c['server_us']:.0f} | {c['model_us']:.0f} | {c['beyond_us']:.0f} | {front} | "
                          f"{c['p50_ms']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -213,6 +213,9 @@ def test_only_the_front_listens_and_one_connection_reaches_every_process(
         assert all(to_array(c.result().outputs["probs"], "probs").shape == (1, 10) for c in calls)
     final = answered_by_process(running)
     assert all(final[p] - after[p] >= 1 for p in final), (after, final)  # concurrent calls on one channel spread
+    text = http_get(running, "/monitoring/prometheus/metrics")[1].decode()
+    front = re.search(r"^tfsmith_front_cpu_seconds_total (\S+)$", text, re.MULTILINE)
+    assert front is not None and float(front.group(1)) > 0, text[-2000:]  # the front's own share, for operators
 
 
 def test_processes_drain_requests_in_flight_on_sigterm(two_processes: tuple[Server, list[psutil.Process]]) -> None:
