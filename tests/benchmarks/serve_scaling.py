@@ -1,7 +1,7 @@
 """Every core the server is given (a benchmark behind `make bench`, never a test).
 
     python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 5] [--rounds 3] [--out DIR] [--judge]
-        [--protocols rest,v2,grpc] [--cores N] [--skip alone,scaling,auto,costs]
+        [--protocols rest,v2,grpc] [--cores N] [--skip alone,scaling,auto,costs,dispatch]
 
 For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
 
@@ -19,6 +19,10 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
 4. the server's own CPU per request beyond the model's (one client; `process_cpu_seconds_total` minus
    `tfsmith_model_cpu_seconds_total` from the server's metrics): MobileNetV2's 600 KB binary tensor on v2 and
    gRPC, and the digits CNN's small request on REST, v2 and gRPC;
+5. the server confined to one core (as a one-CPU container runs it; the load from the other cores), its one
+   interpreter's calls taking turns on the event loop (`auto`), on a worker thread, or inline as they come:
+   throughput, p50/p99, CPU beyond the model a request, and the slowest of the health probes sent every 50 ms
+   meanwhile (MobileNetV2, v2 binary, 4 connections);
 and the load generator's own CPU beside each run. Each comparison runs `--rounds` times, its sides alternating,
 and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
 the terminal and in serve_scaling.md, the numbers in serve_scaling.json, a plot in serve_scaling.png.
@@ -45,7 +49,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -53,6 +57,7 @@ from tests.benchmarks.loadgen import LoadResult, run_pool_for
 from tests.benchmarks.serve_peers import free_port, make_models, rest_bodies, v2_binary
 
 PROTOCOLS = ("rest", "v2", "grpc")
+R = TypeVar("R", bound="Run | DispatchRun")
 POOLS = (4, 16)
 
 
@@ -113,7 +118,9 @@ class Server:
 SOURCE: list[Path | None] = [None]
 
 
-def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240) -> Server:
+def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240,
+                 cpus: set[int] | None = None) -> Server:
+    """`serve` on free ports, ready; confined to `cpus` when given (what a container with that many CPUs gets)."""
     port, grpc_port = free_port(), free_port()
     log = workdir / f"server-{port}.log"
     argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
@@ -121,7 +128,8 @@ def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: flo
     source = SOURCE[0]
     env = {**os.environ, "PYTHONPATH": str(source)} if source else None
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source,
+                                   preexec_fn=None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus))
     server = Server(process, port, grpc_port, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -227,7 +235,7 @@ def load_many(servers: Sequence[Server], requests: Requests, seconds: float, con
                       max(r.seconds for r in results), latencies, next((r.first_error for r in results if r.errors), ""))
 
 
-def interleaved(runs: Sequence[Callable[[], Run]], rounds: int) -> list[Run]:
+def interleaved(runs: Sequence[Callable[[], R]], rounds: int) -> list[R]:
     """Each run `rounds` times, the runs alternating (the order reversed every other round, so a drift in the
     host's load falls on all alike); for each, the round with the median throughput."""
     done: list[list[Run]] = [[] for _ in runs]
@@ -354,10 +362,63 @@ def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict
             "errors": result.errors}
 
 
+@dataclass
+class DispatchRun:
+    """One load on a server confined to one core, with a health probe every 50 ms beside it."""
+
+    label: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    beyond_us: float
+    slowest_probe_ms: float
+    errors: int
+
+
+def dispatch_run(server: Server, requests: Requests, seconds: float, connections: int, label: str) -> DispatchRun:
+    """What the load costs the server beyond the model, and how long a probe waited meanwhile."""
+    import threading
+
+    load(server, requests, min(2.0, seconds / 3), connections)
+    probes: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            began = time.perf_counter()
+            with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=60) as answer:
+                answer.read()
+            probes.append(time.perf_counter() - began)
+            stop.wait(0.05)
+
+    prober = threading.Thread(target=probe)
+    a = server.metrics()
+    prober.start()
+    try:
+        result = load(server, requests, seconds, connections)
+    finally:
+        stop.set()
+        prober.join()
+    b = server.metrics()
+    cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
+    model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
+    n = max(1, result.requests)
+    return DispatchRun(label, result.rps, result.p50_ms, result.p99_ms, (cpu - model) / n * 1e6,
+                       max(probes, default=0.0) * 1e3, result.errors)
+
+
 def input_name(server: Server) -> str:
     with urllib.request.urlopen(f"{server.url}/v1/models/m/metadata", timeout=30) as answer:
         meta = json.load(answer)
     return next(iter(meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]))
+
+
+def serving_line(server: Server) -> str:
+    """Where the server said its models are and how their calls run."""
+    for line in server.log.read_text().splitlines():
+        if " models " in line and "serving " in line:
+            return line.rsplit(" models ", 1)[1].strip()
+    return "?"
 
 
 def configuration(server: Server) -> str:
@@ -393,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each comparison, interleaved (median)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs,dispatch")
     parser.add_argument("--src", type=Path, help="root of another checkout whose server to measure (before/after)")
     parser.add_argument("--judge", action="store_true")
     args = parser.parse_args(argv)
@@ -405,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = models["mobilenet_v2"]
     x = np.random.default_rng(0).random((8, 224, 224, 3), dtype=np.float32)
     protocols = [p for p in args.protocols.split(",") if p]
-    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}}
+    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "dispatch": []}
     fixed = ["--workers", "1", "--threads", "1", "--max-batch", "1"]
 
     if "alone" not in skip:
@@ -466,6 +527,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(f"cost {model_name} {protocol} {layout}: {cost}", file=sys.stderr)
                 finally:
                     server.stop()
+    usable = sorted(os.sched_getaffinity(0))
+    if "dispatch" not in skip and len(usable) >= 2:
+        # the server on one core, as a one-CPU container runs it; the load generator on the others
+        one = {usable[0]}
+        options = [("auto", []), ("--dispatch threads", ["--dispatch", "threads"]),
+                   ("--dispatch inline", ["--dispatch", "inline"])]
+        servers = [start_server(model, ["--processes", "1", "--workers", "1", *extra], args.out, cpus=one)
+                   for _, extra in options]
+        os.sched_setaffinity(0, set(usable[1:]))
+        try:
+            requests = requests_for("v2", x, input_name(servers[0]))
+            runs = interleaved([functools.partial(dispatch_run, server, requests, args.seconds, 4, label)
+                                for (label, _), server in zip(options, servers)], args.rounds)
+            for run, server in zip(runs, servers):
+                results["dispatch"].append({**asdict(run), "serving": serving_line(server)})
+                print(f"one core, {run.label}: {run.rps:.0f} req/s, {run.beyond_us:.0f} us beyond the model, "
+                      f"slowest probe {run.slowest_probe_ms:.0f} ms", file=sys.stderr)
+        finally:
+            os.sched_setaffinity(0, set(usable))
+            for server in servers:
+                server.stop()
     (args.out / "serve_scaling.json").write_text(json.dumps(results, indent=2))
     table = render(results)
     (args.out / "serve_scaling.md").write_text(table)
@@ -569,6 +651,12 @@ def render(results: dict[str, Any]) -> str:
             front = "—" if c.get("front_us") is None else f"{c['front_us']:.0f}"
             lines.append(f"| {key} | {c['server_us']:.0f} | {c['model_us']:.0f} | {c['beyond_us']:.0f} | {front} | "
                          f"{c['p50_ms']:.2f} |")
+    if results.get("dispatch"):
+        lines += ["", "| one core, MobileNetV2 v2 binary, 4 connections | calls run | req/s | p50 ms | p99 ms | "
+                  "beyond the model us | slowest probe ms |", "|---|---|---|---|---|---|---|"]
+        for d in results["dispatch"]:
+            lines.append(f"| {d['label']} | {d['serving']} | {d['rps']:.0f} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} | "
+                         f"{d['beyond_us']:.0f} | {d['slowest_probe_ms']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
