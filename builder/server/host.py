@@ -21,7 +21,6 @@ from typing import Any
 import grpc
 
 from builder.server import grpc_service, jsoncodec, tfs_rest, v2
-from builder.wire import tfs_proto as pb
 from builder.server.access_log import log_request
 from builder.server.answers import error_body, failure
 from builder.server.app import create_app
@@ -29,6 +28,8 @@ from builder.server.bodies import decoded
 from builder.server.config import ServerConfig
 from builder.server.dataplane import Address
 from builder.server.forward import GRPC, Answer, Request
+from builder.wire import tfs_proto as pb
+from builder.wire.predict_split import parse_predict
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -59,6 +60,16 @@ class _Context:
         raise Aborted(code, details)
 
 
+def _parser(kind: Any) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
+    return lambda body: (kind.FromString(body), {})
+
+
+def _predict_parts(body: Any) -> tuple[Any, dict[str, Any]]:
+    """A PredictRequest, its large tensors read where they lie (`predict_split`)."""
+    message, contents = parse_predict(body)
+    return message, {"contents": contents}
+
+
 class ModelHost:
     """The app (models loaded and warmed when this is built), answering forwarded requests."""
 
@@ -67,11 +78,12 @@ class ModelHost:
         self.app = create_app(config)
         self.plane = self.app.state.plane
         self.servicer = grpc_service.Servicer(self.plane)
-        self._rpcs: dict[str, tuple[Any, Callable[[Any, Any], Awaitable[Any]]]] = {
-            f"/{pb.PREDICTION_SERVICE}/Predict": (pb.PredictRequest, self.servicer.predict),
-            f"/{pb.PREDICTION_SERVICE}/GetModelMetadata": (pb.GetModelMetadataRequest,
+        #: Each RPC's parse (a message, and what else its method is given) and method.
+        self._rpcs: dict[str, tuple[Callable[[Any], tuple[Any, dict[str, Any]]], Callable[..., Awaitable[Any]]]] = {
+            f"/{pb.PREDICTION_SERVICE}/Predict": (_predict_parts, self.servicer.predict),
+            f"/{pb.PREDICTION_SERVICE}/GetModelMetadata": (_parser(pb.GetModelMetadataRequest),
                                                            self.servicer.get_model_metadata),
-            f"/{pb.MODEL_SERVICE}/GetModelStatus": (pb.GetModelStatusRequest, self.servicer.get_model_status),
+            f"/{pb.MODEL_SERVICE}/GetModelStatus": (_parser(pb.GetModelStatusRequest), self.servicer.get_model_status),
         }
         self._lifespan: AbstractAsyncContextManager[None] | None = None
         self._staged: dict[str, tuple[tuple[int, ...], dict[int, Any]]] = {}
@@ -205,13 +217,13 @@ class ModelHost:
         return answer
 
     async def _grpc(self, request: Request) -> Answer:
-        kind, method = self._rpcs[request.method]
+        parse, method = self._rpcs[request.method]
         try:
-            message = kind.FromString(request.body)
+            message, extra = parse(request.body)
         except Exception:  # noqa: BLE001 - protobuf's DecodeError: not a message of this kind
             return Answer(grpc.StatusCode.INVALID_ARGUMENT.value[0], message="malformed request message")
         try:
-            reply = await method(message, _Context(request.client))
+            reply = await method(message, _Context(request.client), **extra)
         except Aborted as aborted:
             return Answer(aborted.code.value[0], message=aborted.details)
         return Answer(0, reply.SerializeToString())

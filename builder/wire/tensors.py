@@ -57,9 +57,10 @@ def to_array(proto: Any, where: str) -> np.ndarray:
     return read_tensor(proto, where)[0]
 
 
-def read_tensor(proto: Any, where: str) -> tuple[np.ndarray, bool]:
+def read_tensor(proto: Any, where: str, content: Any = None) -> tuple[np.ndarray, bool]:
     """`to_array`, and whether the values came as raw `tensor_content` (a server answers in the form it was
-    asked in; reading the field again to find out would copy it again)."""
+    asked in; reading the field again to find out would copy it again). `content`: the tensor_content when it
+    was cut out of the message before parsing (`predict_split`), read in place."""
     dtype = DTYPE_OF_ENUM.get(proto.dtype)
     if dtype is None:
         raise WireError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
@@ -69,9 +70,12 @@ def read_tensor(proto: Any, where: str) -> tuple[np.ndarray, bool]:
     if any(d < 0 for d in shape):
         raise WireError(f"{where}: negative dimension in tensor_shape {list(shape)}")
     size = math.prod(shape)
+    if content is None:
+        content = proto.tensor_content  # read once: each read of a bytes field is a fresh copy of it
     if dtype == object:
+        if content:
+            raise WireError(f"{where}: DT_STRING values go in string_val, not tensor_content")
         return _strings(proto, shape, size, where), False
-    content = proto.tensor_content  # read once: each read of a bytes field is a fresh copy of it
     if content:
         if len(content) != size * dtype.itemsize:
             raise WireError(f"{where}: tensor_content has {len(content)} bytes, shape {list(shape)} of "
@@ -98,8 +102,6 @@ def read_tensor(proto: Any, where: str) -> tuple[np.ndarray, bool]:
 
 def _strings(proto: Any, shape: tuple[int, ...], size: int, where: str) -> np.ndarray:
     """A DT_STRING tensor's `string_val` as an object array of bytes (one value fills the shape, none is b"")."""
-    if proto.tensor_content:
-        raise WireError(f"{where}: DT_STRING values go in string_val, not tensor_content")
     values = list(proto.string_val)
     if len(values) not in (size, 0, 1):
         raise WireError(f"{where}: {len(values)} values in string_val for shape {list(shape)} ({size} values)")

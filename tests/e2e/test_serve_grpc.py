@@ -59,6 +59,22 @@ def test_predict_with_tensor_content(channel: object, models: Path) -> None:  # 
     assert answer.outputs["probs"].tensor_content  # answered in kind
 
 
+def test_a_large_predict_is_answered_as_a_small_one_is(channel: object, models: Path) -> None:  # noqa: F811
+    """~300 KB of tensor_content, read where it lies in the message (and the same request with float_val)."""
+    x = inputs(96, seed=23)
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    want = expected(LiteRTBackend(models / "image.tflite"), x)
+    raw = stub.Predict(_request(x), timeout=30)
+    assert raw.outputs["probs"].tensor_content  # answered in kind
+    assert np.allclose(tf.make_ndarray(raw.outputs["probs"]), want, rtol=1e-5, atol=1e-6)
+    typed = _request(x)
+    typed.inputs["pixels"].ClearField("tensor_content")
+    typed.inputs["pixels"].float_val.extend(x.ravel().tolist())
+    answer = stub.Predict(typed, timeout=30)
+    assert not answer.outputs["probs"].tensor_content
+    assert np.allclose(tf.make_ndarray(answer.outputs["probs"]), want, rtol=1e-5, atol=1e-6)
+
+
 def test_predict_with_float_val_and_a_version(channel: object, models: Path) -> None:  # noqa: F811
     x = inputs(2, seed=22)
     request = predict_pb2.PredictRequest()

@@ -25,9 +25,10 @@ import numpy as np
 import psutil
 import pytest
 
+from builder.model.backend import LiteRTBackend
 from builder.wire import tfs_proto as pb
 from builder.wire.tensors import fill_proto, to_array
-from tests.e2e.test_serve import STOPPED, TFSMITH, Server, free_port, inputs, models  # noqa: F401 - a fixture
+from tests.e2e.test_serve import STOPPED, TFSMITH, Server, expected, free_port, inputs, models  # noqa: F401 - a fixture
 
 grpc = pytest.importorskip("grpc")
 FRESH = [("grpc.use_local_subchannel_pool", 1)]  # a new channel opens its own connection, as a new client would
@@ -211,6 +212,9 @@ def test_only_the_front_listens_and_one_connection_reaches_every_process(
         call = _stub(channel, "Predict", pb.PredictRequest, pb.PredictResponse)
         calls = [call.future(predict_request("digits", x), timeout=60) for _ in range(4)]  # type: ignore[attr-defined]
         assert all(to_array(c.result().outputs["probs"], "probs").shape == (1, 10) for c in calls)
+        many = inputs(96, seed=61)  # ~300 KB: read in place in the model process's shared memory
+        got = to_array(call(predict_request("digits", many), timeout=60).outputs["probs"], "probs")  # type: ignore[operator]
+        assert np.allclose(got, expected(LiteRTBackend(models / "image.tflite"), many), rtol=1e-5, atol=1e-6)
     final = answered_by_process(running)
     assert all(final[p] - after[p] >= 1 for p in final), (after, final)  # concurrent calls on one channel spread
     text = http_get(running, "/monitoring/prometheus/metrics")[1].decode()
