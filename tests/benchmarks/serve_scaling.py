@@ -345,6 +345,13 @@ def balanced_run(servers: Sequence[Server], requests: Requests, seconds: float, 
                result.p99_ms, result.errors, loadgen, None, [b - a for a, b in zip(before, after)])
 
 
+def cpu_between(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """(the server's CPU seconds, its model calls') between two readings of its metrics."""
+    cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
+    model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
+    return cpu, model
+
+
 def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict[str, float]:
     """One client: the server's CPU per request, the model's, what is beyond it, and (with model processes)
     the front's own share of it (microseconds)."""
@@ -354,8 +361,7 @@ def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict
     result = load(server, requests, count_s, 1)
     front1, _ = server.cpu()
     b = server.metrics()
-    cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
-    model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
+    cpu, model = cpu_between(a, b)
     n = max(1, result.requests)
     return {"requests": n, "p50_ms": result.p50_ms, "server_us": cpu / n * 1e6, "model_us": model / n * 1e6,
             "beyond_us": (cpu - model) / n * 1e6, "front_us": (front1 - front0) / n * 1e6 if processes else None,
@@ -400,8 +406,7 @@ def dispatch_run(server: Server, requests: Requests, seconds: float, connections
         stop.set()
         prober.join()
     b = server.metrics()
-    cpu = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("process_cpu_seconds_total"))
-    model = sum(b.get(k, 0.0) - a.get(k, 0.0) for k in b if k.startswith("tfsmith_model_cpu_seconds_total"))
+    cpu, model = cpu_between(a, b)
     n = max(1, result.requests)
     return DispatchRun(label, result.rps, result.p50_ms, result.p99_ms, (cpu - model) / n * 1e6,
                        max(probes, default=0.0) * 1e3, result.errors)

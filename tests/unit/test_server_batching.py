@@ -140,7 +140,8 @@ def test_calls_on_turns_run_on_the_loop_one_per_turn_in_the_order_they_came() ->
     assert batcher.mode == "turns"
 
 
-def test_a_caller_gone_while_waiting_for_its_turn_is_passed_over() -> None:
+@pytest.mark.parametrize("handed", [False, True], ids=["while-waiting", "just-handed-the-turn"])
+def test_a_caller_gone_before_its_turn_is_passed_over_and_the_turn_goes_on(handed: bool) -> None:
     model = _Lookup()
     batcher = _turns_batcher(model)
 
@@ -149,6 +150,10 @@ def test_a_caller_gone_while_waiting_for_its_turn_is_passed_over() -> None:
         gone = asyncio.ensure_future(batcher.predict(_call(2)))
         last = asyncio.ensure_future(batcher.predict(_call(3)))
         await asyncio.sleep(0)  # the first has run; the other two wait for turns
+        if handed:  # the moment the first passes the turn on, before its taker resumes to take it
+            turn = batcher._turn_waiters[0]  # noqa: SLF001
+            while not turn.done():
+                await asyncio.sleep(0)
         gone.cancel()
         return await asyncio.wait_for(asyncio.gather(first, gone, last, return_exceptions=True), 60)
 
@@ -156,23 +161,3 @@ def test_a_caller_gone_while_waiting_for_its_turn_is_passed_over() -> None:
     assert isinstance(gone, asyncio.CancelledError)
     assert model.calls == [[1], [3]]
     assert last["y"].tolist() == [[6.0]]  # type: ignore[index]
-
-
-def test_a_caller_gone_just_after_it_was_handed_the_turn_hands_it_on() -> None:
-    model = _Lookup()
-    batcher = _turns_batcher(model)
-
-    async def run() -> list[object]:
-        first = asyncio.ensure_future(batcher.predict(_call(1)))
-        handed = asyncio.ensure_future(batcher.predict(_call(2)))
-        last = asyncio.ensure_future(batcher.predict(_call(3)))
-        await asyncio.sleep(0)  # the first has run; it passes the turn in the next turn of the loop
-        turn = batcher._turn_waiters[0]  # noqa: SLF001 - to catch the moment the turn is handed on
-        while not turn.done():
-            await asyncio.sleep(0)
-        handed.cancel()  # before it resumes to take the turn
-        return await asyncio.wait_for(asyncio.gather(first, handed, last, return_exceptions=True), 60)
-
-    first, handed, last = uvloop.run(run())
-    assert isinstance(handed, asyncio.CancelledError)
-    assert model.calls == [[1], [3]] and last["y"].tolist() == [[6.0]]  # type: ignore[index]
