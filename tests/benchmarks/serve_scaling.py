@@ -1,7 +1,7 @@
 """Every core the server is given (a benchmark behind `make bench`, never a test).
 
     python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 5] [--rounds 3] [--out DIR] [--judge]
-        [--protocols rest,v2,grpc] [--cores N] [--skip alone,scaling,auto,costs,dispatch]
+        [--protocols rest,v2,grpc] [--cores N] [--server-cpus K] [--skip alone,scaling,auto,costs,dispatch]
 
 For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
 
@@ -23,9 +23,12 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
    interpreter's calls taking turns on the event loop (`auto`), on a worker thread, or inline as they come:
    throughput, p50/p99, CPU beyond the model a request, and the slowest of the health probes sent every 50 ms
    meanwhile (MobileNetV2, v2 binary, 4 connections);
-and the load generator's own CPU beside each run. Each comparison runs `--rounds` times, its sides alternating,
+and the load generator's own CPU beside each run. With `--server-cpus K` the servers and the model alone run on
+the first K of this process's CPUs and the load generator on the rest, so the load does not take the cores the
+server was given (N is then K). Each comparison runs `--rounds` times, its sides alternating,
 and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
-the terminal and in serve_scaling.md, the numbers in serve_scaling.json, a plot in serve_scaling.png.
+the terminal and in serve_scaling.md, the numbers in serve_scaling.json (written after each part, so a run cut short keeps what it measured), a plot
+in serve_scaling.png.
 
 With `--judge` it ends with one line per floor and exits 1 when one is missed: with pools of 4 and 16
 connections, per-process CPU within 1.25x (max/min) and throughput at least 0.9x N balanced one-process servers,
@@ -116,6 +119,13 @@ class Server:
 
 #: The tree whose server is measured (`--src`: a checkout of another version, for before/after tables).
 SOURCE: list[Path | None] = [None]
+#: The CPUs the servers and the model alone run on (`--server-cpus`; None: wherever this process may run).
+SERVER_CPUS: list[set[int] | None] = [None]
+
+
+def _confined(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A pre-exec hook that confines a child to `cpus` (None: no hook)."""
+    return None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus)
 
 
 def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240,
@@ -126,10 +136,11 @@ def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: flo
     argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
             "--grpc-port", str(grpc_port), "--log-level", "info", *args]
     source = SOURCE[0]
+    cpus = SERVER_CPUS[0] if cpus is None else cpus
     env = {**os.environ, "PYTHONPATH": str(source)} if source else None
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source,
-                                   preexec_fn=None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus))
+                                   preexec_fn=_confined(cpus))
     server = Server(process, port, grpc_port, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -274,7 +285,8 @@ def model_alone(model: Path, x: np.ndarray, processes: int, seconds: float, work
     rows = workdir / "rows.npy"
     np.save(rows, x)
     procs = [subprocess.Popen([sys.executable, "-c", ALONE, str(model), str(rows), str(seconds)], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              preexec_fn=_confined(SERVER_CPUS[0]))
              for _ in range(processes)]
     for proc in procs:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -459,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each comparison, interleaved (median)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
+    parser.add_argument("--server-cpus", type=int, default=None, metavar="K",
+                        help="run the servers on the first K of this process's CPUs, the load generator on the rest")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs,dispatch")
     parser.add_argument("--src", type=Path, help="root of another checkout whose server to measure (before/after)")
     parser.add_argument("--judge", action="store_true")
@@ -466,18 +480,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     SOURCE[0] = args.src
-    cores = args.cores or read_cores().count
+    usable = sorted(os.sched_getaffinity(0))
+    if args.server_cpus is not None:
+        if not 1 <= args.server_cpus < len(usable):
+            parser.error(f"--server-cpus must leave the load generator a CPU: 1 to {len(usable) - 1} here")
+        SERVER_CPUS[0] = set(usable[:args.server_cpus])
+        os.sched_setaffinity(0, set(usable[args.server_cpus:]))
+    cores = args.cores or (args.server_cpus if args.server_cpus else read_cores().count)
     models = make_models(args.models)
     model = models["mobilenet_v2"]
     x = np.random.default_rng(0).random((8, 224, 224, 3), dtype=np.float32)
     protocols = [p for p in args.protocols.split(",") if p]
-    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "dispatch": []}
+    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "dispatch": [],
+                               "server_cpus": sorted(SERVER_CPUS[0]) if SERVER_CPUS[0] else None}
+
+    def save() -> None:
+        (args.out / "serve_scaling.json").write_text(json.dumps(results, indent=2))
+        (args.out / "serve_scaling.md").write_text(render(results))
     fixed = ["--workers", "1", "--threads", "1", "--max-batch", "1"]
 
     if "alone" not in skip:
         results["model_alone_per_s"] = model_alone(model, x, cores, args.seconds, args.out)
         print(f"model alone, {cores} processes × 1 thread: {results['model_alone_per_s']:.0f} inferences/s",
               file=sys.stderr)
+        save()
     if "scaling" not in skip:
         served = start_server(model, ["--processes", str(cores), *fixed], args.out)
         singles = [start_server(model, ["--processes", "1", *fixed], args.out) for _ in range(cores)]
@@ -492,6 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for run in interleaved(pair, args.rounds):
                         results["runs"].append(run.summary())
                         _say(run)
+                    save()
                 if protocol == "grpc":
                     (run,) = interleaved((functools.partial(measured_run, served, requests, args.seconds, 1,
                                                             f"--processes {cores}", streams=16),), args.rounds)
@@ -514,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "rps": run.rps, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "errors": run.errors}
                     results["auto"].append(entry)
                     print(f"{model_name} {label}: {entry['configuration']}: {run.rps:.0f} req/s", file=sys.stderr)
+                save()
             finally:
                 for server in servers:
                     server.stop()
@@ -530,10 +558,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         cost = cost_per_request(server, requests_for(protocol, rows, name), args.seconds)
                         results["costs"][f"{model_name} {protocol} {layout}"] = cost
                         print(f"cost {model_name} {protocol} {layout}: {cost}", file=sys.stderr)
+                        save()
                 finally:
                     server.stop()
-    usable = sorted(os.sched_getaffinity(0))
-    if "dispatch" not in skip and len(usable) >= 2:
+    if "dispatch" not in skip and len(usable) >= 2 and SERVER_CPUS[0] is None:
         # the server on one core, as a one-CPU container runs it; the load generator on the others
         one = {usable[0]}
         options = [("auto", []), ("--dispatch threads", ["--dispatch", "threads"]),
@@ -553,9 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.sched_setaffinity(0, set(usable))
             for server in servers:
                 server.stop()
-    (args.out / "serve_scaling.json").write_text(json.dumps(results, indent=2))
+    save()
     table = render(results)
-    (args.out / "serve_scaling.md").write_text(table)
     print(table)
     plot(results, args.out / "serve_scaling.png")
     if not args.judge:
@@ -629,6 +656,9 @@ def judge(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
 
 def render(results: dict[str, Any]) -> str:
     lines = [f"# Serving on {results['cores']} cores ({results['host']})", ""]
+    if results.get("server_cpus"):
+        lines += [f"The servers and the model alone ran on CPUs {_spans(results['server_cpus'])}, the load generator "
+                  "on the others.", ""]
     if results.get("model_alone_per_s"):
         lines.append(f"The model alone, {results['cores']} processes × 1 thread: "
                      f"{results['model_alone_per_s']:.0f} inferences/s.\n")
@@ -663,6 +693,17 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {d['label']} | {d['serving']} | {d['rps']:.0f} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} | "
                          f"{d['beyond_us']:.0f} | {d['slowest_probe_ms']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _spans(cpus: Sequence[int]) -> str:
+    """CPU numbers as ranges: 0-11,14."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
