@@ -12,7 +12,9 @@ from it (`choose`, pure):
   threads than cores (XNNPACK's pool spins before it sleeps, so an idle intra-op thread still takes a core).
   Each process decodes and encodes under its own interpreter lock, so the Python work of a request scales with
   the processes. One interpreter's worth of cores (or one core) keeps the models in the front's own process:
-  no hand-over at all.
+  no hand-over at all. So does a model faster than a hand-over, unless the cores let model processes serve
+  more than the front's own process can: that one process does every request's Python work under one
+  interpreter lock, so it stops at one core's worth, while the front alone only receives and hands over.
 - batching: natural batching (`--batch-timeout-us 0`: a batch is whatever queued while the interpreter was
   busy, so an idle server adds no latency) up to `BATCH_PROBE` when a batch's call costs less per example than
   single calls beyond noise; otherwise off.
@@ -91,15 +93,39 @@ class Sizing:
                 f"{self.threads} thread{'s' if self.threads != 1 else ''}, {batching}{pinned}")
 
 
-#: What one request costs the front (HTTP in and out, the hand-over) and a model process beyond the model (the
-#: notice, decode, encode), in CPU microseconds for a small request, measured on a 2-core AMD EPYC guest: a
-#: rule, since neither can be timed before requests arrive. They bound how many processes one front can feed.
+#: What one small request costs beyond the model's call, in CPU microseconds, under load (the digits CNN, v2
+#: binary, 16 connections): the front's share with model processes (HTTP in and out, the hand-over; one front
+#: passed 17,500 requests/s to 6 model processes on 12 cores of a Xeon, so at most ~57 us), a model process's
+#: (the notice, decode, encode: 140-160 us on a 2-core AMD EPYC guest), and the whole server with the models in
+#: the front's own process (115-135 us on that guest). A rule, since none can be timed before requests arrive:
+#: they bound how many processes one front feeds and what one process serves.
 FRONT_US = 60.0
-PROCESS_US = 60.0
+PROCESS_US = 150.0
+IN_PROCESS_US = 130.0
 #: What handing a small request to a model process adds to its CPU cost, whole server (notices both ways, the
 #: wake-ups, the copy): the digits CNN over v2 cost ~330 us more in 2 model processes than in one process
-#: (2-core AMD EPYC guest). A model faster than that is served in one process.
+#: (2-core AMD EPYC guest).
 HANDOVER_US = 330.0
+#: A model faster than a hand-over, served apart, gets the fitting interpreters ÷ this many processes. Measured
+#: with the digits CNN (v2 binary, 16 connections, one thread each) on 12 cores of a Xeon: the front was busy
+#: all the time and spent less a request the more processes it collected answers from, until they took its core.
+FRONT_BOUND_SHARE = 2
+FRONT_BOUND_MEASURED = ("the digits CNN on 12 cores of a Xeon, two runs: 3 processes 9,900-14,300, "
+                        "4 11,900-13,600, 6 15,400-17,100, 12 12,500-13,300 requests/s")
+
+
+def in_process_per_s(call_us: float, cores: int, interpreters: int) -> float:
+    """Requests/s the front's own process can serve: every request's Python work runs under its one interpreter
+    lock (and the call too, where it runs on the event loop), the calls share the interpreters, and all of it
+    shares the cores."""
+    serial_us = IN_PROCESS_US + (call_us if call_us < INLINE_BELOW_US else 0.0)
+    return min(1e6 / serial_us, interpreters * 1e6 / call_us, cores * 1e6 / (IN_PROCESS_US + call_us))
+
+
+def apart_per_s(call_us: float, cores: int) -> float:
+    """Requests/s model processes can serve: no more than the one front hands over, and no more than the cores
+    hold when each request costs the server its in-process work and the hand-over."""
+    return min(1e6 / FRONT_US, cores * 1e6 / (IN_PROCESS_US + HANDOVER_US + call_us))
 
 
 def fed_processes(measured: Measured | None, threads: int) -> int | None:
@@ -195,16 +221,31 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         why.append("processes: none apart, one interpreter fills the cores and runs in the front's own process "
                    "(nothing to hand over)")
     elif measured is not None and threads in measured.by_threads and \
-            measured.by_threads[threads].p50 * 1e6 < HANDOVER_US:
+            measured.by_threads[threads].p50 * 1e6 < HANDOVER_US and \
+            in_process_per_s(call_us := measured.by_threads[threads].p50 * 1e6, count, min(fit, 2)) >= \
+            apart_per_s(call_us, count):
         processes, interpreters = 0, min(fit, 2)
-        why.append(f"processes: none apart, a {measured.by_threads[threads].p50 * 1e6:.0f} us call is shorter than "
-                   f"handing its request to a model process costs (~{HANDOVER_US:.0f} us of CPU), so the front's "
-                   f"own process runs {interpreters} interpreter{'s' if interpreters != 1 else ''}")
+        why.append(f"processes: none apart, a {call_us:.0f} us call is shorter than handing its request to a model "
+                   f"process costs (~{HANDOVER_US:.0f} us of CPU), and on {count} cores the front's own process "
+                   f"serves ~{in_process_per_s(call_us, count, interpreters):,.0f} requests/s against "
+                   f"~{apart_per_s(call_us, count):,.0f} with model processes; it runs {interpreters} "
+                   f"interpreter{'s' if interpreters != 1 else ''}")
     else:
         interpreters = 1
         fed = fed_processes(measured, threads)
         processes = min(fit, fed) if fed is not None else fit
-        if processes < fit:
+        if measured is not None and threads in measured.by_threads and \
+                (call_us := measured.by_threads[threads].p50 * 1e6) < HANDOVER_US:
+            processes = max(2, fit // FRONT_BOUND_SHARE)
+            why.append(f"processes apart although a {call_us:.0f} us call is shorter than a hand-over "
+                       f"(~{HANDOVER_US:.0f} us): on {count} cores the front's own process would serve "
+                       f"~{in_process_per_s(call_us, count, min(fit, 2)):,.0f} requests/s, one interpreter lock doing "
+                       f"every request's work (~{IN_PROCESS_US:.0f} us each), and model processes "
+                       f"~{apart_per_s(call_us, count):,.0f}, the front only handing over (~{FRONT_US:.0f} us each)")
+            why.append(f"processes: {processes} of one interpreter each, half the {fit} that fit: the front is the "
+                       "limit, and it hands over for less the more processes answer it, until the processes crowd "
+                       "its core (measured: " + FRONT_BOUND_MEASURED + ")")
+        elif processes < fit:
             why.append(f"processes: {processes} of one interpreter each, not {fit}: the front hands over a request "
                        f"in about {FRONT_US:.0f} us, so more processes than (call + {PROCESS_US:.0f} us) / "
                        f"{FRONT_US:.0f} us would only wait for it")

@@ -25,7 +25,8 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
    meanwhile (MobileNetV2, v2 binary, 4 connections);
 and the load generator's own CPU beside each run. With `--server-cpus K` the servers and the model alone run on
 the first K of this process's CPUs and the load generator on the rest, so the load does not take the cores the
-server was given (N is then K). Each comparison runs `--rounds` times, its sides alternating,
+server was given (N is then K). On 8 CPUs or more that is the default, with K three quarters of them (one
+Python load generator and the kernel's loopback work fit the rest); `--server-cpus 0` shares every CPU. Each comparison runs `--rounds` times, its sides alternating,
 and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
 the terminal and in serve_scaling.md, the numbers in serve_scaling.json (written after each part, so a run cut short keeps what it measured), a plot
 in serve_scaling.png.
@@ -34,7 +35,8 @@ With `--judge` it ends with one line per floor and exits 1 when one is missed: w
 connections, per-process CPU within 1.25x (max/min) and throughput at least 0.9x N balanced one-process servers,
 on REST, v2 binary and gRPC; per-request server CPU beyond the model at most 250 us for a 600 KB binary tensor
 (v2, gRPC), 150 us for a small request on REST and v2 and 300 us on gRPC. On a host with at least 8 cores also:
-binary-tensor throughput at least 0.8x the model alone, and auto within 10% of the best configuration.
+binary-tensor throughput at least 0.8x the model alone, and auto within 10% of the best configuration (for
+each model of the auto part).
 """
 
 from __future__ import annotations
@@ -458,6 +460,10 @@ def auto_alternatives(cores: int) -> list[tuple[str, list[str]]]:
             options.append((label, fixed))
             options.append((f"{label}, pinned", [*fixed, "--pin-cores", "on"]))  # auto leaves it off: measured
         threads *= 2
+    # fewer single-thread processes than cores: what a model faster than the front's hand-over needs
+    for processes in sorted({cores // 2, cores // 3, cores // 4} - {0, 1}, reverse=True):
+        options.append((f"{processes} processes × 1 thread",
+                        ["--processes", str(processes), "--workers", "1", "--threads", "1", "--max-batch", "1"]))
     return options
 
 
@@ -472,16 +478,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--cores", type=int, default=None, help="N (default: the cores this process may use)")
     parser.add_argument("--server-cpus", type=int, default=None, metavar="K",
-                        help="run the servers on the first K of this process's CPUs, the load generator on the rest")
+                        help="run the servers on the first K of this process's CPUs, the load generator on the rest "
+                             "(default: 3/4 of them on 8 or more, else 0: all shared)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs,dispatch")
     parser.add_argument("--src", type=Path, help="root of another checkout whose server to measure (before/after)")
+    parser.add_argument("--auto-models", default="mobilenet_v2,digits",
+                        help="the models of the auto part (comma list of mobilenet_v2, digits)")
     parser.add_argument("--judge", action="store_true")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     SOURCE[0] = args.src
     usable = sorted(os.sched_getaffinity(0))
-    if args.server_cpus is not None:
+    if args.server_cpus is None:
+        args.server_cpus = len(usable) * 3 // 4 if len(usable) >= 8 else 0
+    if args.server_cpus:
         if not 1 <= args.server_cpus < len(usable):
             parser.error(f"--server-cpus must leave the load generator a CPU: 1 to {len(usable) - 1} here")
         SERVER_CPUS[0] = set(usable[:args.server_cpus])
@@ -530,6 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "auto" not in skip:
         small = np.random.default_rng(0).random((8, 28, 28, 1), dtype=np.float32)
         for model_name, rows in (("mobilenet_v2", x), ("digits", small)):
+            if model_name not in args.auto_models.split(","):
+                continue
             choices = [("auto", []), *auto_alternatives(cores)]
             servers = [start_server(models[model_name], options, args.out) for _, options in choices]
             try:
@@ -537,8 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs = interleaved([functools.partial(measured_run, server, requests, args.seconds, 16, label)
                                     for (label, _), server in zip(choices, servers)], args.rounds)
                 for (label, _), server, run in zip(choices, servers, runs):
+                    answered = max(1.0, run.rps * args.seconds)
                     entry = {"model": model_name, "label": label, "configuration": configuration(server),
-                             "rps": run.rps, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "errors": run.errors}
+                             "rps": run.rps, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "errors": run.errors,
+                             "front_us": None if not run.process_cpu_s else (run.front_cpu_s or 0.0) / answered * 1e6,
+                             "process_us": [c / n * 1e6 for c, n in zip(run.process_cpu_s, run.process_requests) if n]}
                     results["auto"].append(entry)
                     print(f"{model_name} {label}: {entry['configuration']}: {run.rps:.0f} req/s", file=sys.stderr)
                 save()
@@ -644,7 +660,7 @@ def judge(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                        default=0.0)
             verdicts.append((f"{protocol} throughput >= 0.8x the model alone on {cores} cores", best >= 0.8 * alone,
                              f"{best:.0f} vs {alone:.0f}/s: {best / alone:.2f}x"))
-        for model in ("mobilenet_v2",):
+        for model in ("mobilenet_v2", "digits"):
             entries = [a for a in results.get("auto", []) if a.get("model", "mobilenet_v2") == model]
             auto = next((a for a in entries if a["label"] == "auto"), None)
             others = [a["rps"] for a in entries if a["label"] != "auto"]
@@ -674,11 +690,14 @@ def render(results: dict[str, Any]) -> str:
                      f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {cpu} | {answered} | {balance} | {front} | "
                      f"{r['loadgen_cpu_s']:.1f} | {r['errors']} |")
     if results.get("auto"):
-        lines += ["", "| model | configuration | chosen as | req/s (v2 binary, 16 connections) | p50 ms | p99 ms |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| model | configuration | chosen as | req/s (v2 binary, 16 connections) | p50 ms | p99 ms | "
+                  "front CPU us a request | model process CPU us a request |", "|---|---|---|---|---|---|---|---|"]
         for a in results["auto"]:
+            front = "—" if a.get("front_us") is None else f"{a['front_us']:.0f}"
+            each = a.get("process_us") or []
+            spread = "—" if not each else f"{min(each):.0f}–{max(each):.0f}" if len(each) > 1 else f"{each[0]:.0f}"
             lines.append(f"| {a.get('model', 'mobilenet_v2')} | {a['label']} | {a['configuration']} | {a['rps']:.0f} | "
-                         f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} |")
+                         f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {front} | {spread} |")
     if results.get("costs"):
         lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | of it, the front's | "
                   "p50 ms |", "|---|---|---|---|---|---|"]

@@ -122,14 +122,37 @@ def test_pinning_is_asked_for_and_said() -> None:
     assert sizing.cpus == ((0,), (1,), (2,), (3,)) and "pinned" in sizing.describe()
 
 
-def test_a_model_faster_than_a_hand_over_stays_in_the_front_s_process() -> None:
-    sizing = choose(Cores(tuple(range(64))), measured({1: 0.035, 2: 0.03}), Asked())
-    assert (sizing.processes, sizing.interpreters) == (0, 2) and "shorter than handing" in " ".join(sizing.why)
+def test_a_model_faster_than_a_hand_over_stays_in_the_front_s_process_on_few_cores() -> None:
+    # 35 us a call: one process serves ~1e6 / (130 + 35) = 6,061/s; model processes on 2 cores ~2e6 / 495 = 4,040
+    sizing = choose(Cores((0, 1)), measured({1: 0.035, 2: 0.03}), Asked())
+    assert (sizing.processes, sizing.interpreters) == (0, 2)
+    assert "shorter than handing" in " ".join(sizing.why) and "6,061 requests/s against ~4,040" in " ".join(sizing.why)
+
+
+def test_a_model_faster_than_a_hand_over_goes_apart_where_the_cores_outrun_one_process() -> None:
+    # on 12 cores model processes serve up to what the front hands over, ~1e6 / 60 = 16,667/s, against 6,061 in
+    # one process; the front is the limit, and half the cores' processes measured the most through it
+    sizing = choose(Cores(tuple(range(12))), measured({1: 0.035, 2: 0.03}), Asked())
+    assert (sizing.processes, sizing.interpreters, sizing.threads) == (6, 1, 1)
+    why = " ".join(sizing.why)
+    assert "~6,061 requests/s" in why and "~16,667" in why and "half the 12 that fit" in why
+    assert choose(Cores(tuple(range(5))), measured({1: 0.035}), Asked()).processes == 2
+
+
+@pytest.mark.parametrize("cores", [2, 3, 4, 8, 16, 64])
+def test_a_fast_model_goes_apart_only_where_that_serves_more(cores: int) -> None:
+    from builder.server.sizing import apart_per_s, in_process_per_s
+
+    sizing = choose(Cores(tuple(range(cores))), measured({1: 0.035}), Asked())
+    apart = apart_per_s(35.0, cores) > in_process_per_s(35.0, cores, min(cores, 2))
+    assert (sizing.processes > 0) == apart
+    # 3 cores: 3e6 / 495 = 6,061/s apart, the same as one process serves, and a tie stays in one process
+    assert apart == (cores >= 4)
 
 
 def test_no_more_processes_than_the_front_can_feed() -> None:
-    # 0.5 ms a call: the front hands over a request in ~60 us, so about (500 + 60) / 60 = 10 processes keep busy
+    # 0.5 ms a call: the front hands over a request in ~60 us, so about (500 + 150) / 60 = 11 processes keep busy
     sizing = choose(Cores(tuple(range(64))), measured({1: 0.5, 2: 0.45}), Asked())
-    assert sizing.processes == 10 and "would only wait" in " ".join(sizing.why)
+    assert sizing.processes == 11 and "would only wait" in " ".join(sizing.why)
     large = choose(Cores(tuple(range(64))), measured({1: 6.9, 2: 3.8}), Asked())
     assert large.processes == 64  # a 7 ms call: the front feeds far more than 64
