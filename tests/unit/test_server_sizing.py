@@ -139,6 +139,13 @@ def test_a_model_faster_than_a_hand_over_goes_apart_where_the_cores_outrun_one_p
     assert choose(Cores(tuple(range(5))), measured({1: 0.035}), Asked()).processes == 2
 
 
+def test_for_latency_a_fast_model_stays_in_the_front_s_process_on_any_cores() -> None:
+    sizing = choose(Cores(tuple(range(12))), measured({1: 0.035, 2: 0.03}), Asked(preference="latency"))
+    assert (sizing.processes, sizing.interpreters) == (0, 2) and "for latency" in " ".join(sizing.why)
+    slow = choose(Cores(tuple(range(12))), measured({1: 6.9, 2: 3.8}), Asked(preference="latency"))
+    assert slow.processes > 0  # a hand-over is small beside a 7 ms call
+
+
 @pytest.mark.parametrize("cores", [2, 3, 4, 8, 16, 64])
 def test_a_fast_model_goes_apart_only_where_that_serves_more(cores: int) -> None:
     from builder.server.sizing import apart_per_s, in_process_per_s
