@@ -1,7 +1,8 @@
 """Every core the server is given (a benchmark behind `make bench`, never a test).
 
     python -m tests.benchmarks.serve_scaling [--models DIR] [--seconds 5] [--rounds 3] [--out DIR] [--judge]
-        [--protocols rest,v2,grpc] [--cores N] [--server-cpus K] [--skip alone,scaling,auto,costs,dispatch]
+        [--protocols rest,v2,grpc] [--cores N] [--server-cpus K] [--load-processes P] [--auto-models LIST]
+        [--skip alone,scaling,auto,costs,dispatch]
 
 For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
 
@@ -26,7 +27,9 @@ For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback loa
 and the load generator's own CPU beside each run. With `--server-cpus K` the servers and the model alone run on
 the first K of this process's CPUs and the load generator on the rest, so the load does not take the cores the
 server was given (N is then K). On 8 CPUs or more that is the default, with K three quarters of them (one
-Python load generator and the kernel's loopback work fit the rest); `--server-cpus 0` shares every CPU. Each comparison runs `--rounds` times, its sides alternating,
+Python load generator and the kernel's loopback work fit the rest); `--server-cpus 0` shares every CPU. The
+throughput runs' load then comes from one process for each CPU left to it, at most 4 (`--load-processes P`):
+one Python process drives about one core's worth of requests. Each comparison runs `--rounds` times, its sides alternating,
 and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
 the terminal and in serve_scaling.md, the numbers in serve_scaling.json (written after each part, so a run cut short keeps what it measured), a plot
 in serve_scaling.png.
@@ -227,25 +230,109 @@ def grpc_pool_for(port: int, bodies: Sequence[bytes], seconds: float, channels: 
     return asyncio.run(run())
 
 
-def load(server: Server, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
+@dataclass(frozen=True)
+class Target:
+    """Where one share of a load goes: a server's REST and gRPC ports (picklable, for load processes)."""
+
+    url: str
+    grpc_port: int
+
+
+def _load_to(target: Target, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
     if requests.protocol == "grpc":
-        return grpc_pool_for(server.grpc_port, requests.bodies, seconds, connections, streams)
+        return grpc_pool_for(target.grpc_port, requests.bodies, seconds, connections, streams)
     path = "/v1/models/m:predict" if requests.protocol == "rest" else "/v2/models/m/infer"
-    return run_pool_for(server.url + path, requests.bodies, seconds, connections, requests.headers)
+    return run_pool_for(target.url + path, requests.bodies, seconds, connections, requests.headers)
 
 
-def load_many(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> LoadResult:
-    """The pool's connections spread evenly over one-process servers, all loaded at once (threads: each
-    `load` runs its own event loop)."""
-    from concurrent.futures import ThreadPoolExecutor
+def load(server: Server, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
+    return _load_to(Target(server.url, server.grpc_port), requests, seconds, connections, streams)
 
-    share = [connections // len(servers) + (1 if i < connections % len(servers) else 0) for i in range(len(servers))]
-    with ThreadPoolExecutor(len(servers)) as pool:
-        results = list(pool.map(lambda pair: load(pair[0], requests, seconds, pair[1]),
-                                [(s, n) for s, n in zip(servers, share) if n]))
+
+def _merged(results: Sequence[LoadResult]) -> LoadResult:
     latencies = tuple(v for r in results for v in r.latencies_s)
     return LoadResult(sum(r.requests for r in results), sum(r.errors for r in results), 0,
                       max(r.seconds for r in results), latencies, next((r.first_error for r in results if r.errors), ""))
+
+
+#: Shares of a load: (target, connections, calls in flight on each).
+Share = tuple[Target, int, int]
+
+
+def _run_shares(shares: Sequence[Share], requests: Requests, seconds: float) -> LoadResult:
+    """Every share at once in this process (threads: each share's load runs its own event loop)."""
+    if len(shares) == 1:
+        target, connections, streams = shares[0]
+        return _load_to(target, requests, seconds, connections, streams)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(shares)) as pool:
+        return _merged(list(pool.map(lambda share: _load_to(share[0], requests, seconds, share[1], share[2]),
+                                     shares)))
+
+
+def _load_process(shares: Sequence[Share], requests: Requests, seconds: float, ready: Any, go: Any,
+                  out: Any) -> None:
+    """One load process: says it is ready, waits for the word, runs its shares; sends (result, its CPU)."""
+    ready.put(1)
+    go.wait()
+    cpu0 = own_cpu()
+    result = _run_shares(shares, requests, seconds)
+    out.put((result, own_cpu() - cpu0))
+
+
+#: Load generator processes (`--load-processes`): 1 runs every load in this process.
+LOAD_PROCESSES = [1]
+
+
+def buckets_for(shares: Sequence[Share], processes: int) -> list[list[Share]]:
+    """The shares dealt to at most `processes` load processes (pure): with fewer shares than processes, a
+    pool's connections are split between them (one channel's calls stay together, on one connection)."""
+    if processes > 1 and len(shares) < processes:
+        parts = processes // len(shares)
+        shares = [(target, connections // parts + (1 if i < connections % parts else 0), streams)
+                  for target, connections, streams in shares
+                  for i in range(parts if streams == 1 else 1)]
+        shares = [share for share in shares if share[1]]
+    processes = max(1, min(processes, len(shares)))
+    return [list(shares[i::processes]) for i in range(processes)]
+
+
+def spread(shares: Sequence[Share], requests: Requests, seconds: float) -> tuple[LoadResult, float]:
+    """The shares loaded at once over `LOAD_PROCESSES` processes, and the load generator's CPU seconds. One
+    Python process drives about one core's worth of requests, which on many cores is less than the server
+    answers (12 one-process servers took 2.8 s of its CPU in a 3 s gRPC load)."""
+    buckets = buckets_for(shares, LOAD_PROCESSES[0])
+    if len(buckets) == 1:
+        cpu0 = own_cpu()
+        result = _run_shares(buckets[0], requests, seconds)
+        return result, own_cpu() - cpu0
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    ready, go, out = context.Queue(), context.Event(), context.Queue()
+    workers = [context.Process(target=_load_process, args=(bucket, requests, seconds, ready, go, out), daemon=True)
+               for bucket in buckets]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        ready.get(timeout=120)
+    go.set()
+    answers = [out.get(timeout=seconds + 180) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    return _merged([result for result, _ in answers]), sum(cpu for _, cpu in answers)
+
+
+def even_shares(servers: Sequence[Server], connections: int) -> list[Share]:
+    """The pool's connections spread evenly over one-process servers."""
+    share = [connections // len(servers) + (1 if i < connections % len(servers) else 0) for i in range(len(servers))]
+    return [(Target(s.url, s.grpc_port), n, 1) for s, n in zip(servers, share) if n]
+
+
+def load_many(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> LoadResult:
+    """The pool's connections spread evenly over one-process servers, all loaded at once."""
+    return spread(even_shares(servers, connections), requests, seconds)[0]
 
 
 def interleaved(runs: Sequence[Callable[[], R]], rounds: int) -> list[R]:
@@ -334,12 +421,11 @@ class Run:
 
 def measured_run(server: Server, requests: Requests, seconds: float, connections: int, layout: str,
                  streams: int = 1) -> Run:
-    load(server, requests, min(2.0, seconds / 3), connections, streams)  # warm every process's path
+    shares: list[Share] = [(Target(server.url, server.grpc_port), connections, streams)]
+    spread(shares, requests, min(2.0, seconds / 3))  # warm every process's path
     front0, procs0 = server.cpu()
     metrics0 = server.metrics()
-    cpu0 = own_cpu()
-    result = load(server, requests, seconds, connections, streams)
-    loadgen = own_cpu() - cpu0
+    result, loadgen = spread(shares, requests, seconds)
     front1, procs1 = server.cpu()
     metrics1 = server.metrics()
     answered = [metrics1.get(f"tfsmith_process_requests_total|process={i}", 0.0)
@@ -349,11 +435,9 @@ def measured_run(server: Server, requests: Requests, seconds: float, connections
 
 
 def balanced_run(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> Run:
-    load_many(servers, requests, min(2.0, seconds / 3), connections)
+    spread(even_shares(servers, connections), requests, min(2.0, seconds / 3))
     before = [s.cpu()[0] for s in servers]
-    cpu0 = own_cpu()
-    result = load_many(servers, requests, seconds, connections)
-    loadgen = own_cpu() - cpu0
+    result, loadgen = spread(even_shares(servers, connections), requests, seconds)
     after = [s.cpu()[0] for s in servers]
     return Run(f"{len(servers)} one-process servers", requests.protocol, connections, 1, result.rps, result.p50_ms,
                result.p99_ms, result.errors, loadgen, None, [b - a for a, b in zip(before, after)])
@@ -482,6 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(default: 3/4 of them on 8 or more, else 0: all shared)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: alone,scaling,auto,costs,dispatch")
     parser.add_argument("--src", type=Path, help="root of another checkout whose server to measure (before/after)")
+    parser.add_argument("--load-processes", type=int, default=None, metavar="P",
+                        help="load generator processes for the throughput runs (default: with --server-cpus, one "
+                             "for each CPU left to the load, at most 4; else 1)")
     parser.add_argument("--auto-models", default="mobilenet_v2,digits",
                         help="the models of the auto part (comma list of mobilenet_v2, digits)")
     parser.add_argument("--judge", action="store_true")
@@ -498,12 +585,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         SERVER_CPUS[0] = set(usable[:args.server_cpus])
         os.sched_setaffinity(0, set(usable[args.server_cpus:]))
     cores = args.cores or (args.server_cpus if args.server_cpus else read_cores().count)
+    if args.load_processes is None:
+        args.load_processes = min(4, len(usable) - args.server_cpus) if args.server_cpus else 1
+    if args.load_processes < 1:
+        parser.error("--load-processes must be at least 1")
+    LOAD_PROCESSES[0] = args.load_processes
     models = make_models(args.models)
     model = models["mobilenet_v2"]
     x = np.random.default_rng(0).random((8, 224, 224, 3), dtype=np.float32)
     protocols = [p for p in args.protocols.split(",") if p]
     results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "dispatch": [],
-                               "server_cpus": sorted(SERVER_CPUS[0]) if SERVER_CPUS[0] else None}
+                               "server_cpus": sorted(SERVER_CPUS[0]) if SERVER_CPUS[0] else None,
+                               "load_processes": LOAD_PROCESSES[0]}
 
     def save() -> None:
         (args.out / "serve_scaling.json").write_text(json.dumps(results, indent=2))
@@ -674,7 +767,7 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"# Serving on {results['cores']} cores ({results['host']})", ""]
     if results.get("server_cpus"):
         lines += [f"The servers and the model alone ran on CPUs {_spans(results['server_cpus'])}, the load generator "
-                  "on the others.", ""]
+                  f"on the others ({results.get('load_processes', 1)} process(es)).", ""]
     if results.get("model_alone_per_s"):
         lines.append(f"The model alone, {results['cores']} processes × 1 thread: "
                      f"{results['model_alone_per_s']:.0f} inferences/s.\n")

@@ -1,4 +1,5 @@
-"""serve_scaling's floors judged on results given as data (the benchmark itself runs under `make bench`)."""
+"""serve_scaling's floors judged on results given as data, and how it deals a load to its load processes (the
+benchmark itself runs under `make bench`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.benchmarks.serve_scaling import _spans, auto_alternatives, judge
+from tests.benchmarks.serve_scaling import Target, _spans, auto_alternatives, buckets_for, judge
 
 
 def run(layout: str, protocol: str, pool: int, rps: float, cpu: list[float] | None = None) -> dict[str, Any]:
@@ -63,3 +64,19 @@ def test_the_alternatives_cover_fewer_single_thread_processes_and_the_spans_read
     assert [label for label, _ in auto_alternatives(2)] == ["in-process", "2 processes × 1 thread",
                                                            "2 processes × 1 thread, pinned"]
     assert _spans([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+
+
+def test_a_pool_is_split_between_load_processes_and_one_channel_is_not() -> None:
+    one = Target("http://127.0.0.1:1", 2)
+    assert buckets_for([(one, 16, 1)], 4) == [[(one, 4, 1)]] * 4
+    assert buckets_for([(one, 6, 1)], 4) == [[(one, 2, 1)], [(one, 2, 1)], [(one, 1, 1)], [(one, 1, 1)]]
+    assert buckets_for([(one, 1, 16)], 4) == [[(one, 1, 16)]]  # one channel carrying 16 calls
+    assert buckets_for([(one, 2, 1)], 4) == [[(one, 1, 1)], [(one, 1, 1)]]
+    assert buckets_for([(one, 16, 1)], 1) == [[(one, 16, 1)]]
+
+
+def test_servers_are_dealt_round_robin_when_there_are_more_than_processes() -> None:
+    servers = [Target(f"http://127.0.0.1:{i}", i) for i in range(12)]
+    buckets = buckets_for([(t, 1, 1) for t in servers], 4)
+    assert [len(b) for b in buckets] == [3, 3, 3, 3]
+    assert sorted(t.grpc_port for b in buckets for t, _, _ in b) == list(range(12))
