@@ -4,7 +4,7 @@
         [--protocols rest,v2,grpc] [--cores N] [--server-cpus K] [--load-processes P] [--auto-models LIST]
         [--skip alone,scaling,auto,costs,dispatch]
 
-For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this process:
+For the cores this process may use (N), MobileNetV2 fp32 on LiteRT, loopback load from this host:
 
 1. the model alone: the same interpreter in N processes × 1 thread, no server (inferences/s);
 2. per protocol (TF Serving REST JSON, Open Inference Protocol binary tensors, gRPC tensor_content) and per
