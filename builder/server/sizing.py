@@ -110,10 +110,10 @@ HANDOVER_US = 330.0
 #: with the digits CNN (v2 binary, 16 connections, one thread each) on 12 cores of a Xeon: the front was busy
 #: all the time and spent less a request the more processes it collected answers from, until they took its core.
 FRONT_BOUND_SHARE = 2
-#: What a hand-over adds to a fast model's latency, one client at a time (v2 binary, median).
-HANDOVER_LATENCY = "the digits CNN's median answer on 12 cores of a Xeon: 0.23 ms in one process, 0.69 ms in 12"
 FRONT_BOUND_MEASURED = ("the digits CNN on 12 cores of a Xeon, two runs: 3 processes 9,900-14,300, "
                         "4 11,900-13,600, 6 15,400-17,100, 12 12,500-13,300 requests/s")
+#: What a hand-over adds to a fast model's latency, one client at a time (v2 binary, median).
+HANDOVER_LATENCY = "the digits CNN's median answer on 12 cores of a Xeon: 0.23 ms in one process, 0.69 ms in 12"
 
 
 def in_process_per_s(call_us: float, cores: int, interpreters: int) -> float:
@@ -209,6 +209,8 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         threads, reason = choose_threads(measured, asked.preference, count)
         why.append(reason)
     fit = max(1, count // threads)  # interpreters of this size the cores hold
+    call_us = measured.by_threads[threads].p50 * 1e6 if measured and threads in measured.by_threads else math.inf
+    fast = call_us < HANDOVER_US  # shorter than handing its request to a model process (never when not timed)
     if asked.processes is not None:
         processes = asked.processes if asked.processes > 1 else 0
         per_process = max(1, fit // max(1, asked.processes))
@@ -222,17 +224,13 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         processes, interpreters = 0, 1
         why.append("processes: none apart, one interpreter fills the cores and runs in the front's own process "
                    "(nothing to hand over)")
-    elif measured is not None and threads in measured.by_threads and \
-            (call_us := measured.by_threads[threads].p50 * 1e6) < HANDOVER_US and asked.preference == "latency":
+    elif fast and asked.preference == "latency":
         processes, interpreters = 0, min(fit, 2)
         why.append(f"processes: none apart, a {call_us:.0f} us call is shorter than handing its request to a model "
                    f"process costs (~{HANDOVER_US:.0f} us of CPU), and for latency no request waits for a hand-over's "
                    f"wake-ups ({HANDOVER_LATENCY}); the front's own process runs {interpreters} "
                    f"interpreter{'s' if interpreters != 1 else ''}")
-    elif measured is not None and threads in measured.by_threads and \
-            measured.by_threads[threads].p50 * 1e6 < HANDOVER_US and \
-            in_process_per_s(call_us := measured.by_threads[threads].p50 * 1e6, count, min(fit, 2)) >= \
-            apart_per_s(call_us, count):
+    elif fast and in_process_per_s(call_us, count, min(fit, 2)) >= apart_per_s(call_us, count):
         processes, interpreters = 0, min(fit, 2)
         why.append(f"processes: none apart, a {call_us:.0f} us call is shorter than handing its request to a model "
                    f"process costs (~{HANDOVER_US:.0f} us of CPU), and on {count} cores the front's own process "
@@ -243,8 +241,7 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
         interpreters = 1
         fed = fed_processes(measured, threads)
         processes = min(fit, fed) if fed is not None else fit
-        if measured is not None and threads in measured.by_threads and \
-                (call_us := measured.by_threads[threads].p50 * 1e6) < HANDOVER_US:
+        if fast:
             processes = max(2, fit // FRONT_BOUND_SHARE)
             why.append(f"processes apart although a {call_us:.0f} us call is shorter than a hand-over "
                        f"(~{HANDOVER_US:.0f} us): on {count} cores the front's own process would serve "

@@ -29,10 +29,10 @@ the first K of this process's CPUs and the load generator on the rest, so the lo
 server was given (N is then K). On 8 CPUs or more that is the default, with K three quarters of them (one
 Python load generator and the kernel's loopback work fit the rest); `--server-cpus 0` shares every CPU. The
 throughput runs' load then comes from one process for each CPU left to it, at most 4 (`--load-processes P`):
-one Python process drives about one core's worth of requests. Each comparison runs `--rounds` times, its sides alternating,
-and reports the round with the median throughput, so a drift in the host's load falls on both alike. Tables on
-the terminal and in serve_scaling.md, the numbers in serve_scaling.json (written after each part, so a run cut short keeps what it measured), a plot
-in serve_scaling.png.
+one Python process drives about one core's worth of requests. Each comparison runs `--rounds` times, its sides
+alternating, and reports the round with the median throughput, so a drift in the host's load falls on both
+alike. Tables on the terminal and in serve_scaling.md, the numbers in serve_scaling.json (written after each
+part, so a run cut short keeps what it measured), a plot in serve_scaling.png.
 
 With `--judge` it ends with one line per floor and exits 1 when one is missed: with pools of 4 and 16
 connections, per-process CPU within 1.25x (max/min) and throughput at least 0.9x N balanced one-process servers,
@@ -72,6 +72,14 @@ POOLS = (4, 16)
 # --- servers ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where one share of a load goes: a server's REST and gRPC ports (picklable, for load processes)."""
+
+    url: str
+    grpc_port: int
+
+
 @dataclass
 class Server:
     """A `python -m builder.server` process and how to reach it."""
@@ -84,6 +92,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def target(self) -> Target:
+        return Target(self.url, self.grpc_port)
 
     def model_processes(self) -> list[Any]:
         import psutil
@@ -230,14 +242,6 @@ def grpc_pool_for(port: int, bodies: Sequence[bytes], seconds: float, channels: 
     return asyncio.run(run())
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where one share of a load goes: a server's REST and gRPC ports (picklable, for load processes)."""
-
-    url: str
-    grpc_port: int
-
-
 def _load_to(target: Target, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
     if requests.protocol == "grpc":
         return grpc_pool_for(target.grpc_port, requests.bodies, seconds, connections, streams)
@@ -246,7 +250,7 @@ def _load_to(target: Target, requests: Requests, seconds: float, connections: in
 
 
 def load(server: Server, requests: Requests, seconds: float, connections: int, streams: int = 1) -> LoadResult:
-    return _load_to(Target(server.url, server.grpc_port), requests, seconds, connections, streams)
+    return _load_to(server.target, requests, seconds, connections, streams)
 
 
 def _merged(results: Sequence[LoadResult]) -> LoadResult:
@@ -285,14 +289,18 @@ def _load_process(shares: Sequence[Share], requests: Requests, seconds: float, r
 LOAD_PROCESSES = [1]
 
 
+def _split(count: int, parts: int) -> list[int]:
+    """`count` in `parts` as even as whole numbers go, the larger first."""
+    return [count // parts + (1 if i < count % parts else 0) for i in range(parts)]
+
+
 def buckets_for(shares: Sequence[Share], processes: int) -> list[list[Share]]:
     """The shares dealt to at most `processes` load processes (pure): with fewer shares than processes, a
     pool's connections are split between them (one channel's calls stay together, on one connection)."""
     if processes > 1 and len(shares) < processes:
         parts = processes // len(shares)
-        shares = [(target, connections // parts + (1 if i < connections % parts else 0), streams)
-                  for target, connections, streams in shares
-                  for i in range(parts if streams == 1 else 1)]
+        shares = [(target, part, streams) for target, connections, streams in shares
+                  for part in (_split(connections, parts) if streams == 1 else [connections])]
         shares = [share for share in shares if share[1]]
     processes = max(1, min(processes, len(shares)))
     return [list(shares[i::processes]) for i in range(processes)]
@@ -326,13 +334,7 @@ def spread(shares: Sequence[Share], requests: Requests, seconds: float) -> tuple
 
 def even_shares(servers: Sequence[Server], connections: int) -> list[Share]:
     """The pool's connections spread evenly over one-process servers."""
-    share = [connections // len(servers) + (1 if i < connections % len(servers) else 0) for i in range(len(servers))]
-    return [(Target(s.url, s.grpc_port), n, 1) for s, n in zip(servers, share) if n]
-
-
-def load_many(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> LoadResult:
-    """The pool's connections spread evenly over one-process servers, all loaded at once."""
-    return spread(even_shares(servers, connections), requests, seconds)[0]
+    return [(s.target, n, 1) for s, n in zip(servers, _split(connections, len(servers))) if n]
 
 
 def interleaved(runs: Sequence[Callable[[], R]], rounds: int) -> list[R]:
@@ -421,7 +423,7 @@ class Run:
 
 def measured_run(server: Server, requests: Requests, seconds: float, connections: int, layout: str,
                  streams: int = 1) -> Run:
-    shares: list[Share] = [(Target(server.url, server.grpc_port), connections, streams)]
+    shares: list[Share] = [(server.target, connections, streams)]
     spread(shares, requests, min(2.0, seconds / 3))  # warm every process's path
     front0, procs0 = server.cpu()
     metrics0 = server.metrics()
@@ -435,9 +437,10 @@ def measured_run(server: Server, requests: Requests, seconds: float, connections
 
 
 def balanced_run(servers: Sequence[Server], requests: Requests, seconds: float, connections: int) -> Run:
-    spread(even_shares(servers, connections), requests, min(2.0, seconds / 3))
+    shares = even_shares(servers, connections)
+    spread(shares, requests, min(2.0, seconds / 3))
     before = [s.cpu()[0] for s in servers]
-    result, loadgen = spread(even_shares(servers, connections), requests, seconds)
+    result, loadgen = spread(shares, requests, seconds)
     after = [s.cpu()[0] for s in servers]
     return Run(f"{len(servers)} one-process servers", requests.protocol, connections, 1, result.rps, result.p50_ms,
                result.p99_ms, result.errors, loadgen, None, [b - a for a, b in zip(before, after)])
@@ -670,14 +673,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         save()
                 finally:
                     server.stop()
-    if "dispatch" not in skip and len(usable) >= 2 and SERVER_CPUS[0] is None:
+    if "dispatch" not in skip and len(usable) >= 2:
         # the server on one core, as a one-CPU container runs it; the load generator on the others
         one = {usable[0]}
         options = [("auto", []), ("--dispatch threads", ["--dispatch", "threads"]),
                    ("--dispatch inline", ["--dispatch", "inline"])]
         servers = [start_server(model, ["--processes", "1", "--workers", "1", *extra], args.out, cpus=one)
                    for _, extra in options]
-        os.sched_setaffinity(0, set(usable[1:]))
+        load_cpus = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, load_cpus - one)
         try:
             requests = requests_for("v2", x, input_name(servers[0]))
             runs = interleaved([functools.partial(dispatch_run, server, requests, args.seconds, 4, label)
@@ -687,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"one core, {run.label}: {run.rps:.0f} req/s, {run.beyond_us:.0f} us beyond the model, "
                       f"slowest probe {run.slowest_probe_ms:.0f} ms", file=sys.stderr)
         finally:
-            os.sched_setaffinity(0, set(usable))
+            os.sched_setaffinity(0, load_cpus)
             for server in servers:
                 server.stop()
     save()
@@ -788,9 +792,9 @@ def render(results: dict[str, Any]) -> str:
         for a in results["auto"]:
             front = "—" if a.get("front_us") is None else f"{a['front_us']:.0f}"
             each = a.get("process_us") or []
-            spread = "—" if not each else f"{min(each):.0f}–{max(each):.0f}" if len(each) > 1 else f"{each[0]:.0f}"
+            per_process = "—" if not each else f"{min(each):.0f}–{max(each):.0f}" if len(each) > 1 else f"{each[0]:.0f}"
             lines.append(f"| {a.get('model', 'mobilenet_v2')} | {a['label']} | {a['configuration']} | {a['rps']:.0f} | "
-                         f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {front} | {spread} |")
+                         f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {front} | {per_process} |")
     if results.get("costs"):
         lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | of it, the front's | "
                   "p50 ms |", "|---|---|---|---|---|---|"]
