@@ -64,6 +64,8 @@ import numpy as np
 from tests.benchmarks.loadgen import LoadResult, run_pool_for
 from tests.benchmarks.serve_peers import free_port, make_models, rest_bodies, v2_binary
 
+#: This checkout's root: where `python -m tests.benchmarks...` runs from.
+ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ("rest", "v2", "grpc")
 R = TypeVar("R", bound="Run | DispatchRun")
 POOLS = (4, 16)
@@ -453,13 +455,14 @@ def cpu_between(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]
     return cpu, model
 
 
-def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict[str, float]:
-    """One client: the server's CPU per request, the model's, what is beyond it, and (with model processes)
-    the front's own share of it (microseconds)."""
-    load(server, requests, 1.0, 1)
+def cost_per_request(server: Server, requests: Requests, count_s: float, connections: int = 1) -> dict[str, float]:
+    """The server's CPU per request, the model's, what is beyond it, and (with model processes) the front's own
+    share of it (microseconds): from one client by default, or from `connections` at once (a busy server,
+    whose cores never sit idle between requests)."""
+    load(server, requests, 1.0, connections)
     a = server.metrics()
     front0, processes = server.cpu()
-    result = load(server, requests, count_s, 1)
+    result = load(server, requests, count_s, connections)
     front1, _ = server.cpu()
     b = server.metrics()
     cpu, model = cpu_between(a, b)
@@ -467,6 +470,48 @@ def cost_per_request(server: Server, requests: Requests, count_s: float) -> dict
     return {"requests": n, "p50_ms": result.p50_ms, "server_us": cpu / n * 1e6, "model_us": model / n * 1e6,
             "beyond_us": (cpu - model) / n * 1e6, "front_us": (front1 - front0) / n * 1e6 if processes else None,
             "errors": result.errors}
+
+
+#: Roughly the size of each model's answer (bytes), for the front alone's fixed answers.
+ANSWER_BYTES = {"mobilenet_v2": 4 * 1000 + 200, "digits": 4 * 10 + 200}
+#: Connections of the busy cost measurement: enough that a request is always waiting.
+BUSY_CONNECTIONS = 4
+
+
+def front_alone_cost(requests: Requests, gap_s: float, answer_bytes: int, count_s: float, workdir: Path) -> float:
+    """The front with no model behind it (`front_alone`), one client: its CPU per request (microseconds) when
+    every answer is a fixed `answer_bytes` after `gap_s` of idle waiting."""
+    import socket
+
+    port, grpc_port = free_port(), free_port()
+    log = workdir / f"front-alone-{port}.log"
+    source = SOURCE[0]
+    env = {**os.environ, "PYTHONPATH": str(source)} if source else None
+    argv = [sys.executable, "-m", "tests.benchmarks.front_alone", str(port), str(grpc_port), repr(gap_s),
+            str(answer_bytes)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source or ROOT,
+                                   preexec_fn=_confined(SERVER_CPUS[0]))
+    server = Server(process, port, grpc_port, log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the front alone exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", grpc_port), timeout=2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the front alone did not listen in 60 s") from None
+                time.sleep(0.2)
+        load(server, requests, 1.0, 1)
+        before = server.cpu()[0]
+        result = load(server, requests, count_s, 1)
+        return (server.cpu()[0] - before) / max(1, result.requests) * 1e6
+    finally:
+        server.stop()
 
 
 @dataclass
@@ -597,7 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = models["mobilenet_v2"]
     x = np.random.default_rng(0).random((8, 224, 224, 3), dtype=np.float32)
     protocols = [p for p in args.protocols.split(",") if p]
-    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "dispatch": [],
+    results: dict[str, Any] = {"cores": cores, "host": _host(), "runs": [], "auto": [], "costs": {}, "front_alone": {}, "dispatch": [],
                                "server_cpus": sorted(SERVER_CPUS[0]) if SERVER_CPUS[0] else None,
                                "load_processes": LOAD_PROCESSES[0]}
 
@@ -667,10 +712,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     name = input_name(server)
                     for protocol in protocol_set:
-                        cost = cost_per_request(server, requests_for(protocol, rows, name), args.seconds)
+                        requests = requests_for(protocol, rows, name)
+                        cost = cost_per_request(server, requests, args.seconds)
+                        cost["busy"] = cost_per_request(server, requests, args.seconds, BUSY_CONNECTIONS)
                         results["costs"][f"{model_name} {protocol} {layout}"] = cost
                         print(f"cost {model_name} {protocol} {layout}: {cost}", file=sys.stderr)
                         save()
+                        if layout == "in-process":
+                            gap_s = cost["model_us"] / 1e6
+                            results["front_alone"][f"{model_name} {protocol}"] = {
+                                "gap_us": cost["model_us"],
+                                **{key: front_alone_cost(requests, gap, ANSWER_BYTES[model_name], args.seconds,
+                                                         args.out)
+                                   for key, gap in (("at_once_us", 0.0), ("after_gap_us", gap_s))}}
+                            print(f"front alone, {model_name} {protocol}: "
+                                  f"{results['front_alone'][f'{model_name} {protocol}']}", file=sys.stderr)
+                            save()
                 finally:
                     server.stop()
     if "dispatch" not in skip and len(usable) >= 2:
@@ -796,12 +853,18 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {a.get('model', 'mobilenet_v2')} | {a['label']} | {a['configuration']} | {a['rps']:.0f} | "
                          f"{a['p50_ms']:.1f} | {a['p99_ms']:.1f} | {front} | {per_process} |")
     if results.get("costs"):
-        lines += ["", "| request (one client) | server CPU us | model us | beyond the model us | of it, the front's | "
-                  "p50 ms |", "|---|---|---|---|---|---|"]
+        lines += ["", f"| request (one client) | server CPU us | model us | beyond the model us | of it, the front's | "
+                  f"p50 ms | beyond the model, busy ({BUSY_CONNECTIONS} connections) us |", "|---|---|---|---|---|---|---|"]
         for key, c in results["costs"].items():
             front = "—" if c.get("front_us") is None else f"{c['front_us']:.0f}"
+            busy = f"{c['busy']['beyond_us']:.0f}" if c.get("busy") else "—"
             lines.append(f"| {key} | {c['server_us']:.0f} | {c['model_us']:.0f} | {c['beyond_us']:.0f} | {front} | "
-                         f"{c['p50_ms']:.2f} |")
+                         f"{c['p50_ms']:.2f} | {busy} |")
+    if results.get("front_alone"):
+        lines += ["", "| the front alone, a fixed answer (one client) | CPU us a request, answered at once | "
+                  "after an idle wait as long as the model's call | that wait us |", "|---|---|---|---|"]
+        for key, f in results["front_alone"].items():
+            lines.append(f"| {key} | {f['at_once_us']:.0f} | {f['after_gap_us']:.0f} | {f['gap_us']:.0f} |")
     if results.get("dispatch"):
         lines += ["", "| one core, MobileNetV2 v2 binary, 4 connections | calls run | req/s | p50 ms | p99 ms | "
                   "beyond the model us | slowest probe ms |", "|---|---|---|---|---|---|---|"]
