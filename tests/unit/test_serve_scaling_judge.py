@@ -80,3 +80,17 @@ def test_servers_are_dealt_round_robin_when_there_are_more_than_processes() -> N
     buckets = buckets_for([(t, 1, 1) for t in servers], 4)
     assert [len(b) for b in buckets] == [3, 3, 3, 3]
     assert sorted(t.grpc_port for b in buckets for t, _, _ in b) == list(range(12))
+
+
+def test_a_cost_goal_names_the_busy_figure_and_the_front_alones_floor_beside_it() -> None:
+    found = judge({"cores": 2, "runs": [], "auto": [],
+                   "costs": {"digits grpc in-process": {"beyond_us": 548.0, "server_us": 590.0, "model_us": 42.0,
+                                                        "busy": {"beyond_us": 433.0}},
+                             "digits v2 in-process": {"beyond_us": 140.0, "server_us": 180.0, "model_us": 40.0}},
+                   "front_alone": {"digits grpc": {"at_once_us": 425.0, "after_gap_us": 475.0, "gap_us": 42.0}}})
+    grpc = next(v for v in found if v[0].startswith("digits grpc"))
+    assert grpc[1] is False and "<= 300 us" in grpc[0]
+    assert "busy 433 us" in grpc[2]
+    assert "the front alone, a fixed answer: 425 us at once, 475 us after 42 us idle" in grpc[2]
+    v2 = next(v for v in found if v[0].startswith("digits v2"))
+    assert v2[1] is True and v2[2] == "140 us (server 180, model 40)"
