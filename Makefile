@@ -132,7 +132,8 @@ dockerfiles: venv
 # ResNet50 (random weights, latency only) through `tfsmith optimize --recipe auto` and `tfsmith bench`: what
 # optimize chose against the fastest runtime bench finds; then the server against its peers (serve_peers) and
 # on the cores of this host (serve_scaling: per-request dispatch against balanced one-process servers, the
-# model alone, --processes auto against the configurations it could have chosen, the server's CPU per request;
+# model alone, --processes auto against the configurations it could have chosen, the server's CPU per request,
+# one client and busy, beside its front alone answering a fixed body;
 # on 8 CPUs or more the servers get three quarters of them and the load generator the rest). bench_goals judges
 # tfsmith's own speed goals (outside the package); the target fails when one is missed. Tables on the terminal; JSON, markdown, charts in build/bench/.
 BENCH_OUT ?= build/bench
