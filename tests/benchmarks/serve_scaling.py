@@ -820,8 +820,8 @@ def judge(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     costs = results.get("costs", {})
     for key, limit in COST_GOALS_US.items():
         floor = results.get("front_alone", {}).get(key)
-        for layout, cost in ((k.rsplit(" ", 2)[-2:], v) for k, v in costs.items() if k.startswith(key + " ")):
-            verdicts.append((f"{key} server CPU beyond the model, {' '.join(layout)} <= {limit} us",
+        for layout, cost in ((k[len(key) + 1:], v) for k, v in costs.items() if k.startswith(key + " ")):
+            verdicts.append((f"{key} server CPU beyond the model, {layout} <= {limit} us",
                              cost["beyond_us"] <= limit, _cost_detail(cost, floor)))
     alone = results.get("model_alone_per_s")
     if cores >= 8 and alone:

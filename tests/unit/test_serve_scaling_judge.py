@@ -89,7 +89,7 @@ def test_a_cost_goal_names_the_busy_figure_and_the_front_alones_floor_beside_it(
                              "digits v2 in-process": {"beyond_us": 140.0, "server_us": 180.0, "model_us": 40.0}},
                    "front_alone": {"digits grpc": {"at_once_us": 425.0, "after_gap_us": 475.0, "gap_us": 42.0}}})
     grpc = next(v for v in found if v[0].startswith("digits grpc"))
-    assert grpc[1] is False and "<= 300 us" in grpc[0]
+    assert grpc[1] is False and grpc[0] == "digits grpc server CPU beyond the model, in-process <= 300 us"
     assert "busy 433 us" in grpc[2]
     assert "the front alone, a fixed answer: 425 us at once, 475 us after 42 us idle" in grpc[2]
     v2 = next(v for v in found if v[0].startswith("digits v2"))
