@@ -18,19 +18,20 @@ import socket
 import sys
 
 from builder.server import grpc_service
-from builder.server.forward import Answer, Request
+from builder.server.forward import GRPC, HTTP, Answer, Request
 from builder.server.http_front import HttpFront
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 async def serve(http_port: int, grpc_port: int, gap_s: float, answer_bytes: int) -> None:
-    answer = Answer(200, b"0" * answer_bytes, ((b"content-type", b"application/json"),))
+    body = b"0" * answer_bytes
+    answers = {HTTP: Answer(200, body, ((b"content-type", b"application/json"),)), GRPC: Answer(0, body)}
 
     async def respond(request: Request) -> Answer:
         if gap_s:
             await asyncio.sleep(gap_s)
-        return answer
+        return answers[request.kind]  # a gRPC answer's status is gRPC's: 0 is OK
 
     listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -509,6 +509,9 @@ def front_alone_cost(requests: Requests, gap_s: float, answer_bytes: int, count_
         load(server, requests, 1.0, 1)
         before = server.cpu()[0]
         result = load(server, requests, count_s, 1)
+        if result.errors:  # a failed request costs less than an answered one: such a floor would be too low
+            raise RuntimeError(f"the front alone failed {result.errors} of {result.requests} requests: "
+                               f"{result.first_error}")
         return (server.cpu()[0] - before) / max(1, result.requests) * 1e6
     finally:
         server.stop()
