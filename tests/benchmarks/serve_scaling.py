@@ -147,31 +147,44 @@ def _confined(cpus: set[int] | None) -> Callable[[], None] | None:
     return None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus)
 
 
-def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240,
-                 cpus: set[int] | None = None) -> Server:
-    """`serve` on free ports, ready; confined to `cpus` when given (what a container with that many CPUs gets)."""
+def launch(argv_for: Callable[[int, int], list[str]], name: str, workdir: Path, ready: Callable[[Server], Any],
+           timeout_s: float, cpus: set[int] | None = None) -> Server:
+    """`python -m ...` (`argv_for(port, grpc_port)`, on two free ports) from the measured tree, its output in
+    `workdir`, confined to `cpus` (default: the servers' CPUs); returned once `ready(server)` stops raising
+    OSError. One that exits first, or is not ready in `timeout_s`, is an error naming the end of its log."""
     port, grpc_port = free_port(), free_port()
-    log = workdir / f"server-{port}.log"
-    argv = [sys.executable, "-m", "builder.server", str(model), "--model-name", "m", "--port", str(port),
-            "--grpc-port", str(grpc_port), "--log-level", "info", *args]
+    log = workdir / f"{name}-{port}.log"
     source = SOURCE[0]
-    cpus = SERVER_CPUS[0] if cpus is None else cpus
     env = {**os.environ, "PYTHONPATH": str(source)} if source else None
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source,
-                                   preexec_fn=_confined(cpus))
+        process = subprocess.Popen([sys.executable, "-m", *argv_for(port, grpc_port)], stdout=out,
+                                   stderr=subprocess.STDOUT, env=env, cwd=source or ROOT,
+                                   preexec_fn=_confined(SERVER_CPUS[0] if cpus is None else cpus))
     server = Server(process, port, grpc_port, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{name} exited with {process.returncode}: {log.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=2):
-                return server
+            ready(server)
+            return server
         except OSError:
             time.sleep(0.3)
     server.stop()
-    raise RuntimeError(f"server not ready in {timeout_s} s")
+    raise RuntimeError(f"{name} not ready in {timeout_s} s")
+
+
+def _health_ready(server: Server) -> None:
+    with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=2):
+        pass
+
+
+def start_server(model: Path, args: Sequence[str], workdir: Path, timeout_s: float = 240,
+                 cpus: set[int] | None = None) -> Server:
+    """`serve` on free ports, ready; confined to `cpus` when given (what a container with that many CPUs gets)."""
+    return launch(lambda port, grpc_port: ["builder.server", str(model), "--model-name", "m", "--port", str(port),
+                                           "--grpc-port", str(grpc_port), "--log-level", "info", *args],
+                  "server", workdir, _health_ready, timeout_s, cpus)
 
 
 # --- load ------------------------------------------------------------------------------------------------
@@ -483,29 +496,13 @@ def front_alone_cost(requests: Requests, gap_s: float, answer_bytes: int, count_
     every answer is a fixed `answer_bytes` after `gap_s` of idle waiting."""
     import socket
 
-    port, grpc_port = free_port(), free_port()
-    log = workdir / f"front-alone-{port}.log"
-    source = SOURCE[0]
-    env = {**os.environ, "PYTHONPATH": str(source)} if source else None
-    argv = [sys.executable, "-m", "tests.benchmarks.front_alone", str(port), str(grpc_port), repr(gap_s),
-            str(answer_bytes)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=source or ROOT,
-                                   preexec_fn=_confined(SERVER_CPUS[0]))
-    server = Server(process, port, grpc_port, log)
+    def listening(server: Server) -> None:
+        for port in (server.grpc_port, server.port):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    server = launch(lambda port, grpc_port: ["tests.benchmarks.front_alone", str(port), str(grpc_port), repr(gap_s),
+                                             str(answer_bytes)], "front-alone", workdir, listening, 60)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the front alone exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", grpc_port), timeout=2).close()
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the front alone did not listen in 60 s") from None
-                time.sleep(0.2)
         load(server, requests, 1.0, 1)
         before = server.cpu()[0]
         result = load(server, requests, count_s, 1)
