@@ -6,6 +6,7 @@ fill a batch). A request goes to the process with the fewest requests out, ties 
 server spreads even a single client's requests over every process. When every window is full the request
 waits here, in arrival order, and takes the first window that frees: one queue in front of all processes,
 so no request waits behind a busy process while another idles, whatever the clients' connections look like.
+A process that died is paused (its window 0: nothing new goes to it) until its replacement takes its place.
 The choice (`choose`) is a pure function; `Dispatcher` is the asyncio shell around it.
 """
 
@@ -43,6 +44,7 @@ class Dispatcher(Generic[H]):
     def __init__(self, hosts: Sequence[H], windows: Sequence[int]) -> None:
         self.hosts = list(hosts)
         self.windows = list(windows)
+        self._full = list(windows)  # each window while its host is live
         self.out = [0] * len(hosts)
         self.answered = [0] * len(hosts)  # requests each host has answered (metrics, balance checks)
         self._next = 0
@@ -51,6 +53,31 @@ class Dispatcher(Generic[H]):
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    @property
+    def live(self) -> int:
+        """Hosts that take requests now (not paused)."""
+        return sum(1 for size in self.windows if size > 0)
+
+    def is_live(self, index: int) -> bool:
+        return self.windows[index] > 0
+
+    def pause(self, index: int) -> None:
+        """Nothing new goes to host `index` (it died); what it holds fails on its own."""
+        self.windows[index] = 0
+
+    def resume(self, index: int, host: H) -> None:
+        """`host` takes the place of the paused host `index`, and requests waiting for room go to it."""
+        self.hosts[index] = host
+        self.windows[index] = self._full[index]
+        self._wake()
+
+    def abandon(self, error: BaseException) -> None:
+        """Every request waiting for room fails with `error` (no host will take it: the server stops)."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
 
     async def run(self, call: Callable[[H], Awaitable[T]]) -> T:
         """`call(host)` on the least busy host, once one has room."""
@@ -90,6 +117,10 @@ class Dispatcher(Generic[H]):
     def _release(self, index: int) -> None:
         self.out[index] -= 1
         self.answered[index] += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """Hand waiting requests, in arrival order, the windows that have room."""
         while self._queue:
             waiter = self._queue.popleft()
             if waiter.done():  # its caller was cancelled while it waited
@@ -100,4 +131,3 @@ class Dispatcher(Generic[H]):
                 return
             self._take(chosen)
             waiter.set_result(chosen)
-            return

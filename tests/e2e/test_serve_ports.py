@@ -1,7 +1,7 @@
 """Ports nobody else can take, and `--processes N` as one server: a second `tfsmith serve` (or any process) on
 a taken REST or gRPC port is refused in one line; with model processes only the front listens, every process
-answers requests from a single connection, they drain on SIGTERM, stop with the front and stop it when one
-of them dies.
+answers requests from a single connection, they drain on SIGTERM and stop with the front; one that dies is
+replaced (only the requests it held fail), and a crash loop stops the server.
 
 Real servers on loopback; which process answered is read from the server's own metrics
 (`tfsmith_process_requests_total`) and who listens from the kernel's socket table, so the tests wait for
@@ -302,15 +302,98 @@ def test_model_processes_stop_when_the_front_is_killed(models: Path) -> None:  #
     wait_for(lambda: all(gone(p) for p in processes), "both model processes stopped", deadline_s=120)
 
 
-def test_a_model_process_that_dies_stops_the_server(models: Path) -> None:  # noqa: F811
-    """A server missing a process would answer slower with nobody told: it exits 1 instead, saying why."""
+class SteadyLoad:
+    """`clients` threads, each posting predicts on its own keep-alive connection until stopped; every answer's
+    status (and the body of each that is not 200) kept."""
+
+    def __init__(self, server: Server, clients: int) -> None:
+        self.body = json.dumps({"instances": inputs(1, seed=63).tolist()}).encode()
+        self.server = server
+        self.statuses: list[int] = []
+        self.refusals: list[tuple[int, bytes]] = []
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+        for thread in self.threads:
+            thread.start()
+
+    def _client(self) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=60)
+        try:
+            while not self.stopping.is_set():
+                connection.request("POST", "/v1/models/digits:predict", self.body,
+                                   {"content-type": "application/json"})
+                answer = connection.getresponse()
+                payload = answer.read()
+                self.statuses.append(answer.status)
+                if answer.status != 200:
+                    self.refusals.append((answer.status, payload))
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+            assert not thread.is_alive(), "a client still waiting for an answer"
+
+
+def metric(server: Server, name: str) -> float:
+    text = http_get(server, "/monitoring/prometheus/metrics")[1].decode()
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else -1.0
+
+
+def test_a_model_process_killed_under_load_costs_only_the_requests_it_held(models: Path) -> None:  # noqa: F811
+    """SIGKILL (as the OOM killer sends it) on one of two model processes while four clients keep sending: it is
+    replaced with the same model, at most the requests it held (its window: 2 here) fail with 503 and a one-line
+    reason, every other request is answered, and the server stays ready throughout."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2", "--workers", "1",
+                     "--threads", "1", "--max-batch", "1", grpc=True)
+    load = None
+    try:
+        processes = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
+        load = SteadyLoad(running, clients=4)
+        wait_for(lambda: len(load.statuses) >= 50, "the load under way")
+        processes[0].kill()
+        wait_for(lambda: metric(running, "tfsmith_model_process_restarts_total") == 1, "the replacement serving")
+        assert readiness(running) == 200
+        replaced = {p.pid for p in model_processes(running)}
+        assert processes[0].pid not in replaced and processes[1].pid in replaced and len(replaced) == 2
+        answered = answered_by_process(running)
+        wait_for(lambda: answered_by_process(running)["0"] >= answered["0"] + 20, "the replacement answering")
+        load.stop()
+        failed = len(load.refusals)
+        print(f"SIGKILL under load: {failed} of {len(load.statuses)} requests failed")
+        assert failed <= 2, load.refusals
+        for status, payload in load.refusals:
+            assert status == 503 and json.loads(payload)["error"].startswith("the model process answering"), payload
+        assert metric(running, "tfsmith_model_processes_live") == 2
+        with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}", options=FRESH) as channel:
+            call = _stub(channel, "Predict", pb.PredictRequest, pb.PredictResponse)
+            got = call(predict_request("digits", inputs(1, seed=64)), timeout=60)  # type: ignore[operator]
+            assert to_array(got.outputs["probs"], "probs").shape == (1, 10)
+        assert running.alive()
+    finally:
+        if load is not None:
+            load.stop()
+        assert running.stop() in STOPPED
+
+
+def test_model_processes_dying_in_a_crash_loop_stop_the_server(models: Path) -> None:  # noqa: F811
+    """Three deaths within a minute: the server exits 1 and says why, and its other processes stop with it."""
     running = Server(str(models / "image.tflite"), "--model-name", "digits", "--processes", "2")
-    processes = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
-    processes[0].kill()
+    first = wait_for(lambda: len(found := model_processes(running)) == 2 and found, "two model processes")
+    for process in first:
+        process.kill()
+    started = {p.pid for p in first}
+    newer = wait_for(lambda: [p for p in model_processes(running) if p.pid not in started], "a replacement")
+    newer[0].kill()  # the third death, loading or serving
     assert running.process.wait(timeout=120) == 1
     output = running.process.stdout.read() if running.process.stdout else ""
-    assert re.search(rf"model process 0 \(pid {processes[0].pid}\) exited .* unasked; stopping the server", output), output
-    wait_for(lambda: gone(processes[1]), "the other model process stopped")
+    assert "Traceback" not in output, output
+    assert re.search(r"model process \d \(pid \d+\) was killed by SIGKILL unasked: 3 model processes died within "
+                     r"60 s, a crash loop; stopping the server", output), output
+    wait_for(lambda: all(gone(p) for p in [*first, *newer]), "the other model processes stopped")
 
 
 def test_model_processes_refusing_a_model_say_so_in_one_line(tmp_path: Path, models: Path) -> None:  # noqa: F811

@@ -89,3 +89,53 @@ def test_a_waiting_request_cancelled_gives_its_place_up() -> None:
         assert dispatcher.out == [0]
 
     asyncio.run(scenario())
+
+
+def test_a_paused_host_gets_nothing_until_its_replacement_takes_its_place() -> None:
+    dispatcher: Dispatcher[str] = Dispatcher(["a", "b"], [1, 1])
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def call(host: str) -> str:
+        seen.append(host)
+        await release.wait()
+        return host
+
+    async def scenario() -> list[str]:
+        dispatcher.pause(0)  # "a" died
+        assert dispatcher.live == 1 and not dispatcher.is_live(0)
+        first = asyncio.ensure_future(dispatcher.run(call))
+        second = asyncio.ensure_future(dispatcher.run(call))  # "b" is full: this one waits for room
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert seen == ["b"] and dispatcher.queued == 1
+        dispatcher.resume(0, "a2")  # the replacement: the waiting request goes to it at once
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert seen == ["b", "a2"] and dispatcher.queued == 0
+        release.set()
+        return list(await asyncio.gather(first, second))
+
+    assert asyncio.run(scenario()) == ["b", "a2"]
+
+
+def test_abandon_fails_every_request_waiting_for_room() -> None:
+    dispatcher: Dispatcher[str] = Dispatcher(["a"], [1])
+    release = asyncio.Event()
+
+    async def call(host: str) -> str:
+        await release.wait()
+        return host
+
+    async def scenario() -> tuple[str, BaseException | str]:
+        running = asyncio.ensure_future(dispatcher.run(call))
+        waiting = asyncio.ensure_future(dispatcher.run(call))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        dispatcher.abandon(RuntimeError("no host left"))
+        outcome = (await asyncio.gather(waiting, return_exceptions=True))[0]
+        release.set()
+        return await running, outcome
+
+    answered, failed = asyncio.run(scenario())
+    assert answered == "a" and isinstance(failed, RuntimeError) and str(failed) == "no host left"
