@@ -14,10 +14,13 @@ of a tensor are copied once from the kernel, and once more only into a model pro
 What it does with each connection:
 - keep-alive (HTTP/1.1's default; HTTP/1.0 and `Connection: close` end after the answer), idle connections
   closed after `keepalive_s`; pipelined requests answered in order, one at a time;
-- bodies up to `max_body_bytes`: a larger one is refused with 413 once the rest of it has been read and thrown
-  away (bounded in time), so the client reads the refusal instead of a reset; `Expect: 100-continue` is
-  answered with 100 (or at once with 413, then the connection closes);
-- malformed requests answered 400 and header blocks over `MAX_HEADER_BYTES` 431, then the connection closed;
+- bodies framed as `framing` decides from the head (a length, chunked, or none; Transfer-Encoding read as
+  a list of codings), up to `max_body_bytes`: a larger declared length is answered 413 before any of the
+  body is read, a chunked body as soon as it passes the limit; `Expect: 100-continue` is answered with 100;
+- malformed requests answered 400, header blocks over `MAX_HEADER_BYTES` 431, codings other than chunked 501;
+- every refusal is answered at once and the connection closed: closed for writing at once, and what the
+  client still sends is read and dropped until it closes its side (at most `LINGER_SECONDS`), so that its
+  kernel does not reset the connection before it has read the answer;
 - HEAD answered with the headers only; a Date header on every answer;
 - on shutdown: stop accepting, close idle connections, let each busy one finish its answer, then close.
 A connection's buffer grows to its largest request and is kept up to `KEEP_BUFFER_BYTES`.
@@ -35,21 +38,23 @@ from urllib.parse import unquote
 import httptools
 
 from builder.server.forward import HTTP, Answer, Request
+from builder.server.framing import Chunked, Length, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")
 
 MAX_HEADER_BYTES = 64 * 1024
-#: Longest time spent reading and discarding a refused body before answering anyway (then closing).
-DISCARD_SECONDS = 10.0
+#: Longest time a refused connection's incoming bytes are read and dropped before it is closed outright.
+LINGER_SECONDS = 10.0
 #: A connection keeps a buffer up to this size between requests (larger ones are let go after use).
 KEEP_BUFFER_BYTES = 4 * 1024 * 1024
 READ_ROOM = 64 * 1024
 REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+           503: "Service Unavailable"}
 
 # What a connection is doing with the bytes it reads.
-HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, TRAILERS, ANSWERING, DISCARD, CLOSED = range(9)
+HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, TRAILERS, ANSWERING, LINGER, CLOSED = range(9)
 
 
 def _reason(status: int) -> bytes:
@@ -153,7 +158,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.paused = False
         self.keep_alive = True
         self.idle_timer: asyncio.TimerHandle | None = None
-        self.discard_timer: asyncio.TimerHandle | None = None
+        self.linger_timer: asyncio.TimerHandle | None = None
         self._new_request()
 
     def _new_request(self) -> None:
@@ -162,7 +167,6 @@ class _Connection(asyncio.BufferedProtocol):
         self.headers: tuple[tuple[bytes, bytes], ...] = ()
         self.remaining = 0  # body bytes still to come (Content-Length), or of the current chunk
         self.chunks: bytearray | None = None
-        self.refusal: Answer | None = None
 
     # --- connection events ------------------------------------------------------------------------------
 
@@ -179,14 +183,14 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.connections.discard(self)
         self.state = CLOSED
-        for timer in (self.idle_timer, self.discard_timer):
+        for timer in (self.idle_timer, self.linger_timer):
             if timer is not None:
                 timer.cancel()
         self.transport = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.state == DISCARD and self.start == self.end:
-            self.start = self.end = 0  # nothing kept: read over what was thrown away
+        if self.state == LINGER:
+            self.start = self.end = 0  # nothing kept: read over what was dropped
         wanted = max(READ_ROOM, self.remaining if self.state == BODY else 0)
         if len(self.buffer) - self.end < wanted:
             self._make_room(wanted)
@@ -233,13 +237,9 @@ class _Connection(asyncio.BufferedProtocol):
                 self.start += self.remaining
                 self.remaining = 0
                 self._complete(body)
-            elif self.state == DISCARD:
-                taken = min(self.remaining, self.end - self.start)
-                self.start += taken
-                self.remaining -= taken
-                if self.remaining:
-                    return
-                self._answer_refusal(close=False)
+            elif self.state == LINGER:
+                self.start = self.end  # a refused connection: what still comes is dropped
+                return
             elif not self._parse_chunked():
                 return
 
@@ -269,30 +269,24 @@ class _Connection(asyncio.BufferedProtocol):
         self.method = parser.get_method().decode("latin-1")
         self.url, self.headers = parsed.url, tuple(parsed.headers)
         self.keep_alive = parsed.keep_alive
-        length = encoding = expect = None
+        length = expect = None
+        encodings = []
         for name, value in parsed.headers:
             if name == b"content-length":
                 length = value
             elif name == b"transfer-encoding":
-                encoding = value
+                encodings.append(value)
             elif name == b"expect":
                 expect = value
-        chunked = encoding is not None and b"chunked" in encoding.lower()
-        limit = self.front.max_body_bytes
-        if chunked:
+        framing = body_framing(length, encodings, parser.get_http_version(), self.front.max_body_bytes)
+        if isinstance(framing, Refusal):
+            self._refuse(framing.status, framing.message)
+            return False
+        if isinstance(framing, Chunked):
             self.chunks = bytearray()
             self.state = CHUNK_SIZE
-        elif length is not None and not parsed.complete:
-            size = int(length)  # httptools has refused a malformed one
-            if size > limit:
-                self.refusal = error_answer(413, f"request body of {size} bytes exceeds the limit of {limit} bytes")
-                if expect is not None and expect.lower() == b"100-continue":
-                    self._answer_refusal(close=True)  # the client has not sent it and will not
-                    return False
-                self.remaining, self.state = size, DISCARD
-                self.discard_timer = self.loop.call_later(DISCARD_SECONDS, self._answer_refusal, True)
-                return True
-            self.remaining, self.state = size, BODY
+        elif isinstance(framing, Length):
+            self.remaining, self.state = framing.size, BODY
         else:
             self._complete(b"")
             return True
@@ -305,8 +299,7 @@ class _Connection(asyncio.BufferedProtocol):
         assert self.chunks is not None
         if self.state == CHUNK_DATA:
             taken = min(self.remaining, self.end - self.start)
-            if self.refusal is None:
-                self.chunks += self.buffer[self.start:self.start + taken]
+            self.chunks += self.buffer[self.start:self.start + taken]
             self.start += taken
             self.remaining -= taken
             if self.remaining:
@@ -336,17 +329,13 @@ class _Connection(asyncio.BufferedProtocol):
                 self.state = TRAILERS
             else:
                 limit = self.front.max_body_bytes
-                if self.refusal is None and len(self.chunks) + size > limit:
-                    self.refusal = error_answer(413, f"request body exceeds the limit of {limit} bytes")
-                    self.chunks = bytearray()
-                    self.discard_timer = self.loop.call_later(DISCARD_SECONDS, self._answer_refusal, True)
+                if len(self.chunks) + size > limit:  # refused before this chunk is read
+                    self._refuse(413, f"request body exceeds the limit of {limit} bytes")
+                    return False
                 self.remaining, self.state = size, CHUNK_DATA
         elif self.state == TRAILERS and not line:
-            if self.refusal is not None:
-                self._answer_refusal(close=False)
-            else:
-                body, self.chunks = self.chunks, None
-                self._complete(body)
+            body, self.chunks = self.chunks, None
+            self._complete(body)
         return True
 
     # --- answering --------------------------------------------------------------------------------------
@@ -376,23 +365,23 @@ class _Connection(asyncio.BufferedProtocol):
         self._send(answer, request.method == "HEAD", close=not self.keep_alive or self.front.closing)
         self._next()
 
-    def _answer_refusal(self, close: bool) -> None:
-        if self.discard_timer is not None:
-            self.discard_timer.cancel()
-            self.discard_timer = None
-        if self.state == CLOSED or self.refusal is None:
-            return
-        refusal, self.refusal = self.refusal, None
-        close = close or not self.keep_alive or self.front.closing
-        self._send(refusal, self.method == "HEAD", close)
-        self.state = CLOSED if close else HEAD
-        if not close:
-            self._new_request()
-
     def _fail(self, status: int, message: str) -> None:
-        """A request that cannot be read on: answered, then the connection closed."""
-        self._send(error_answer(status, message), False, close=True)
-        self.state = CLOSED
+        """A request that cannot be read on (malformed, or its head too large)."""
+        self._refuse(status, message)
+
+    def _refuse(self, status: int, message: str) -> None:
+        """A request refused before its body is read: answered at once with `connection: close`, the connection
+        closed for writing, and what the client still sends dropped until it closes its side (or
+        `LINGER_SECONDS` pass): closing outright with its bytes unread would have the kernel reset the
+        connection, and a client still sending could lose the answer."""
+        self.state = LINGER
+        self.start = self.end
+        if self.transport is None:
+            return
+        self._write(error_answer(status, message), False, close=True)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._close)
 
     def _next(self) -> None:
         """After an answer: the next pipelined request, or wait for one."""
@@ -415,6 +404,12 @@ class _Connection(asyncio.BufferedProtocol):
                 self._arm_idle_timer()
 
     def _send(self, answer: Answer, head_only: bool, close: bool) -> None:
+        self._write(answer, head_only, close)
+        if close:
+            self._close()
+
+    def _write(self, answer: Answer, head_only: bool, close: bool) -> None:
+        """The answer on the wire; `close`: with `connection: close`."""
         if self.transport is None:
             return
         body = answer.body
@@ -433,8 +428,6 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.write(head + bytes(body))
         else:
             self.transport.writelines([head, body])
-        if close:
-            self._close()
 
     def _arm_idle_timer(self) -> None:
         if self.idle_timer is not None:

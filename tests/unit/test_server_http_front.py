@@ -1,6 +1,8 @@
-"""The front's HTTP/1.1 (`builder.server.http_front`), driven byte by byte through its protocol with a
-recording transport: framing (Content-Length, chunked, pipelined), refusals (413 after the body, 413 at once
-for Expect, 431, 400), keep-alive and close, HEAD, and a body handed over as a view of the connection's buffer."""
+"""The front's HTTP/1.1 (`builder.server.http_front`, `framing`), driven byte by byte through its protocol with a
+recording transport: framing (Content-Length, chunked, pipelined), refusals answered at once (413 for a declared
+length before any body byte, 413 for a chunked body as it passes the limit, 501 for codings it does not
+decode, 400 for every smuggling shape, 431), each closing the connection; keep-alive and close, HEAD, and a
+body handed over as a view of the connection's buffer."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import asyncio
 import re
 from collections.abc import Sequence
 
+import pytest
+
 from builder.server.forward import Answer, Request
+from builder.server.framing import Chunked, Length, NoBody, Refusal, body_framing, transfer_codings
 from builder.server.http_front import HttpFront, _Connection
 
 OK = Answer(200, b'{"ok":true}', ((b"content-type", b"application/json"),))
@@ -20,6 +25,7 @@ class Transport:
     def __init__(self) -> None:
         self.out = bytearray()
         self.closed = False
+        self.eof = False  # closed for writing
         self.paused = False
 
     def write(self, data: bytes) -> None:
@@ -34,6 +40,12 @@ class Transport:
 
     abort = close
 
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
     def pause_reading(self) -> None:
         self.paused = True
 
@@ -46,7 +58,7 @@ class Transport:
 
 def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK) -> tuple[list[Request], bytes, bool]:
     """Feed `pieces` to one connection (each as one read); the requests the responder got (bodies copied out),
-    what was written back, and whether the connection closed."""
+    what was written back, and whether the connection closed (for writing at least)."""
     seen: list[Request] = []
 
     async def respond(request: Request) -> Answer:
@@ -70,7 +82,7 @@ def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK) -> tuple
                 await asyncio.sleep(0)
             for _ in range(5):
                 await asyncio.sleep(0)
-        return bytes(transport.out), transport.closed
+        return bytes(transport.out), transport.closed or transport.eof
 
     out, closed = asyncio.run(scenario())
     return seen, out, closed
@@ -103,11 +115,41 @@ def test_a_chunked_body_is_decoded() -> None:
     assert [r.body for r in seen] == [b"abcdefg"] and statuses(out) == [200]
 
 
-def test_a_body_over_the_limit_is_read_then_refused_413_and_the_connection_kept() -> None:
-    seen, out, closed = exchange(b"POST /big HTTP/1.1\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000,
-                                 b"GET /next HTTP/1.1\r\n\r\n", max_body=1024)
-    assert [r.path for r in seen] == ["/next"]  # the refused body never reached the responder
-    assert statuses(out) == [413, 200] and b"exceeds the limit of 1024 bytes" in out and not closed
+def test_a_declared_length_over_the_limit_is_refused_413_before_any_body_and_the_connection_closed() -> None:
+    head = b"POST /big HTTP/1.1\r\nContent-Length: 50000000\r\n\r\n"
+    seen, out, closed = exchange(head, max_body=1024)  # the client sent only the head, and waits
+    assert statuses(out) == [413] and b"request body of 50000000 bytes exceeds the limit of 1024 bytes" in out
+    assert b"connection: close" in out and closed and not seen
+    # what the client sends after is dropped: neither its body nor a request hidden in it reaches the responder
+    seen, out, closed = exchange(head, b"x" * 3000 + b"GET /smuggled HTTP/1.1\r\n\r\n", max_body=1024)
+    assert statuses(out) == [413] and not seen and closed
+
+
+def test_a_refused_connection_closes_when_the_client_does() -> None:
+    async def scenario() -> tuple[bool | None, bool]:
+        async def respond(request: Request) -> Answer:
+            raise AssertionError("a refused request reached the responder")
+
+        connection = _Connection(HttpFront(respond, 10))
+        transport = Transport()
+        connection.connection_made(transport)
+        data = b"POST /big HTTP/1.1\r\nContent-Length: 11\r\n\r\n"
+        room = connection.get_buffer(len(data))
+        room[:len(data)] = data
+        connection.buffer_updated(len(data))
+        assert transport.eof and not transport.closed  # answered, closed for writing, still reading
+        keep_open = connection.eof_received()  # the client closed its side: so does the transport
+        connection.connection_lost(None)
+        return keep_open, connection.linger_timer is None or connection.linger_timer.cancelled()
+
+    keep_open, timer_gone = asyncio.run(scenario())
+    assert not keep_open and timer_gone
+
+
+def test_a_chunked_body_is_refused_413_as_soon_as_it_passes_the_limit() -> None:
+    head = b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    seen, out, closed = exchange(head + b"200\r\n" + b"a" * 512 + b"\r\n", b"300\r\n", max_body=1024)
+    assert statuses(out) == [413] and closed and not seen  # refused on the size line, before its data came
 
 
 def test_expect_100_continue_gets_100_or_an_immediate_413() -> None:
@@ -118,11 +160,55 @@ def test_expect_100_continue_gets_100_or_an_immediate_413() -> None:
     assert statuses(out) == [413] and not seen and closed
 
 
-def test_malformed_requests_and_huge_headers_are_refused_and_closed() -> None:
-    _, out, closed = exchange(b"NOT HTTP AT ALL\r\n\r\n")
-    assert statuses(out) == [400] and closed
+SMUGGLING = {
+    "content-length beside transfer-encoding": b"POST /s HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked"
+                                               b"\r\n\r\n0\r\n\r\n",
+    "two content-lengths": b"POST /s HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+    "a content-length list": b"POST /s HTTP/1.1\r\nContent-Length: 4, 4\r\n\r\nabcd",
+    "a signed content-length": b"POST /s HTTP/1.1\r\nContent-Length: +4\r\n\r\nabcd",
+    "chunked not last": b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+    "chunked twice": b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+    "chunked twice over two lines": b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked"
+                                    b"\r\n\r\n0\r\n\r\n",
+    "a coding that only contains chunked": b"POST /s HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+    "transfer-encoding in HTTP/1.0": b"POST /s HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "a space before the colon": b"POST /s HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+    "a bad chunk size": b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+    "no CRLF after a chunk": b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n",
+    "a NUL in a header": b"POST /s HTTP/1.1\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n",
+    "a folded header": b"POST /s HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 0\r\n\r\n",
+    "not HTTP at all": b"NOT HTTP AT ALL\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SMUGGLING))
+def test_every_ambiguous_framing_is_refused_400_and_closed(shape: str) -> None:
+    seen, out, closed = exchange(SMUGGLING[shape] + b"GET /next HTTP/1.1\r\n\r\n")
+    assert statuses(out) == [400] and closed, out
+    assert not seen  # neither the request nor the one behind it reached the responder
+
+
+def test_a_transfer_coding_the_server_does_not_decode_is_refused_501_even_over_two_lines() -> None:
+    for head in (b"POST /g HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                 b"POST /g HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"):
+        seen, out, closed = exchange(head + b"3\r\nabc\r\n0\r\n\r\n")
+        assert statuses(out) == [501] and b"'gzip' is not supported" in out and closed and not seen
+
+
+def test_huge_headers_are_refused_431_and_closed() -> None:
     _, out, closed = exchange(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
     assert statuses(out) == [431] and closed
+
+
+def test_transfer_codings_are_tokens_over_every_line() -> None:
+    assert transfer_codings([b"gzip, Chunked", b" ,chunked "]) == ("gzip", "chunked", "chunked")
+    assert transfer_codings([b"CHUNKED"]) == ("chunked",)
+    assert body_framing(None, [b"chunked"], "1.1", 10) == Chunked()
+    assert body_framing(b"10", [], "1.1", 10) == Length(10)
+    assert body_framing(b"0", [], "1.1", 10) == NoBody() == body_framing(None, [], "1.1", 10)
+    assert body_framing(b"11", [], "1.1", 10) == Refusal(413, "request body of 11 bytes exceeds the limit of 10 bytes")
+    assert body_framing(None, [b"chunked", b"chunked"], "1.1", 10).status == 400  # type: ignore[union-attr]
+    assert body_framing(None, [b"deflate", b"chunked"], "1.1", 10).status == 501  # type: ignore[union-attr]
 
 
 def test_http_1_0_and_connection_close_end_after_the_answer() -> None:

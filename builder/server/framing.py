@@ -1,0 +1,74 @@
+"""How a request's body is framed, decided once from its head (RFC 9112 §6): no body, a length, or chunked; or
+a refusal, answered before any of the body is read.
+
+Framing is where request smuggling lives: two parties that disagree on where a body ends disagree on where
+the next request starts. So what is ambiguous is refused, never guessed. `httptools` already refuses a
+Content-Length beside a Transfer-Encoding, two Content-Lengths, a length that is not digits, and chunked
+named twice or not last on one line; here the Transfer-Encoding lines are read as what they are, a list of
+codings over any number of lines (`transfer_codings`), so "gzip" on one line and "chunked" on the next is
+not taken for plain chunked. What is refused:
+- a Transfer-Encoding in an HTTP/1.0 request (1.0 has no transfer codings: its framing is faulty), 400;
+- chunked not the last coding, or named twice, 400;
+- any coding but chunked (gzip, deflate...), 501: the server does not decode them (Content-Encoding it does);
+- a declared Content-Length above the limit, 413 at once: the body is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NoBody:
+    pass
+
+
+@dataclass(frozen=True)
+class Length:
+    size: int
+
+
+@dataclass(frozen=True)
+class Chunked:
+    pass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A head whose body will not be read: answered with `status` and `message`, then the connection closed."""
+
+    status: int
+    message: str
+
+
+Framing = NoBody | Length | Chunked | Refusal
+
+
+def transfer_codings(values: Iterable[bytes]) -> tuple[str, ...]:
+    """The codings every Transfer-Encoding line names, in order, lower-cased (a comma list; empty items skipped)."""
+    return tuple(token for value in values for token in (t.strip().lower() for t in value.decode("latin-1").split(","))
+                 if token)
+
+
+def body_framing(content_length: bytes | None, encodings: Iterable[bytes], http_version: str, limit: int) -> Framing:
+    """How the body of a request with this head is framed, or why it is refused. `content_length` is the one
+    Content-Length (httptools has refused two, or one that is not digits), `encodings` every Transfer-Encoding
+    line, `limit` the largest body accepted."""
+    codings = transfer_codings(encodings)
+    if codings:
+        if http_version == "1.0":
+            return Refusal(400, "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request")
+        if codings[-1] != "chunked" or codings.count("chunked") > 1:
+            return Refusal(400, "malformed HTTP request: chunked must be the last transfer coding, and only once")
+        unknown = [c for c in codings if c != "chunked"]
+        if unknown:
+            return Refusal(501, f"transfer coding {unknown[0]!r} is not supported; send the body compressed with "
+                                "Content-Encoding instead")
+        return Chunked()
+    if content_length is None:
+        return NoBody()
+    size = int(content_length)
+    if size > limit:
+        return Refusal(413, f"request body of {size} bytes exceeds the limit of {limit} bytes")
+    return Length(size) if size else NoBody()
