@@ -63,13 +63,23 @@ def keras_cause(text: str) -> str | None:
 _LOCATION = re.compile(r"^(Exception from \S+:\d+:|Check '.*' failed at \S+:\d+:)$")
 
 
+#: Terminal colour codes Keras 3 puts around its messages' key sentence.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Keras 3's wrapper line around an error raised inside a layer's or model's call: the reason follows it.
+_KERAS_CALL = "Exception encountered when calling "
+
+
 def first_line(text: str) -> str:
     """The first non-empty line that is not a source location, whole; a line that ends with ':' announces its
-    reason on the next line, so that line is joined to it (a note never stops before its reason)."""
+    reason on the next line, so that line is joined to it (a note never stops before its reason), and so does
+    Keras 3's "Exception encountered when calling X.call()." wrapper, which says where but not why."""
+    text = _ANSI.sub("", text)
     lines = [line.strip() for line in text.splitlines() if line.strip() and not _LOCATION.match(line.strip())]
     if not lines:
         return ""
     said, rest = lines[0], lines[1:]
+    if said.startswith(_KERAS_CALL) and rest:
+        said, rest = f"{said} {rest[0]}", rest[1:]
     while said.endswith(":") and rest:
         said, rest = f"{said} {rest[0]}", rest[1:]
     return said

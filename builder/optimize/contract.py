@@ -82,7 +82,12 @@ def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarra
                               if s.task == "binary" else quality._is_probabilities(reference[s.name]))
                      for s in contract.outputs}
     losses = prune.losses_for(tasks, probabilities)
-    xs = [x[s.name] for s in in_specs]
+    from builder.optimize.model_io import input_structure
+
+    if input_structure(model) is not None:  # a model built on a dict of inputs is fed that dict
+        xs = [{s.name: x[s.name] for s in in_specs}]
+    else:
+        xs = [x[s.name] for s in in_specs]
     if isinstance(getattr(model, "_nested_outputs", None), Mapping):  # a model that returns a dict: its keys
         return (xs[0] if len(xs) == 1 else xs), {n: labels[n] for n in labels}, {n: losses[n] for n in losses}
     ys = [labels[s.name] for s in out_specs]

@@ -186,10 +186,29 @@ def keras_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, .
     ones; the contract is read again from the exported signature, which holds what the model really returns
     (Keras declares a `StringLookup(invert=True)` output int64; its signature says string).
     """
-    in_names = list(getattr(model, "input_names", None) or [t.name.split(":")[0] for t in model.inputs])
-    inputs = tuple(TensorSpec(n, _dtype_name(t), _shape(t.shape)) for n, t in zip(in_names, model.inputs))
+    inputs = tuple(TensorSpec(n, _dtype_name(t), _shape(t.shape)) for n, t in keras_inputs(model))
     outputs = tuple(TensorSpec(n, _dtype_name(t), _shape(t.shape)) for n, t in keras_outputs(model))
     return inputs, outputs
+
+
+def input_structure(model: Any) -> Mapping[str, Any] | None:
+    """The model's inputs by key when it was built on a dict of inputs (`keras.Model({"age": a, ...}, out)`),
+    else None. Such a model is called with a dict keyed the same way (Keras 3 refuses a list), and its keys are
+    the names a client sends, whatever the Input layers are called and in whatever order `model.inputs` lists
+    them."""
+    structure = next((found for found in (getattr(model, "_inputs_struct", None),  # Keras 3
+                                          getattr(model, "_nested_inputs", None))  # tf_keras
+                      if found is not None), None)
+    return structure if isinstance(structure, Mapping) else None
+
+
+def keras_inputs(model: Any) -> list[tuple[str, Any]]:
+    """(name, symbolic tensor) of each input: a dict-input model's keys, else the input layers' names."""
+    structure = input_structure(model)
+    if structure is not None:
+        return [(str(name), tensor) for name, tensor in structure.items()]
+    in_names = list(getattr(model, "input_names", None) or [t.name.split(":")[0] for t in model.inputs])
+    return list(zip(in_names, model.inputs))
 
 
 def keras_outputs(model: Any) -> list[tuple[str, Any]]:
@@ -237,10 +256,14 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
     in_names = [s.name for s in own_in]
     own_out_names = [s.name for s in own_out]
     out_names = [s.name for s in outputs]
+    by_name = input_structure(like if like is not None else model) is not None
 
     def serve(feed: dict[str, Any]) -> dict[str, Any]:
-        args = [feed[n] for n in in_names]
-        result = model(args[0] if len(args) == 1 else args, training=False)
+        if by_name:  # a model built on a dict of inputs is called with that dict
+            result = model({n: feed[n] for n in in_names}, training=False)
+        else:
+            args = [feed[n] for n in in_names]
+            result = model(args[0] if len(args) == 1 else args, training=False)
         if not isinstance(result, Mapping):
             result = dict(zip(own_out_names, result if isinstance(result, (list, tuple)) else [result]))
         return {n: result[n] for n in out_names}
@@ -389,6 +412,8 @@ def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
                          ) from error
     why = None if graph else ("a subclassed model: tfmot prunes and quantization-aware-trains only "
                               "Sequential/Functional models, so only post-training quantization applies")
+    if graph and is_quantization_aware(model):
+        why = QAT_WHY
     return _from_saved_model(facts, exported, keep, why, keras_model=model if graph else None)
 
 
@@ -475,6 +500,32 @@ def safe_mode_line(path: Path, which: str, text: str, logged_line: str) -> str:
             "it needs neither")
 
 
+#: tfmot's quantization-aware-training classes: a model holding them was trained for int8 already.
+QAT_LAYERS = frozenset({"QuantizeLayer", "QuantizeWrapper", "QuantizeWrapperV2", "QuantizeAnnotate"})
+QAT_WHY = ("a quantization-aware-trained model (tfmot's quantize wrappers): its int8 conversion keeps the ranges "
+           "it learned, and pruning or training it again would lose them")
+
+
+def _tfmot_scope() -> contextlib.AbstractContextManager[Any]:
+    """tfmot's custom-object scope, so a quantization-aware-trained tf_keras model (QuantizeLayer,
+    QuantizeWrapperV2, ...) loads without a module of the user's own; no scope where tfmot is not installed."""
+    try:
+        import tensorflow_model_optimization as tfmot
+    except Exception:  # noqa: BLE001 - tfmot absent or broken: models without its layers still load
+        return contextlib.nullcontext()
+    return tfmot.quantization.keras.quantize_scope()
+
+
+def is_quantization_aware(model: Any) -> bool:
+    """Whether a tf_keras model holds tfmot's QAT layers (fake-quant ranges learned in training)."""
+    return any(type(layer).__name__ in QAT_LAYERS for layer in getattr(model, "layers", ()))
+
+
+def _load_keras2(path: Path) -> Any:
+    with _tfmot_scope():
+        return tfenv.keras().models.load_model(str(path), compile=True)
+
+
 def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = ()) -> LoadedModel:
     """Load MODEL (see module doc). Bad, unreadable or unservable files raise one-line InputErrors.
 
@@ -488,10 +539,9 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
     keep: list[Any] = []
     if facts.format == "tflite":
         return _from_tflite(facts)
-    keras = tfenv.keras()
     if facts.format == "keras2":
         try:
-            model = keras.models.load_model(str(facts.path), compile=True)
+            model = _load_keras2(facts.path)
         except Exception as error:
             raise _keras_load_error(facts, "tf_keras", error, imports) from error
         return _from_keras2(facts, model, keep)
@@ -521,13 +571,15 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
            "post-training quantization applies")
     if (facts.path / "keras_metadata.pb").is_file():
         try:
-            model = keras.models.load_model(str(facts.path), compile=True)
+            model = _load_keras2(facts.path)
         except Exception:  # not loadable as Keras 2: the post-training path from its signature still works
             model = None
         if model is not None and not _is_graph_model(model):
             model, why = None, ("a subclassed Keras model: tfmot prunes and quantization-aware-trains only "
                                 "Sequential/Functional models, so only post-training quantization applies")
     why = None if model is not None else why
+    if model is not None and is_quantization_aware(model):
+        why = QAT_WHY
     return _from_saved_model(facts, facts.path, keep, why, keras_model=model, signature=signature)
 
 

@@ -65,7 +65,9 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
         with staged_dir(out) as staging:  # --out appears whole, or stays as it was
             model, sparsity, prune_notes = prune_step(plan, contract, reference, options, say)
             plan.notes.extend(prune_notes)
-            saved_model = export_step(plan, model, contract, staging, say)
+            saved_model, exported = export_step(plan, model, contract, staging, say)
+            if exported is not model:  # the pruned model could not be exported: the original's is served
+                model, sparsity = exported, None
             produced = convert_step(plan, saved_model, staging, say)
             produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
             results = evaluate_step(produced, staging, plan, contract, reference, options, say)

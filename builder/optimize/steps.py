@@ -35,23 +35,21 @@ def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.n
     recipe, data, loaded = plan.recipe, plan.data, plan.loaded
     if not recipe.pruning or loaded.keras_model is None:
         return loaded.keras_model, None, []
-    x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
-    from builder.errors import TfsmithError
-
-    with stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
-        try:
-            model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
-        except TfsmithError as error:
-            if recipe.name != "auto":
-                raise
-            return loaded.keras_model, None, [f"pruning dropped: {error}"]
     from builder.optimize.model_io import keras_serving_fn
 
     from builder.optimize import tfenv
 
-    tf = tfenv.tensorflow()
-    serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
-    pruned_out = _batched_keras(serve, plan.gate_x, tf)
+    def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
+        x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
+        model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+        serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
+        return model, sparsity, _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
+
+    with stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
+        done = optional(plan, "pruning", "prune", pruned_and_called)
+    if done is None:
+        return loaded.keras_model, None, []
+    model, sparsity, pruned_out = done
     # Judged on fidelity to the original (top-1 agreement / relative error), never on labels: accuracy can
     # rise while the answers change, and that is still a different model.
     metrics, passed, why = quality.judge(pruned_out, reference, {}, contract.outputs,
@@ -68,6 +66,20 @@ def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.n
                              f"original ({why}; agreement {agreement:.3f})"]
 
 
+def optional(plan: Plan, step: str, log: str, work: Callable[[], Any]) -> Any:
+    """`work()`, or None and a note when it fails: every step beyond the original's own SavedModel (pruning,
+    QAT, a conversion, the IR) may drop out, never the model. The note keeps the library's own first error line
+    whole and names the log in OUT/logs that holds its full text."""
+    from builder.optimize.causes import cause, log_text
+
+    try:
+        return work()
+    except Exception as error:  # noqa: BLE001 - whatever a library raises, the run goes on without this step
+        path = plan.log(log, log_text(error, step))
+        plan.notes.append(f"{step} dropped: {cause(error)} (full text: {path})")
+        return None
+
+
 def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
     rows = len(next(iter(x.values())))
     parts = [serve({k: tf.constant(v[i : i + batch]) for k, v in x.items()}) for i in range(0, rows, batch)]
@@ -77,23 +89,31 @@ def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch:
 # --- steps 4-6: export, convert, QAT -------------------------------------------------------------------
 
 
-def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, say: Say) -> Path | None:
-    """The serving SavedModel (the optimized float model, the contract's signature) into staging."""
+def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, say: Say) -> tuple[Path | None, Any]:
+    """The serving SavedModel (the optimized float model, the contract's signature) into staging, and the model
+    it holds: the original's own SavedModel when the pruned model (or the Keras export with `serving_xla`)
+    cannot be exported, with a note saying why."""
     from builder.optimize.model_io import export_keras
 
     loaded, recipe = plan.loaded, plan.recipe
     if loaded.tflite_path is not None:
-        return None
+        return None, model
     target = staging / FILE_NAMES["saved_model"]
     with stage(say, "exporting the serving SavedModel"):
         if model is not None and (model is not loaded.keras_model or recipe.export.xla):
-            export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
-                         xla=recipe.export.xla)
-        else:
-            shutil.copytree(loaded.saved_model_dir, target)
-            if recipe.export.xla:
-                _add_xla(plan, target)
-    return target
+            def exported() -> Any:
+                export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
+                             xla=recipe.export.xla)
+                return model
+
+            step = "pruning" if model is not loaded.keras_model else "the Keras export with serving_xla"
+            if optional(plan, step, "export", exported) is not None:
+                return target, model
+            shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(loaded.saved_model_dir, target)
+        if recipe.export.xla:
+            _add_xla(plan, target)
+    return target, loaded.keras_model
 
 
 def _add_xla(plan: Plan, target: Path) -> None:
@@ -141,6 +161,14 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
                 plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
                                   f"(full text: {log})")
                 continue
+            except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
+                from builder.optimize.causes import cause, log_text
+
+                log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
+                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
+                                  f"(full text: {log})")
+                path.unlink(missing_ok=True)
+                continue
         if format == "tflite_select_tf":
             plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
                               "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
@@ -175,10 +203,13 @@ def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tupl
                 quantized = openvino_ir.quantize_int8(model, plan.data.x_calib, rows)
                 path = openvino_ir.write_ir(quantized, staging / FILE_NAMES["openvino_ir_int8"])
                 produced.append(("openvino_ir_int8", path))
-    except openvino_ir.IRRefused as error:
+    except Exception as error:  # noqa: BLE001 - IRRefused says why in OpenVINO's words; anything else drops the IR too
+        from builder.optimize.causes import cause
+
         missing = ", ".join(FILE_NAMES[f] for f in wanted if f not in dict(produced))
-        log = plan.log("convert-openvino", log_text(error.full_text, "converting to OpenVINO's IR"))
-        plan.notes.append(f"{missing} not written: {error} (full text: {log})")
+        refused = isinstance(error, openvino_ir.IRRefused)
+        log = plan.log("convert-openvino", log_text(error.full_text if refused else error, "converting to OpenVINO's IR"))
+        plan.notes.append(f"{missing} not written: {error if refused else cause(error)} (full text: {log})")
     return produced
 
 
@@ -189,15 +220,20 @@ def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, refe
     recipe = plan.recipe
     if not recipe.quantization.qat or model is None:
         return []
-    x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, reference)
-    with stage(say, f"quantization-aware training{' (pruning-preserving)' if pruned else ''}"):
+    path = staging / FILE_NAMES["tflite_qat_int8"]
+
+    def trained_and_converted() -> Path:
+        x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, reference)
         qat_model = quantize.quantization_aware_train(
             model, x_train, y_train, losses,
             recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=pruned)
-        path = staging / FILE_NAMES["tflite_qat_int8"]
         path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                                               plan.data.x_calib, scratch, like=model))
-    return [("tflite_qat_int8", path)]
+        return path
+
+    with stage(say, f"quantization-aware training{' (pruning-preserving)' if pruned else ''}"):
+        done = optional(plan, "quantization-aware training", "qat", trained_and_converted)
+    return [] if done is None else [("tflite_qat_int8", done)]
 
 
 # --- step 7: evaluate --------------------------------------------------------------------------------
