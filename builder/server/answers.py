@@ -57,7 +57,7 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 
 
 def add_error_answers(app: FastAPI) -> None:
-    """The app's routes answer every failure as the predict lane does (`failure`, `error_body`); a route not
+    """The app's routes answer every failure as the model host does (`failure`, `error_body`); a route not
     found is a 404 and a wrong method a 405 naming every method served at that path (`Allow`)."""
 
     @app.exception_handler(StarletteHTTPException)

@@ -112,9 +112,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     tfs_rest.add_routes(app, plane, config.max_body_bytes, config.max_request_batch)
     v2.add_routes(app, plane, config.max_body_bytes)
-    app.add_middleware(tfs_rest.PredictLane, plane=plane, max_body_bytes=config.max_body_bytes,
-                       max_request_batch=config.max_request_batch)
-    if config.access_log:  # outside the predict lane: it logs those requests too
+    if config.access_log:
         app.add_middleware(AccessLog)
 
     def openapi() -> dict[str, Any]:
@@ -128,8 +126,3 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
-
-
-def set_ready(app: FastAPI, ready: bool) -> None:
-    """Readiness (the v2 health endpoint, HEALTHCHECK, the metric): true once warmed, false when draining."""
-    app.state.plane.set_ready(ready)

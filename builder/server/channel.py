@@ -292,10 +292,6 @@ class FrontEnd:
 # --- the model process's end -----------------------------------------------------------------------------
 
 
-#: Answers one request (`host.ModelHost.answer`).
-Answerer = Callable[[Request], "asyncio.Future[Answer] | Any"]
-
-
 class HostEnd:
     """The model process's end: requests are answered by `answer` as tasks on the running loop (several at
     once: the front keeps up to its window in flight), each answer written into its request's slot."""

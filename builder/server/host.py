@@ -35,8 +35,6 @@ log = logging.getLogger("tfsmith.serve")
 
 V2_INFER_PATH = re.compile(r"/v2/models/([^/:]+)(?:/versions/([^/:]+))?/infer")
 JSON_HEADERS = ((b"content-type", b"application/json"),)
-#: gRPC status number -> code (the front aborts with it).
-GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class Aborted(grpc.aio.AbortError):
@@ -167,7 +165,7 @@ class ModelHost:
             return Answer(500, error_body("internal error"), JSON_HEADERS)
 
     async def _predict(self, request: Request, name: str, version: str | None, label: str | None) -> Answer:
-        """TF Serving's predict, as `tfs_rest.PredictLane` answers it."""
+        """TF Serving's predict: the body (as it lies) through `tfs_rest.PredictCodec` into the data plane."""
         body = bytes(request.body) if not isinstance(request.body, bytes) else request.body
         try:
             content = await self.plane.infer(

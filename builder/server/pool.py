@@ -7,7 +7,6 @@ Interpreters are not thread-safe, so each worker thread owns exactly one backend
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -96,10 +95,3 @@ def measure_pool(pool: BackendPool, samples_path: Path | None, budget_s: float =
                                                    "serving without it", type(error).__name__, error)
         return None
     return stats.median(times) * 1e6
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1

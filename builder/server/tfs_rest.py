@@ -21,12 +21,10 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from builder.server import jsoncodec, tensor_json
-from builder.server.answers import error_body, failure
 from builder.server.bodies import read_limited
-from builder.server.dataplane import Address, ClientGone, DataPlane, Provisional
+from builder.server.dataplane import Address, DataPlane, Provisional
 from builder.server.protocol import (
     PredictCall,
     format_outputs,
@@ -51,7 +49,8 @@ class JSONBody(Response):
 
 
 #: The three predict paths (latest, a version, a label), as the routes below match them (`segment`: no '/'
-#: and no ':'). The lane answers exactly these POSTs; everything else goes through the routes.
+#: and no ':'). The model host (`host`) answers exactly these POSTs straight from the data plane; the routes
+#: below describe them in the API document and answer them where the app alone serves (tests).
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/([^/:]+)|/labels/([^/:]+))?:predict")
 
 
@@ -98,52 +97,6 @@ async def predict_answer(plane: DataPlane, chunks: AsyncIterator[bytes], content
         ENTRYPOINT, Address(name, version, label),
         lambda: read_limited(chunks, max_body_bytes, content_length, content_encoding),
         PredictCodec(max_request_batch))
-
-
-class PredictLane:
-    """Plain ASGI in front of the app for TF Serving's predict POSTs, the hot path.
-
-    The framework's routing, request objects and middleware cost ~0.1 ms of CPU a request, a third of a
-    small model's whole request here (digits CNN: 0.37 ms with it); this answers the three predict paths
-    directly, with the same body limits, answers and error bodies as the routes (which stay, for the API
-    document and for every other method on these paths)."""
-
-    def __init__(self, app: ASGIApp, plane: DataPlane, max_body_bytes: int, max_request_batch: int) -> None:
-        self.app, self.plane = app, plane
-        self.max_body_bytes, self.max_request_batch = max_body_bytes, max_request_batch
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = (PREDICT_PATH.fullmatch(scope["path"])
-                 if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path") else None)
-        if match is None:
-            await self.app(scope, receive, send)
-            return
-        headers = {key: value for key, value in scope["headers"] if key in (b"content-length", b"content-encoding")}
-        length, encoding = headers.get(b"content-length"), headers.get(b"content-encoding")
-        try:
-            answer = await predict_answer(self.plane, _chunks(receive), None if length is None else length.decode(
-                "latin-1"), None if encoding is None else encoding.decode("latin-1"), self.max_body_bytes,
-                self.max_request_batch, *match.groups())
-            status, body = 200, jsoncodec.dumps(answer)
-        except ClientGone:
-            return
-        except Exception as error:  # noqa: BLE001 - answered as the routes answer it; the server keeps serving
-            answer_of = failure(error)
-            status, body = answer_of.status, error_body(answer_of.message)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": body})
-
-
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
-    """The request body's chunks as the ASGI server delivers them."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
 
 
 def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int, max_request_batch: int) -> None:

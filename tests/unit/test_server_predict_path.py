@@ -1,8 +1,7 @@
-"""The predict lane answers exactly the requests the TF Serving predict routes would have taken."""
+"""The model host's predict path (`tfs_rest.PREDICT_PATH`, which `host.ModelHost` answers straight from the data
+plane) takes exactly the requests the TF Serving predict routes of the API document would have taken."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 from fastapi import FastAPI
@@ -30,19 +29,7 @@ def routes_taking(path: str, method: str = "POST") -> set[str]:
     "/v1/models/a:b:predict", "/v1/models/m/versions/3/labels/x:predict", "/v1/models/m:predict/",
     "/v2/models/m/infer", "/v1/models/m/versions/:predict", "/v1/models/m%2Fx:predict",
 ])
-def test_the_lane_takes_exactly_the_predict_routes_paths(path: str) -> None:
+def test_the_predict_path_takes_exactly_the_predict_routes_paths(path: str) -> None:
     lane = tfs_rest.PREDICT_PATH.fullmatch(path) is not None
     assert lane == bool(routes_taking(path) & PREDICT_ROUTES), path
 
-
-def test_other_methods_and_root_paths_go_to_the_app() -> None:
-    seen: list[str] = []
-
-    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-        seen.append(scope["method"])
-
-    lane = tfs_rest.PredictLane(app, plane=None, max_body_bytes=1, max_request_batch=1)  # type: ignore[arg-type]
-    for method, root in (("GET", ""), ("PUT", ""), ("POST", "/prefix")):
-        asyncio.run(lane({"type": "http", "method": method, "path": "/v1/models/m:predict", "root_path": root,
-                          "headers": []}, None, None))  # type: ignore[arg-type]
-    assert seen == ["GET", "PUT", "POST"]

@@ -1,6 +1,6 @@
 """Every protocol's routes through one data plane: one lookup, every route counted, hang-ups not failures.
 
-The adapters (TF Serving REST with its predict lane, the Open Inference Protocol, gRPC) run for real over a
+The adapters (TF Serving REST, the Open Inference Protocol, gRPC) run for real over a
 data plane whose model is a batcher stand-in answering `y = sum(x)` per example; the metrics are the real
 registry, read back as the scrape would.
 """
@@ -24,8 +24,8 @@ from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server import grpc_service, tfs_rest, v2
 from builder.wire import tfs_proto as pb
 from builder.server.answers import add_error_answers
-from builder.server.dataplane import CLIENT_GONE, DataPlane
-from builder.server.metrics import Metrics, status_label
+from builder.server.dataplane import DataPlane
+from builder.server.metrics import Metrics
 from builder.server.protocol import PredictCall, RequestError
 from builder.server.served import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
@@ -60,7 +60,6 @@ def rest_app(plane: DataPlane) -> FastAPI:
     add_error_answers(app)
     tfs_rest.add_routes(app, plane, 1 << 20, 64)
     v2.add_routes(app, plane, 1 << 20)
-    app.add_middleware(tfs_rest.PredictLane, plane=plane, max_body_bytes=1 << 20, max_request_batch=64)
     return app
 
 
@@ -179,7 +178,7 @@ def test_every_route_finds_its_model_through_the_one_lookup(plane: DataPlane, mo
                          ("m", 7, None)]
 
 
-def test_errors_are_written_alike_by_the_predict_lane_and_the_routes(plane: DataPlane) -> None:
+def test_errors_are_written_alike_by_every_route(plane: DataPlane) -> None:
     with TestClient(rest_app(plane)) as client:
         lane = client.post("/v1/models/nope:predict", json={"instances": [[1, 2, 3]]})
         route = client.get("/v1/models/nope/metadata")
@@ -188,25 +187,6 @@ def test_errors_are_written_alike_by_the_predict_lane_and_the_routes(plane: Data
     assert lane.status_code == route.status_code == v2_answer.status_code == 404
     assert lane.json() == route.json() == v2_answer.json() == {"error": "Servable not found for request: Latest(nope)"}
     assert bad.status_code == 400 and bad.json()["error"].startswith("malformed JSON body")
-
-
-def test_a_client_that_disconnects_is_counted_as_gone_not_as_a_failure(plane: DataPlane) -> None:
-    lane = tfs_rest.PredictLane(FastAPI(), plane, 1 << 20, 64)
-    messages = iter([{"type": "http.request", "body": b'{"instances": [[1, ', "more_body": True},
-                     {"type": "http.disconnect"}])
-    sent: list[Any] = []
-
-    async def receive() -> dict[str, Any]:
-        return next(messages)
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "method": "POST", "path": "/v1/models/m:predict", "headers": [(b"content-length", b"99")]}
-    asyncio.run(lane(scope, receive, send))
-    assert sent == []  # nobody to answer
-    assert plane.metrics.counts == {("m", status_label(CLIENT_GONE)): 1}
-    assert status_label(CLIENT_GONE) == "CANCELLED"
 
 
 def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(plane: DataPlane) -> None:

@@ -1,0 +1,165 @@
+"""The model host (`builder.server.host.ModelHost`): the handler every request reaches, in the front's own process
+and in each model process, over a real model (the recorded `tiny_conv.tflite` fixture on LiteRT).
+
+Driven as the front drives it, with the `Request`s it hands over: TF Serving's predict and the Open Inference
+Protocol's infer from the data plane, gRPC's methods with their status codes, every other route through the
+app, its own failures answered 500 / INTERNAL, readiness after a drain; and once more behind the real channel
+to a model process (both ends on one socket pair here), as a model process answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from builder.model.backend import LiteRTBackend
+from builder.server.channel import FrontEnd, HostEnd
+from builder.server.config import ServerConfig
+from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.host import ModelHost
+from builder.wire import tfs_proto as pb
+from builder.wire.tensors import fill_proto, to_array
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.tflite"
+X = np.random.default_rng(7).random((2, 8, 8, 1), dtype=np.float32)
+JSON = ((b"content-type", b"application/json"),)
+PREDICT = f"/{pb.PREDICTION_SERVICE}/Predict"
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    running = asyncio.new_event_loop()
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def host(loop: asyncio.AbstractEventLoop) -> Iterator[ModelHost]:
+    config = ServerConfig(model_path=TINY, model_name="tiny", workers=1, threads=1, max_body_bytes=1 << 16)
+    built = ModelHost(config)
+    loop.run_until_complete(built.start())
+    yield built
+    loop.run_until_complete(built.stop())
+
+
+@pytest.fixture(scope="module")
+def expected() -> np.ndarray:
+    backend = LiteRTBackend(TINY)
+    return np.concatenate([backend.predict("serving_default", {"input_1": X[i:i + 1]})["dense"] for i in range(len(X))])
+
+
+def answer(loop: asyncio.AbstractEventLoop, host: ModelHost, request: Request) -> Answer:
+    return loop.run_until_complete(host.answer(request))
+
+
+def post(path: str, document: Any) -> Request:
+    return Request(HTTP, "POST", json.dumps(document).encode(), path, headers=JSON, client="127.0.0.1:5000")
+
+
+def predict_call(name: str) -> bytes:
+    message = pb.PredictRequest()
+    message.model_spec.name = name
+    fill_proto(message.inputs["input_1"], X, True)
+    return message.SerializeToString()
+
+
+def test_tf_serving_predict_is_answered_from_the_data_plane(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                            expected: np.ndarray) -> None:
+    got = answer(loop, host, post("/v1/models/tiny:predict", {"instances": X.tolist()}))
+    assert got.status == 200 and dict(got.headers)[b"content-type"] == b"application/json"
+    assert np.allclose(json.loads(bytes(got.body))["predictions"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_v2_infer_is_answered_from_the_data_plane(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                  expected: np.ndarray) -> None:
+    document = {"inputs": [{"name": "input_1", "shape": list(X.shape), "datatype": "FP32",
+                            "data": X.ravel().tolist()}]}
+    got = answer(loop, host, post("/v2/models/tiny/infer", document))
+    assert got.status == 200, got.body
+    output = json.loads(bytes(got.body))["outputs"][0]
+    assert output["name"] == "dense" and np.allclose(np.reshape(output["data"], output["shape"]), expected,
+                                                     rtol=1e-5, atol=1e-6)
+
+
+def test_grpc_predict_answers_with_status_codes(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                expected: np.ndarray) -> None:
+    got = answer(loop, host, Request(GRPC, PREDICT, predict_call("tiny"), client="ipv4:127.0.0.1:1"))
+    assert got.status == 0  # OK
+    reply = pb.PredictResponse.FromString(bytes(got.body))
+    assert np.allclose(to_array(reply.outputs["dense"], "dense"), expected, rtol=1e-5, atol=1e-6)
+    unknown = answer(loop, host, Request(GRPC, PREDICT, predict_call("nope")))
+    assert unknown.status == 5 and "nope" in unknown.message  # NOT_FOUND
+    malformed = answer(loop, host, Request(GRPC, PREDICT, b"\xff\xff\xff"))
+    assert malformed.status == 3 and malformed.message == "malformed request message"  # INVALID_ARGUMENT
+
+
+def test_every_other_route_goes_through_the_app(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
+    status = answer(loop, host, Request(HTTP, "GET", b"", "/v1/models/tiny"))
+    assert status.status == 200
+    assert json.loads(bytes(status.body))["model_version_status"][0]["state"] == "AVAILABLE"
+    missing = answer(loop, host, Request(HTTP, "GET", b"", "/nothing/here"))
+    assert missing.status == 404 and "error" in json.loads(bytes(missing.body))
+    wrong = answer(loop, host, Request(HTTP, "PUT", b"", "/v1/models/tiny:predict"))
+    assert wrong.status == 405 and dict(wrong.headers)[b"allow"] == b"POST"
+
+
+def test_bad_requests_are_answered_not_raised(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
+    broken = answer(loop, host, Request(HTTP, "POST", b"{not json", "/v1/models/tiny:predict", headers=JSON))
+    assert broken.status == 400 and json.loads(bytes(broken.body))["error"].startswith("malformed JSON")
+    unknown = answer(loop, host, post("/v2/models/nope/infer", {"inputs": []}))
+    assert unknown.status == 404
+
+
+def test_a_failure_of_its_own_is_answered_500_or_internal(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(host.plane, "infer", broken)
+    rest = answer(loop, host, post("/v1/models/tiny:predict", {"instances": X.tolist()}))
+    assert rest.status == 500 and json.loads(bytes(rest.body)) == {"error": "internal error: RuntimeError: a bug of ours"}
+    call = answer(loop, host, Request(GRPC, PREDICT, predict_call("tiny")))
+    assert call.status == 13  # INTERNAL
+
+
+def test_the_same_answers_behind_the_channel_to_a_model_process(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                               expected: np.ndarray) -> None:
+    async def scenario() -> list[Answer]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        front, model_side = FrontEnd(ours, 2, (1 << 16) + 4096), HostEnd(theirs)
+        await front.start()
+        model_side.hello()
+        serving = asyncio.ensure_future(model_side.serve(host.answer))
+        answers = await asyncio.gather(
+            front.exchange(post("/v1/models/tiny:predict", {"instances": X.tolist()})),
+            front.exchange(Request(GRPC, PREDICT, predict_call("tiny"))))
+        assert model_side.stopped is not None
+        model_side.stopped.set()
+        await serving
+        front.close()
+        theirs.close()
+        return answers
+
+    rest, call = loop.run_until_complete(scenario())
+    assert rest.status == 200 and call.status == 0
+    assert np.allclose(json.loads(bytes(rest.body))["predictions"], expected, rtol=1e-5, atol=1e-6)
+    reply = pb.PredictResponse.FromString(bytes(call.body))
+    assert np.allclose(to_array(reply.outputs["dense"], "dense"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_drained_host_reports_not_ready_and_still_answers(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                            expected: np.ndarray) -> None:
+    assert answer(loop, host, Request(HTTP, "GET", b"", "/v2/health/ready")).status == 200
+    host.drain()
+    try:
+        assert answer(loop, host, Request(HTTP, "GET", b"", "/v2/health/ready")).status == 503
+        got = answer(loop, host, post("/v1/models/tiny:predict", {"instances": X.tolist()}))
+        assert got.status == 200  # requests in flight while draining are still answered
+    finally:
+        host.plane.set_ready(True)
