@@ -179,6 +179,15 @@ class LiteRTBackend(Backend):
             raise InputError(self._refusal(self._model_path, error)) from None
         return True
 
+    def output_quantization(self, signature: str) -> dict[str, tuple[float, int]]:
+        """(scale, zero point) of each quantized output of a signature: a full-integer file answers uint8/int8
+        scores whose real values are (q - zero_point) * scale; float outputs are left out."""
+        runner = self._interpreter.get_signature_runner(signature)  # type: ignore[attr-defined]
+        details = runner.get_output_details()
+        del runner  # it holds tensor views (see `_litert_signatures`)
+        return {name: (float(d["quantization"][0]), int(d["quantization"][1])) for name, d in details.items()
+                if np.dtype(d["dtype"]).kind in "iu" and d["quantization"][0]}
+
     def _fresh(self, error: BaseException) -> str:
         """This error's own text, without the earlier errors LiteRT's reporter keeps in front of it."""
         text = str(error)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from builder.errors import EXIT_GATE_FAILED
-from builder.optimize.contract import check_labels, make_contract
+from builder.optimize.contract import settle_contract
 from builder.optimize.options import DEFAULT_MAX_RELATIVE_ERROR, Options
 from builder.optimize.pipeline import run
 from builder.optimize.planning import explain_lines, make_plan
@@ -33,10 +33,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
         for name, text in plan.logs.items():
             keep_log(name, text, logs)
         reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
-        contract = make_contract(plan.loaded.inputs, plan.loaded.outputs, reference,
-                                 {k: v[:64] for k, v in plan.data.y_val.items()}, dict(plan.recipe.tasks),
-                                 plan.loaded.signature)
-        check_labels(contract, plan.data.y_val, plan.data.y_train)
+        contract = settle_contract(plan, reference, rows=64)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
     if plan.loaded.others:
         lines.append(f"signatures: {contract.signature} (the contract), " + ", ".join(plan.loaded.others)

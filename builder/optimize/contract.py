@@ -16,50 +16,99 @@ from builder.report import ModelContract, OutputSpec, TensorSpec
 
 def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], reference: Mapping[str, np.ndarray],
                   labels: Mapping[str, np.ndarray], overrides: Mapping[str, str],
-                  signature: str = "serving_default") -> ModelContract:
-    """The original's signature plus a task per output (inferred, or the recipe's override), with why."""
+                  signature: str = "serving_default",
+                  quantized: Mapping[str, tuple[float, int]] | None = None) -> ModelContract:
+    """The original's signature plus a task per output (inferred, or the recipe's override), with why.
+
+    `quantized`: (scale, zero point) of the outputs a full-integer model answers in uint8/int8 (scores)."""
     from builder.optimize.quality import infer_task
 
     specs = []
     for t in outputs:
-        task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name))
+        task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name),
+                               (quantized or {}).get(t.name))
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
     return ModelContract(tuple(inputs), tuple(specs), signature)
 
 
-def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None) -> None:
-    """Labels that cannot be judged with their output's task are one line now, before any work."""
-    from builder.errors import InputError
-    from builder.optimize.quality import EXACT, binary_labels, class_ids
+def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | None = None) -> ModelContract:
+    """The contract of the plan's model, with DATA's labels checked against it: labels that fit no task are set
+    aside (`check_labels`: a note each; `plan.data` keeps only the others), and fine-tuning, which needs a label
+    for every output, is skipped with a note when the training labels of one are set aside.
 
-    for split, labels in (("y_val", y_val), ("y_train", y_train or {})):
-        for spec in contract.outputs:
-            if spec.name not in labels:
+    `rows`: judge the task on the first rows only (`--explain` reads a few)."""
+    from dataclasses import replace
+
+    loaded, data = plan.loaded, plan.data
+    y_val = {k: v[:rows] for k, v in data.y_val.items()} if rows else data.y_val
+
+    def contract_with(labels: Mapping[str, np.ndarray]) -> ModelContract:
+        return make_contract(loaded.inputs, loaded.outputs, reference, labels, dict(plan.recipe.tasks),
+                             loaded.signature, loaded.quantized_outputs)
+
+    contract = contract_with(y_val)
+    dropped, notes = check_labels(contract, data.y_val, data.y_train)
+    if not dropped:
+        return contract
+    plan.notes.extend(notes)
+    keep = lambda labels: {k: v for k, v in (labels or {}).items() if k not in dropped}  # noqa: E731
+    plan.data = replace(data, y_val=keep(data.y_val), y_train=keep(data.y_train) if data.y_train is not None else None)
+    recipe = plan.recipe
+    if recipe.pruning or recipe.quantization.qat:
+        plan.recipe = replace(recipe, pruning=None, quantization=replace(recipe.quantization, qat=False))
+        plan.notes.append(f"pruning and QAT skipped: fine-tuning needs a label for every output, and those of "
+                          f"{', '.join(sorted(dropped))} are set aside")
+    return contract_with(keep(y_val))
+
+
+def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None
+                 ) -> tuple[set[str], list[str]]:
+    """Labels are hints: those that cannot be judged with their output's task are set aside, each with a note,
+    and that output is judged by agreement with the original model as it is without labels.
+
+    Returns (the outputs whose labels are set aside, the notes)."""
+    from builder.errors import InputError
+    from builder.optimize.quality import EXACT, binary_labels, class_ids, shape_positions
+
+    dropped: set[str] = set()
+    notes: list[str] = []
+    for spec in contract.outputs:
+        for split, labels in (("y_val", y_val), ("y_train", y_train or {})):
+            if spec.name not in labels or spec.name in dropped:
                 continue
             key = f"{split}/{spec.name}" if len(contract.outputs) > 1 else split
             y = np.asarray(labels[spec.name])
-            if spec.task == EXACT:
-                columns = int(np.prod([d or 1 for d in spec.shape[1:]]))
-                if len(y) and y.reshape(len(y), -1).shape[1] != columns and spec.shape[1:] and None not in spec.shape[1:]:
-                    raise InputError(f"data: {key} has shape {y.shape}; output {spec.name!r} is "
-                                     f"{_shape_text(spec.shape)} ({spec.task_why})")
-            elif spec.task == "classification":
-                class_ids(y, int(spec.shape[-1] or 1), f"data: {key} ({spec.name} is {spec.task_why})")
-            elif spec.task == "binary":
-                binary_labels(y, f"data: {key} ({spec.name} is {spec.task_why})")
-            elif y.reshape(len(y), -1).shape[1] != int(np.prod([d or 1 for d in spec.shape[1:]])):
-                raise InputError(f"data: {key} has shape {y.shape}; regression output {spec.name!r} is "
-                                 f"{_shape_text(spec.shape)}")
+            columns = int(np.prod([d or 1 for d in spec.shape[1:]]))
+            try:
+                if spec.task == EXACT:
+                    if len(y) and y.reshape(len(y), -1).shape[1] != columns and spec.shape[1:] and None not in spec.shape[1:]:
+                        raise InputError(f"{key} has shape {y.shape}; output {spec.name!r} is "
+                                         f"{_shape_text(spec.shape)} ({spec.task_why})")
+                elif spec.task == "classification":
+                    class_ids(y, int(spec.shape[-1] or 1), key, shape_positions(spec.shape))
+                elif spec.task == "binary":
+                    binary_labels(y, key)
+                elif y.reshape(len(y), -1).shape[1] != columns:
+                    raise InputError(f"{key} has shape {y.shape}; regression output {spec.name!r} is "
+                                     f"{_shape_text(spec.shape)}")
+            except InputError as error:
+                dropped.add(spec.name)
+                notes.append(f"labels of {spec.name!r} set aside: {error}; it is judged by agreement with the "
+                             "original model, as without labels")
+    return dropped, notes
 
 
 def training_labels(contract: ModelContract, y: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Labels as the fine-tuning losses want them: class ids for classification, float values otherwise."""
-    from builder.optimize.quality import class_ids
+    from builder.optimize.quality import class_ids, shape_positions
 
     out = {}
     for spec in contract.outputs:
         if spec.task == "classification":
-            out[spec.name] = class_ids(y[spec.name], int(spec.shape[-1] or 1), f"y_train/{spec.name}")
+            answers = shape_positions(spec.shape)
+            out[spec.name] = class_ids(y[spec.name], int(spec.shape[-1] or 1), f"y_train/{spec.name}", answers)
+            if answers > 1:  # [N, *positions]: sparse cross-entropy against the [N, *positions, classes] output
+                out[spec.name] = out[spec.name].reshape(len(out[spec.name]), *[d or 1 for d in spec.shape[1:-1]])
         else:
             out[spec.name] = np.asarray(y[spec.name], dtype=np.float32)
     return out

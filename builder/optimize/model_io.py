@@ -125,6 +125,8 @@ class LoadedModel:
     #: the original's other signatures (`embed`, `score_pair`, ...): name -> (inputs, outputs); each is kept
     #: and judged (`builder.optimize.signatures`)
     others: dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = field(default_factory=dict)
+    #: (scale, zero point) of each output a full-integer .tflite answers in uint8/int8: scores, not ids
+    quantized_outputs: dict[str, tuple[float, int]] = field(default_factory=dict)
     _predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = field(repr=False, default=None)  # type: ignore[assignment]
     _predict_other: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = field(repr=False, default=None)
     _keep: list[Any] = field(default_factory=list, repr=False)  # temp dirs and loaded objects kept alive
@@ -447,7 +449,8 @@ def _from_tflite(facts: ModelFacts) -> LoadedModel:
                        tflite_path=facts.path, params=None,
                        trainable_why_not="a .tflite file: it is already converted, so it is evaluated and measured "
                                          "as it is (no pruning, QAT or re-quantization)",
-                       signature=key, others=others, _predict=predict, _predict_other=predict_other, _keep=[backend])
+                       signature=key, others=others, quantized_outputs=backend.output_quantization(key),
+                       _predict=predict, _predict_other=predict_other, _keep=[backend])
 
 
 def import_user_modules(names: tuple[str, ...]) -> None:

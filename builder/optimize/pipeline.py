@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 
-from builder.optimize.contract import check_labels, make_contract
+from builder.optimize.contract import settle_contract
 from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
@@ -50,9 +50,8 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     data, loaded = plan.data, plan.loaded
     with stage(say, "the original model's outputs on the held-out rows"):
         reference = loaded.predict(plan.gate_x)
-    contract = make_contract(loaded.inputs, loaded.outputs, reference, data.y_val, dict(plan.recipe.tasks),
-                             loaded.signature)
-    check_labels(contract, data.y_val, data.y_train)
+    contract = settle_contract(plan, reference)
+    data = plan.data  # without the labels that fit no task
     if loaded.others:  # every other signature is kept and judged too, on rows of its own
         from builder.optimize import signatures as sigs
 

@@ -59,15 +59,56 @@ def _is_probabilities(outputs: np.ndarray) -> bool:
                 and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
 
 
-def _are_class_ids(labels: np.ndarray, columns: int) -> bool:
+def positions(outputs: np.ndarray) -> int:
+    """How many answers a row holds: 1 for scores [N, classes], and H*W for a softmax per pixel [N, H, W, classes]
+    (per token, per frame alike): every axis between the batch and the last one."""
+    return shape_positions(np.asarray(outputs).shape)
+
+
+def shape_positions(shape: tuple[int | None, ...]) -> int:
+    """`positions` of an output of this shape (a dimension of any size counts as one)."""
+    return int(np.prod([d or 1 for d in shape[1:-1]])) if len(shape) > 2 else 1
+
+
+def per_position(outputs: np.ndarray) -> np.ndarray:
+    """[N, ..., classes] as one row per answer, [N * positions, classes]; [N, classes] as it is."""
+    values = np.asarray(outputs)
+    return values.reshape(-1, values.shape[-1]) if values.ndim > 2 else values
+
+
+def _is_softmax_per_position(outputs: np.ndarray) -> bool:
+    """A softmax over the last axis at every position of a row (a class per pixel, token or frame)."""
+    values = np.asarray(outputs)
+    return bool(values.ndim > 2 and values.shape[-1] > 1 and values.dtype.kind == "f"
+                and _is_probabilities(per_position(values)))
+
+
+def _are_class_ids(labels: np.ndarray, columns: int, answers: int = 1) -> bool:
+    """Labels that name one of `columns` classes for each of a row's `answers` positions: ids ([N], [N, 1],
+    [N, *positions], [N, *positions, 1]) or one-hot rows ([N, classes], [N, *positions, classes])."""
     labels = np.asarray(labels)
-    if labels.ndim == 2 and labels.shape[1] == columns and columns > 1:
-        return bool(np.all((labels == 0) | (labels == 1)) and np.all(labels.sum(axis=1) == 1))  # one-hot
-    flat = labels.reshape(len(labels), -1)
-    if flat.shape[1] != 1 or labels.dtype.kind not in "iubf":
+    if not len(labels) or labels.dtype.kind not in "iubf":
         return False
-    values = flat[:, 0]
-    return bool(np.all(np.mod(values, 1) == 0) and values.min() >= 0 and values.max() < columns)
+    if columns > 1 and labels.shape[-1] == columns and labels.size == len(labels) * answers * columns and labels.ndim >= 2:
+        hot = labels.reshape(-1, columns)
+        if np.all((hot == 0) | (hot == 1)) and np.all(hot.sum(axis=1) == 1):
+            return True
+    flat = labels.reshape(len(labels), -1)
+    if flat.shape[1] != answers:
+        return False
+    return bool(np.all(np.mod(flat, 1) == 0) and flat.min() >= 0 and flat.max() < columns)
+
+
+#: Integer dtypes a quantized model answers scores in (a full-integer .tflite's uint8 or int8 output).
+QUANTIZED_SCORES = frozenset({"uint8", "int8"})
+
+
+def dequantized(values: np.ndarray, quantization: tuple[float, int] | None) -> np.ndarray:
+    """A quantized output's real values, (q - zero_point) * scale; float values as they are."""
+    if quantization is None or not quantization[0]:
+        return np.asarray(values)
+    scale, zero_point = quantization
+    return (np.asarray(values, dtype=np.float64) - zero_point) * scale
 
 
 BINARY = "binary"
@@ -114,19 +155,26 @@ def exact_kind(values: np.ndarray) -> str:
 
 
 def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
-               override: str | None = None) -> tuple[str, str]:
+               override: str | None = None, quantization: tuple[float, int] | None = None) -> tuple[str, str]:
     """(task, why) for one output from the original model's outputs on the held-out rows and its labels.
 
-    An output whose values are not floats is exact; a recipe may judge integers by another task (they are
-    numbers too), never strings or booleans (InputError)."""
+    An output whose values are not floats is exact, except a quantized model's uint8/int8 scores
+    (`quantization`: their scale and zero point), which are scores; a recipe may judge integers by another
+    task (they are numbers too), never strings or booleans (InputError)."""
     if override and is_exact(outputs) and np.asarray(outputs).dtype.kind not in "iu" and override != EXACT:
         raise InputError(f"recipe: [tasks] {name} = \"{override}\": {name!r} answers {exact_kind(outputs)}, which "
                          f"can only be judged by exact agreement (\"{EXACT}\")")
     if override:
         return override, f"set in the recipe ([tasks] {name} = \"{override}\")"
+    values = np.asarray(outputs)
+    if values.dtype.name in QUANTIZED_SCORES and quantization is not None and quantization[0]:
+        return _quantized_task(values, labels, quantization)
     if is_exact(outputs):
         return EXACT, (f"{exact_kind(outputs)}, not scores: every value must be the original's (judged by exact "
                        "agreement, never as numbers)")
+    if _is_softmax_per_position(values):
+        return "classification", (f"a softmax over the last axis ({values.shape[-1]} classes) at each of "
+                                   f"{positions(values)} positions a row: judged per position")
     columns = _rows(outputs).shape[1]
     if columns == 1 and labels is not None and _are_binary_labels(labels):
         return BINARY, "one column and labels that are 0/1: a yes/no answer, judged at a 0.5 threshold"
@@ -144,15 +192,39 @@ def infer_task(name: str, outputs: np.ndarray, labels: np.ndarray | None,
     return "regression", f"{columns} columns and labels that are values, not class ids"
 
 
-def class_ids(labels: np.ndarray, columns: int, where: str) -> np.ndarray:
-    """Labels as class ids (N,): from ids (N,)/(N,1) or one-hot (N, classes); InputError otherwise."""
+def _quantized_task(values: np.ndarray, labels: np.ndarray | None, quantization: tuple[float, int]
+                    ) -> tuple[str, str]:
+    """A quantized model's uint8/int8 output: scores whose real values are (q - zero_point) * scale."""
+    real = dequantized(values, quantization)
+    what = f"{values.dtype.name} scores of a quantized model (scale {quantization[0]:.4g}, zero point {quantization[1]})"
+    columns = real.shape[-1] if real.ndim > 1 else 1
+    answers = positions(real)
+    step = quantization[0] * columns  # rounding moves each row's sum by up to a step per column
+    rows = per_position(real) if real.ndim > 2 else real.reshape(len(real), -1)
+    probabilities = bool(columns > 1 and rows.size and np.all(rows >= -1e-6)
+                         and np.allclose(rows.sum(axis=1), 1.0, atol=max(1e-3, step)))
+    if columns > 1 and (probabilities or (labels is not None and _are_class_ids(labels, columns, answers))):
+        return "classification", f"{what}: {columns} classes" + (", probabilities once dequantized" if probabilities
+                                                                  else " and labels that are class ids")
+    if columns == 1 and labels is not None and _are_binary_labels(labels):
+        return BINARY, f"{what}: one column and labels that are 0/1"
+    return "regression", f"{what}: judged as values"
+
+
+def class_ids(labels: np.ndarray, columns: int, where: str, answers: int = 1) -> np.ndarray:
+    """Labels as class ids: [N] for one answer a row, [N, answers] for a softmax per position; from ids or
+    one-hot rows at any rank (see `_are_class_ids`); InputError otherwise."""
     labels = np.asarray(labels)
-    if labels.ndim == 2 and labels.shape[1] == columns and columns > 1:
-        return np.argmax(labels, axis=1)
-    if not _are_class_ids(labels, columns):
-        raise InputError(f"{where}: expected class ids 0..{columns - 1} or one-hot rows for a classification "
+    if not _are_class_ids(labels, columns, answers):
+        shape = "" if answers == 1 else f" for each of {answers} positions a row"
+        raise InputError(f"{where}: expected class ids 0..{columns - 1} or one-hot rows{shape} for a classification "
                          f"output (got shape {labels.shape}, dtype {labels.dtype})")
-    return labels.reshape(len(labels)).astype(np.int64)
+    if columns > 1 and labels.ndim >= 2 and labels.shape[-1] == columns and labels.size == len(labels) * answers * columns:
+        ids = np.argmax(labels.reshape(len(labels), answers, columns), axis=-1)
+    else:
+        ids = labels.reshape(len(labels), answers)
+    ids = ids.astype(np.int64)
+    return ids.reshape(len(labels)) if answers == 1 else ids
 
 
 #: Share of rows answered with one class above which top-1 agreement cannot judge an artifact.
@@ -279,9 +351,14 @@ def output_metric(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, l
         return _answers_metric(spec, "binary", "agreement with the original's answers", answers, answers_orig,
                                truth, agreement, cannot, relative, max_abs, max_accuracy_drop, max_relative_error)
     if spec.task == "classification":
+        answers = positions(original)
+        if answers > 1:  # a softmax per pixel, token or frame: each position is one answer
+            outputs, original = per_position(outputs), per_position(original)
         rms = float(np.sqrt(np.mean((_rows(outputs) - _rows(original)) ** 2))) if _rows(original).size else 0.0
-        truth = class_ids(labels, _rows(original).shape[1], f"labels of {spec.name}") if labels is not None else None
-        return _answers_metric(spec, "classification", "top-1 agreement with the original", top1(outputs),
+        truth = (class_ids(labels, _rows(original).shape[1], f"labels of {spec.name}", answers).reshape(-1)
+                 if labels is not None else None)
+        what = "classification" if answers == 1 else f"classification at {answers} positions a row"
+        return _answers_metric(spec, what, "top-1 agreement with the original", top1(outputs),
                                top1(original), truth, agreement_of(outputs, original),
                                why_agreement_cannot_judge(original, rms), relative, max_abs, max_accuracy_drop,
                                max_relative_error)
