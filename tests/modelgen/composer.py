@@ -1,0 +1,85 @@
+"""Seeded composition of model specs from the catalog: the same (seed, count) gives the same models, always.
+
+Property-style, not exhaustive: the families come round-robin in a seeded order (so any `len(FAMILIES)`
+consecutive models cover every family, and a small `make test` count still spreads over families), and every
+other choice (Keras flavour, format, I/O forms, dtypes, precision, labels) is drawn from what the family allows.
+Pure: no TensorFlow, so unit tests can check reproducibility and coverage in milliseconds.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tests.modelgen.catalog import (AUX_INPUTS, AUX_OUTPUTS, DICT, FAMILIES, FAMILY, LABELS_FOR, LIST, MIXED,
+                                    NO_TFLITE, SEGMENTATION, SINGLE, TFLITE, TFLITE_UINT8, Family, ModelSpec)
+
+#: share of models drawn in mixed precision where the family allows it (most users train in float32)
+MIXED_SHARE = 0.25
+
+
+def family_order(seed: int) -> list[Family]:
+    """Every family once, in an order that depends only on the seed."""
+    order = list(FAMILIES)
+    random.Random(f"families-{seed}").shuffle(order)
+    return order
+
+
+def compose_one(seed: int, index: int) -> ModelSpec:
+    """The index-th model of a seed. Depends on (seed, index) alone, so `-k` on an id rebuilds the same model."""
+    order = family_order(seed)
+    family = order[index % len(order)]
+    rng = random.Random(f"model-{seed}-{index}")
+    variant = rng.choice(family.variants)
+    keras = rng.choice(family.kerases)
+    formats = list(family.formats)
+    if variant == "stateful" or family.name == "preprocessing":
+        # A stateful RNN's states and the lookups' string tables have no TFLite builtins: a user with one of
+        # these keeps a Keras file or a SavedModel (a .tflite of theirs is the converter's refusal, not ours).
+        formats = [f for f in formats if f not in (TFLITE, TFLITE_UINT8)]
+    if family.name in NO_TFLITE:
+        formats = [f for f in formats if f not in (TFLITE, TFLITE_UINT8)]
+    fmt = rng.choice(formats)
+    inputs = rng.choice(family.input_forms)
+    outputs = rng.choice(family.output_forms)
+    if fmt in (TFLITE, TFLITE_UINT8):
+        precision = "float32"  # a user's .tflite is converted from a float model
+    else:
+        precision = MIXED if MIXED in family.precisions and rng.random() < MIXED_SHARE else "float32"
+    task = rng.choice(family.tasks)
+    if task == SEGMENTATION and outputs == SINGLE and rng.random() < 0.5:
+        outputs = rng.choice([o for o in family.output_forms if o != SINGLE] or [SINGLE])
+    labels = rng.choice(LABELS_FOR[task])
+    aux_input = rng.choice(AUX_INPUTS) if inputs in (LIST, DICT) and family.name != "preprocessing" else "none"
+    # a bool answer is a thresholded op with no layer name of its own: only a dict key names it
+    aux_output = rng.choice(AUX_OUTPUTS if outputs == DICT else ("score",)) if outputs in (LIST, DICT) else "none"
+    if family.name == "tf_module":
+        aux_output = "none"  # its outputs are its signatures' own dicts
+    one_to_one = inputs == SINGLE and outputs == SINGLE
+    data_form = rng.choice(["single", "named"]) if one_to_one else "named"
+    return ModelSpec(seed=seed, index=index, family=family.name, variant=variant, keras=keras, fmt=fmt,
+                     inputs=inputs, outputs=outputs, task=task, labels=labels, precision=precision,
+                     aux_input=aux_input, aux_output=aux_output, data_form=data_form)
+
+
+def compose(seed: int, count: int, start: int = 0) -> list[ModelSpec]:
+    """`count` models of a seed, from index `start`."""
+    return [compose_one(seed, i) for i in range(start, start + count)]
+
+
+def by_id(model_id: str) -> ModelSpec:
+    """The spec an id names (ids start `s<seed>-<index>-`): how a failure printed by the test is rebuilt."""
+    seed_part, index_part = model_id.split("-")[:2]
+    spec = compose_one(int(seed_part[1:]), int(index_part))
+    if spec.id != model_id:
+        raise ValueError(f"{model_id!r} is not what seed {seed_part[1:]} index {index_part} composes ({spec.id})")
+    return spec
+
+
+def check_family(spec: ModelSpec) -> None:
+    """A spec only the catalog allows (the unit tests run this over many seeds)."""
+    family = FAMILY[spec.family]
+    assert spec.variant in family.variants and spec.keras in family.kerases and spec.fmt in family.formats
+    assert spec.inputs in family.input_forms and spec.outputs in family.output_forms
+    assert spec.task in family.tasks and spec.labels in LABELS_FOR[spec.task]
+    assert spec.precision in family.precisions
+    assert spec.data_form == "named" or (spec.inputs == SINGLE and spec.outputs == SINGLE)
