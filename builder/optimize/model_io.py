@@ -127,6 +127,11 @@ class LoadedModel:
     others: dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = field(default_factory=dict)
     #: (scale, zero point) of each output a full-integer .tflite answers in uint8/int8: scores, not ids
     quantized_outputs: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: the SavedModel conversions start from when it is not `saved_model_dir`: a mixed-precision model's float32
+    #: twin (same weights), since the TFLite builtins have no float16 convolution
+    convert_from: Path | None = None
+    #: what loading found that the run's notes should say (a mixed-precision model's float32 twin, ...)
+    notes: list[str] = field(default_factory=list)
     _predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = field(repr=False, default=None)  # type: ignore[assignment]
     _predict_other: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = field(repr=False, default=None)
     _keep: list[Any] = field(default_factory=list, repr=False)  # temp dirs and loaded objects kept alive
@@ -529,6 +534,70 @@ def _load_keras2(path: Path) -> Any:
         return tfenv.keras().models.load_model(str(path), compile=True)
 
 
+MIXED_NOTE = ("mixed precision ({policy}): the .tflite files and OpenVINO's IR are converted from a float32 copy of "
+              "the model with the same weights (the TFLite builtins have no float16 convolution), and each is judged "
+              "against the original")
+
+
+def mixed_policy(model: Any) -> str | None:
+    """The mixed-precision policy a Keras model computes in (`mixed_float16`, `mixed_bfloat16`), or None."""
+    for layer in getattr(model, "layers", ()):
+        name = getattr(getattr(layer, "dtype_policy", None), "name", "")
+        if str(name).startswith("mixed_"):
+            return str(name)
+    return None
+
+
+def _float32_config(config: Any) -> Any:
+    """A Keras config with every mixed-precision dtype policy replaced by float32 (tf_keras and Keras 3 spell
+    a policy as a string or as a serialized `Policy`/`DTypePolicy`)."""
+    if isinstance(config, dict):
+        out = {}
+        for key, value in config.items():
+            if key == "dtype" and isinstance(value, str) and value.startswith("mixed_"):
+                value = "float32"
+            elif key == "dtype" and isinstance(value, dict) and str(value.get("config", {}).get("name", "")).startswith("mixed_"):
+                value = {**value, "config": {**value["config"], "name": "float32"}}
+            out[key] = _float32_config(value)
+        return out
+    if isinstance(config, list):
+        return [_float32_config(item) for item in config]
+    return config
+
+
+def float32_twin(model: Any) -> Any:
+    """The same model computing in float32: rebuilt from its config without the mixed policy, with its weights
+    (a mixed-precision model keeps its variables in float32 already)."""
+    twin = type(model).from_config(_float32_config(model.get_config()))
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def _with_float32_twin(loaded: LoadedModel, model: Any, keras3: bool) -> LoadedModel:
+    """A mixed-precision model gets its float32 twin exported for the conversions (`convert_from`) and, where
+    tfmot may fine-tune it, as the model pruning and QAT start from; the original's SavedModel stays the floor."""
+    policy = mixed_policy(model)
+    if policy is None:
+        return loaded
+    staging = tempfile.TemporaryDirectory(prefix="tfsmith-float32-")
+    loaded._keep.append(staging)
+    exported = Path(staging.name) / "saved_model"
+    try:
+        with _tfmot_scope():
+            twin = float32_twin(model)
+        export_keras(twin, exported, loaded.inputs, loaded.outputs, keras3=keras3, like=model)
+    except Exception as error:  # noqa: BLE001 - the original still converts as it is, or says why it cannot
+        from builder.optimize.causes import cause
+
+        loaded.notes.append(f"mixed precision ({policy}): no float32 copy for the conversions: {cause(error)}")
+        return loaded
+    loaded.convert_from = exported
+    if loaded.keras_model is not None:
+        loaded.keras_model = twin
+    loaded.notes.append(MIXED_NOTE.format(policy=policy))
+    return loaded
+
+
 def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = ()) -> LoadedModel:
     """Load MODEL (see module doc). Bad, unreadable or unservable files raise one-line InputErrors.
 
@@ -547,7 +616,7 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             model = _load_keras2(facts.path)
         except Exception as error:
             raise _keras_load_error(facts, "tf_keras", error, imports) from error
-        return _from_keras2(facts, model, keep)
+        return _with_float32_twin(_from_keras2(facts, model, keep), model, keras3=False)
     if facts.format == "keras3":
         tfenv.tensorflow()
         try:
@@ -567,7 +636,7 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
         why = (f"a Keras {facts.keras_version} model: tfmot prunes and quantization-aware-trains only Keras 2 "
                "(tf_keras) models, so only post-training quantization applies")
-        return _from_saved_model(facts, exported, keep, why)
+        return _with_float32_twin(_from_saved_model(facts, exported, keep, why), model3, keras3=True)
     # SavedModel: a Keras 2 SavedModel (keras_metadata.pb) also loads as a model (for pruning/QAT).
     model = None
     why = ("a SavedModel without a Keras 2 Sequential/Functional model inside: pruning and QAT need one, so only "
@@ -583,7 +652,8 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
     why = None if model is not None else why
     if model is not None and is_quantization_aware(model):
         why = QAT_WHY
-    return _from_saved_model(facts, facts.path, keep, why, keras_model=model, signature=signature)
+    loaded = _from_saved_model(facts, facts.path, keep, why, keras_model=model, signature=signature)
+    return _with_float32_twin(loaded, model, keras3=False) if model is not None else loaded
 
 
 def copy_original(loaded: LoadedModel, destination: Path) -> None:

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 
 from builder.optimize.contract import settle_contract
@@ -67,7 +68,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             saved_model, exported = export_step(plan, model, contract, staging, say)
             if exported is not model:  # the pruned model could not be exported: the original's is served
                 model, sparsity = exported, None
-            produced = convert_step(plan, saved_model, staging, say)
+            produced = convert_step(plan, saved_model, conversion_source(plan, saved_model, sparsity), staging, say)
             produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
             results = evaluate_step(produced, staging, plan, contract, reference, options, say)
             with stage(say, "the float baseline (SavedModel signature)"):
@@ -125,6 +126,12 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
         loaded.close()
 
     return Optimized(report=report, out=Path(options.out))
+
+
+def conversion_source(plan: Any, saved_model: Path | None, sparsity: Any) -> Path | None:
+    """The SavedModel the .tflite files and the IR are converted from: the served one, except for a
+    mixed-precision model not pruned, whose float32 twin converts where the original cannot."""
+    return saved_model if sparsity is not None else (plan.loaded.convert_from or saved_model)
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:

@@ -157,6 +157,7 @@ def make_plan(options: Options, say: Say) -> Plan:
                                  loaded.tflite_path is not None)
     if loaded.trainable_why_not and not notes:
         notes.append(f"the model is {loaded.trainable_why_not}")
+    notes.extend(loaded.notes)
     unknown = sorted({name for name, _ in recipe.tasks} - {t.name for t in loaded.outputs})
     if unknown:
         from builder.errors import InputError
@@ -212,7 +213,7 @@ def _probe_conversion(loaded: Any) -> Any:
     from builder.optimize import quantize
 
     try:
-        quantize.convert_saved_model(loaded.saved_model_dir, "fp32", signature=loaded.signature)
+        quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32", signature=loaded.signature)
     except quantize.ConversionFailed as error:
         return error
     return None

@@ -100,7 +100,9 @@ def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, 
         return None, model
     target = staging / FILE_NAMES["saved_model"]
     with stage(say, "exporting the serving SavedModel"):
-        if model is not None and (model is not loaded.keras_model or recipe.export.xla):
+        # the original re-exported from Keras only to add serving_xla, and never a mixed-precision model's
+        # float32 twin in its place: that one is only converted
+        if model is not None and (model is not loaded.keras_model or (recipe.export.xla and loaded.convert_from is None)):
             def exported() -> Any:
                 export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                              xla=recipe.export.xla)
@@ -130,7 +132,10 @@ def _add_xla(plan: Plan, target: Path) -> None:
         plan.notes.append(f"xla: serving_xla not added: {cause(error)} (full text: {log})")
 
 
-def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) -> list[tuple[str, Path]]:
+def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, staging: Path, say: Say
+                 ) -> list[tuple[str, Path]]:
+    """The served SavedModel, then each .tflite of the recipe and OpenVINO's IR, converted from `source` (the
+    served SavedModel, or a mixed-precision model's float32 twin); a conversion that fails is a note."""
     from builder.optimize import quantize
     from builder.optimize.model_io import copy_original
 
@@ -138,7 +143,7 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
         path = staging / FILE_NAMES["tflite_original"]
         copy_original(plan.loaded, path)
         return [("tflite_original", path)]
-    assert saved_model is not None
+    assert saved_model is not None and source is not None
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
     from builder.optimize import signatures as sigs
@@ -153,7 +158,7 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
         with stage(say, f"converting to TFLite {mode}"):
             path = staging / FILE_NAMES[format]
             try:
-                path.write_bytes(quantize.convert_saved_model(saved_model, mode, plan.data.x_calib, plan.notes,
+                path.write_bytes(quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
                                                               signature=signature, others=others,
                                                               other_calib=other_calib))
             except quantize.ConversionFailed as error:
@@ -174,7 +179,7 @@ def convert_step(plan: Plan, saved_model: Path | None, staging: Path, say: Say) 
                               "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                               "delegate, never on LiteRT")
         produced.append((format, path))
-    return produced + ir_step(plan, saved_model, staging, say)
+    return produced + ir_step(plan, source, staging, say)
 
 
 def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tuple[str, Path]]:
