@@ -37,6 +37,7 @@ import numpy as np
 
 from builder.errors import InputError
 from builder.optimize import tfenv
+from builder.optimize.qat_models import QAT_WHY, is_quantization_aware
 from builder.report import TensorSpec
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -508,29 +509,11 @@ def safe_mode_line(path: Path, which: str, text: str, logged_line: str) -> str:
             "it needs neither")
 
 
-#: tfmot's quantization-aware-training classes: a model holding them was trained for int8 already.
-QAT_LAYERS = frozenset({"QuantizeLayer", "QuantizeWrapper", "QuantizeWrapperV2", "QuantizeAnnotate"})
-QAT_WHY = ("a quantization-aware-trained model (tfmot's quantize wrappers): its int8 conversion keeps the ranges "
-           "it learned, and pruning or training it again would lose them")
-
-
-def _tfmot_scope() -> contextlib.AbstractContextManager[Any]:
-    """tfmot's custom-object scope, so a quantization-aware-trained tf_keras model (QuantizeLayer,
-    QuantizeWrapperV2, ...) loads without a module of the user's own; no scope where tfmot is not installed."""
-    try:
-        import tensorflow_model_optimization as tfmot
-    except Exception:  # noqa: BLE001 - tfmot absent or broken: models without its layers still load
-        return contextlib.nullcontext()
-    return tfmot.quantization.keras.quantize_scope()
-
-
-def is_quantization_aware(model: Any) -> bool:
-    """Whether a tf_keras model holds tfmot's QAT layers (fake-quant ranges learned in training)."""
-    return any(type(layer).__name__ in QAT_LAYERS for layer in getattr(model, "layers", ()))
-
-
 def _load_keras2(path: Path) -> Any:
-    with _tfmot_scope():
+    """A tf_keras file or SavedModel, tfmot's quantization-aware layers included (`qat_models`)."""
+    from builder.optimize.qat_models import qat_loading
+
+    with qat_loading():
         return tfenv.keras().models.load_model(str(path), compile=True)
 
 
@@ -583,7 +566,9 @@ def _with_float32_twin(loaded: LoadedModel, model: Any, keras3: bool) -> LoadedM
     loaded._keep.append(staging)
     exported = Path(staging.name) / "saved_model"
     try:
-        with _tfmot_scope():
+        from builder.optimize.qat_models import qat_loading
+
+        with qat_loading():
             twin = float32_twin(model)
         export_keras(twin, exported, loaded.inputs, loaded.outputs, keras3=keras3, like=model)
     except Exception as error:  # noqa: BLE001 - the original still converts as it is, or says why it cannot
