@@ -29,6 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
 HTTP = httpx.Client(timeout=30.0)  # one keep-alive client: a new one per call costs ~50 ms (TLS context)
 STOPPED = (0, -signal.SIGTERM)  # a graceful stop exits 0; a stop before the signal handlers are set is -SIGTERM
+#: Where the models run, stated by every server a test starts (never left to auto, which depends on the cores):
+#: in the front's own process, or in two model processes behind it.
+IN_FRONT = ("--processes", "1")
+MODEL_PROCESSES = ("--processes", "2")
+LAYOUTS = {"in-front": IN_FRONT, "model-processes": MODEL_PROCESSES}
 
 MAKE_MODELS = r"""
 import os, sys
@@ -119,9 +124,11 @@ class Server:
             return self.process.wait()
 
 
-@pytest.fixture(scope="module")
-def server(models: Path) -> Iterator[Server]:
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-body-bytes", "65536")
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def server(models: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The protocol tests' server, in each layout."""
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--max-body-bytes", "65536",
+                     *LAYOUTS[request.param])
     yield running
     assert running.stop() in STOPPED  # graceful shutdown, not a kill
 
@@ -231,7 +238,7 @@ def test_many_parallel_clients_all_get_their_own_answer(server: Server, local: L
 
 def test_parallel_clients_on_worker_threads(models: Path, local: LiteRTBackend) -> None:
     """The same with every call on the interpreter pool's threads (what models slower than a thread hop get)."""
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads", "--workers", "3")
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads", "--workers", "3")
     try:
         assert not HTTP.get(f"{running.url}/healthz").json()["inline"]
         _parallel(running, local)
@@ -241,7 +248,7 @@ def test_parallel_clients_on_worker_threads(models: Path, local: LiteRTBackend) 
 
 def test_parallel_clients_taking_turns_on_the_event_loop(models: Path, local: LiteRTBackend) -> None:
     """The same with one call per turn of the event loop (what `auto` gives a slower model's one interpreter)."""
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "turns", "--workers", "1")
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "turns", "--workers", "1")
     try:
         assert HTTP.get(f"{running.url}/healthz").json()["dispatch"] == "turns"
         _parallel(running, local)
@@ -253,7 +260,7 @@ def test_large_json_bodies_are_answered_only_once_their_structure_holds(models: 
     """Bodies large enough to have their structure checked while the model runs (REST and v2 JSON, the model
     on worker threads): rectangular ones get the model's answers; ragged ones holding just as many numbers get
     the general path's 400, never an answer computed from their numbers read flat."""
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads")
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--dispatch", "threads")
     x = inputs(120, seed=17)  # ~150 KB of JSON: above the size whose check is overlapped
     want = expected(local, x)
     rows = x.tolist()
@@ -343,7 +350,7 @@ def test_int8_model_takes_integers_and_refuses_fractions(models: Path) -> None:
     local = LiteRTBackend(models / "int8.tflite")
     x = sample_inputs(local.signatures["serving_default"], batch=3, seed=4)["pixels"]
     want = local.predict("serving_default", {"pixels": x})["probs"]
-    running = Server(str(models / "int8.tflite"), "--model-name", "q")
+    running = Server(*IN_FRONT, str(models / "int8.tflite"), "--model-name", "q")
     try:
         ok = HTTP.post(f"{running.url}/v1/models/q:predict", json={"inputs": x.tolist()})
         assert ok.status_code == 200 and np.array_equal(np.asarray(ok.json()["outputs"]), want)
@@ -363,7 +370,7 @@ def test_two_inputs_two_outputs_named_forms(models: Path) -> None:
     assert {s.name for s in sig.inputs} == {"a", "b"} and {s.name for s in sig.outputs} == {"total", "doubled"}
     feed = sample_inputs(sig, batch=2, seed=6)
     want = local.predict(sig.name, feed)
-    running = Server(str(models / "pair.tflite"), "--model-name", "pair")
+    running = Server(*IN_FRONT, str(models / "pair.tflite"), "--model-name", "pair")
     try:
         rows = [{k: v[i].tolist() for k, v in feed.items()} for i in range(2)]
         answer = HTTP.post(f"{running.url}/v1/models/pair:predict", json={"instances": rows}).json()
@@ -384,7 +391,7 @@ def test_fixed_batch_model_answers_any_batch_row_by_row(models: Path) -> None:
     assert sig.inputs[0].shape == (1, 4)
     x = np.random.default_rng(3).random((5, 4), dtype=np.float32)
     want = np.concatenate([local.predict(sig.name, {"v": x[i : i + 1]})["out"] for i in range(5)])
-    running = Server(str(models / "fixed.tflite"), "--model-name", "fixed", "--max-batch", "8")
+    running = Server(*IN_FRONT, str(models / "fixed.tflite"), "--model-name", "fixed", "--max-batch", "8")
     try:
         answer = HTTP.post(f"{running.url}/v1/models/fixed:predict", json={"instances": x.tolist()})
         assert answer.status_code == 200
@@ -395,7 +402,7 @@ def test_fixed_batch_model_answers_any_batch_row_by_row(models: Path) -> None:
 
 def test_dynamic_batching_keeps_every_answer_right(models: Path) -> None:
     local = LiteRTBackend(models / "image.tflite")
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "16",
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "16",
                      "--batch-timeout-us", "500", "--workers", "2")
     try:
         assert HTTP.get(f"{running.url}/healthz").json()["max_batch_size"] == 16
@@ -409,7 +416,7 @@ def test_openvino_and_auto_runtimes_answer_like_litert(models: Path) -> None:
     local = LiteRTBackend(models / "image.tflite")
     x = inputs(4, seed=8)
     for runtime in ("openvino", "auto"):
-        running = Server(str(models / "image.tflite"), "--model-name", "digits", "--runtime", runtime)
+        running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--runtime", runtime)
         try:
             health = HTTP.get(f"{running.url}/healthz").json()
             if runtime == "openvino":
@@ -506,6 +513,30 @@ def test_a_20_mb_body_gets_a_413_not_a_reset(server: Server) -> None:
                            headers={"content-type": "application/json"})
         assert answer.status_code == 413 and "exceeds the limit" in answer.json()["error"]
     assert HTTP.get(f"{server.url}/v1/models/digits").status_code == 200
+
+
+def raw_exchange(server: Server, head: bytes) -> bytes:
+    """Send `head` alone on a fresh connection and read until the server closes it (deadline: the socket's)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(head)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(server: Server) -> None:
+    """The client sends only the head and waits: the 413 comes at once, and the server closes the connection."""
+    answer = raw_exchange(server, b"POST /v1/models/digits:predict HTTP/1.1\r\nHost: a\r\n"
+                                  b"Content-Length: 50000000\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"connection: close" in answer
+    assert b"request body of 50000000 bytes exceeds the limit of 65536 bytes" in answer
+
+
+def test_a_chunked_body_is_refused_as_it_passes_the_limit(server: Server) -> None:
+    answer = raw_exchange(server, b"POST /v1/models/digits:predict HTTP/1.1\r\nHost: a\r\n"
+                                  b"Transfer-Encoding: chunked\r\n\r\n20000\r\n")  # a 128 KiB chunk announced
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"connection: close" in answer
 
 
 def test_a_20_mb_chunked_body_gets_a_413(server: Server) -> None:

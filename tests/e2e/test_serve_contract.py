@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_serve import HTTP, REPO, STOPPED, Server, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import HTTP, REPO, IN_FRONT, STOPPED, Server, models  # noqa: F401 - models is a fixture
 
 #: A 413 is a refusal (negative data) and can also meet a schema-valid body larger than the limit: request
 #: size limits are not expressible in JSON Schema, and the document lists 413 on every body.
@@ -25,7 +25,7 @@ expected-statuses = ["2xx", 413]
 
 @pytest.fixture(scope="module")
 def server(models: Path) -> Iterator[Server]:  # noqa: F811
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-body-bytes", "65536")
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--max-body-bytes", "65536")
     yield running
     assert running.stop() in STOPPED
 

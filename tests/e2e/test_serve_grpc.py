@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from tests.e2e.test_serve import STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import LAYOUTS, STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 grpc = pytest.importorskip("grpc")
@@ -26,9 +26,10 @@ from tensorflow_serving.apis import (  # noqa: E402
 )
 
 
-@pytest.fixture(scope="module")
-def server(models: Path) -> Iterator[Server]:  # noqa: F811
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", grpc=True)
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def server(models: Path, request: pytest.FixtureRequest) -> Iterator[Server]:  # noqa: F811
+    """gRPC's server, in each layout."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", *LAYOUTS[request.param], grpc=True)
     yield running
     assert running.stop() in STOPPED
 

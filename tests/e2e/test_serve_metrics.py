@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_serve import HTTP, STOPPED, Server, inputs, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import HTTP, IN_FRONT, STOPPED, Server, inputs, models  # noqa: F401 - models is a fixture
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -29,7 +29,7 @@ def test_metrics_count_every_protocol_by_status(models: Path) -> None:  # noqa: 
     from builder.wire import tfs_proto
     from builder.wire.tensors import fill_proto
 
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "4", grpc=True)
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "4", grpc=True)
     try:
         x = inputs(1, seed=41)
         for _ in range(3):

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.test_serve import HTTP, STOPPED, TFSMITH, Server, inputs, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import HTTP, IN_FRONT, STOPPED, TFSMITH, Server, inputs, models  # noqa: F401 - models is a fixture
 
 
 def test_sigterm_drains_requests_in_flight_and_loses_none(models: Path) -> None:  # noqa: F811
@@ -26,7 +26,7 @@ def test_sigterm_drains_requests_in_flight_and_loses_none(models: Path) -> None:
     has been answered and has its next request sent and waiting in a 300 ms batch; each of those must still
     be answered, and every request sent gets its 200. The test waits for these events, never for a time."""
     clients = 8
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "64",
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--max-batch", "64",
                      "--batch-timeout-us", "300000", "--shutdown-delay-seconds", "1", "--drain-seconds", "10")
     body = json.dumps({"instances": inputs(1, seed=51).tolist()}).encode()
     stop_sending = threading.Event()
@@ -113,7 +113,7 @@ def test_tls_on_rest_and_grpc(models: Path, certificate: tuple[Path, Path]) -> N
 
     cert, key = certificate
     secure = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=30)
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--tls-cert", str(cert),
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--tls-cert", str(cert),
                      "--tls-key", str(key), grpc=True, scheme="https", client=secure)
     try:
         x = inputs(2, seed=52)
@@ -145,7 +145,7 @@ def test_tls_needs_both_files(models: Path, certificate: tuple[Path, Path]) -> N
 
 
 def test_json_access_log(models: Path) -> None:  # noqa: F811
-    running = Server(str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json")
+    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json")
     HTTP.post(f"{running.url}/v1/models/digits:predict", json={"instances": inputs(1).tolist()})
     HTTP.get(f"{running.url}/v1/models/nope")
     assert running.stop() in STOPPED

@@ -28,7 +28,7 @@ import pytest
 from builder.model.backend import LiteRTBackend
 from builder.wire import tfs_proto as pb
 from builder.wire.tensors import fill_proto, to_array
-from tests.e2e.test_serve import STOPPED, TFSMITH, Server, expected, free_port, inputs, models  # noqa: F401 - a fixture
+from tests.e2e.test_serve import IN_FRONT, STOPPED, TFSMITH, Server, expected, free_port, inputs, models  # noqa: F401 - a fixture
 
 grpc = pytest.importorskip("grpc")
 FRESH = [("grpc.use_local_subchannel_pool", 1)]  # a new channel opens its own connection, as a new client would
@@ -100,7 +100,15 @@ def listeners(process: psutil.Process) -> set[int]:
 def model_processes(server: Server) -> list[psutil.Process]:
     """The server's model processes (spawned by multiprocessing), oldest first."""
     children = psutil.Process(server.process.pid).children(recursive=True)
-    return sorted((c for c in children if "spawn_main" in " ".join(c.cmdline())), key=lambda c: c.pid)
+    return sorted((c for c in children if "spawn_main" in " ".join(command_line(c))), key=lambda c: c.pid)
+
+
+def command_line(process: psutil.Process) -> list[str]:
+    """Its command line; none once it has exited (a zombie until the front reads its status, or gone)."""
+    try:
+        return process.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
 
 
 def answered_by_process(server: Server) -> dict[str, float]:
@@ -130,7 +138,7 @@ def wait_for(condition: Callable[[], object], what: str, deadline_s: float = DEA
 
 
 def test_second_server_on_a_taken_grpc_port_is_refused_in_one_line(models: Path) -> None:  # noqa: F811
-    first = Server(str(models / "image.tflite"), "--model-name", "first", grpc=True)
+    first = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "first", grpc=True)
     try:
         port = free_port()
         output = refused(models / "image.tflite", "--model-name", "second", "--port", str(port),
@@ -145,7 +153,7 @@ def test_second_server_on_a_taken_grpc_port_is_refused_in_one_line(models: Path)
 
 
 def test_second_server_on_a_taken_rest_port_is_refused_in_one_line(models: Path) -> None:  # noqa: F811
-    first = Server(str(models / "image.tflite"), "--model-name", "first")
+    first = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "first")
     try:
         output = refused(models / "image.tflite", "--model-name", "second", "--port", str(first.port),
                          "--grpc-port", str(free_port()))

@@ -11,7 +11,7 @@ import pytest
 from builder.packaging.protocol_checks import ProtocolCheckError, check_grpc, check_v2
 from builder.model.backend import LiteRTBackend
 from builder.model.inputs import sample_inputs
-from tests.e2e.test_serve import STOPPED, Server, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import IN_FRONT, STOPPED, Server, models  # noqa: F401 - models is a fixture
 
 
 def test_grpc_and_v2_checks_return_the_models_answers(models: Path) -> None:  # noqa: F811
@@ -19,7 +19,7 @@ def test_grpc_and_v2_checks_return_the_models_answers(models: Path) -> None:  # 
     signature = next(iter(local.signatures.values()))
     feed = sample_inputs(signature, batch=3, seed=61)
     want = local.predict(signature.name, feed)
-    running = Server(str(models / "pair.tflite"), "--model-name", "pair", grpc=True)
+    running = Server(*IN_FRONT, str(models / "pair.tflite"), "--model-name", "pair", grpc=True)
     try:
         for got in (check_grpc("127.0.0.1", running.grpc_port, "pair", 1, feed),
                     check_grpc("127.0.0.1", running.grpc_port, "pair", None, feed),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from tests.e2e.test_serve import HTTP, REPO, STOPPED, TFSMITH, Server
+from tests.e2e.test_serve import HTTP, IN_FRONT, LAYOUTS, REPO, STOPPED, TFSMITH, Server
 
 MAKE_VERSIONS = r"""
 import os, sys
@@ -76,15 +76,18 @@ def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = 180
 AFTER_EACH = 5  # answers every client must have from a version before the test moves on
 
 
-def test_new_version_under_load_switches_without_a_failed_request(versions: Path, base: Path) -> None:
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_new_version_under_load_switches_without_a_failed_request(versions: Path, base: Path, layout: str) -> None:
     """16 clients send without pause; once each has had answers from version 1, version 2 is published; every
-    client then gets answers from version 2 and never again from version 1, and no request fails. The test
-    counts answers (events), never what arrives within some time."""
+    client then gets answers from version 2 and never again from version 1, and no request fails (with model
+    processes: every process switches at once). The test counts answers (events), never what arrives within
+    some time."""
     publish(versions, base, 1)
     x = np.random.default_rng(71).random((1, 8, 8, 1), dtype=np.float32)
     want = {1: answer_of(x, versions / "v1.tflite"), 2: answer_of(x, versions / "v2.tflite")}
     assert not np.allclose(want[1], want[2], atol=1e-4)
-    running = Server("--model-base-path", str(base), "--model-name", "m", "--file-system-poll-wait-seconds", "0.2")
+    running = Server(*LAYOUTS[layout], "--model-base-path", str(base), "--model-name", "m",
+                     "--file-system-poll-wait-seconds", "0.2")
     body = json.dumps({"instances": x.tolist()}).encode()
     stop = threading.Event()
     seen: list[list[int | str]] = [[] for _ in range(16)]
@@ -189,7 +192,7 @@ def test_model_config_file_policies_and_labels(versions: Path, tmp_path: Path) -
         publish(versions, tmp_path / "b", version)
     config = tmp_path / "models.config"
     config.write_text(CONFIG % {"a": tmp_path / "a", "b": tmp_path / "b"})
-    running = Server("--model-config-file", str(config), grpc=True)
+    running = Server(*IN_FRONT, "--model-config-file", str(config), grpc=True)
     try:
         status = HTTP.get(f"{running.url}/v1/models/a").json()["model_version_status"]
         assert [s["version"] for s in status] == ["1", "2"]  # specific: 3 is on disk but not served

@@ -11,15 +11,16 @@ import pytest
 
 from builder.model.backend import LiteRTBackend
 from builder.model.inputs import sample_inputs
-from tests.e2e.test_serve import HTTP, STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import HTTP, IN_FRONT, LAYOUTS, STOPPED, Server, expected, inputs, models  # noqa: F401 - models is a fixture
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def server(models: Path) -> Iterator[Server]:  # noqa: F811
-    running = Server(str(models / "image.tflite"), "--model-name", "digits")
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def server(models: Path, request: pytest.FixtureRequest) -> Iterator[Server]:  # noqa: F811
+    """The Open Inference Protocol's server, in each layout (binary tensors cross into model processes in place)."""
+    running = Server(str(models / "image.tflite"), "--model-name", "digits", *LAYOUTS[request.param])
     yield running
     assert running.stop() in STOPPED
 
@@ -60,7 +61,7 @@ def test_infer_matches_the_interpreter(client: object, models: Path, binary_in: 
 def test_integer_model_takes_its_own_datatype(models: Path) -> None:  # noqa: F811
     local = LiteRTBackend(models / "int8.tflite")
     x = sample_inputs(local.signatures["serving_default"], batch=2, seed=4)["pixels"]
-    running = Server(str(models / "int8.tflite"), "--model-name", "q")
+    running = Server(str(models / "int8.tflite"), "--model-name", "q", *IN_FRONT)
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{running.port}")
         tensor = httpclient.InferInput("pixels", list(x.shape), "INT8")
