@@ -14,10 +14,11 @@ own, created for it, whose file descriptor rides on the notice (SCM_RIGHTS). Pag
 used once written: a server that only sees 600 KB bodies holds about 600 KB a slot, not `slot_bytes`.
 
 Notices (`NOTICE`: kind, slot, sequence number, length of the marshalled part, length of the body):
-  front -> model process: HELLO (the area's descriptor), REQUEST, DRAIN (not ready), STOP (finish, exit),
-                          LOAD (stage these versions of a model), ACTIVATE (serve the staged ones, or drop them)
-  model process -> front: READY (what it loaded, as `marshal`led values), REFUSED (a one-line reason and
-                          an exit code), ANSWER, LOADED (staged, or why not)
+  front -> model process: HELLO (the area's descriptor), REQUEST, and the control messages DRAIN, STOP, LOAD,
+                          ACTIVATE
+  model process -> front: ANSWER, and the control messages READY, REFUSED, LOADED
+A control message is one of `messages`' dataclasses, its fields `marshal`led after the notice (`tell`, `say`,
+`control`): each end reads typed values, never tuples by position.
 """
 
 from __future__ import annotations
@@ -29,14 +30,38 @@ import mmap
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-from builder.server.forward import GRPC, Answer, Request, pack_answer, pack_request, unpack_answer, unpack_request
+from builder.server.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
+                                     Stop, pack_answer, pack_control, pack_request, unpack_answer, unpack_control,
+                                     unpack_request)
 
 NOTICE = struct.Struct("<BBHIIQ")  # kind, flags, slot, sequence, meta length, body length
-HELLO, REQUEST, DRAIN, STOP, READY, REFUSED, ANSWER, LOAD, LOADED, ACTIVATE = range(1, 11)
+
+
+class NoticeKind(IntEnum):
+    CLOSED = 0  # not sent: what the front's control queue holds once the process is gone
+    HELLO = 1
+    REQUEST = 2
+    DRAIN = 3
+    STOP = 4
+    READY = 5
+    REFUSED = 6
+    ANSWER = 7
+    LOAD = 8
+    LOADED = 9
+    ACTIVATE = 10
+
+
+HELLO, REQUEST, ANSWER = NoticeKind.HELLO, NoticeKind.REQUEST, NoticeKind.ANSWER
+#: Each control message's notice kind, and back.
+CONTROL_KINDS: dict[type[Any], NoticeKind] = {Drain: NoticeKind.DRAIN, Stop: NoticeKind.STOP, Load: NoticeKind.LOAD,
+                                              Activate: NoticeKind.ACTIVATE, Ready: NoticeKind.READY,
+                                              Refused: NoticeKind.REFUSED, Loaded: NoticeKind.LOADED}
+CONTROL_TYPES = {kind: message for message, kind in CONTROL_KINDS.items()}
 #: flag: the meta and body lie in a memory area of their own whose descriptor came with the notice
 OWN_AREA = 1
 #: Room in each slot for the marshalled part of a request (method, path, headers) beside the body.
@@ -200,7 +225,7 @@ class FrontEnd:
         self._waiting: dict[int, asyncio.Future[Answer]] = {}
         self._sequence = 0
         self._end: _AsyncEnd | None = None
-        self._control: asyncio.Queue[tuple[Notice, bytes]] | None = None
+        self._control: asyncio.Queue[tuple[Notice, bytes]] | None = None  # READY, REFUSED, LOADED
         self.on_closed: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
@@ -209,13 +234,13 @@ class FrontEnd:
         self._end = _AsyncEnd(self.sock, self._notice, self._closed)
         await self._end.send(Notice(HELLO, fd=self.area_fd), marshal.dumps((self.slot_count, self.slot_bytes)))
 
-    async def control(self) -> tuple[Notice, Any]:
-        """The next READY or REFUSED notice and its values (ChannelClosed when the process ended first)."""
+    async def control(self) -> Control:
+        """The next control message from the process (ChannelClosed when the process ended first)."""
         assert self._control is not None
         notice, extra = await self._control.get()
-        if notice.kind == 0:
+        if notice.kind == NoticeKind.CLOSED:
             raise ChannelClosed()
-        return notice, marshal.loads(extra) if extra else None
+        return unpack_control(CONTROL_TYPES[NoticeKind(notice.kind)], extra)
 
     async def exchange(self, request: Request) -> Answer:
         assert self._end is not None
@@ -244,11 +269,11 @@ class FrontEnd:
             self._waiting.pop(sequence, None)
             self._free.append(slot)
 
-    async def tell(self, kind: int, values: Any = None) -> None:
-        """DRAIN, STOP, LOAD or ACTIVATE (with its marshalled values)."""
+    async def tell(self, message: Drain | Stop | Load | Activate) -> None:
+        """A control message to the process (none, once it is gone)."""
         if self._end is not None and not self._end.closed:
             try:
-                await self._end.send(Notice(kind), b"" if values is None else marshal.dumps(values))
+                await self._end.send(Notice(CONTROL_KINDS[type(message)]), pack_control(message))
             except ChannelClosed:
                 pass
 
@@ -271,7 +296,7 @@ class FrontEnd:
             if not waiting.done():
                 waiting.set_exception(ChannelClosed())
         if self._control is not None:
-            self._control.put_nowait((Notice(0), b""))
+            self._control.put_nowait((Notice(NoticeKind.CLOSED), b""))
         self.on_closed()
 
     @property
@@ -301,8 +326,8 @@ class HostEnd:
         self.slots: Slots | None = None
         self._end: _AsyncEnd | None = None
         self.on_drain: Callable[[], None] = lambda: None
-        #: LOAD (name, versions) -> (ok, error text); ACTIVATE (name, versions, commit)
-        self.on_load: Callable[[str, tuple[int, ...]], Any] | None = None
+        #: Load -> (ok, error text), answered as Loaded; Activate
+        self.on_load: Callable[[str, tuple[int, ...]], Awaitable[tuple[bool, str]]] | None = None
         self.on_activate: Callable[[str, tuple[int, ...], bool], None] | None = None
         self.stopped: asyncio.Event | None = None
         self._answer: Callable[[Request], Any] | None = None
@@ -318,10 +343,10 @@ class HostEnd:
         self.slots = Slots(notice.fd, count, size)
         os.close(notice.fd)
 
-    def say(self, kind: int, values: Any) -> None:
-        """READY or REFUSED, before serving (blocking)."""
+    def say(self, message: Ready | Refused) -> None:
+        """Ready or Refused, before serving (blocking)."""
         self.sock.setblocking(True)
-        send_notice(self.sock, Notice(kind), marshal.dumps(values))
+        send_notice(self.sock, Notice(CONTROL_KINDS[type(message)]), pack_control(message))
 
     async def serve(self, answer: Callable[[Request], Any]) -> None:
         """Answer requests until STOP (then the requests in flight finish first) or until the front is gone."""
@@ -340,23 +365,23 @@ class HostEnd:
             task = asyncio.ensure_future(self._request(notice))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif notice.kind == DRAIN:
+        elif notice.kind == NoticeKind.DRAIN:
             self.on_drain()
-        elif notice.kind == STOP:
+        elif notice.kind == NoticeKind.STOP:
             self.stopped.set()
-        elif notice.kind == LOAD and self.on_load is not None:
-            name, versions = marshal.loads(extra)
-            task = asyncio.ensure_future(self._load(name, tuple(versions)))
+        elif notice.kind == NoticeKind.LOAD and self.on_load is not None:
+            task = asyncio.ensure_future(self._load(unpack_control(Load, extra)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif notice.kind == ACTIVATE and self.on_activate is not None:
-            name, versions, commit = marshal.loads(extra)
-            self.on_activate(name, tuple(versions), commit)
+        elif notice.kind == NoticeKind.ACTIVATE and self.on_activate is not None:
+            activate = unpack_control(Activate, extra)
+            self.on_activate(activate.name, activate.versions, activate.commit)
 
-    async def _load(self, name: str, versions: tuple[int, ...]) -> None:
+    async def _load(self, load: Load) -> None:
         assert self.on_load is not None and self._end is not None
-        ok, error = await self.on_load(name, versions)
-        await self._end.send(Notice(LOADED), marshal.dumps((name, versions, ok, error)))
+        ok, error = await self.on_load(load.name, load.versions)
+        loaded = Loaded(load.name, load.versions, ok, error)
+        await self._end.send(Notice(NoticeKind.LOADED), pack_control(loaded))
 
     async def _request(self, notice: Notice) -> None:
         assert self.slots is not None and self._end is not None and self._answer is not None

@@ -22,7 +22,7 @@ import numpy as np
 from builder.server import ports
 from builder.server.answers import failure
 from builder.server.dataplane import CLIENT_GONE, Address, DataPlane
-from builder.server.forward import GRPC, Answer, Request
+from builder.server.messages import GRPC, Answer, Request
 from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.wire import tfs_proto as pb

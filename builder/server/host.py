@@ -27,7 +27,7 @@ from builder.server.app import create_app
 from builder.server.bodies import decoded
 from builder.server.config import ServerConfig
 from builder.server.dataplane import Address
-from builder.server.forward import GRPC, Answer, Request
+from builder.server.messages import GRPC, Answer, Request
 from builder.wire import tfs_proto as pb
 from builder.wire.predict_split import parse_predict
 
@@ -142,7 +142,7 @@ class ModelHost:
         """What this host loaded, for the front's start-up line."""
         served = self.plane.models.all()
         return {"models": {s.name: s.version for s in served},
-                "model_p50_us": [s.model_p50_us for s in served]}
+                "model_p50_us": tuple(s.model_p50_us for s in served)}
 
     # --- answering --------------------------------------------------------------------------------------
 

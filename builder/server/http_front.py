@@ -37,7 +37,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from builder.server.forward import HTTP, Answer, Request
+from builder.server.messages import HTTP, Answer, Request
 from builder.server.framing import Chunked, Length, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")

@@ -38,8 +38,9 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
     from builder.measure.cores import keep_request_memory
 
     keep_request_memory()
-    from builder.server.channel import READY, REFUSED, HostEnd
+    from builder.server.channel import HostEnd
     from builder.server.config import config_from_json
+    from builder.server.messages import Ready, Refused
 
     end = HostEnd(sock)
     end.hello()
@@ -49,14 +50,14 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
 
         host = ModelHost(config)
     except TfsmithError as error:
-        end.say(REFUSED, (str(error), error.exit_code))
+        end.say(Refused(str(error), error.exit_code))
         sys.exit(error.exit_code)
     except Exception as error:  # noqa: BLE001 - a model that fails to load: the front says why, in one line
         log.debug("model process %d could not load the model", index, exc_info=True)
-        end.say(REFUSED, (f"{config.model_name} v{config.version} could not be served: {type(error).__name__}: "
-                          f"{error}", 1))
+        end.say(Refused(f"{config.model_name} v{config.version} could not be served: {type(error).__name__}: "
+                        f"{error}", 1))
         sys.exit(1)
-    end.say(READY, {"pid": os.getpid(), **host.info})
+    end.say(Ready(os.getpid(), **host.info))
     import uvloop
 
     uvloop.run(_serve(host, end))

@@ -1,4 +1,4 @@
-"""The front's side of `--processes N`: N model processes started, handed requests (`dispatch`), supervised,
+"""The front's side of `--processes N`: N model processes started, handed requests (`balancer`), supervised,
 their metrics summed and the versions they serve switched together.
 
 Supervision (`supervision`): a model process's channel closing unasked means the process died. At once
@@ -19,17 +19,16 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from builder.errors import TfsmithError
-from builder.server.channel import ACTIVATE, DRAIN, LOAD, LOADED, META_ROOM, READY, REFUSED, STOP, ChannelClosed, \
-    FrontEnd
+from builder.server.channel import META_ROOM, ChannelClosed, FrontEnd
 from builder.server.config import ServerConfig, config_to_json
-from builder.server.dispatch import Dispatcher, window
-from builder.server.forward import HTTP, Answer, Request
+from builder.server.balancer import Balancer, window
+from builder.server.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
 from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
 from builder.server.model_config import version_folders
 from builder.server.supervision import CrashLoop, exit_reason
@@ -47,7 +46,7 @@ EXIT_SECONDS = 5.0
 LOST = "the model process answering this request stopped; the server is starting another"
 
 
-class Refused(TfsmithError):
+class ModelRefused(TfsmithError):
     """A model process refused what it was given; its message and exit code are the ones to report."""
 
     def __init__(self, message: str, exit_code: int) -> None:
@@ -96,11 +95,11 @@ def spawner(log_level: str, cpus: Sequence[Sequence[int]] | None) -> Spawn:
 class _Process:
     process: ModelProcess
     end: FrontEnd
-    info: dict[str, Any] = field(default_factory=dict)
+    ready: Ready | None = None
 
 
 class ModelProcesses:
-    """N model processes behind a dispatcher, each replaced when it dies; the front's metrics answer sums theirs."""
+    """N model processes behind a balancer, each replaced when it dies; the front's metrics answer sums theirs."""
 
     def __init__(self, config: ServerConfig, count: int, spawn: Spawn, crash_loop: CrashLoop = CrashLoop(),
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -131,7 +130,7 @@ class ModelProcesses:
         self.processes = [self._start_process(index) for index in range(count)]
         self._own_metrics = CollectorRegistry()
         ProcessCollector(registry=self._own_metrics)
-        self.dispatcher: Dispatcher[FrontEnd] = Dispatcher([p.end for p in self.processes],
+        self.balancer: Balancer[FrontEnd] = Balancer([p.end for p in self.processes],
                                                            [self.slot_count] * count)
 
     def _start_process(self, index: int) -> _Process:
@@ -144,7 +143,7 @@ class ModelProcesses:
         return _Process(process, FrontEnd(sock, self.slot_count, self.slot_bytes))
 
     async def start(self) -> None:
-        """Every process loaded and ready; Refused (the first refusal) otherwise, the others stopped."""
+        """Every process loaded and ready; ModelRefused (the first refusal) otherwise, the others stopped."""
         for index, entry in enumerate(self.processes):
             entry.end.on_closed = self._watch(index, entry.end)
             await entry.end.start()
@@ -161,15 +160,14 @@ class ModelProcesses:
 
     async def _ready(self, entry: _Process) -> None:
         try:
-            notice, values = await entry.end.control()
+            said = await entry.end.control()
         except ChannelClosed:
             raise TfsmithError(f"model process {entry.process.pid} exited while loading the model (status "
                                f"{entry.process.exitcode}); see the log above") from None
-        if notice.kind == REFUSED:
-            message, code = values
-            raise Refused(message, code)
-        if notice.kind == READY:
-            entry.info = values
+        if isinstance(said, Refused):
+            raise ModelRefused(said.message, said.exit_code)
+        if isinstance(said, Ready):
+            entry.ready = said
 
     # --- supervision ---------------------------------------------------------------------------------------
 
@@ -180,7 +178,7 @@ class ModelProcesses:
         def closed() -> None:
             if self.stopping or not self._supervising or self.processes[index].end is not end:
                 return
-            self.dispatcher.pause(index)  # nothing new goes to it; what it held has just failed
+            self.balancer.pause(index)  # nothing new goes to it; what it held has just failed
             self._deaths, looping = self._crash_loop.record(self._deaths, self._clock())
             self._run(self._after_death(index, self.processes[index], looping))
 
@@ -209,19 +207,19 @@ class ModelProcesses:
                 await replacement.end.start()
                 await self._ready(replacement)
             except (ChannelClosed, TfsmithError) as error:
-                if isinstance(error, Refused):  # it would refuse again: nothing left to try
+                if isinstance(error, ModelRefused):  # it would refuse again: nothing left to try
                     self._stop_server(f"model process {index} could not be replaced: {error}; stopping the server")
                 return  # it died while loading: its own death is mourned (and counted) like any other
             self.restarts += 1
-            self.dispatcher.resume(index, replacement.end)
+            self.balancer.resume(index, replacement.end)
         log.warning("model process %d replaced (pid %s); %d of %d answering", index, replacement.process.pid,
-                    self.dispatcher.live, len(self.processes))
+                    self.balancer.live, len(self.processes))
 
     def _stop_server(self, why: str) -> None:
         log.error("%s", why)
         self.stopping = True
-        if self.dispatcher.live == 0:
-            self.dispatcher.abandon(ChannelClosed())
+        if self.balancer.live == 0:
+            self.balancer.abandon(ChannelClosed())
         self.died.set()
 
     # --- answering -----------------------------------------------------------------------------------------
@@ -233,22 +231,22 @@ class ModelProcesses:
             if request.path in HEALTH_PATHS:  # never queued behind a long model call
                 return self._health(request.path)
         try:
-            return await self.dispatcher.run(lambda end: end.exchange(request))
+            return await self.balancer.run(lambda end: end.exchange(request))
         except ChannelClosed:
             return _unavailable(request)
 
     @property
     def answering(self) -> bool:
         """Ready: loaded, not draining, and at least one process can answer."""
-        return self.ready and self.dispatcher.live > 0
+        return self.ready and self.balancer.live > 0
 
     def _live(self) -> list[int]:
-        return [i for i in range(len(self.processes)) if self.dispatcher.is_live(i)]
+        return [i for i in range(len(self.processes)) if self.balancer.is_live(i)]
 
     async def _refresh_healthz(self) -> None:
         """What /healthz says of the models (a live process's answer), kept for the front to answer with."""
         for index in self._live()[:1]:
-            answer = await self.dispatcher.run_on(
+            answer = await self.balancer.run_on(
                 index, lambda end: end.exchange(Request(HTTP, "GET", b"", "/healthz")))
             if answer.status == 200:
                 self._healthz = json.loads(bytes(answer.body))
@@ -256,12 +254,12 @@ class ModelProcesses:
     async def _metrics(self, request: Request) -> Answer:
         """Every live process's metrics summed (counters, histograms, in flight; readiness as the least ready),
         plus how many requests each process answered, restarts and live processes."""
-        answers = await asyncio.gather(*(self.dispatcher.run_on(i, lambda end: end.exchange(request))
+        answers = await asyncio.gather(*(self.balancer.run_on(i, lambda end: end.exchange(request))
                                          for i in self._live()), return_exceptions=True)
         texts = [bytes(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
         texts.append(generate_latest(self._own_metrics))  # the front's own CPU and memory, summed in
         counts = "".join(f'tfsmith_process_requests_total{{process="{i}"}} {n}\n'
-                         for i, n in enumerate(self.dispatcher.answered))
+                         for i, n in enumerate(self.balancer.answered))
         front = os.times()
         extra = ("# HELP tfsmith_process_requests_total Requests each model process answered.\n"
                  "# TYPE tfsmith_process_requests_total counter\n" + counts +
@@ -270,12 +268,12 @@ class ModelProcesses:
                  "# TYPE tfsmith_front_cpu_seconds_total counter\n"
                  f"tfsmith_front_cpu_seconds_total {front.user + front.system}\n" +
                  "# HELP tfsmith_dispatch_queue Requests waiting for a model process.\n"
-                 f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.dispatcher.queued}\n"
+                 f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.balancer.queued}\n"
                  "# HELP tfsmith_model_process_restarts_total Model processes that died unasked and were replaced.\n"
                  "# TYPE tfsmith_model_process_restarts_total counter\n"
                  f"tfsmith_model_process_restarts_total {self.restarts}\n"
                  "# HELP tfsmith_model_processes_live Model processes answering requests now.\n"
-                 f"# TYPE tfsmith_model_processes_live gauge\ntfsmith_model_processes_live {self.dispatcher.live}\n")
+                 f"# TYPE tfsmith_model_processes_live gauge\ntfsmith_model_processes_live {self.balancer.live}\n")
         return Answer(200, merge_expositions(texts) + extra.encode(), ((b"content-type", CONTENT_TYPE.encode()),))
 
     def _health(self, path: str) -> Answer:
@@ -287,7 +285,7 @@ class ModelProcesses:
         if path == "/healthz":  # what a process said of its models, with the server's own readiness
             return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
                                                 "processes": len(self.processes),
-                                                "processes_live": self.dispatcher.live}), JSON)
+                                                "processes_live": self.balancer.live}), JSON)
         if path.endswith("/live"):
             return Answer(200, jsoncodec.dumps({"live": True}), JSON)
         if self.answering:
@@ -295,7 +293,7 @@ class ModelProcesses:
         return Answer(503, jsoncodec.dumps({"error": v2.NOT_READY}), JSON)
 
     def describe(self) -> str:
-        pids = ", ".join(str(p.info.get("pid", p.process.pid)) for p in self.processes)
+        pids = ", ".join(str(p.ready.pid if p.ready else p.process.pid) for p in self.processes)
         return f"in {len(self.processes)} model processes (pids {pids})"
 
     # --- versions ------------------------------------------------------------------------------------------
@@ -321,18 +319,20 @@ class ModelProcesses:
         """Every live process stages `versions`, then all serve them, or none (a process that dies meanwhile
         counts as one that could not load them; its replacement loads what is served after)."""
         taking = [self.processes[i] for i in self._live()]
-        await asyncio.gather(*(p.end.tell(LOAD, (name, versions)) for p in taking))
+        await asyncio.gather(*(p.end.tell(Load(name, versions)) for p in taking))
         failures = []
         for entry in taking:
             try:
-                notice, values = await entry.end.control()
+                said = await entry.end.control()
             except ChannelClosed:
                 failures.append(f"model process (pid {entry.process.pid}) stopped")
                 continue
-            if notice.kind != LOADED or not values[2] or tuple(values[1]) != versions:
-                failures.append(values[3] if notice.kind == LOADED else f"unexpected notice {notice.kind}")
+            if not isinstance(said, Loaded):
+                failures.append(f"model process (pid {entry.process.pid}) said {type(said).__name__}")
+            elif not said.ok or said.versions != versions:
+                failures.append(said.error or f"versions {list(said.versions)} staged")
         commit = not failures
-        await asyncio.gather(*(p.end.tell(ACTIVATE, (name, versions, commit)) for p in taking))
+        await asyncio.gather(*(p.end.tell(Activate(name, versions, commit)) for p in taking))
         if commit:
             self.active[name] = versions
             await self._refresh_healthz()
@@ -345,13 +345,13 @@ class ModelProcesses:
 
     async def drain(self) -> None:
         self.ready = False
-        await asyncio.gather(*(p.end.tell(DRAIN) for p in self.processes))
+        await asyncio.gather(*(p.end.tell(Drain()) for p in self.processes))
 
     async def stop(self) -> None:
         """Each process finishes what it holds and exits; any still there after STOP_SECONDS is killed."""
         self.stopping = True
         self._cancel_work()
-        await asyncio.gather(*(p.end.tell(STOP) for p in self.processes))
+        await asyncio.gather(*(p.end.tell(Stop()) for p in self.processes))
         await asyncio.gather(*(_exited(p.process, STOP_SECONDS) for p in self.processes))
         self.kill()
 
@@ -364,7 +364,7 @@ class ModelProcesses:
     def kill(self) -> None:
         self.stopping = True
         self._cancel_work()
-        self.dispatcher.abandon(ChannelClosed())
+        self.balancer.abandon(ChannelClosed())
         for entry in self.processes:
             if entry.process.is_alive():
                 entry.process.kill()

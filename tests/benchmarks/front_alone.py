@@ -18,7 +18,7 @@ import socket
 import sys
 
 from builder.server import grpc_service
-from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.messages import GRPC, HTTP, Answer, Request
 from builder.server.http_front import HttpFront
 
 MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from builder.server.channel import ACTIVATE, LOAD, LOADED, READY, ChannelClosed, FrontEnd, HostEnd
-from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.channel import ChannelClosed, FrontEnd, HostEnd
+from builder.server.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
 from builder.server.metrics import merge_expositions
 
 
@@ -41,7 +41,7 @@ def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -
         answers = []
         for group in ([small, call], [large, small]):  # two slots, two at a time
             answers += await asyncio.gather(*(front.exchange(r) for r in group))
-        await front.tell(2)  # DRAIN: told, nothing to answer
+        await front.tell(Drain())  # told, nothing to answer
         host.stopped.set()  # type: ignore[union-attr]
         await serving
         front.close()
@@ -58,7 +58,7 @@ def test_control_values_arrive_whole() -> None:
         front, host = ends()
         await front.start()
         host.hello()
-        host.say(READY, {"pid": 7, "models": {"m": 1}})
+        host.say(Ready(7, {"m": 1}, (12.5, None)))
         ready = await front.control()
         activated: list[tuple[str, tuple[int, ...], bool]] = []
 
@@ -68,19 +68,19 @@ def test_control_values_arrive_whole() -> None:
         host.on_load = load
         host.on_activate = lambda name, versions, commit: activated.append((name, versions, commit))
         serving = asyncio.ensure_future(host.serve(echo))
-        await front.tell(LOAD, ("m", (2, 3)))
+        await front.tell(Load("m", (2, 3)))
         loaded = await front.control()
-        await front.tell(ACTIVATE, ("m", (2, 3), True))
+        await front.tell(Activate("m", (2, 3), True))
         while not activated:
             await asyncio.sleep(0.001)
         host.stopped.set()  # type: ignore[union-attr]
         await serving
         front.close()
-        return ready[1], (loaded[0].kind, loaded[1]), activated[0]
+        return ready, loaded, activated[0]
 
     ready, loaded, activated = asyncio.run(scenario())
-    assert ready == {"pid": 7, "models": {"m": 1}}
-    assert loaded == (LOADED, ("m", (2, 3), True, ""))
+    assert ready == Ready(7, {"m": 1}, (12.5, None))
+    assert loaded == Loaded("m", (2, 3), True, "")
     assert activated == ("m", (2, 3), True)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from builder.server.forward import Answer, Request
+from builder.server.messages import Answer, Request
 from builder.server.framing import Chunked, Length, NoBody, Refusal, body_framing, transfer_codings
 from builder.server.http_front import HttpFront, _Connection
 

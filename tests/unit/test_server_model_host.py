@@ -21,7 +21,7 @@ import pytest
 from builder.model.backend import LiteRTBackend
 from builder.server.channel import FrontEnd, HostEnd
 from builder.server.config import ServerConfig
-from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.messages import GRPC, HTTP, Answer, Request
 from builder.server.host import ModelHost
 from builder.wire import tfs_proto as pb
 from builder.wire.tensors import fill_proto, to_array
@@ -163,3 +163,44 @@ def test_a_drained_host_reports_not_ready_and_still_answers(loop: asyncio.Abstra
         assert got.status == 200  # requests in flight while draining are still answered
     finally:
         host.plane.set_ready(True)
+
+
+def test_a_request_through_the_real_front_reaches_the_host(loop: asyncio.AbstractEventLoop, host: ModelHost,
+                                                           expected: np.ndarray) -> None:
+    """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--processes 1` serves them."""
+    from builder.server.http_front import HttpFront, _Connection
+
+    class Transport:
+        def __init__(self) -> None:
+            self.out = bytearray()
+
+        def write(self, data: bytes) -> None:
+            self.out += data
+
+        def writelines(self, parts: list[bytes]) -> None:
+            for part in parts:
+                self.out += part
+
+        def get_extra_info(self, name: str) -> object:
+            return ("127.0.0.1", 40000) if name == "peername" else None
+
+    async def scenario() -> bytes:
+        connection = _Connection(HttpFront(host.answer, 1 << 16))
+        transport = Transport()
+        connection.connection_made(transport)
+        body = json.dumps({"instances": X.tolist()}).encode()
+        data = (b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        room = connection.get_buffer(len(data))
+        room[:len(data)] = data
+        connection.buffer_updated(len(data))
+        deadline = loop.time() + 30
+        while b"\r\n\r\n" not in transport.out and loop.time() < deadline:
+            await asyncio.sleep(0.001)
+        connection.connection_lost(None)
+        return bytes(transport.out)
+
+    out = loop.run_until_complete(scenario())
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert np.allclose(json.loads(body)["predictions"], expected, rtol=1e-5, atol=1e-6)

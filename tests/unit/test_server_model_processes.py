@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from builder.server.channel import READY, REFUSED, HostEnd
+from builder.server.channel import HostEnd
 from builder.server.config import ServerConfig, config_from_json
-from builder.server.forward import GRPC, HTTP, Answer, Request
+from builder.server.messages import GRPC, HTTP, Answer, Ready, Refused, Request
 from builder.server.model_processes import LOST, ModelProcesses
 from builder.server.supervision import CrashLoop, exit_reason
 
@@ -62,10 +62,10 @@ class StandIn:
         self.end.hello()
         await gate.wait()
         if refuse is not None:
-            self.end.say(REFUSED, (refuse, 2))
+            self.end.say(Refused(refuse, 2))
             self._exit(2)
             return
-        self.end.say(READY, {"pid": self.pid})
+        self.end.say(Ready(self.pid, {"digits": 1}, (None,)))
         await self.end.serve(lambda request: answer(request, self.pid))
 
     def kill(self) -> None:
@@ -179,7 +179,7 @@ def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_r
         first, second = fleet.process(0), fleet.process(1)
         on_first = asyncio.ensure_future(processes.respond(post("/hold")))  # ties go in turn: 0, then 1
         on_second = asyncio.ensure_future(processes.respond(post("/hold")))
-        await until(lambda: processes.dispatcher.out == [1, 1], "one request held by each process")
+        await until(lambda: processes.balancer.out == [1, 1], "one request held by each process")
         first.kill()
         lost = await on_first
         assert lost.status == 503 and LOST.encode() in bytes(lost.body)
@@ -204,7 +204,7 @@ def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_r
 def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         held = asyncio.ensure_future(processes.respond(Request(GRPC, "/hold", b"")))
-        await until(lambda: sum(processes.dispatcher.out) == 1, "the call held")
+        await until(lambda: sum(processes.balancer.out) == 1, "the call held")
         fleet.process(0).kill()
         answer = await held
         assert answer.status == 14 and answer.message == LOST  # UNAVAILABLE
@@ -214,10 +214,10 @@ def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
 
 def test_requests_waiting_for_room_are_answered_by_the_replacement() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
-        window = processes.dispatcher.windows[0]
+        window = processes.balancer.windows[0]
         held = [asyncio.ensure_future(processes.respond(post("/hold"))) for _ in range(window)]
         waiting = asyncio.ensure_future(processes.respond(post()))
-        await until(lambda: processes.dispatcher.queued == 1, "a request waiting for room")
+        await until(lambda: processes.balancer.queued == 1, "a request waiting for room")
         fleet.gate.clear()  # the replacement loads until told
         fleet.process(0).kill()
         assert [(await h).status for h in held] == [503] * window
@@ -257,7 +257,7 @@ def test_deaths_further_apart_than_the_window_are_each_replaced() -> None:
             clock.now += 61.0
             fleet.process(len(fleet.spawned) - 1).kill()
             await until(lambda: processes.restarts == death + 1, f"replacement {death + 1}")
-        assert not processes.died.is_set() and processes.dispatcher.live == 1
+        assert not processes.died.is_set() and processes.balancer.live == 1
 
     supervised(scenario, count=1, crash_loop=CrashLoop(deaths=3, window_s=60.0))
 
@@ -277,8 +277,8 @@ def test_a_process_stopped_with_the_server_is_not_replaced() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         processes.stopping = True  # as `stop` sets it before telling the processes to exit
         fleet.process(0).kill()
-        await until(lambda: processes.dispatcher.hosts[0].closed, "the channel closed")
-        assert not processes._tasks and processes.dispatcher.live == 2  # nothing mourned, nothing started
+        await until(lambda: processes.balancer.hosts[0].closed, "the channel closed")
+        assert not processes._tasks and processes.balancer.live == 2  # nothing mourned, nothing started
         assert len(fleet.spawned) == 2 and processes.restarts == 0
 
     supervised(scenario)

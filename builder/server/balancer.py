@@ -7,7 +7,8 @@ server spreads even a single client's requests over every process. When every wi
 waits here, in arrival order, and takes the first window that frees: one queue in front of all processes,
 so no request waits behind a busy process while another idles, whatever the clients' connections look like.
 A process that died is paused (its window 0: nothing new goes to it) until its replacement takes its place.
-The choice (`choose`) is a pure function; `Dispatcher` is the asyncio shell around it.
+The choice (`choose`) is a pure function; `Balancer` is the asyncio shell around it. (How a model's calls
+then run inside a process, on its event loop or on worker threads, is `--dispatch`: `batching.dispatch_mode`.)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def window(interpreters: int, max_batch: int) -> int:
     return interpreters * max(1, max_batch) + 1
 
 
-class Dispatcher(Generic[H]):
+class Balancer(Generic[H]):
     """Hands each call to the least busy of `hosts` (`choose`), or queues it until a window frees."""
 
     def __init__(self, hosts: Sequence[H], windows: Sequence[int]) -> None:

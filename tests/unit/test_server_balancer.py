@@ -1,11 +1,11 @@
-"""Requests, not connections, spread over model processes (`builder.server.dispatch`): the least busy takes the
+"""Requests, not connections, spread over model processes (`builder.server.balancer`): the least busy takes the
 next request, ties in turn, and a full server queues requests in arrival order for the first window that frees."""
 
 from __future__ import annotations
 
 import asyncio
 
-from builder.server.dispatch import Dispatcher, choose, window
+from builder.server.balancer import Balancer, choose, window
 
 
 def test_the_least_busy_below_its_window_is_chosen_ties_in_turn() -> None:
@@ -22,7 +22,7 @@ def test_a_window_holds_a_batch_for_each_interpreter_and_one_ahead() -> None:
 
 
 def test_one_client_s_sequential_requests_alternate_over_the_processes() -> None:
-    dispatcher: Dispatcher[str] = Dispatcher(["a", "b", "c"], [2, 2, 2])
+    balancer: Balancer[str] = Balancer(["a", "b", "c"], [2, 2, 2])
     seen: list[str] = []
 
     async def call(host: str) -> str:
@@ -31,15 +31,15 @@ def test_one_client_s_sequential_requests_alternate_over_the_processes() -> None
 
     async def scenario() -> None:
         for _ in range(6):
-            await dispatcher.run(call)
+            await balancer.run(call)
 
     asyncio.run(scenario())
     assert seen == ["a", "b", "c", "a", "b", "c"]
-    assert dispatcher.answered == [2, 2, 2]
+    assert balancer.answered == [2, 2, 2]
 
 
 def test_a_full_server_queues_in_arrival_order_and_no_window_idles_while_work_waits() -> None:
-    dispatcher: Dispatcher[int] = Dispatcher([0, 1], [1, 1])
+    balancer: Balancer[int] = Balancer([0, 1], [1, 1])
     started: list[tuple[str, int]] = []
     gates: dict[str, asyncio.Event] = {}
 
@@ -53,9 +53,9 @@ def test_a_full_server_queues_in_arrival_order_and_no_window_idles_while_work_wa
     async def scenario() -> list[str]:
         for name in "wxyz":
             gates[name] = asyncio.Event()
-        tasks = [asyncio.ensure_future(dispatcher.run(make(name))) for name in "wxyz"]
+        tasks = [asyncio.ensure_future(balancer.run(make(name))) for name in "wxyz"]
         await asyncio.sleep(0)
-        assert [n for n, _ in started] == ["w", "x"] and dispatcher.queued == 2  # both windows full
+        assert [n for n, _ in started] == ["w", "x"] and balancer.queued == 2  # both windows full
         gates["x"].set()  # process 1 frees first: the oldest waiting request takes it
         await asyncio.sleep(0.01)
         assert started[2] == ("y", 1)
@@ -64,11 +64,11 @@ def test_a_full_server_queues_in_arrival_order_and_no_window_idles_while_work_wa
         return list(await asyncio.gather(*tasks))
 
     assert asyncio.run(scenario()) == ["w", "x", "y", "z"]
-    assert sum(dispatcher.answered) == 4 and dispatcher.out == [0, 0] and dispatcher.queued == 0
+    assert sum(balancer.answered) == 4 and balancer.out == [0, 0] and balancer.queued == 0
 
 
 def test_a_waiting_request_cancelled_gives_its_place_up() -> None:
-    dispatcher: Dispatcher[int] = Dispatcher([0], [1])
+    balancer: Balancer[int] = Balancer([0], [1])
 
     async def scenario() -> None:
         gate = asyncio.Event()
@@ -79,20 +79,20 @@ def test_a_waiting_request_cancelled_gives_its_place_up() -> None:
         async def quick(host: int) -> str:
             return "served"
 
-        first = asyncio.ensure_future(dispatcher.run(hold))
-        waiting = asyncio.ensure_future(dispatcher.run(quick))
+        first = asyncio.ensure_future(balancer.run(hold))
+        waiting = asyncio.ensure_future(balancer.run(quick))
         await asyncio.sleep(0)
         waiting.cancel()
         gate.set()
         await first
-        assert await dispatcher.run(quick) == "served"
-        assert dispatcher.out == [0]
+        assert await balancer.run(quick) == "served"
+        assert balancer.out == [0]
 
     asyncio.run(scenario())
 
 
 def test_a_paused_host_gets_nothing_until_its_replacement_takes_its_place() -> None:
-    dispatcher: Dispatcher[str] = Dispatcher(["a", "b"], [1, 1])
+    balancer: Balancer[str] = Balancer(["a", "b"], [1, 1])
     seen: list[str] = []
     release = asyncio.Event()
 
@@ -102,17 +102,17 @@ def test_a_paused_host_gets_nothing_until_its_replacement_takes_its_place() -> N
         return host
 
     async def scenario() -> list[str]:
-        dispatcher.pause(0)  # "a" died
-        assert dispatcher.live == 1 and not dispatcher.is_live(0)
-        first = asyncio.ensure_future(dispatcher.run(call))
-        second = asyncio.ensure_future(dispatcher.run(call))  # "b" is full: this one waits for room
+        balancer.pause(0)  # "a" died
+        assert balancer.live == 1 and not balancer.is_live(0)
+        first = asyncio.ensure_future(balancer.run(call))
+        second = asyncio.ensure_future(balancer.run(call))  # "b" is full: this one waits for room
         for _ in range(3):
             await asyncio.sleep(0)
-        assert seen == ["b"] and dispatcher.queued == 1
-        dispatcher.resume(0, "a2")  # the replacement: the waiting request goes to it at once
+        assert seen == ["b"] and balancer.queued == 1
+        balancer.resume(0, "a2")  # the replacement: the waiting request goes to it at once
         for _ in range(3):
             await asyncio.sleep(0)
-        assert seen == ["b", "a2"] and dispatcher.queued == 0
+        assert seen == ["b", "a2"] and balancer.queued == 0
         release.set()
         return list(await asyncio.gather(first, second))
 
@@ -120,7 +120,7 @@ def test_a_paused_host_gets_nothing_until_its_replacement_takes_its_place() -> N
 
 
 def test_abandon_fails_every_request_waiting_for_room() -> None:
-    dispatcher: Dispatcher[str] = Dispatcher(["a"], [1])
+    balancer: Balancer[str] = Balancer(["a"], [1])
     release = asyncio.Event()
 
     async def call(host: str) -> str:
@@ -128,11 +128,11 @@ def test_abandon_fails_every_request_waiting_for_room() -> None:
         return host
 
     async def scenario() -> tuple[str, BaseException | str]:
-        running = asyncio.ensure_future(dispatcher.run(call))
-        waiting = asyncio.ensure_future(dispatcher.run(call))
+        running = asyncio.ensure_future(balancer.run(call))
+        waiting = asyncio.ensure_future(balancer.run(call))
         for _ in range(3):
             await asyncio.sleep(0)
-        dispatcher.abandon(RuntimeError("no host left"))
+        balancer.abandon(RuntimeError("no host left"))
         outcome = (await asyncio.gather(waiting, return_exceptions=True))[0]
         release.set()
         return await running, outcome

@@ -1,0 +1,166 @@
+"""What crosses between the front and a model host: a request, its answer, and the control messages of a model
+process's life. Plain typed values, protocol-neutral.
+
+The front (`front`) speaks HTTP and gRPC to clients; model hosts (`host`) hold the models. Between them a
+request is only what the host needs to answer it (method, path, headers, body; or a gRPC method and its
+serialized message) and an answer is a status, headers and a body. A host in the front's own process gets
+these objects as they are; a host in a model process gets them through shared memory (`channel`), where
+`pack_request`/`pack_answer` write the small part (everything but the body) with `marshal` and the body
+travels as raw bytes beside it.
+
+A model process's life is told in control messages, one dataclass each (`Control`): the front says `Drain`,
+`Stop`, `Load` (stage these versions) and `Activate` (serve them, or drop them); the process says `Ready`,
+`Refused` (a one-line reason and an exit code) and `Loaded` (staged, or why not).
+"""
+
+from __future__ import annotations
+
+import marshal
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Any, TypeVar
+
+
+class Kind(IntEnum):
+    """Which protocol a request came in by."""
+
+    HTTP = 1
+    GRPC = 2
+
+
+HTTP = Kind.HTTP
+GRPC = Kind.GRPC
+_KINDS = {int(kind): kind for kind in Kind}
+
+Headers = tuple[tuple[bytes, bytes], ...]
+Body = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One client request. HTTP: `method`, `path` (percent-decoded), `query` (raw), `headers` (lower-case
+    names), `body` (as sent; a gzip body is decoded by the host). gRPC: `method` is the full RPC name
+    ("/tensorflow.serving.PredictionService/Predict"), `body` the serialized message, `client` the peer."""
+
+    kind: Kind
+    method: str
+    body: Body
+    path: str = ""
+    query: bytes = b""
+    headers: Headers = ()
+    client: str = ""  # "host:port" (HTTP) or gRPC's peer string
+    scheme: str = "http"
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a (lower-case) header, or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A host's answer. HTTP: `status` and `headers` as sent (content-length is the front's to write).
+    gRPC: `status` is the status code's number (0 OK) and `body` the serialized reply; a failure's message
+    is `message`."""
+
+    status: int
+    body: Body = b""
+    headers: Headers = ()
+    message: str = ""
+
+
+def pack_request(request: Request) -> bytes:
+    """Everything of `request` but its body, for the channel."""
+    return marshal.dumps((int(request.kind), request.method, request.path, request.query, request.headers,
+                          request.client, request.scheme))
+
+
+def unpack_request(meta: Body, body: Body) -> Request:
+    kind, method, path, query, headers, client, scheme = marshal.loads(meta)
+    return Request(_KINDS[kind], method, body, path, query, tuple(tuple(h) for h in headers), client, scheme)
+
+
+def pack_answer(answer: Answer) -> bytes:
+    """Everything of `answer` but its body, for the channel."""
+    return marshal.dumps((answer.status, answer.headers, answer.message))
+
+
+def unpack_answer(meta: Body, body: Body) -> Answer:
+    status, headers, message = marshal.loads(meta)
+    return Answer(status, body, tuple(tuple(h) for h in headers), message)
+
+
+# --- a model process's life ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Front -> process: report not ready from now on (requests are still answered)."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Front -> process: finish the requests held, then exit."""
+
+
+@dataclass(frozen=True)
+class Load:
+    """Front -> process: load and warm these versions of model `name`, to serve them once told (`Activate`)."""
+
+    name: str
+    versions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Activate:
+    """Front -> process: serve the staged `versions` of `name` (`commit`), or let them go."""
+
+    name: str
+    versions: tuple[int, ...]
+    commit: bool
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Process -> front: the models are loaded and warmed; what was loaded, for the front's start-up line."""
+
+    pid: int
+    models: dict[str, int]
+    model_p50_us: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Process -> front: the model cannot be served here, said in one line, and the exit code to report."""
+
+    message: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Process -> front: the versions a `Load` named are staged (`ok`), or why not."""
+
+    name: str
+    versions: tuple[int, ...]
+    ok: bool
+    error: str = ""
+
+
+Control = Drain | Stop | Load | Activate | Ready | Refused | Loaded
+C = TypeVar("C", Drain, Stop, Load, Activate, Ready, Refused, Loaded)
+
+
+def pack_control(message: Control) -> bytes:
+    """A control message's fields, for the channel (its kind travels on the notice)."""
+    return marshal.dumps(tuple(getattr(message, field.name) for field in fields(message)))
+
+
+def unpack_control(kind: type[C], data: bytes) -> C:
+    values: list[Any] = list(marshal.loads(data)) if data else []
+    for index, field in enumerate(fields(kind)):  # a sender may have given lists where the fields hold tuples
+        if field.name in ("versions", "model_p50_us"):
+            values[index] = tuple(values[index])
+    return kind(*values)
