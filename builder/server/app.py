@@ -56,9 +56,10 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
             def changed() -> None:
                 app.openapi_schema = None  # versions are path parameter values in the document
 
+            bring = reload.in_this_process(models, lambda s, v, f: load_version(config, s, v, f, metrics),
+                                           config.drain_seconds, changed)
             poller = asyncio.get_running_loop().create_task(reload.poll(
-                models, config.sources, lambda s, v, f: load_version(config, s, v, f, metrics),
-                config.poll_seconds, config.drain_seconds, changed))
+                config.sources, config.poll_seconds, lambda name: list(models.models.get(name, {})), bring))
         plane.set_ready(True)
         yield
         plane.set_ready(False)

@@ -76,10 +76,10 @@ class _Date:
 
 
 def error_answer(status: int, message: str) -> Answer:
-    """An answer in the server's error shape, `{"error": "..."}`."""
-    from builder.server import jsoncodec
+    """An answer in the server's error shape (`answers.error_body`)."""
+    from builder.server.answers import error_body
 
-    return Answer(status, jsoncodec.dumps({"error": message}), ((b"content-type", b"application/json"),))
+    return Answer(status, error_body(message), ((b"content-type", b"application/json"),))
 
 
 class HttpFront:

@@ -30,7 +30,8 @@ from builder.server.config import ServerConfig, config_to_json
 from builder.server.balancer import Balancer, window
 from builder.server.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
 from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
-from builder.server.model_config import version_folders
+from builder.server import reload
+from builder.server.model_config import ModelSource, version_folders
 from builder.server.supervision import CrashLoop, exit_reason
 
 log = logging.getLogger("tfsmith.serve")
@@ -280,17 +281,14 @@ class ModelProcesses:
         """The server's liveness, and its readiness: the processes have loaded and warmed their models, one at
         least can answer, and the server is not draining (the v2 routes' answers, answered here: a process may
         be in a model call)."""
-        from builder.server import jsoncodec, v2
+        from builder.server import health, jsoncodec
 
         if path == "/healthz":  # what a process said of its models, with the server's own readiness
             return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
                                                 "processes": len(self.processes),
                                                 "processes_live": self.balancer.live}), JSON)
-        if path.endswith("/live"):
-            return Answer(200, jsoncodec.dumps({"live": True}), JSON)
-        if self.answering:
-            return Answer(200, jsoncodec.dumps({"ready": True}), JSON)
-        return Answer(503, jsoncodec.dumps({"error": v2.NOT_READY}), JSON)
+        status, body = health.live() if path.endswith("/live") else health.readiness(self.answering)
+        return Answer(status, body, JSON)
 
     def describe(self) -> str:
         pids = ", ".join(str(p.ready.pid if p.ready else p.process.pid) for p in self.processes)
@@ -299,21 +297,15 @@ class ModelProcesses:
     # --- versions ------------------------------------------------------------------------------------------
 
     async def _poll(self) -> None:
-        """Every poll interval: a version set on disk that differs from the one served is staged in every
-        process, then served by all at once (or by none, when one cannot load it: tried again next time)."""
-        while True:
-            await asyncio.sleep(self.config.poll_seconds)
-            for source in self.sources:
-                try:
-                    wanted = tuple(source.wanted(list(version_folders(source.base_path))))
-                    if wanted and wanted != self.active.get(source.name):
-                        async with self._changing:
-                            await self._switch(source.name, wanted)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:  # noqa: BLE001 - a bad version must not stop serving the good ones
-                    log.warning("%s: reload failed (%s: %s); still serving versions %s", source.name,
-                                type(error).__name__, error, list(self.active.get(source.name, ())))
+        """Every poll interval (`reload.poll`): a version set on disk that differs from the one served is staged
+        in every process, then served by all at once (or by none, when one cannot load it: tried again next
+        time)."""
+
+        async def bring(source: ModelSource, wanted: tuple[int, ...]) -> None:
+            async with self._changing:
+                await self._switch(source.name, wanted)
+
+        await reload.poll(self.sources, self.config.poll_seconds, lambda name: self.active.get(name, ()), bring)
 
     async def _switch(self, name: str, versions: tuple[int, ...]) -> None:
         """Every live process stages `versions`, then all serve them, or none (a process that dies meanwhile

@@ -4,16 +4,19 @@ TF Serving's `--file_system_poll_wait_seconds` behaviour, in the order that lose
 is loaded and warmed off the event loop (requests keep flowing to the old one: `stage`), then the name's
 version map is replaced in one assignment (new requests go to the new set: `switch`), then each retired
 version is closed once the requests that had already resolved it are answered. A version that fails to load
-is logged and tried again at the next poll; the versions being served stay as they are. With model
-processes the front decides when (`front.ModelProcesses`): every process stages, and only once all have
-does each switch, so no client sees version 2 from one process and then version 1 from another.
+is logged and tried again at the next poll; the versions being served stay as they are.
+
+One loop (`poll`) decides when, in either layout; what "bring the served versions to these" means is its
+caller's: in the front's own process, `stage` then `switch` (`app`); with model processes, the front has every
+process stage, and only once all have does each switch (`model_processes.ModelProcesses`), so no client
+sees version 2 from one process and then version 1 from another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from builder.measure.cores import release_free_memory
@@ -22,33 +25,39 @@ from builder.server.served import ModelSet, ServedModel
 
 log = logging.getLogger("tfsmith.serve")
 Loader = Callable[[ModelSource, int, Path], ServedModel]
+#: The versions of a model served now, by name.
+Served = Callable[[str], Sequence[int]]
+#: Serve these versions of the source's model from now on (or say why not, and keep those served).
+Bring = Callable[[ModelSource, tuple[int, ...]], Awaitable[None]]
 
 
-async def poll(models: ModelSet, sources: Sequence[ModelSource], load: Loader, seconds: float,
-               drain_seconds: float, changed: Callable[[], None] = lambda: None) -> None:
-    """Forever (until cancelled): every `seconds`, bring each source's served versions to what it wants."""
+async def poll(sources: Sequence[ModelSource], seconds: float, served: Served, bring: Bring) -> None:
+    """Forever (until cancelled): every `seconds`, each source whose wanted versions differ from those served is
+    brought to them; a failure is logged and tried again at the next poll, the versions served stay."""
     while True:
         await asyncio.sleep(seconds)
         for source in sources:
             try:
-                if await update(models, source, load, drain_seconds):
-                    changed()
+                wanted = tuple(source.wanted(list(version_folders(source.base_path))))
+                if wanted and wanted != tuple(sorted(served(source.name))):
+                    await bring(source, wanted)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - a bad version must not stop serving the good ones
                 log.warning("%s: reload failed (%s: %s); still serving versions %s", source.name,
-                            type(error).__name__, error, sorted(models.models.get(source.name, {})))
+                            type(error).__name__, error, sorted(served(source.name)))
 
 
-async def update(models: ModelSet, source: ModelSource, load: Loader, drain_seconds: float) -> bool:
-    """One reconciliation of `source`; True when the served versions changed."""
-    folders = version_folders(source.base_path)
-    wanted = source.wanted(list(folders))
-    if not wanted or sorted(models.models.get(source.name, {})) == wanted:
-        return False
-    loaded = await stage(models, source, wanted, load)
-    switch(models, source, loaded, drain_seconds)
-    return True
+def in_this_process(models: ModelSet, load: Loader, drain_seconds: float,
+                    changed: Callable[[], None] = lambda: None) -> Bring:
+    """Bring the models of this process to the wanted versions: the new ones staged, then switched to."""
+
+    async def bring(source: ModelSource, wanted: tuple[int, ...]) -> None:
+        loaded = await stage(models, source, wanted, load)
+        switch(models, source, loaded, drain_seconds)
+        changed()
+
+    return bring
 
 
 async def stage(models: ModelSet, source: ModelSource, wanted: Sequence[int], load: Loader) -> dict[int, ServedModel]:

@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
-from builder.server import jsoncodec, tensor_json
+from builder.server import health, jsoncodec, tensor_json
 from builder.server.bodies import read_limited
 from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome, Provisional
 from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
@@ -41,7 +41,7 @@ DATATYPE_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in DATATYPE_OF.items()}
 LITTLE_ENDIAN = {numpy: np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 LITTLE_ENDIAN_OF = {np.dtype(numpy): np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 NATIVE_IS_LITTLE = sys.byteorder == "little"
-NOT_READY = "model is not ready (loading, or the server is draining)"
+NOT_READY = health.NOT_READY
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
 REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
 
@@ -285,8 +285,8 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
     from builder.server.contract import V2_READY_RESPONSES
 
     def not_ready(outcome: Outcome) -> Response:
-        outcome.status = 503
-        return _json({"error": NOT_READY}, 503)
+        outcome.status, body = health.readiness(False)
+        return Response(body, status_code=outcome.status, media_type="application/json")
 
     async def metadata_of(name: str, version: str | None) -> Response:
         async with plane.request(ENTRYPOINT, "metadata", name):
@@ -307,12 +307,14 @@ def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
     @app.get("/v2/health/live", summary="Open Inference Protocol: server liveness")
     async def live() -> Response:
         async with plane.request(ENTRYPOINT, "live"):
-            return _json({"live": True})
+            return Response(health.live()[1], media_type="application/json")
 
     @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
     async def ready() -> Response:
         async with plane.request(ENTRYPOINT, "ready") as outcome:
-            return _json({"ready": True}) if plane.ready else not_ready(outcome)
+            if not plane.ready:
+                return not_ready(outcome)
+            return Response(health.readiness(True)[1], media_type="application/json")
 
     @app.get("/v2", summary="Open Inference Protocol: server metadata")
     async def server_metadata() -> Response:
