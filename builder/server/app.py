@@ -28,7 +28,6 @@ from fastapi.responses import Response
 
 from builder.server import reload, tfs_rest, v2
 from builder.server.answers import add_error_answers
-from builder.server.access_log import AccessLog
 from builder.server.config import ServerConfig
 from builder.server.contract import finish_document
 from builder.server.dataplane import DataPlane
@@ -47,7 +46,7 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
     metrics = Metrics()
     models = load_models(config, pool, metrics)
     first_name = next(iter(models.models))  # only the name: holding a version would keep it in memory
-    plane = DataPlane(models, metrics, config.access_log)
+    plane = DataPlane(models, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -113,8 +112,6 @@ def create_app(config: ServerConfig, pool: BackendPool | None = None) -> FastAPI
 
     tfs_rest.add_routes(app, plane, config.max_body_bytes, config.max_request_batch)
     v2.add_routes(app, plane, config.max_body_bytes)
-    if config.access_log:
-        app.add_middleware(AccessLog)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

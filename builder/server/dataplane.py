@@ -15,7 +15,6 @@ translate between their wire formats and what these return.
   latency histogram by entrypoint and API, the gRPC access line); the status recorded is the one the
   exception leaving the block carries (`RequestError.status`, 499 for a client that went away, 500 for
   anything else), so an adapter cannot forget to count a failure nor count a hang-up as the server's.
-  (REST's access log is the ASGI middleware, `access_log.AccessLog`: it also sees unmatched requests.)
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from builder.model.failures import ModelInputError
-from builder.server.access_log import log_request
 from builder.server.metrics import Metrics, Timer
 from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
 from builder.server.served import ModelSet, ServedModel
@@ -111,11 +109,10 @@ class Address:
 class DataPlane:
     """The served models plus the bookkeeping around every call to them."""
 
-    def __init__(self, models: ModelSet, metrics: Metrics, access_log: bool = False,
+    def __init__(self, models: ModelSet, metrics: Metrics,
                  offload_bytes: int = OFFLOAD_BYTES) -> None:
         self.models = models
         self.metrics = metrics
-        self.access_log = access_log
         self.offload_bytes = offload_bytes
         self.in_flight = 0  # requests of any route being answered now (`request`)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfsmith-decode")
@@ -168,11 +165,11 @@ class DataPlane:
     # --- inference -----------------------------------------------------------------------------------
 
     async def infer(self, entrypoint: str, address: Address, read: Callable[[], Awaitable[T]],
-                    codec: Codec[T, D, R], peer: str | None = None) -> R:
+                    codec: Codec[T, D, R]) -> R:
         """One inference, whichever protocol: the body read (first: an unread body resets the socket), the
         model resolved, the body decoded by the protocol's codec, the batcher run and the answer encoded;
         counted as `predict` under `entrypoint`."""
-        async with self.request(entrypoint, "predict", address.name, peer):
+        async with self.request(entrypoint, "predict", address.name):
             body = await read()
             served = self.resolve(address.name, address.version, address.label)
             size = codec.size(body)
@@ -191,11 +188,10 @@ class DataPlane:
     # --- bookkeeping ---------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def request(self, entrypoint: str, api: str, name: str = "", peer: str | None = None
-                      ) -> AsyncIterator[Outcome]:
+    async def request(self, entrypoint: str, api: str, name: str = "") -> AsyncIterator[Outcome]:
         """Count one call of any route (in flight while inside; then its status and latency under
         `entrypoint`/`api`, for model `name`: "" for server-wide routes such as health, "unknown" for a
-        name not served), and write its access line when `peer` is given and access logging is on (gRPC)."""
+        name not served). Access lines are the front's (`access_log.logged`)."""
         timer, outcome = Timer(), Outcome()
         self.metrics.in_flight.inc()
         self.in_flight += 1
@@ -219,9 +215,6 @@ class DataPlane:
             self.in_flight -= 1
             model = name if not name or name in self.models.models else "unknown"
             self.metrics.request(model, api, entrypoint, outcome.status, elapsed)
-            if self.access_log and peer is not None:
-                log_request(protocol=entrypoint.lower(), method=api, path=f"/{name}", status=outcome.status,
-                            duration_ms=round(elapsed * 1e3, 3), remote=peer)
 
     def close(self) -> None:
         self._decoder.shutdown(wait=False)

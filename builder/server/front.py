@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from builder.measure.cores import keep_request_memory
-from builder.server import grpc_service, ports
+from builder.server import access_log, grpc_service, ports
 from builder.server.config import ServerConfig
 from builder.server.messages import Answer, Request
 from builder.server.model_processes import ModelProcesses, spawner
@@ -145,6 +145,8 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
         hosts.kill()
         raise
     respond: Callable[[Request], Awaitable[Answer]] = hosts.respond
+    if config.access_log:  # one line per request, whichever protocol and wherever the models run
+        respond = access_log.logged(respond)
     tls = _tls_context(config)
     http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls)
     grpc_server = None

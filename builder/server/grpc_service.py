@@ -97,11 +97,11 @@ class Servicer:
             return request
 
         return await self._answer(context, lambda: self.plane.infer(
-            ENTRYPOINT, _address(request.model_spec), read, PredictCodec(contents or {}), peer=context.peer()))
+            ENTRYPOINT, _address(request.model_spec), read, PredictCodec(contents or {})))
 
     async def get_model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            async with self.plane.request(ENTRYPOINT, "metadata", request.model_spec.name, peer=context.peer()):
+            async with self.plane.request(ENTRYPOINT, "metadata", request.model_spec.name):
                 address = _address(request.model_spec)
                 metadata = self.plane.metadata(address.name, address.version, address.label)
                 fields = list(request.metadata_field)
@@ -122,7 +122,7 @@ class Servicer:
 
     async def get_model_status(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            async with self.plane.request(ENTRYPOINT, "status", request.model_spec.name, peer=context.peer()):
+            async with self.plane.request(ENTRYPOINT, "status", request.model_spec.name):
                 address = _address(request.model_spec)
                 response = pb.GetModelStatusResponse()
                 for version in self.plane.status(address.name, address.version, address.label):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 import grpc
 
 from builder.server import grpc_service, jsoncodec, tfs_rest, v2
-from builder.server.access_log import log_request
 from builder.server.answers import error_body, failure
 from builder.server.app import create_app
 from builder.server.bodies import decoded
@@ -47,12 +45,6 @@ class Aborted(grpc.aio.AbortError):
 
 class _Context:
     """The part of grpc.aio's servicer context the servicer uses, for a call the front received."""
-
-    def __init__(self, peer: str) -> None:
-        self._peer = peer
-
-    def peer(self) -> str:
-        return self._peer
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise Aborted(code, details)
@@ -153,10 +145,10 @@ class ModelHost:
             if request.method == "POST":
                 match = tfs_rest.PREDICT_PATH.fullmatch(request.path)
                 if match is not None:
-                    return await self._logged(request, self._predict(request, *match.groups()))
+                    return await self._predict(request, *match.groups())
                 match = V2_INFER_PATH.fullmatch(request.path)
                 if match is not None:
-                    return await self._logged(request, self._infer(request, *match.groups()))
+                    return await self._infer(request, *match.groups())
             return await self._asgi(request)
         except Exception as error:  # noqa: BLE001 - a host always answers; the front keeps serving
             log.error("answering %s %s failed", request.method, request.path, exc_info=error)
@@ -203,17 +195,6 @@ class ModelHost:
 
         return read
 
-    async def _logged(self, request: Request, answering: Awaitable[Answer]) -> Answer:
-        """The answer, with its access line when access logging is on (as `access_log.AccessLog` writes it)."""
-        if not self.config.access_log:
-            return await answering
-        start = time.perf_counter()
-        answer = await answering
-        log_request(protocol="http", method=request.method, path=request.path, status=answer.status,
-                    bytes_out=len(answer.body), duration_ms=round((time.perf_counter() - start) * 1e3, 3),
-                    remote=request.client or None)
-        return answer
-
     async def _grpc(self, request: Request) -> Answer:
         parse, method = self._rpcs[request.method]
         try:
@@ -221,7 +202,7 @@ class ModelHost:
         except Exception:  # noqa: BLE001 - protobuf's DecodeError: not a message of this kind
             return Answer(grpc.StatusCode.INVALID_ARGUMENT.value[0], message="malformed request message")
         try:
-            reply = await method(message, _Context(request.client), **extra)
+            reply = await method(message, _Context(), **extra)
         except Aborted as aborted:
             return Answer(aborted.code.value[0], message=aborted.details)
         return Answer(0, reply.SerializeToString())

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.test_serve import HTTP, IN_FRONT, STOPPED, TFSMITH, Server, inputs, models  # noqa: F401 - models is a fixture
+from tests.e2e.test_serve import HTTP, IN_FRONT, LAYOUTS, STOPPED, TFSMITH, Server, inputs, models  # noqa: F401 - models is a fixture
 
 
 def test_sigterm_drains_requests_in_flight_and_loses_none(models: Path) -> None:  # noqa: F811
@@ -144,17 +144,19 @@ def test_tls_needs_both_files(models: Path, certificate: tuple[Path, Path]) -> N
         "tfsmith: error: --tls-cert and --tls-key go together"]
 
 
-def test_json_access_log(models: Path) -> None:  # noqa: F811
-    running = Server(*IN_FRONT, str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json")
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_json_access_log(models: Path, layout: str) -> None:  # noqa: F811
+    """One line per request in either layout (the front writes them, wherever the models run)."""
+    running = Server(*LAYOUTS[layout], str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json")
     HTTP.post(f"{running.url}/v1/models/digits:predict", json={"instances": inputs(1).tolist()})
     HTTP.get(f"{running.url}/v1/models/nope")
     assert running.stop() in STOPPED
     output = running.process.stdout.read() if running.process.stdout else ""
     records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     predict = [r for r in records if r["path"] == "/v1/models/digits:predict"]
-    assert predict and predict[0]["status"] == 200 and predict[0]["method"] == "POST"
+    assert len(predict) == 1 and predict[0]["status"] == 200 and predict[0]["method"] == "POST", records
     assert predict[0]["duration_ms"] >= 0 and predict[0]["remote"].startswith("127.0.0.1:")
-    assert any(r["path"] == "/v1/models/nope" and r["status"] == 404 for r in records)
+    assert [r["status"] for r in records if r["path"] == "/v1/models/nope"] == [404]
 
 
 def test_serve_help_groups_the_options() -> None:
