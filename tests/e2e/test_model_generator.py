@@ -31,11 +31,17 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "keras", "tf_
     pytest.skip("needs the optimize and serve extras and tensorflow-serving-api", allow_module_level=True)
 
 SEED = int(os.environ.get("MODELGEN_SEED", "2026"))
-COUNT = int(os.environ.get("MODELGEN_COUNT", "8"))
+#: about five minutes on two shared cores (each model: a build share, optimize, a server start, four clients)
+COUNT = int(os.environ.get("MODELGEN_COUNT", "6"))
 
 #: (what the model is made of, the failure class it meets today). A spec matches when every field named equals
 #: the spec's; the reason is the exact one-line failure. The lead empties this table as tfsmith's fixes land.
-KNOWN_FAILURES: tuple[tuple[dict[str, str], str], ...] = ()
+KNOWN_FAILURES: tuple[tuple[dict[str, str], str], ...] = (
+    ({"variant": "stateful"},
+     "optimize exit 1: tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error: "
+     "PartialTensorShape: Incompatible shapes during merge: [1,8] vs. [65,8] (a fixed batch of 1 fed the held-out "
+     "rows at once, builder/optimize/model_io.py predict)"),
+)
 
 
 def known_failure(spec: ModelSpec) -> str | None:

@@ -259,7 +259,8 @@ def build_keras(spec: ModelSpec, x: dict[str, np.ndarray], y: dict[str, np.ndarr
         import tensorflow_model_optimization as tfmot
 
         model = trainer = tfmot.quantization.keras.quantize_model(model)
-        return model, trainer, input_names, output_names
+        # quantize_model wraps every layer: the output is now named `quant_<head>` (what the user's model says)
+        return model, trainer, input_names, list(model.output_names)
     # trained through a twin with the float heads as a dict (one loss per name in either Keras); the layers are
     # shared, so the saved model carries the trained weights
     trainer = k.Model(model_inputs, {n: trainable[n] for n in trainable})
@@ -277,7 +278,7 @@ def fit(spec: ModelSpec, trainer: Any, k: Any, x: dict[str, np.ndarray], y: dict
     xs = structured(spec.inputs if spec.family != "preprocessing" else DICT, input_names, feed)
     if spec.family == "qat":
         (name,) = [n for n in y]
-        target, loss = y[name][:rows], losses[name]
+        target, loss = y[name][:rows], losses[name]  # one head: its array, whatever the wrapper named it
     elif spec.family == "subclassed":
         names = [n for n in y]
         target = structured(spec.outputs, names, {n: y[n][:rows] for n in names})
@@ -548,6 +549,8 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
         labelled[head] = given
     if spec.aux_output == "score" and spec.labels != "none":
         labelled["score"] = y_train["score"]
+    if spec.family == "qat":
+        labelled = {output_names[0]: v for v in labelled.values()}
     if spec.fmt in (TFLITE, TFLITE_UINT8, SAVED_MODEL):
         contract = contract_of_tflite(path) if spec.fmt != SAVED_MODEL else contract_of_saved_model(path)
         x, labelled = align_names(contract["serving_default"], x, labelled, output_names)

@@ -127,9 +127,13 @@ def one_line(text: str) -> str:
     for line in lines:
         if line.startswith("tfsmith: error:"):
             return line
-    for line in reversed(lines):
-        if re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line):
-            return line
+    for i in range(len(lines) - 1, -1, -1):
+        if re.match(r"^[A-Za-z_.]+(Error|Exception)\b", lines[i]):
+            if lines[i].endswith(":"):  # TensorFlow's "Graph execution error:": the cause is a later line
+                cause = next((c for c in lines[i + 1:] if not c.startswith(("Detected at node", "<stack", "[[", "File"))),
+                             "")
+                return f"{lines[i]} {cause}".strip()
+            return lines[i]
     return lines[-1] if lines else "(no output)"
 
 
@@ -408,8 +412,8 @@ def metadata_problems(server: Server, built: Built) -> list[str]:
 
 def repro_command(built: Built, out: Path, recipe: Path) -> str:
     spec = built.spec
-    return (f"python -m tests.benchmarks.model_sweep --seed {spec.seed} --start {spec.index} --count 1 "
-            f"--keep {out.parent}   # then: " + " ".join(optimize_command(built, out, recipe)))
+    return (f"python -m tests.benchmarks.model_sweep --seed {spec.seed} --start {spec.index} --count 1 --details "
+            f"--keep /tmp/modelgen-{spec.id}   (optimize alone: " + " ".join(optimize_command(built, out, recipe)) + ")")
 
 
 def run_model(built: Built, work: Path) -> Outcome:
