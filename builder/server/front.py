@@ -1,7 +1,7 @@
 """The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model host.
 
     clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--processes 1)
-    clients ──gRPC──────▶ front (`grpc_service`) ─┴▶ balancer ─┼──▶ model process 1 ┐ shared memory
+    clients ──gRPC──────▶ front (`grpc_front`) ───┴▶ balancer ─┼──▶ model process 1 ┐ shared memory
                                                                └──▶ model process N ┘ (`channel`)
 
 With `--processes N` the front hands each request to the least busy model process (`balancer`): requests,
@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from builder.measure.cores import keep_request_memory
-from builder.server import access_log, grpc_service, ports
+from builder.server import access_log, grpc_front, ports
 from builder.server.config import ServerConfig
 from builder.server.messages import Answer, Request
 from builder.server.model_processes import ModelProcesses, spawner
@@ -153,7 +153,7 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     try:
         await http.start(sock)
         if config.grpc_port:
-            grpc_server, _ = await grpc_service.start(respond, config.host, config.grpc_port, config.max_body_bytes,
+            grpc_server, _ = await grpc_front.start(respond, config.host, config.grpc_port, config.max_body_bytes,
                                                       config.tls)
     except BaseException:
         await hosts.stop()

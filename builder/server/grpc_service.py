@@ -1,8 +1,7 @@
 """TensorFlow Serving's gRPC API (port 8500): PredictionService.Predict/GetModelMetadata, ModelService.GetModelStatus.
 
-The front listens (`grpc.aio`, on the same event loop as its HTTP) and hands each call's serialized message
-to a model host, where `Servicer` answers it through the same data plane, batcher and interpreters as a
-REST request. Handlers are generic (`method_handlers_generic_handler`) over
+The front listens (`grpc_front`) and hands each call's serialized message to a model host, where `Servicer`
+answers it through the same data plane, batcher and interpreters as a REST request. Handlers are generic (`method_handlers_generic_handler`) over
 our own message classes (`tfs_proto`): no generated stubs, no TensorFlow. Errors are gRPC status codes as
 TF Serving uses them: INVALID_ARGUMENT for a bad request, NOT_FOUND for an unknown model or version.
 Replies carry `tensor_content` (raw bytes) when the request did, else the typed value fields, so clients
@@ -11,18 +10,15 @@ that read `float_val` directly keep working and `tf.make_ndarray` reads either.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 
-from builder.server import ports
 from builder.server.answers import failure
 from builder.server.dataplane import CLIENT_GONE, Address, DataPlane
-from builder.server.messages import GRPC, Answer, Request
 from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
 from builder.server.served import ServedModel, check_output_names, pick_outputs
 from builder.wire import tfs_proto as pb
@@ -156,49 +152,3 @@ def signature_def_map(signatures: Mapping[str, Any]) -> Any:
 
 
 #: The RPCs the front accepts (any other is answered UNIMPLEMENTED by gRPC itself).
-RPCS = {pb.PREDICTION_SERVICE: ("Predict", "GetModelMetadata"), pb.MODEL_SERVICE: ("GetModelStatus",)}
-#: gRPC status number -> code.
-CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def front_handlers(respond: Callable[[Request], Awaitable[Answer]]) -> list[grpc.GenericRpcHandler]:
-    """The RPCs as the front receives them: the serialized message handed whole to a model host (`respond`),
-    its serialized reply or status code given back; nothing is decoded in the front."""
-
-    def handler(name: str) -> grpc.RpcMethodHandler:
-        async def behavior(message: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            answer = await respond(Request(GRPC, name, message, client=context.peer()))
-            if answer.status:
-                await context.abort(CODES.get(answer.status, grpc.StatusCode.INTERNAL), answer.message)
-            return bytes(answer.body)
-
-        return grpc.unary_unary_rpc_method_handler(behavior)
-
-    return [grpc.method_handlers_generic_handler(service, {method: handler(f"/{service}/{method}")
-                                                           for method in methods})
-            for service, methods in RPCS.items()]
-
-
-async def start(respond: Callable[[Request], Awaitable[Answer]], host: str, port: int, max_message_bytes: int,
-                tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
-    """The front's gRPC server, started on the running loop, and its bound port; `tls` is (certificate,
-    key) files. The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`)."""
-    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1),
-               ("grpc.so_reuseport", 0)]
-    server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(front_handlers(respond))
-    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-    try:
-        if tls is None:
-            bound = server.add_insecure_port(address)
-        else:
-            cert, key = tls
-            credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
-            bound = server.add_secure_port(address, credentials)
-    except RuntimeError as error:  # grpcio reports a failed bind this way (older releases return 0)
-        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?): "
-                              f"{str(error).splitlines()[0]}") from error
-    if bound == 0:
-        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?)")
-    await server.start()
-    return server, bound

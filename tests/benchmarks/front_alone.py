@@ -1,7 +1,7 @@
 """The server's front with no model behind it: the floor under what the server costs a request on this host.
 
 `serve_scaling` starts this as a process of its own and loads it exactly as it loads a server: the same
-HTTP/1.1 front (`http_front`) and the same gRPC front (`grpc_service.front_handlers`) on the same event loop,
+HTTP/1.1 front (`http_front`) and the same gRPC front (`grpc_front.front_handlers`) on the same event loop,
 but every request is answered with a fixed body of `ANSWER_BYTES` bytes, after `GAP_SECONDS` of idle
 waiting. With a gap of 0 it is the front's own cost back to back; with a gap as long as the model's call it
 is what receiving and answering cost once the core has sat idle that long, as it does while a model process
@@ -17,7 +17,7 @@ import asyncio
 import socket
 import sys
 
-from builder.server import grpc_service
+from builder.server import grpc_front
 from builder.server.messages import GRPC, HTTP, Answer, Request
 from builder.server.http_front import HttpFront
 
@@ -38,7 +38,7 @@ async def serve(http_port: int, grpc_port: int, gap_s: float, answer_bytes: int)
     listening.bind(("127.0.0.1", http_port))
     front = HttpFront(respond, MAX_BODY_BYTES)
     await front.start(listening)
-    server, _ = await grpc_service.start(respond, "127.0.0.1", grpc_port, MAX_BODY_BYTES)
+    server, _ = await grpc_front.start(respond, "127.0.0.1", grpc_port, MAX_BODY_BYTES)
     try:
         await asyncio.Event().wait()
     finally:

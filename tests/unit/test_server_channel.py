@@ -92,7 +92,10 @@ def test_a_closed_end_fails_what_waits_on_it() -> None:
         await front.start()
         host.hello()
         waiting = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/")))
-        await asyncio.sleep(0.01)
+        for _ in range(1000):  # until the request is sent and its answer awaited
+            if front._waiting:
+                break
+            await asyncio.sleep(0)
         host.sock.close()  # the model process is gone
         with pytest.raises(ChannelClosed):
             await waiting

@@ -1,0 +1,64 @@
+"""The front's gRPC: TensorFlow Serving's RPCs received (`grpc.aio`, on the same event loop as the front's HTTP)
+and each call's serialized message handed whole to a model host (`respond`); nothing is decoded here, so the
+front needs neither the data plane nor the model stack (the model host's side is `grpc_service.Servicer`).
+The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+from builder.server import ports
+from builder.server.messages import GRPC, Answer, Request
+from builder.wire import tfs_proto as pb
+
+#: The RPCs served, by service.
+RPCS = {pb.PREDICTION_SERVICE: ("Predict", "GetModelMetadata"), pb.MODEL_SERVICE: ("GetModelStatus",)}
+#: gRPC status number -> code.
+CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def front_handlers(respond: Callable[[Request], Awaitable[Answer]]) -> list[grpc.GenericRpcHandler]:
+    """The RPCs as the front receives them: the serialized message handed whole to a model host (`respond`),
+    its serialized reply or status code given back; nothing is decoded in the front."""
+
+    def handler(name: str) -> grpc.RpcMethodHandler:
+        async def behavior(message: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            answer = await respond(Request(GRPC, name, message, client=context.peer()))
+            if answer.status:
+                await context.abort(CODES.get(answer.status, grpc.StatusCode.INTERNAL), answer.message)
+            return bytes(answer.body)
+
+        return grpc.unary_unary_rpc_method_handler(behavior)
+
+    return [grpc.method_handlers_generic_handler(service, {method: handler(f"/{service}/{method}")
+                                                           for method in methods})
+            for service, methods in RPCS.items()]
+
+
+async def start(respond: Callable[[Request], Awaitable[Answer]], host: str, port: int, max_message_bytes: int,
+                tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
+    """The front's gRPC server, started on the running loop, and its bound port; `tls` is (certificate,
+    key) files. The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`)."""
+    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1),
+               ("grpc.so_reuseport", 0)]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers(front_handlers(respond))
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    try:
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            cert, key = tls
+            credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as error:  # grpcio reports a failed bind this way (older releases return 0)
+        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?): "
+                              f"{str(error).splitlines()[0]}") from error
+    if bound == 0:
+        raise ports.PortTaken(f"gRPC could not listen on {address} (another process holds the port?)")
+    await server.start()
+    return server, bound
