@@ -82,11 +82,11 @@ class Balancer(Generic[H]):
 
     async def run(self, call: Callable[[H], Awaitable[T]]) -> T:
         """`call(host)` on the least busy host, once one has room."""
-        index = await self._acquire()
+        index = await self.acquire()
         try:
             return await call(self.hosts[index])
         finally:
-            self._release(index)
+            self.release(index)
 
     async def run_on(self, index: int, call: Callable[[H], Awaitable[T]]) -> T:
         """`call` on one named host, counted in its window but not waiting for room (metrics, control)."""
@@ -96,7 +96,9 @@ class Balancer(Generic[H]):
         finally:
             self.out[index] -= 1
 
-    async def _acquire(self) -> int:
+    async def acquire(self) -> int:
+        """The index of the host to take the next request (waiting for room when every window is full);
+        `release` it once answered."""
         index = choose(self.out, self.windows, self._next) if not self._queue else None
         if index is None:
             waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -105,7 +107,7 @@ class Balancer(Generic[H]):
                 index = await waiter
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():  # handed a window just as it was cancelled
-                    self._release(waiter.result())
+                    self.release(waiter.result())
                 raise
             return index
         self._take(index)
@@ -115,7 +117,7 @@ class Balancer(Generic[H]):
         self.out[index] += 1
         self._next = (index + 1) % len(self.hosts)
 
-    def _release(self, index: int) -> None:
+    def release(self, index: int) -> None:
         self.out[index] -= 1
         self.answered[index] += 1
         self._wake()

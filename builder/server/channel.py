@@ -214,7 +214,7 @@ class _AsyncEnd:
 
 class FrontEnd:
     """The front's end of one model process's channel: `exchange` sends a request into a free slot and
-    returns the answer. The caller (`dispatch.Dispatcher`) never has more than `slots` requests out."""
+    returns the answer. The caller (`balancer.Balancer`) never has more than `slots` requests out."""
 
     def __init__(self, sock: socket.socket, slots: int, slot_bytes: int) -> None:
         self.sock = sock

@@ -232,9 +232,15 @@ class ModelProcesses:
             if request.path in HEALTH_PATHS:  # never queued behind a long model call
                 return self._health(request.path)
         try:
-            return await self.balancer.run(lambda end: end.exchange(request))
-        except ChannelClosed:
+            index = await self.balancer.acquire()  # the least busy live process, once one has room
+        except ChannelClosed:  # none will: the server stops
             return _unavailable(request)
+        try:
+            return await self.balancer.hosts[index].exchange(request)
+        except ChannelClosed:  # the process died holding it
+            return _unavailable(request)
+        finally:
+            self.balancer.release(index)
 
     @property
     def answering(self) -> bool:
