@@ -24,8 +24,9 @@ from builder.say import Say
 
 def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray], options: Options,
                say: Say) -> tuple[Any, Any, list[str]]:
-    """(model, sparsity, notes): the pruned model when it agrees with the original within the gate or the
-    recipe asked for it explicitly; for auto, the original model back (and a note) when it does not.
+    """(model, sparsity, notes): the pruned model when it agrees with the original within the gate; the original
+    model back (and a note) when it does not, or when pruning fails: whatever the recipe, every file made from a
+    model that disagrees would fail the gate, and the model is always served.
 
     "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
     for classification outputs, relative error within --max-relative-error for regression outputs.
@@ -58,12 +59,9 @@ def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.n
     agreement = quality.agreement_summary(metrics)
     if passed:
         return model, sparsity, [f"pruning kept: the pruned float model agrees with the original ({why})"]
-    if recipe.name == "auto":
-        return loaded.keras_model, None, [f"pruning dropped: the pruned float model changed the answers ({why}; "
-                                          f"agreement {agreement:.3f}); auto never ships a retrained model that "
-                                          "disagrees with the original"]
-    return model, sparsity, [f"pruning applied as the recipe asks, although the pruned float model differs from the "
-                             f"original ({why}; agreement {agreement:.3f})"]
+    return loaded.keras_model, None, [f"pruning dropped: the pruned float model changed the answers ({why}; "
+                                      f"agreement {agreement:.3f}); every file made from it would fail the gate "
+                                      "against the original, so the original's weights go on"]
 
 
 def optional(plan: Plan, step: str, log: str, work: Callable[[], Any]) -> Any:

@@ -1,0 +1,39 @@
+"""The floor: a step beyond the original's own SavedModel that fails becomes a one-line note naming its log,
+and the run goes on (`builder.optimize.steps.optional`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.optimize.steps import optional
+
+
+class Notes:
+    """What `optional` uses of the plan: its notes and where a full text is kept."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.logs: dict[str, str] = {}
+
+    def log(self, name: str, text: str) -> Path:
+        self.logs[name] = text
+        return Path("OUT") / "logs" / f"{name}.log"
+
+
+def test_a_failing_step_is_a_note_with_its_cause_whole_and_its_log() -> None:
+    plan = Notes()
+
+    def prune() -> object:
+        raise TypeError("Error when deserializing class 'QuantizeLayer' using config={...}.\n\nException encountered: "
+                        "('Keyword argument not understood:', 'quantizer')")
+
+    assert optional(plan, "pruning", "prune", prune) is None  # type: ignore[arg-type]
+    assert plan.notes == ["pruning dropped: ('Keyword argument not understood:', 'quantizer') "
+                          "(full text: OUT/logs/prune.log)"]
+    assert "QuantizeLayer" in plan.logs["prune"] and "Traceback" in plan.logs["prune"]
+
+
+def test_a_step_that_works_gives_its_result_and_no_note() -> None:
+    plan = Notes()
+    assert optional(plan, "pruning", "prune", lambda: 42) == 42  # type: ignore[arg-type]
+    assert plan.notes == [] and plan.logs == {}
