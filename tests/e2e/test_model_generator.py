@@ -57,9 +57,13 @@ PARAMS = [pytest.param(spec, id=spec.id, marks=[pytest.mark.xfail(strict=False, 
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
-    """Every model of the set, built once in one subprocess (Keras 3, tf_keras and TensorFlow stay out of here)."""
-    return build_models(SPECS, tmp_path_factory.mktemp("modelgen") / "models")
+def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
+    """The selected models (all of the set, or what `-k` picked), built once in one subprocess (Keras 3, tf_keras
+    and TensorFlow stay out of this process)."""
+    selected = [item.callspec.params["spec"] for item in request.session.items
+                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
+                and "spec" in item.callspec.params]
+    return build_models(selected or SPECS, tmp_path_factory.mktemp("modelgen") / "models")
 
 
 @pytest.mark.parametrize("spec", PARAMS)

@@ -596,11 +596,17 @@ def align_names(signature: dict[str, Any], x: dict[str, np.ndarray], labelled: d
                 out[spare.pop(0)] = values[key]
         return out
 
+    dtypes = {s["name"]: s["dtype"] for s in signature["inputs"]}
     in_names = [s["name"] for s in signature["inputs"]]
     out_names = [s["name"] for s in signature["outputs"]]
     if not set(out_names) & set(output_names):  # output_0, output_1 ... in the model's order
         out_names = sorted(out_names, key=lambda n: (len(n), n))
-    return pair(in_names, x, list(x)), pair(out_names, labelled, output_names)
+    named = pair(in_names, x, list(x))
+    # the saved signature's dtypes are the contract: Keras 3's fit casts a bool input to float before a subclassed
+    # model first sees it, so its export takes float32 there, and the user's DATA is what the signature takes
+    named = {n: v if dtypes[n] == "string" or str(v.dtype) == dtypes[n] else v.astype(dtypes[n])
+             for n, v in named.items()}
+    return named, pair(out_names, labelled, output_names)
 
 
 def _probe_for(spec: dict[str, Any], probe: dict[str, np.ndarray]) -> np.ndarray:
