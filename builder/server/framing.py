@@ -1,5 +1,5 @@
-"""How a request's body is framed, decided once from its head (RFC 9112 §6): no body, a length, or chunked; or
-a refusal, answered before any of the body is read.
+"""How a request's body is framed, decided once from its head (RFC 9112 §6): a length (0: none) or chunked; or a
+refusal, answered before any of the body is read.
 
 Framing is where request smuggling lives: two parties that disagree on where a body ends disagree on where
 the next request starts. So what is ambiguous is refused, never guessed. `httptools` already refuses a
@@ -15,23 +15,16 @@ not taken for plain chunked. What is refused:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class NoBody:
-    pass
-
-
-@dataclass(frozen=True)
-class Length:
-    size: int
 
 
 @dataclass(frozen=True)
 class Chunked:
     pass
+
+
+CHUNKED = Chunked()
 
 
 @dataclass(frozen=True)
@@ -42,7 +35,9 @@ class Refusal:
     message: str
 
 
-Framing = NoBody | Length | Chunked | Refusal
+#: A declared length (0: no body), chunked, or a refusal. A length is a bare int: every request with a body
+#: gets one, and no object is made for it.
+Framing = int | Chunked | Refusal
 
 
 def transfer_codings(values: Iterable[bytes]) -> tuple[str, ...]:
@@ -51,13 +46,13 @@ def transfer_codings(values: Iterable[bytes]) -> tuple[str, ...]:
                  if token)
 
 
-def body_framing(content_length: bytes | None, encodings: Iterable[bytes], http_version: str, limit: int) -> Framing:
+def body_framing(content_length: bytes | None, encodings: Sequence[bytes], http_10: bool, limit: int) -> Framing:
     """How the body of a request with this head is framed, or why it is refused. `content_length` is the one
     Content-Length (httptools has refused two, or one that is not digits), `encodings` every Transfer-Encoding
-    line, `limit` the largest body accepted."""
-    codings = transfer_codings(encodings)
+    line, `http_10` whether the request is HTTP/1.0, `limit` the largest body accepted."""
+    codings = transfer_codings(encodings) if encodings else ()
     if codings:
-        if http_version == "1.0":
+        if http_10:
             return Refusal(400, "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request")
         if codings[-1] != "chunked" or codings.count("chunked") > 1:
             return Refusal(400, "malformed HTTP request: chunked must be the last transfer coding, and only once")
@@ -65,10 +60,10 @@ def body_framing(content_length: bytes | None, encodings: Iterable[bytes], http_
         if unknown:
             return Refusal(501, f"transfer coding {unknown[0]!r} is not supported; send the body compressed with "
                                 "Content-Encoding instead")
-        return Chunked()
+        return CHUNKED
     if content_length is None:
-        return NoBody()
+        return 0
     size = int(content_length)
     if size > limit:
         return Refusal(413, f"request body of {size} bytes exceeds the limit of {limit} bytes")
-    return Length(size) if size else NoBody()
+    return size

@@ -38,7 +38,7 @@ from urllib.parse import unquote
 import httptools
 
 from builder.server.messages import HTTP, Answer, Request
-from builder.server.framing import Chunked, Length, Refusal, body_framing
+from builder.server.framing import CHUNKED, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -278,18 +278,20 @@ class _Connection(asyncio.BufferedProtocol):
                 encodings.append(value)
             elif name == b"expect":
                 expect = value
-        framing = body_framing(length, encodings, parser.get_http_version(), self.front.max_body_bytes)
-        if isinstance(framing, Refusal):
-            self._refuse(framing.status, framing.message)
-            return False
-        if isinstance(framing, Chunked):
+        framing = body_framing(length, encodings, bool(encodings) and parser.get_http_version() == "1.0",
+                               self.front.max_body_bytes)
+        if type(framing) is int:
+            if not framing:
+                self._complete(b"")
+                return True
+            self.remaining, self.state = framing, BODY
+        elif framing is CHUNKED:
             self.chunks = bytearray()
             self.state = CHUNK_SIZE
-        elif isinstance(framing, Length):
-            self.remaining, self.state = framing.size, BODY
         else:
-            self._complete(b"")
-            return True
+            assert isinstance(framing, Refusal)
+            self._refuse(framing.status, framing.message)
+            return False
         if expect is not None and expect.lower() == b"100-continue" and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
@@ -378,7 +380,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.start = self.end
         if self.transport is None:
             return
-        self._write(error_answer(status, message), False, close=True)
+        self._send(error_answer(status, message), False, close=True, linger=True)
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._close)
@@ -403,13 +405,9 @@ class _Connection(asyncio.BufferedProtocol):
                 self.start = self.end = 0
                 self._arm_idle_timer()
 
-    def _send(self, answer: Answer, head_only: bool, close: bool) -> None:
-        self._write(answer, head_only, close)
-        if close:
-            self._close()
-
-    def _write(self, answer: Answer, head_only: bool, close: bool) -> None:
-        """The answer on the wire; `close`: with `connection: close`."""
+    def _send(self, answer: Answer, head_only: bool, close: bool, linger: bool = False) -> None:
+        """The answer on the wire; `close`: with `connection: close`, then the connection closed (unless it is to
+        `linger`: its caller closes it)."""
         if self.transport is None:
             return
         body = answer.body
@@ -428,6 +426,8 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.write(head + bytes(body))
         else:
             self.transport.writelines([head, body])
+        if close and not linger:
+            self._close()
 
     def _arm_idle_timer(self) -> None:
         if self.idle_timer is not None:

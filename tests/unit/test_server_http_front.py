@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pytest
 
 from builder.server.messages import Answer, Request
-from builder.server.framing import Chunked, Length, NoBody, Refusal, body_framing, transfer_codings
+from builder.server.framing import Chunked, Refusal, body_framing, transfer_codings
 from builder.server.http_front import HttpFront, _Connection
 
 OK = Answer(200, b'{"ok":true}', ((b"content-type", b"application/json"),))
@@ -203,12 +203,13 @@ def test_huge_headers_are_refused_431_and_closed() -> None:
 def test_transfer_codings_are_tokens_over_every_line() -> None:
     assert transfer_codings([b"gzip, Chunked", b" ,chunked "]) == ("gzip", "chunked", "chunked")
     assert transfer_codings([b"CHUNKED"]) == ("chunked",)
-    assert body_framing(None, [b"chunked"], "1.1", 10) == Chunked()
-    assert body_framing(b"10", [], "1.1", 10) == Length(10)
-    assert body_framing(b"0", [], "1.1", 10) == NoBody() == body_framing(None, [], "1.1", 10)
-    assert body_framing(b"11", [], "1.1", 10) == Refusal(413, "request body of 11 bytes exceeds the limit of 10 bytes")
-    assert body_framing(None, [b"chunked", b"chunked"], "1.1", 10).status == 400  # type: ignore[union-attr]
-    assert body_framing(None, [b"deflate", b"chunked"], "1.1", 10).status == 501  # type: ignore[union-attr]
+    assert body_framing(None, [b"chunked"], False, 10) == Chunked()
+    assert body_framing(b"10", [], False, 10) == 10
+    assert body_framing(b"0", [], False, 10) == 0 == body_framing(None, [], False, 10)
+    assert body_framing(b"11", [], False, 10) == Refusal(413, "request body of 11 bytes exceeds the limit of 10 bytes")
+    assert body_framing(None, [b"chunked", b"chunked"], False, 10).status == 400  # type: ignore[union-attr]
+    assert body_framing(None, [b"deflate", b"chunked"], False, 10).status == 501  # type: ignore[union-attr]
+    assert body_framing(None, [b"chunked"], True, 10).status == 400  # type: ignore[union-attr]
 
 
 def test_http_1_0_and_connection_close_end_after_the_answer() -> None:
