@@ -31,6 +31,38 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     return ModelContract(tuple(inputs), tuple(specs), signature)
 
 
+#: Rows called twice to see that the original answers the same rows the same way.
+REPEAT_ROWS = 8
+
+
+def check_repeatable(loaded: Any, x: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                     path: object) -> None:
+    """One line, before any work, for a model whose answers change from call to call on the same rows (random
+    layers left active in a SavedModel: Keras 3's `model.export` keeps RandomFlip and its kin training-time
+    random): nothing can be judged against answers that move, so there is no contract to keep."""
+    from builder.errors import InputError
+    from builder.optimize.quality import is_exact, spread
+
+    rows = min(REPEAT_ROWS, len(next(iter(x.values()))))
+    again = loaded.predict({k: v[:rows] for k, v in x.items()})
+    for name, first in reference.items():
+        before, after = np.asarray(first)[:rows], np.asarray(again[name])
+        if is_exact(before):
+            moved = not np.array_equal(before, after)
+            by = "values differ"
+        else:
+            scale = max(spread(np.asarray(first)), float(np.max(np.abs(before))) if before.size else 0.0, 1e-12)
+            diff = float(np.max(np.abs(before.astype(np.float64) - after))) if before.size else 0.0
+            moved = diff > 1e-3 * scale
+            by = f"by up to {diff:.3g}"
+        if moved:
+            raise InputError(f"model {path}: its answers change from call to call on the same rows (output "
+                             f"{name!r} {by}): random layers (RandomFlip, RandomRotation, Dropout, ...) are active "
+                             "in it; export it with those layers in inference mode (from Keras: call the model with "
+                             "training=False, or give tfsmith the .keras file), so that each answer depends on its "
+                             "input alone")
+
+
 def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | None = None) -> ModelContract:
     """The contract of the plan's model, with DATA's labels checked against it: labels that fit no task are set
     aside (`check_labels`: a note each; `plan.data` keeps only the others), and fine-tuning, which needs a label

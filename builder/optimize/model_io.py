@@ -340,7 +340,9 @@ def remove_signature(directory: Path, name: str) -> None:
 
 
 def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
-    return [None if i == 0 else d for i, d in enumerate(shape)]  # batch stays dynamic
+    """The signature's shape: as the model declares it (a batch of any size, or the fixed one a model built with
+    `batch_size` takes)."""
+    return list(shape)
 
 
 def saved_model_contract(fn: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
@@ -531,29 +533,71 @@ def mixed_policy(model: Any) -> str | None:
     return None
 
 
-def _float32_config(config: Any) -> Any:
-    """A Keras config with every mixed-precision dtype policy replaced by float32 (tf_keras and Keras 3 spell
-    a policy as a string or as a serialized `Policy`/`DTypePolicy`)."""
+def _rewritten(config: Any, rewrite: Callable[[str, Any], Any]) -> Any:
+    """A Keras config (nested dicts and lists) with `rewrite(key, value)` applied to every entry, depth first."""
     if isinstance(config, dict):
-        out = {}
-        for key, value in config.items():
-            if key == "dtype" and isinstance(value, str) and value.startswith("mixed_"):
-                value = "float32"
-            elif key == "dtype" and isinstance(value, dict) and str(value.get("config", {}).get("name", "")).startswith("mixed_"):
-                value = {**value, "config": {**value["config"], "name": "float32"}}
-            out[key] = _float32_config(value)
-        return out
+        return {key: _rewritten(rewrite(key, value), rewrite) for key, value in config.items()}
     if isinstance(config, list):
-        return [_float32_config(item) for item in config]
+        return [_rewritten(item, rewrite) for item in config]
     return config
 
 
-def float32_twin(model: Any) -> Any:
-    """The same model computing in float32: rebuilt from its config without the mixed policy, with its weights
-    (a mixed-precision model keeps its variables in float32 already)."""
-    twin = type(model).from_config(_float32_config(model.get_config()))
+def _without_mixed_policy(key: str, value: Any) -> Any:
+    """Every mixed-precision dtype policy as float32 (tf_keras and Keras 3 spell a policy as a string or as a
+    serialized `Policy`/`DTypePolicy`)."""
+    if key == "dtype" and isinstance(value, str) and value.startswith("mixed_"):
+        return "float32"
+    if key == "dtype" and isinstance(value, dict) and str(value.get("config", {}).get("name", "")).startswith("mixed_"):
+        return {**value, "config": {**value["config"], "name": "float32"}}
+    return value
+
+
+def _without_state(key: str, value: Any) -> Any:
+    """Stateful recurrent layers as stateless ones; the fixed batch stays, as the contract says it."""
+    return False if key == "stateful" and value is True else value
+
+
+def rebuilt(model: Any, rewrite: Callable[[str, Any], Any]) -> Any:
+    """The same model with the same weights, rebuilt from its config as `rewrite` changes it."""
+    twin = type(model).from_config(_rewritten(model.get_config(), rewrite))
     twin.set_weights(model.get_weights())
     return twin
+
+
+def float32_twin(model: Any) -> Any:
+    """The same model computing in float32: rebuilt without the mixed policy, with its weights (a
+    mixed-precision model keeps its variables in float32 already)."""
+    return rebuilt(model, _without_mixed_policy)
+
+
+STATELESS_NOTE = ("stateful recurrent layers ({layers}): served stateless, each request starting from zero states "
+                  "as the model's first call after reset_states does (a server shared by many clients cannot carry "
+                  "one client's state to its next request); the contract and every answer judged are the stateless "
+                  "model's")
+
+
+def stateless(model: Any, notes: list[str]) -> Any:
+    """A model with stateful RNN layers rebuilt stateless with the same weights (a note says so); any other model
+    as it is. A stateful model's answer depends on the calls before it, so it is no function a server can offer
+    many clients, and its fixed batch of one refuses the rows it is judged on."""
+    found = sorted({layer.name for layer in _all_layers(model) if getattr(layer, "stateful", False)})
+    if not found:
+        return model
+    twin = rebuilt(model, _without_state)
+    notes.append(STATELESS_NOTE.format(layers=", ".join(found)))
+    return twin
+
+
+def _all_layers(model: Any) -> list[Any]:
+    """Every layer, those inside wrappers (Bidirectional, TimeDistributed) and nested models too."""
+    found: list[Any] = []
+    for layer in getattr(model, "layers", ()):
+        found.append(layer)
+        for inner in ("layer", "forward_layer", "backward_layer"):
+            if getattr(layer, inner, None) is not None:
+                found.append(getattr(layer, inner))
+        found.extend(_all_layers(layer) if getattr(layer, "layers", None) else [])
+    return found
 
 
 def _with_float32_twin(loaded: LoadedModel, model: Any, keras3: bool) -> LoadedModel:
@@ -601,7 +645,11 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             model = _load_keras2(facts.path)
         except Exception as error:
             raise _keras_load_error(facts, "tf_keras", error, imports) from error
-        return _with_float32_twin(_from_keras2(facts, model, keep), model, keras3=False)
+        notes: list[str] = []
+        model = stateless(model, notes)
+        loaded = _with_float32_twin(_from_keras2(facts, model, keep), model, keras3=False)
+        loaded.notes[:0] = notes
+        return loaded
     if facts.format == "keras3":
         tfenv.tensorflow()
         try:
@@ -610,6 +658,8 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             model3 = keras3.saving.load_model(str(facts.path), compile=False)
         except Exception as error:
             raise _keras_load_error(facts, "Keras 3", error, imports) from error
+        notes = []
+        model3 = stateless(model3, notes)
         staging = tempfile.TemporaryDirectory(prefix="tfsmith-keras3-")
         keep.append(staging)
         exported = Path(staging.name) / "saved_model"
@@ -621,7 +671,9 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
         why = (f"a Keras {facts.keras_version} model: tfmot prunes and quantization-aware-trains only Keras 2 "
                "(tf_keras) models, so only post-training quantization applies")
-        return _with_float32_twin(_from_saved_model(facts, exported, keep, why), model3, keras3=True)
+        loaded = _with_float32_twin(_from_saved_model(facts, exported, keep, why), model3, keras3=True)
+        loaded.notes[:0] = notes
+        return loaded
     # SavedModel: a Keras 2 SavedModel (keras_metadata.pb) also loads as a model (for pruning/QAT).
     model = None
     why = ("a SavedModel without a Keras 2 Sequential/Functional model inside: pruning and QAT need one, so only "
