@@ -303,7 +303,9 @@ def save_keras(spec: ModelSpec, model: Any, folder: Path, sample: dict[str, np.n
         model.save(f"{base}.h5")
         return Path(f"{base}.h5")
     saved = Path(f"{base}.savedmodel") if spec.fmt == SAVED_MODEL else folder / f"{spec.id}.tflite-source"
-    if spec.keras == KERAS3:
+    if spec.signatures > 1:
+        export_with_signatures(spec, model, saved, sample, input_names)
+    elif spec.keras == KERAS3:
         model.export(str(saved), verbose=False)
     else:
         model.save(str(saved), save_format="tf")
@@ -321,6 +323,43 @@ def save_keras(spec: ModelSpec, model: Any, folder: Path, sample: dict[str, np.n
     path = Path(f"{base}.tflite")
     path.write_bytes(converter.convert())
     return path
+
+
+def export_with_signatures(spec: ModelSpec, model: Any, saved: Path, sample: dict[str, np.ndarray],
+                           input_names: list[str]) -> None:
+    """A SavedModel with the user's own signatures: `serving_default` (every output) and `scores` (the main head
+    alone), each taking the inputs by name: Keras 3 through `ExportArchive`, tf_keras through
+    `tf.saved_model.save`, as their guides show."""
+    tf = tf_module()
+    form = spec.inputs if spec.family != "preprocessing" else DICT
+    specs = [{n: tf.TensorSpec([spec.fixed_batch, *v.shape[1:]], tf.string if v.dtype.kind == "S" else v.dtype, name=n)
+              for n, v in sample.items()}]
+    head = HEAD_NAMES[spec.task]
+
+    def named(raw: Any) -> dict[str, Any]:
+        if isinstance(raw, dict):
+            return dict(raw)
+        names = list(getattr(model, "output_names", None) or [head])
+        return dict(zip(names, raw)) if isinstance(raw, (list, tuple)) else {names[0]: raw}
+
+    def serve(feed: dict[str, Any]) -> dict[str, Any]:
+        return named(model(structured(form, input_names, feed), training=False))
+
+    def scores(feed: dict[str, Any]) -> dict[str, Any]:
+        return {head: serve(feed)[head]}
+
+    if spec.keras == KERAS3:
+        from keras.export import ExportArchive
+
+        archive = ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serving_default", tf.function(serve, input_signature=specs))
+        archive.add_endpoint("scores", tf.function(scores, input_signature=specs))
+        archive.write_out(str(saved), verbose=False)
+    else:
+        functions = {"serving_default": tf.function(serve, input_signature=specs).get_concrete_function(),
+                     "scores": tf.function(scores, input_signature=specs).get_concrete_function()}
+        tf.saved_model.save(model, str(saved), signatures=functions)
 
 
 def uint8_input(path: Path, x: np.ndarray) -> np.ndarray:

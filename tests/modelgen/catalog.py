@@ -128,6 +128,8 @@ class ModelSpec:
     aux_input: str = "none"
     aux_output: str = "none"
     data_form: str = "named"
+    #: a Keras model saved as a SavedModel with a second signature of its own (`scores`: the main head alone)
+    signatures: int = 1
 
     @property
     def id(self) -> str:
@@ -136,7 +138,7 @@ class ModelSpec:
         return (f"s{self.seed}-{self.index:03d}-{self.family}-{self.variant}-{flavour}-{self.fmt}-"
                 f"{self.inputs}{'+' + self.aux_input if self.aux_input != 'none' else ''}-"
                 f"{self.outputs}{'+' + self.aux_output if self.aux_output != 'none' else ''}-"
-                f"{self.task}-{self.labels}{mixed}")
+                f"{self.task}-{self.labels}{mixed}{'-sigs' + str(self.signatures) if self.signatures > 1 else ''}")
 
     @property
     def fixed_batch(self) -> int | None:
@@ -151,6 +153,8 @@ class ModelSpec:
                  f"{self.task}/{self.labels}"]
         if self.precision == MIXED:
             parts.append("mixed_float16")
+        if self.signatures > 1:
+            parts.append(f"{self.signatures} signatures")
         return ", ".join(parts)
 
     def as_dict(self) -> dict[str, object]:

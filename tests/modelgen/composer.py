@@ -11,11 +11,13 @@ from __future__ import annotations
 import random
 
 from tests.modelgen.catalog import (AUX_INPUTS, AUX_OUTPUTS, DICT, FAMILIES, FAMILY, H5, KERAS3, KERAS_FILE, LABELS_FOR,
-                                    LIST, MIXED,
+                                    LIST, MIXED, NO_KERAS, SAVED_MODEL,
                                     NO_TFLITE, SEGMENTATION, SINGLE, TFLITE, TFLITE_UINT8, Family, ModelSpec)
 
 #: share of models drawn in mixed precision where the family allows it (most users train in float32)
 MIXED_SHARE = 0.25
+#: share of Keras SavedModels saved with a second signature of the user's own
+SECOND_SIGNATURE_SHARE = 0.4
 
 
 def family_order(seed: int) -> list[Family]:
@@ -62,9 +64,13 @@ def compose_one(seed: int, index: int) -> ModelSpec:
         aux_output = "none"  # its outputs are its signatures' own dicts
     one_to_one = inputs == SINGLE and outputs == SINGLE
     data_form = rng.choice(["single", "named"]) if one_to_one else "named"
+    signatures = 1
+    if fmt == SAVED_MODEL and keras != NO_KERAS and family.name not in ("subclassed", "qat"):
+        # drawn apart, so adding this choice left every earlier draw of a seed as it was
+        signatures = 2 if random.Random(f"signatures-{seed}-{index}").random() < SECOND_SIGNATURE_SHARE else 1
     return ModelSpec(seed=seed, index=index, family=family.name, variant=variant, keras=keras, fmt=fmt,
                      inputs=inputs, outputs=outputs, task=task, labels=labels, precision=precision,
-                     aux_input=aux_input, aux_output=aux_output, data_form=data_form)
+                     aux_input=aux_input, aux_output=aux_output, data_form=data_form, signatures=signatures)
 
 
 def compose(seed: int, count: int, start: int = 0) -> list[ModelSpec]:
