@@ -55,6 +55,10 @@ def test_every_spec_is_one_the_catalog_allows(seed: int) -> None:
         assert (spec.aux_output == "none") == (spec.outputs == catalog.SINGLE or spec.family == "tf_module")
         if spec.aux_output == "flag":
             assert spec.outputs == catalog.DICT  # a bool answer has no layer name: only a dict key names it
+        if spec.signatures > 1:
+            assert spec.fmt == catalog.SAVED_MODEL and spec.keras != catalog.NO_KERAS and spec.id.endswith("-sigs2")
+        if spec.family == "augmentation" and spec.keras == catalog.KERAS3:
+            assert spec.fmt in (catalog.KERAS_FILE, catalog.H5)  # its model.export keeps the random layers active
 
 
 def test_any_run_of_consecutive_models_covers_every_family() -> None:
@@ -67,7 +71,9 @@ def test_any_run_of_consecutive_models_covers_every_family() -> None:
 def test_the_catalog_is_reached_whole() -> None:
     specs = compose(0, 400)
     seen = {field: {getattr(s, field) for s in specs} for field in
-            ("keras", "fmt", "inputs", "outputs", "task", "labels", "precision", "aux_input", "aux_output", "data_form")}
+            ("keras", "fmt", "inputs", "outputs", "task", "labels", "precision", "aux_input", "aux_output", "data_form",
+             "signatures")}
+    assert seen["signatures"] == {1, 2}
     assert seen["keras"] == {catalog.KERAS3, catalog.TF_KERAS, catalog.NO_KERAS}
     assert seen["fmt"] == set(catalog.FORMATS)
     assert seen["inputs"] == seen["outputs"] == set(catalog.IO_FORMS)
