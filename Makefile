@@ -1,6 +1,7 @@
 # tfsmith — the user's entry points. Every target installs what it needs itself.
 #   make build        detect this host and build the TensorFlow image fitted to it (the main job)
 #   make test         the whole test suite (unit, real-engine, end-to-end)
+#   make test-quick   unit tests and the fast end-to-end ones: the inner loop
 #   make dockerfiles  regenerate the canonical build contexts in dockerfiles/
 #   make bench        side-by-side runtime benchmark (table, JSON, chart)
 #   make demo         the five-minute tour: detect, train, optimize, package, smoke-test, bench
@@ -13,7 +14,7 @@ TFSMITH := $(VENV)/bin/tfsmith
 EXTRAS ?= optimize,serve,bench,dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: build test unit dockerfiles bench demo engine venv clean help mlserver-venv
+.PHONY: build test test-quick unit dockerfiles bench demo engine venv clean help mlserver-venv
 
 help:
 	@sed -n '2,7p' Makefile
@@ -119,7 +120,13 @@ build: engine
 	echo "  serving image     docker images 'tfsmith/serve-*'"
 
 test: engine
-	@set +e; $(PY) -m pytest tests; rc=$$?; \
+	@set +e; $(PY) -m pytest tests --durations=30; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The inner loop: the unit tests and the end-to-end tests that need neither TensorFlow nor a Docker engine nor
+# minutes (markers tf, engine, slow); `make test` stays the whole suite, and what CI runs.
+test-quick: venv
+	@set +e; $(PY) -m pytest tests/unit tests/e2e -m "not tf and not engine and not slow" -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 unit: venv
