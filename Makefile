@@ -17,7 +17,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: build test test-quick unit dockerfiles bench demo engine venv clean help mlserver-venv
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,7p' Makefile
 
 # --- set-up -----------------------------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
