@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from builder.errors import EXIT_GATE_FAILED
-from builder.optimize.contract import settle_contract
+from builder.optimize.contract import original_answers, settle_contract
 from builder.optimize.options import DEFAULT_MAX_RELATIVE_ERROR, Options
 from builder.optimize.pipeline import run
 from builder.optimize.planning import explain_lines, make_plan
@@ -32,7 +32,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
         plan = make_plan(options, lambda _: None)
         for name, text in plan.logs.items():
             keep_log(name, text, logs)
-        reference = plan.loaded.predict({k: v[:64] for k, v in plan.data.x_val.items()})
+        reference = original_answers(plan.loaded, {k: v[:64] for k, v in plan.data.x_val.items()}, model)
         contract = settle_contract(plan, reference, rows=64)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
     if plan.loaded.others:

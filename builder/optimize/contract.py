@@ -31,6 +31,20 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     return ModelContract(tuple(inputs), tuple(specs), signature)
 
 
+def original_answers(loaded: Any, x: Mapping[str, np.ndarray], path: object) -> dict[str, np.ndarray]:
+    """The original model's outputs on DATA's rows, or one line saying it cannot be called with them (the one
+    failure that stops optimize after loading: nothing can be judged without the original's answers)."""
+    from builder.errors import InputError
+    from builder.optimize.causes import logged
+
+    try:
+        return loaded.predict(x)
+    except Exception as error:  # noqa: BLE001 - whatever the runtime raises, the user gets one line
+        raise InputError(f"model {path}: it cannot be called with DATA's x_val rows: "
+                         f"{logged('call-original', error, 'calling the original model on x_val')}; check that "
+                         "DATA's arrays have the model's input names, dtypes and shapes") from error
+
+
 #: Rows called twice to see that the original answers the same rows the same way.
 REPEAT_ROWS = 8
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 
-from builder.optimize.contract import check_repeatable, settle_contract
+from builder.optimize.contract import check_repeatable, original_answers, settle_contract
 from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
@@ -50,7 +50,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     tf = tfenv.tensorflow()
     data, loaded = plan.data, plan.loaded
     with stage(say, "the original model's outputs on the held-out rows"):
-        reference = loaded.predict(plan.gate_x)
+        reference = original_answers(loaded, plan.gate_x, options.model)
         check_repeatable(loaded, plan.gate_x, reference, options.model)
     contract = settle_contract(plan, reference)
     data = plan.data  # without the labels that fit no task

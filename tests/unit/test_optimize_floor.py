@@ -37,3 +37,22 @@ def test_a_step_that_works_gives_its_result_and_no_note() -> None:
     plan = Notes()
     assert optional(plan, "pruning", "prune", lambda: 42) == 42  # type: ignore[arg-type]
     assert plan.notes == [] and plan.logs == {}
+
+
+def test_a_model_that_cannot_be_called_with_the_data_is_one_line_naming_its_log() -> None:
+    import numpy as np
+    import pytest
+
+    from builder.errors import InputError
+    from builder.optimize.contract import original_answers
+
+    class Refusing:
+        def predict(self, x: object) -> object:
+            raise ValueError("Graph execution error:\n\nPartialTensorShape: Incompatible shapes during merge: "
+                             "[1,8] vs. [65,8]\n\t [[{{node lstm/while}}]]")
+
+    with pytest.raises(InputError) as refused:
+        original_answers(Refusing(), {"x": np.zeros((65, 3))}, "model.keras")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("model model.keras: it cannot be called with DATA's x_val rows: ")
+    assert "(full text: " in line and line.endswith("input names, dtypes and shapes")
