@@ -11,7 +11,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TFSMITH := $(VENV)/bin/tfsmith
-EXTRAS ?= optimize,serve,bench,dev
+EXTRAS ?= optimize,serve,bench,dev,docs
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: build test test-quick unit dockerfiles bench demo engine venv clean help mlserver-venv
@@ -182,6 +182,15 @@ demo: engine
 	@$(TFSMITH) bench $(DEMO_OUT)/optimized --data $(DEMO_OUT)/example/digits.npz --threads 2 --budget-s 20 \
 		--out $(DEMO_OUT)/bench
 	@echo; echo "demo done: model $(DEMO_OUT)/example, artifacts + report $(DEMO_OUT)/optimized, bench $(DEMO_OUT)/bench"
+
+# The documentation site: the option tables regenerated from the CLI (docs/gen_reference.py), then Sphinx with
+# MyST, every warning an error (-W): a broken link or anchor, or a page missing from docs/conf.py's NAV, fails.
+DOCS_OUT ?= build/docs
+.PHONY: docs
+docs: venv
+	@$(PY) docs/gen_reference.py
+	@$(PY) -m sphinx -W --keep-going -E -q -b html docs $(DOCS_OUT)
+	@echo "docs: $(DOCS_OUT)/index.html"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
