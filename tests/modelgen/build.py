@@ -25,10 +25,11 @@ import numpy as np  # noqa: E402
 
 from tests.modelgen import data as gen  # noqa: E402
 from tests.modelgen.catalog import (DICT, FAMILY, H5, KERAS3, KERAS_FILE, LIST, MIXED, NO_KERAS, SAVED_MODEL,  # noqa: E402
-                                    SINGLE, TFLITE, TFLITE_UINT8, ModelSpec)
+                                    MIXED_HALF_OUT, SINGLE, TAGGING, TFLITE, TFLITE_FORMATS, TFLITE_INT8,
+                                    TFLITE_UINT8, ModelSpec)
 
 PROBE_ROWS = 8
-HEAD_NAMES = {"classification": "probs", "binary": "yes", "regression": "value", "segmentation": "mask"}
+HEAD_NAMES = {"classification": "probs", "binary": "yes", "regression": "value", "segmentation": "mask", "tagging": "tags"}
 EPOCHS = 2
 
 
@@ -80,14 +81,16 @@ class Ops:
 
 
 def body(spec: ModelSpec, k: Any, ops: Ops, main: dict[str, Any]) -> tuple[Any, Any | None]:
-    """(pooled features (N, F), per-pixel features (N, H, W, F) or None) of the family's body over `main`."""
+    """(pooled features (N, F), per-pixel (N, H, W, F) or per-step (N, T, F) features or None) of the family's
+    body over `main`; per-step features only for a tagging head."""
     layers = k.layers
     family, variant = spec.family, spec.variant
     if family in ("dense", "subclassed"):
         h = layers.Dense(16, activation="relu")(main["features"])
         return layers.Dropout(0.1)(layers.Dense(12, activation="relu")(h)), None
     if family == "conv1d":
-        return layers.GlobalMaxPooling1D()(layers.Conv1D(8, 3, activation="relu")(main["sequence"])), None
+        steps = layers.Conv1D(8, 3, padding="same", activation="relu")(main["sequence"])
+        return layers.GlobalMaxPooling1D()(steps), (steps if spec.task == TAGGING else None)
     if family in ("conv2d", "augmentation", "depthwise_conv2d", "separable_conv2d", "conv2d_transpose"):
         x = main["image"]
         if variant == "uint8":
@@ -117,15 +120,19 @@ def body(spec: ModelSpec, k: Any, ops: Ops, main: dict[str, Any]) -> tuple[Any, 
         x = main["sequence"]
         if variant == "masking":
             x = layers.Masking(0.0)(x)
-        rnn = cell(8, stateful=variant == "stateful")
-        return (layers.Bidirectional(rnn)(x) if variant == "bidirectional" else rnn(x)), None
+        tagging = spec.task == TAGGING
+        rnn = cell(8, stateful=variant == "stateful", return_sequences=tagging)
+        h = layers.Bidirectional(rnn)(x) if variant == "bidirectional" else rnn(x)
+        return (layers.GlobalAveragePooling1D()(h), h) if tagging else (h, None)
     if family == "attention":
         x = layers.Dense(8)(main["sequence"])
         attended = layers.MultiHeadAttention(num_heads=2, key_dim=4)(x, x)
-        return layers.GlobalAveragePooling1D()(layers.LayerNormalization()(x + attended)), None
+        steps = layers.LayerNormalization()(layers.Add()([x, attended]))
+        return layers.GlobalAveragePooling1D()(steps), (steps if spec.task == TAGGING else None)
     if family == "embedding":
         h = layers.Embedding(gen.VOCAB, 8, mask_zero=variant == "mask_zero")(main["tokens"])
-        return layers.GlobalAveragePooling1D()(h), None
+        return layers.GlobalAveragePooling1D()(h), (layers.Dense(8, activation="relu")(h) if spec.task == TAGGING
+                                                     else None)
     if family == "time_distributed":
         x = main["frames"]
         if variant == "conv":
@@ -156,17 +163,21 @@ def heads(spec: ModelSpec, k: Any, ops: Ops, pooled: Any, pixels: Any | None) ->
     precision, as Keras's guide has users do."""
     layers = k.layers
     name = HEAD_NAMES[spec.task]
+    # float32 last layers, as Keras's mixed-precision guide says; left in the policy's float16 where users forget
+    last = None if spec.precision == MIXED_HALF_OUT else "float32"
     if spec.task == "segmentation":
-        main = layers.Conv2D(gen.CLASSES, 1, activation="softmax", dtype="float32", name=name)(pixels)
+        main = layers.Conv2D(gen.CLASSES, 1, activation="softmax", dtype=last, name=name)(pixels)
+    elif spec.task == TAGGING:
+        main = layers.Dense(gen.CLASSES, activation="softmax", dtype=last, name=name)(pixels)
     elif spec.task == "classification":
-        main = layers.Dense(gen.CLASSES, activation="softmax", dtype="float32", name=name)(pooled)
+        main = layers.Dense(gen.CLASSES, activation="softmax", dtype=last, name=name)(pooled)
     elif spec.task == "binary":
-        main = layers.Dense(1, activation="sigmoid", dtype="float32", name=name)(pooled)
+        main = layers.Dense(1, activation="sigmoid", dtype=last, name=name)(pooled)
     else:
-        main = layers.Dense(2, dtype="float32", name=name)(pooled)
+        main = layers.Dense(2, dtype=last, name=name)(pooled)
     outputs, trainable = {name: main}, {name: main}
     if spec.aux_output == "score":
-        outputs["score"] = trainable["score"] = layers.Dense(1, dtype="float32", name="score")(pooled)
+        outputs["score"] = trainable["score"] = layers.Dense(1, dtype=last, name="score")(pooled)
     elif spec.aux_output == "flag":
         hidden = layers.Dense(1, activation="sigmoid", dtype="float32", name="flag_score")(pooled)
         trainable["flag_score"] = hidden
@@ -174,9 +185,17 @@ def heads(spec: ModelSpec, k: Any, ops: Ops, pooled: Any, pixels: Any | None) ->
     return outputs, trainable
 
 
+def declared_shape(spec: ModelSpec, name: str, values: np.ndarray) -> list[int | None]:
+    """A tensor's shape as the model declares it: the batch free (or the stateful model's fixed batch), every other
+    axis as DATA has it, except a fully convolutional model's image and mask, which take any height and width."""
+    if spec.variant == "any_size" and name in ("image", "mask"):
+        return [spec.fixed_batch, None, None, *map(int, values.shape[3:])]
+    return [spec.fixed_batch, *map(int, values.shape[1:])]
+
+
 def keras_inputs(spec: ModelSpec, k: Any, x: dict[str, np.ndarray]) -> dict[str, Any]:
     """One `Input` per DATA input, named as DATA names it, of its dtype and (batch-free) shape."""
-    return {name: k.Input(shape=values.shape[1:], dtype="string" if values.dtype.kind == "S" else str(values.dtype),
+    return {name: k.Input(shape=declared_shape(spec, name, values)[1:], dtype="string" if values.dtype.kind == "S" else str(values.dtype),
                           name=name, batch_size=spec.fixed_batch)
             for name, values in x.items()}
 
@@ -272,6 +291,7 @@ def fit(spec: ModelSpec, trainer: Any, k: Any, x: dict[str, np.ndarray], y: dict
     """A brief fit so the answers mean something (the loss each head takes)."""
     tf = tf_module()
     losses = {"probs": "sparse_categorical_crossentropy", "mask": "sparse_categorical_crossentropy",
+              "tags": "sparse_categorical_crossentropy",
               "yes": "binary_crossentropy", "value": "mse", "score": "mse", "flag_score": "binary_crossentropy"}
     rows = 32 if spec.variant == "stateful" else len(next(iter(x.values())))
     feed = {n: (tf.constant(v[:rows]) if v.dtype.kind == "S" else v[:rows]) for n, v in x.items()}
@@ -312,14 +332,14 @@ def save_keras(spec: ModelSpec, model: Any, folder: Path, sample: dict[str, np.n
     if spec.fmt == SAVED_MODEL:
         return saved
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved))
-    if spec.fmt == TFLITE_UINT8:
+    if spec.fmt in (TFLITE_UINT8, TFLITE_INT8):
         calib = {n: v.astype(np.float32) for n, v in sample.items()}
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ({n: v[i:i + 1].astype(np.float32) for n, v in calib.items()}
                                                     for i in range(32))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.uint8
-        converter.inference_output_type = tf.uint8
+        converter.inference_input_type = converter.inference_output_type = \
+            tf.uint8 if spec.fmt == TFLITE_UINT8 else tf.int8
     path = Path(f"{base}.tflite")
     path.write_bytes(converter.convert())
     return path
@@ -332,7 +352,7 @@ def export_with_signatures(spec: ModelSpec, model: Any, saved: Path, sample: dic
     `tf.saved_model.save`, as their guides show."""
     tf = tf_module()
     form = spec.inputs if spec.family != "preprocessing" else DICT
-    specs = [{n: tf.TensorSpec([spec.fixed_batch, *v.shape[1:]], tf.string if v.dtype.kind == "S" else v.dtype, name=n)
+    specs = [{n: tf.TensorSpec(declared_shape(spec, n, v), tf.string if v.dtype.kind == "S" else v.dtype, name=n)
               for n, v in sample.items()}]
     head = HEAD_NAMES[spec.task]
 
@@ -362,13 +382,14 @@ def export_with_signatures(spec: ModelSpec, model: Any, saved: Path, sample: dic
         tf.saved_model.save(model, str(saved), signatures=functions)
 
 
-def uint8_input(path: Path, x: np.ndarray) -> np.ndarray:
-    """Float images quantized the way the file's own input says (scale, zero point): what its user feeds it."""
+def quantized_input(path: Path, x: np.ndarray) -> np.ndarray:
+    """Float images quantized the way the file's own input says (scale, zero point, dtype): what its user feeds it."""
     from ai_edge_litert.interpreter import Interpreter
 
     detail = Interpreter(model_path=str(path)).get_input_details()[0]
     scale, zero = detail["quantization"]
-    return np.clip(np.round(x / scale + zero), 0, 255).astype(np.uint8)
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(x / scale + zero), info.min, info.max).astype(detail["dtype"])
 
 
 # ------------------------------------------------------------------------------------------------ tf.Module
@@ -489,7 +510,7 @@ def answers_of(spec: ModelSpec, path: Path, signature: str, feed: dict[str, np.n
     if spec.fmt in (SAVED_MODEL,):
         fn = tf.saved_model.load(str(path)).signatures[signature]
         return {k: v.numpy() for k, v in fn(**{n: tf.constant(v) for n, v in feed.items()}).items()}
-    if spec.fmt in (TFLITE, TFLITE_UINT8):
+    if spec.fmt in TFLITE_FORMATS:
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=str(path))
@@ -528,10 +549,8 @@ def answers_of(spec: ModelSpec, path: Path, signature: str, feed: dict[str, np.n
 def keras_contract(x: dict[str, np.ndarray], answers: dict[str, np.ndarray], spec: ModelSpec) -> dict[str, Any]:
     """A Keras file's contract: inputs as built (every generated shape is static but the batch), outputs as the
     reloaded model answers them (name, dtype, shape)."""
-    batch = spec.fixed_batch
-
     def specs(arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-        return [{"name": n, "dtype": dtype_name(v.dtype), "shape": [batch, *map(int, v.shape[1:])]}
+        return [{"name": n, "dtype": dtype_name(v.dtype), "shape": declared_shape(spec, n, v)}
                 for n, v in sorted(arrays.items())]
 
     return {"serving_default": {"inputs": specs(x), "outputs": specs(answers)}}
@@ -565,7 +584,7 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
     else:
         k = keras_of(spec)
         policy = k.mixed_precision.global_policy()
-        if spec.precision == MIXED:
+        if spec.precision in (MIXED, MIXED_HALF_OUT):
             k.mixed_precision.set_global_policy("mixed_float16")
         try:
             model, trainer, input_names, output_names = build_keras(spec, x, y_train)
@@ -578,8 +597,8 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
             path = save_keras(spec, model, folder, x, input_names)
         finally:
             k.mixed_precision.set_global_policy(policy)
-    if spec.fmt == TFLITE_UINT8:
-        x = {n: uint8_input(path, v) for n, v in x.items()}
+    if spec.fmt in (TFLITE_UINT8, TFLITE_INT8):
+        x = {n: quantized_input(path, v) for n, v in x.items()}
     # DATA: the labels as the user has them (ids, one-hot, per-pixel, targets, or none)
     head = HEAD_NAMES[spec.task]
     labelled = {}
@@ -590,7 +609,7 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
         labelled["score"] = y_train["score"]
     if spec.family == "qat":
         labelled = {output_names[0]: v for v in labelled.values()}
-    if spec.fmt in (TFLITE, TFLITE_UINT8, SAVED_MODEL):
+    if spec.fmt in (*TFLITE_FORMATS, SAVED_MODEL):
         contract = contract_of_tflite(path) if spec.fmt != SAVED_MODEL else contract_of_saved_model(path)
         x, labelled = align_names(contract["serving_default"], x, labelled, output_names)
     single = spec.data_form == "single"
@@ -600,7 +619,7 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
     _, val, _ = gen.split_rows(len(next(iter(x.values()))), spec.seed)
     probe = {n: v[val[:PROBE_ROWS]] for n, v in x.items()}
     reference: dict[str, np.ndarray] = {}
-    if spec.fmt in (TFLITE, TFLITE_UINT8, SAVED_MODEL):
+    if spec.fmt in (*TFLITE_FORMATS, SAVED_MODEL):
         for signature, sig in contract.items():
             feed = {s["name"]: _probe_for(s, probe) for s in sig["inputs"]}
             answers = answers_of(spec, path, signature, feed, input_names, output_names)

@@ -16,8 +16,11 @@ TF_KERAS = "tf_keras"  #: Keras 2 (`tf_keras`), what tfmot needs
 NO_KERAS = "tf"  #: plain TensorFlow (`tf.Module`)
 
 #: save formats, named by what the user hands to `tfsmith optimize`
-KERAS_FILE, H5, SAVED_MODEL, TFLITE, TFLITE_UINT8 = "keras", "h5", "saved_model", "tflite", "tflite_uint8"
-FORMATS = (KERAS_FILE, H5, SAVED_MODEL, TFLITE, TFLITE_UINT8)
+KERAS_FILE, H5, SAVED_MODEL, TFLITE = "keras", "h5", "saved_model", "tflite"
+#: a user's own full-integer .tflite: uint8 (or int8) in, uint8 (or int8) scores out
+TFLITE_UINT8, TFLITE_INT8 = "tflite_uint8", "tflite_int8"
+FORMATS = (KERAS_FILE, H5, SAVED_MODEL, TFLITE, TFLITE_UINT8, TFLITE_INT8)
+TFLITE_FORMATS = (TFLITE, TFLITE_UINT8, TFLITE_INT8)
 
 #: how a model takes its inputs and gives its outputs
 SINGLE, LIST, DICT = "single", "list", "dict"
@@ -25,15 +28,20 @@ IO_FORMS = (SINGLE, LIST, DICT)
 
 #: heads (output tasks) and the labels DATA carries for them
 CLASSIFICATION, BINARY, REGRESSION, SEGMENTATION = "classification", "binary", "regression", "segmentation"
-TASKS = (CLASSIFICATION, BINARY, REGRESSION, SEGMENTATION)
+TAGGING = "tagging"  #: a softmax per step (per token, per frame): (N, T, classes)
+TASKS = (CLASSIFICATION, BINARY, REGRESSION, SEGMENTATION, TAGGING)
 LABELS_FOR = {
     CLASSIFICATION: ("ids", "onehot", "none"),
     BINARY: ("ids", "none"),
     REGRESSION: ("targets", "none"),
     SEGMENTATION: ("pixel_ids", "pixel_onehot", "none"),
+    TAGGING: ("step_ids", "step_onehot", "none"),
 }
 
 FLOAT32, MIXED = "float32", "mixed_float16"
+#: mixed_float16 with the last layers left in the policy's float16 (Keras's guide says float32; users forget):
+#: the model then answers float16
+MIXED_HALF_OUT = "mixed_float16_half_out"
 
 #: the dtype of a second input in list/dict forms (cast to float inside the model) and of the extra output
 AUX_INPUTS = ("float32", "bool", "int64", "uint8")
@@ -58,27 +66,33 @@ class Family:
     variants: tuple[str, ...] = ("plain",)
     input_forms: tuple[str, ...] = IO_FORMS
     output_forms: tuple[str, ...] = IO_FORMS
-    precisions: tuple[str, ...] = (FLOAT32, MIXED)
+    precisions: tuple[str, ...] = (FLOAT32, MIXED, MIXED_HALF_OUT)
     #: fixed-size batch: a stateful RNN is built for batches of exactly this many rows (None: any)
     fixed_batch: int | None = None
 
 
 _RNN_VARIANTS = ("plain", "bidirectional", "masking", "stateful")
+_SEQUENCE_TASKS = (CLASSIFICATION, BINARY, REGRESSION, TAGGING)
 
 FAMILIES: tuple[Family, ...] = (
     Family("dense", "tabular", ("Dense", "Dropout")),
-    Family("conv1d", "sequence", ("Conv1D", "GlobalMaxPooling1D")),
+    Family("conv1d", "sequence", ("Conv1D", "GlobalMaxPooling1D"), tasks=(CLASSIFICATION, BINARY, REGRESSION, TAGGING)),
     Family("conv2d", "image", ("Conv2D", "MaxPooling2D", "Flatten"), variants=("float", "uint8")),
     Family("conv3d", "volume", ("Conv3D", "GlobalAveragePooling3D")),
     Family("conv2d_transpose", "image", ("Conv2D", "Conv2DTranspose"),
-           tasks=(SEGMENTATION, CLASSIFICATION, REGRESSION)),
+           tasks=(SEGMENTATION, CLASSIFICATION, REGRESSION), variants=("fixed_size", "any_size")),
     Family("depthwise_conv2d", "image", ("DepthwiseConv2D", "Conv2D", "GlobalAveragePooling2D")),
     Family("separable_conv2d", "image", ("SeparableConv2D", "GlobalAveragePooling2D")),
-    Family("simple_rnn", "sequence", ("SimpleRNN", "Bidirectional", "Masking"), variants=_RNN_VARIANTS),
-    Family("gru", "sequence", ("GRU", "Bidirectional", "Masking"), variants=_RNN_VARIANTS),
-    Family("lstm", "sequence", ("LSTM", "Bidirectional", "Masking"), variants=_RNN_VARIANTS),
-    Family("attention", "sequence", ("MultiHeadAttention", "LayerNormalization", "GlobalAveragePooling1D")),
-    Family("embedding", "tokens", ("Embedding", "GlobalAveragePooling1D"), variants=("int32", "int64", "mask_zero")),
+    Family("simple_rnn", "sequence", ("SimpleRNN", "Bidirectional", "Masking"), variants=_RNN_VARIANTS,
+           tasks=_SEQUENCE_TASKS),
+    Family("gru", "sequence", ("GRU", "Bidirectional", "Masking"), variants=_RNN_VARIANTS,
+           tasks=_SEQUENCE_TASKS),
+    Family("lstm", "sequence", ("LSTM", "Bidirectional", "Masking"), variants=_RNN_VARIANTS,
+           tasks=_SEQUENCE_TASKS),
+    Family("attention", "sequence", ("MultiHeadAttention", "LayerNormalization", "GlobalAveragePooling1D"),
+           tasks=_SEQUENCE_TASKS),
+    Family("embedding", "tokens", ("Embedding", "GlobalAveragePooling1D"), variants=("int32", "int64", "mask_zero"),
+           tasks=_SEQUENCE_TASKS),
     Family("preprocessing", "features", ("StringLookup", "IntegerLookup", "Normalization", "CategoryEncoding"),
            input_forms=(DICT,), precisions=(FLOAT32,), variants=("wide_deep", "string_only")),
     Family("augmentation", "image", ("RandomFlip", "RandomRotation", "RandomContrast", "Conv2D")),
@@ -88,7 +102,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("tf_module", "tabular", ("tf.Module", "tf.function"), kerases=(NO_KERAS,), formats=(SAVED_MODEL,),
            variants=("one_signature", "signatures", "text"), input_forms=(SINGLE,), output_forms=(DICT,),
            precisions=(FLOAT32,), tasks=(CLASSIFICATION,)),
-    Family("user_tflite", "image", ("Conv2D", "TFLiteConverter"), formats=(TFLITE, TFLITE_UINT8),
+    Family("user_tflite", "image", ("Conv2D", "TFLiteConverter"), formats=(TFLITE, TFLITE_UINT8, TFLITE_INT8),
            tasks=(CLASSIFICATION,), input_forms=(SINGLE,), output_forms=(SINGLE,), precisions=(FLOAT32,)),
     # QAT as .keras is left out: tf_keras cannot load its own file back, in quantize_scope or not ("Layer
     # 'quantize_layer' expected 5 variables, but received 3 variables during loading"), so no user has one that runs
@@ -134,7 +148,7 @@ class ModelSpec:
     @property
     def id(self) -> str:
         flavour = {KERAS3: "k3", TF_KERAS: "k2", NO_KERAS: "tf"}[self.keras]
-        mixed = "-mixed" if self.precision == MIXED else ""
+        mixed = {MIXED: "-mixed", MIXED_HALF_OUT: "-mixed16out"}.get(self.precision, "")
         return (f"s{self.seed}-{self.index:03d}-{self.family}-{self.variant}-{flavour}-{self.fmt}-"
                 f"{self.inputs}{'+' + self.aux_input if self.aux_input != 'none' else ''}-"
                 f"{self.outputs}{'+' + self.aux_output if self.aux_output != 'none' else ''}-"
@@ -151,8 +165,8 @@ class ModelSpec:
                  f"in={self.inputs}" + (f"+{self.aux_input}" if self.aux_input != "none" else ""),
                  f"out={self.outputs}" + (f"+{self.aux_output}" if self.aux_output != "none" else ""),
                  f"{self.task}/{self.labels}"]
-        if self.precision == MIXED:
-            parts.append("mixed_float16")
+        if self.precision != FLOAT32:
+            parts.append(self.precision)
         if self.signatures > 1:
             parts.append(f"{self.signatures} signatures")
         return ", ".join(parts)

@@ -91,7 +91,8 @@ def teacher(x: np.ndarray, columns: int, seed: int) -> np.ndarray:
 
 
 def labels_for(task: str, x: np.ndarray, seed: int) -> np.ndarray:
-    """Training targets for a head, as its loss takes them: ids (N,), 0/1 (N,1), values (N,2), pixel ids (N,H,W)."""
+    """Training targets for a head, as its loss takes them: ids (N,), 0/1 (N,1), values (N,2), pixel ids (N,H,W),
+    step ids (N,T)."""
     if task == "classification":
         return np.argmax(teacher(x, CLASSES, seed), axis=1).astype(np.int64)
     if task == "binary":
@@ -99,6 +100,12 @@ def labels_for(task: str, x: np.ndarray, seed: int) -> np.ndarray:
         return (z > np.median(z)).astype(np.int64)[:, None]
     if task == "regression":
         return teacher(x, 2, seed).astype(np.float32)
+    if task == "tagging":  # per-step class: the teacher on each step alone (a token's id decides its tag)
+        if x.ndim == 2:
+            return (x.astype(np.int64) * 7 // 3 % CLASSES).astype(np.int64)
+        steps = x.astype(np.float64)
+        w = np.random.default_rng(seed + 15485863).normal(size=(steps.shape[-1], CLASSES))
+        return np.argmax(steps @ w, axis=-1).astype(np.int64)
     if task == "segmentation":  # per-pixel class from the first channel's brightness
         first = x.astype(np.float64)[..., 0]
         edges = np.quantile(first, [0.25, 0.5, 0.75])
@@ -112,7 +119,7 @@ def as_given(task: str, labels: str, y: np.ndarray) -> np.ndarray | None:
         return None
     if labels == "onehot":
         return np.eye(CLASSES, dtype=np.float32)[y]
-    if labels == "pixel_onehot":
+    if labels in ("pixel_onehot", "step_onehot"):
         return np.eye(CLASSES, dtype=np.float32)[y]
     if task == "binary":
         return y.reshape(len(y))

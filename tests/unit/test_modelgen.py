@@ -11,7 +11,7 @@ import pytest
 
 from tests.benchmarks.model_sweep import failure_class
 from tests.modelgen import catalog
-from tests.modelgen.composer import by_id, check_family, compose, compose_one, family_order
+from tests.modelgen.composer import by_id, check_family, compose, compose_one, family_order, keras3_h5_cannot_reload
 from tests.modelgen.data import as_given, labels_for, main_input, npz_arrays
 from tests.modelgen.runner import agree, compare, contract_as, one_line
 
@@ -57,6 +57,8 @@ def test_every_spec_is_one_the_catalog_allows(seed: int) -> None:
             assert spec.outputs == catalog.DICT  # a bool answer has no layer name: only a dict key names it
         if spec.signatures > 1:
             assert spec.fmt == catalog.SAVED_MODEL and spec.keras != catalog.NO_KERAS and spec.id.endswith("-sigs2")
+        if spec.keras == catalog.KERAS3 and spec.fmt == catalog.H5:
+            assert not keras3_h5_cannot_reload(spec.variant, spec.aux_input, spec.aux_output)
         if spec.family == "augmentation" and spec.keras == catalog.KERAS3:
             assert spec.fmt in (catalog.KERAS_FILE, catalog.H5)  # its model.export keeps the random layers active
 
@@ -79,7 +81,7 @@ def test_the_catalog_is_reached_whole() -> None:
     assert seen["inputs"] == seen["outputs"] == set(catalog.IO_FORMS)
     assert seen["task"] == set(catalog.TASKS)
     assert seen["labels"] == {label for labels in catalog.LABELS_FOR.values() for label in labels}
-    assert seen["precision"] == {catalog.FLOAT32, catalog.MIXED}
+    assert seen["precision"] == {catalog.FLOAT32, catalog.MIXED, catalog.MIXED_HALF_OUT}
     assert seen["aux_input"] == {"none", *catalog.AUX_INPUTS}
     assert seen["aux_output"] == {"none", *catalog.AUX_OUTPUTS}
     assert seen["data_form"] == {"single", "named"}
@@ -94,7 +96,7 @@ def test_the_catalog_is_reached_whole() -> None:
                    "TimeDistributed", "tfmot.quantize_model", "Model subclass", "tf.Module"):
         assert wanted in layers, wanted
     assert {v for f in catalog.FAMILIES for v in f.variants} >= {"stateful", "masking", "bidirectional", "uint8",
-                                                                 "int64", "signatures", "text"}
+                                                                 "int64", "signatures", "text", "any_size"}
 
 
 def test_data_is_seeded_typed_and_in_the_form_tfsmith_reads() -> None:
