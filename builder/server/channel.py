@@ -30,6 +30,7 @@ import mmap
 import os
 import socket
 import struct
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -214,7 +215,9 @@ class _AsyncEnd:
 
 class FrontEnd:
     """The front's end of one model process's channel: `exchange` sends a request into a free slot and
-    returns the answer. The caller (`balancer.Balancer`) never has more than `slots` requests out."""
+    returns the answer. The balancer (`balancer.Balancer`) keeps its requests within the slots; a call beside
+    it (a metrics scrape, `Balancer.run_on`) that finds none free waits for one, never takes one a request
+    was promised."""
 
     def __init__(self, sock: socket.socket, slots: int, slot_bytes: int) -> None:
         self.sock = sock
@@ -222,6 +225,7 @@ class FrontEnd:
         self.area_fd = new_area(slots * slot_bytes)
         self.slots = Slots(self.area_fd, slots, slot_bytes)
         self._free = list(range(slots))
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()  # exchanges waiting for a free slot
         self._waiting: dict[int, asyncio.Future[Answer]] = {}
         self._sequence = 0
         self._end: _AsyncEnd | None = None
@@ -248,6 +252,10 @@ class FrontEnd:
             raise ChannelClosed()
         meta = pack_request(request)
         body = request.body
+        while not self._free:
+            await self._slot_freed()
+            if self._end.closed:
+                raise ChannelClosed()
         slot = self._free.pop()
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
         sequence = self._sequence
@@ -268,6 +276,18 @@ class FrontEnd:
         finally:
             self._waiting.pop(sequence, None)
             self._free.append(slot)
+            while self._slot_waiters:
+                waiter = self._slot_waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
+
+    async def _slot_freed(self) -> None:
+        """Until a slot is given back (or the channel closes)."""
+        assert self._end is not None
+        freed: asyncio.Future[None] = self._end.loop.create_future()
+        self._slot_waiters.append(freed)
+        await freed
 
     async def tell(self, message: Drain | Stop | Load | Activate) -> None:
         """A control message to the process (none, once it is gone)."""
@@ -295,6 +315,9 @@ class FrontEnd:
         for waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(ChannelClosed())
+        for freed in self._slot_waiters:
+            if not freed.done():
+                freed.set_result(None)  # it finds the channel closed
         if self._control is not None:
             self._control.put_nowait((Notice(NoticeKind.CLOSED), b""))
         self.on_closed()

@@ -126,3 +126,35 @@ def test_expositions_of_several_processes_merge_into_one() -> None:
 
     assert {f.name for f in text_string_to_metric_families(text)} >= {":tensorflow:serving:request_count",
                                                                        "tfsmith_model_ready", "tfsmith_batch_size"}
+
+
+def test_an_exchange_beyond_the_slots_waits_for_one_instead_of_failing() -> None:
+    """A metrics scrape beside a full window (`Balancer.run_on`) waits for a slot; it never takes one that a
+    request the balancer let through was promised (a server under load lost requests to 500s that way)."""
+    release = asyncio.Event()
+
+    async def held(request: Request) -> Answer:
+        if request.path == "/hold":
+            await release.wait()
+        return Answer(200, request.path.encode())
+
+    async def scenario() -> list[bytes]:
+        front, host = ends(slots=1)
+        await front.start()
+        host.hello()
+        serving = asyncio.ensure_future(host.serve(held))
+        first = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/hold")))
+        second = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/metrics")))
+        for _ in range(1000):  # until the second is waiting for the one slot
+            if front._slot_waiters:
+                break
+            await asyncio.sleep(0)
+        assert front._slot_waiters and not second.done()
+        release.set()
+        answers = [bytes((await call).body) for call in (first, second)]
+        host.stopped.set()  # type: ignore[union-attr]
+        await serving
+        front.close()
+        return answers
+
+    assert asyncio.run(scenario()) == [b"/hold", b"/metrics"]
