@@ -69,6 +69,13 @@ class Ops:
             return keras.ops.concatenate(tensors, axis=-1)
         return tf_module().concat(tensors, axis=-1)
 
+    def argmax(self, t: Any) -> Any:
+        if self.keras3:
+            import keras
+
+            return keras.ops.argmax(t, axis=-1)
+        return tf_module().math.argmax(t, axis=-1)
+
     def greater(self, t: Any, value: float) -> Any:
         if self.keras3:
             import keras
@@ -182,6 +189,12 @@ def heads(spec: ModelSpec, k: Any, ops: Ops, pooled: Any, pixels: Any | None) ->
         hidden = layers.Dense(1, activation="sigmoid", dtype="float32", name="flag_score")(pooled)
         trainable["flag_score"] = hidden
         outputs["flag"] = ops.greater(hidden, 0.5)
+    elif spec.aux_output == "class_id":
+        hidden = layers.Dense(3, activation="softmax", dtype="float32", name="kind_probs")(pooled)
+        trainable["kind_probs"] = hidden
+        outputs["class_id"] = ops.argmax(hidden)
+    elif spec.aux_output == "rank1":
+        outputs["raw"] = trainable["raw"] = layers.Reshape((), name="raw")(layers.Dense(1, dtype=last)(pooled))
     return outputs, trainable
 
 
@@ -190,6 +203,8 @@ def declared_shape(spec: ModelSpec, name: str, values: np.ndarray) -> list[int |
     axis as DATA has it, except a fully convolutional model's image and mask, which take any height and width."""
     if spec.variant == "any_size" and name in ("image", "mask"):
         return [spec.fixed_batch, None, None, *map(int, values.shape[3:])]
+    if spec.variant == "any_length" and name in ("sequence", "tokens", "tags"):
+        return [spec.fixed_batch, None, *map(int, values.shape[2:])]
     return [spec.fixed_batch, *map(int, values.shape[1:])]
 
 
@@ -205,7 +220,9 @@ def merge_aux(spec: ModelSpec, k: Any, ops: Ops, pooled: Any, inputs: dict[str, 
     if aux is None:
         return pooled
     value = inputs[aux]
-    value = value if spec.aux_input == "float32" else ops.cast(value, "float32")
+    value = value if spec.aux_input in ("float32", "scalar") else ops.cast(value, "float32")
+    if spec.aux_input == "scalar":
+        value = k.layers.Reshape((1,))(value)
     if spec.aux_input == "uint8":
         value = k.layers.Rescaling(1.0 / 255)(value)
     return k.layers.Concatenate()([pooled, k.layers.Dense(4, activation="relu")(value)])
@@ -291,7 +308,8 @@ def fit(spec: ModelSpec, trainer: Any, k: Any, x: dict[str, np.ndarray], y: dict
     """A brief fit so the answers mean something (the loss each head takes)."""
     tf = tf_module()
     losses = {"probs": "sparse_categorical_crossentropy", "mask": "sparse_categorical_crossentropy",
-              "tags": "sparse_categorical_crossentropy",
+              "tags": "sparse_categorical_crossentropy", "kind_probs": "sparse_categorical_crossentropy",
+              "raw": "mse",
               "yes": "binary_crossentropy", "value": "mse", "score": "mse", "flag_score": "binary_crossentropy"}
     rows = 32 if spec.variant == "stateful" else len(next(iter(x.values())))
     feed = {n: (tf.constant(v[:rows]) if v.dtype.kind == "S" else v[:rows]) for n, v in x.items()}
@@ -576,6 +594,10 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
         y_train["score"] = gen.labels_for("regression", x[main_name], spec.seed + 1)[:, :1]
     if spec.aux_output == "flag":
         y_train["flag_score"] = gen.labels_for("binary", x[main_name], spec.seed + 2)
+    if spec.aux_output == "class_id":
+        y_train["kind_probs"] = gen.labels_for("classification", x[main_name], spec.seed + 3) % 3
+    if spec.aux_output == "rank1":
+        y_train["raw"] = gen.labels_for("regression", x[main_name], spec.seed + 4)[:, 0]
     folder.mkdir(parents=True, exist_ok=True)
     model = None
     if spec.keras == NO_KERAS:

@@ -44,8 +44,11 @@ FLOAT32, MIXED = "float32", "mixed_float16"
 MIXED_HALF_OUT = "mixed_float16_half_out"
 
 #: the dtype of a second input in list/dict forms (cast to float inside the model) and of the extra output
-AUX_INPUTS = ("float32", "bool", "int64", "uint8")
-AUX_OUTPUTS = ("score", "flag")  # a regression column (float32) or a thresholded yes/no (bool: judged exactly)
+#: "scalar" is one float per row, rank 1: (N,)
+AUX_INPUTS = ("float32", "bool", "int64", "uint8", "scalar")
+#: a regression column (float32), a thresholded yes/no (bool), an argmax class id (integers: judged exactly) or one
+#: float per row at rank 1, (N,); all but `score` are ops without a layer name, so only a dict key names them
+AUX_OUTPUTS = ("score", "flag", "class_id", "rank1")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ class Family:
     fixed_batch: int | None = None
 
 
-_RNN_VARIANTS = ("plain", "bidirectional", "masking", "stateful")
+#: any_length: the time axis is None (sequences of any length; DATA has one length)
+_RNN_VARIANTS = ("plain", "bidirectional", "masking", "stateful", "any_length")
 _SEQUENCE_TASKS = (CLASSIFICATION, BINARY, REGRESSION, TAGGING)
 
 FAMILIES: tuple[Family, ...] = (
@@ -91,7 +95,7 @@ FAMILIES: tuple[Family, ...] = (
            tasks=_SEQUENCE_TASKS),
     Family("attention", "sequence", ("MultiHeadAttention", "LayerNormalization", "GlobalAveragePooling1D"),
            tasks=_SEQUENCE_TASKS),
-    Family("embedding", "tokens", ("Embedding", "GlobalAveragePooling1D"), variants=("int32", "int64", "mask_zero"),
+    Family("embedding", "tokens", ("Embedding", "GlobalAveragePooling1D"), variants=("int32", "int64", "mask_zero", "any_length"),
            tasks=_SEQUENCE_TASKS),
     Family("preprocessing", "features", ("StringLookup", "IntegerLookup", "Normalization", "CategoryEncoding"),
            input_forms=(DICT,), precisions=(FLOAT32,), variants=("wide_deep", "string_only")),

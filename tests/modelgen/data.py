@@ -71,6 +71,8 @@ def aux_input(dtype: str, rng: np.random.Generator, n: int = ROWS) -> tuple[str,
         return "count", rng.integers(0, 5, size=(n, 1)).astype(np.int64)
     if dtype == "uint8":
         return "raw_bytes", rng.integers(0, 256, size=(n, 4), dtype=np.uint8)
+    if dtype == "scalar":
+        return "scalar_in", rng.normal(size=n).astype(np.float32)
     raise ValueError(f"unknown aux input dtype {dtype!r}")
 
 
