@@ -16,9 +16,9 @@ INLINE = re.compile(r"`([^`\n]+)`")
 COMMAND = re.compile(r"(?<![\w/.-])tfsmith ([a-z][a-z-]*|--help)\b")
 FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 STOP = re.compile(r"\s#\s|\s\|\s|;|&&|\$\(")
-#: What may stand before a command in code: nothing, a prompt, a subshell, a shell operator, a YAML key or item.
+#: What may stand before a command in code: nothing, a prompt, a subshell, a shell operator, a CI step's key or item.
 #: (Anything else is prose quoted in code, like an error message's "set by tfsmith itself".)
-COMMAND_STARTS = ("$", "$(", "&&", "||", ";", "|", ":", "-")
+COMMAND_STARTS = ("$", "$(", "&&", "||", ";", "|", "run:", "script:", "name:", "-")
 
 
 def doc_pages() -> list[Path]:
@@ -75,7 +75,7 @@ def test_the_docs_name_every_command() -> None:
 
 def test_the_check_finds_what_it_should() -> None:
     """The extraction itself: flags after a command, continuations, comments and other commands apart."""
-    text = ("run `tfsmith build --target x --dry-run` then `set by tfsmith itself`\n```bash\ntfsmith optimize m --data d \\\n  --out o  # --not-this\n"
+    text = ("run `tfsmith build --target x --dry-run` then `set by tfsmith itself` and `optimized: tfsmith recommends x`\n```bash\ntfsmith optimize m --data d \\\n  --out o  # --not-this\n"
             "echo $(tfsmith matrix --format github) && tfsmith deploy --out k8s\n```\n")
     assert named_commands(text) == [("optimize", ["--data", "--out"]), ("matrix", ["--format"]),
                                     ("deploy", ["--out"]), ("build", ["--target", "--dry-run"])]
