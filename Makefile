@@ -5,6 +5,7 @@
 #   make dockerfiles  regenerate the canonical build contexts in dockerfiles/
 #   make bench        side-by-side runtime benchmark (table, JSON, chart)
 #   make demo         the five-minute tour: detect, train, optimize, package, smoke-test, bench
+#   make docs         the documentation site (strict: a broken link or a page outside the navigation fails)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -17,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: build test test-quick unit dockerfiles bench demo engine venv clean help mlserver-venv
 
 help:
-	@sed -n '2,7p' Makefile
+	@sed -n '2,8p' Makefile
 
 # --- set-up -----------------------------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml

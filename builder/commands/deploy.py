@@ -108,8 +108,9 @@ def register(app: typer.Typer) -> None:
         for note in fleet_plan.notes:
             sys.stdout.write(f"note: {note}\n")
         if not served:
-            sys.stdout.write(f"note: readiness probes ask /v1/models/{fleet_plan.served_name}; if the images serve "
-                             "another name (their io.tfsmith.model.name), pass --served-name\n")
+            sys.stdout.write(f"note: clients ask /v1/models/{fleet_plan.served_name} (readiness probes ask "
+                             "/v2/health/ready, which names no model); if the images serve another name (their "
+                             "io.tfsmith.model.name), pass --served-name\n")
         if node is not None:
             sys.stdout.write(f"{explain_node}: {node['verdict']}\n")
         sys.stdout.write(f"wrote {len(summary['files'])} file(s) to {out}; apply with "
