@@ -303,8 +303,6 @@ def _bad_data(example: dict[str, Path], path: Path, **changes: np.ndarray) -> Pa
         ("flat_x", "x_val has shape (359, 64), input 'image' is (N, 8, 8, 1)"),
         ("string_x", "x_val has dtype <U1; input 'image' takes float32"),
         ("short_y", "y_val has 100 labels for 359 inputs"),
-        ("too_many_classes", "expected class ids 0..9 or one-hot rows"),
-        ("onehot_wrong_width", "got shape (359, 12)"),
         ("empty_calib", "x_calib is empty"),
         ("no_val", "x_val is missing"),
     ],
@@ -317,8 +315,6 @@ def test_bad_data(example: dict[str, Path], tmp_path: Path, tfsmith, name: str, 
         "flat_x": {"x_val": base["x_val"].reshape(n, 64)},
         "string_x": {"x_val": np.full((n, 8, 8, 1), "a")},
         "short_y": {"y_val": base["y_val"][:100]},
-        "too_many_classes": {"y_val": np.where(base["y_val"] == 9, 11, base["y_val"])},
-        "onehot_wrong_width": {"y_val": np.eye(12)[base["y_val"]]},
         "empty_calib": {"x_calib": np.zeros((0, 8, 8, 1), np.float32)},
         "no_val": {},
     }[name]
@@ -330,6 +326,28 @@ def test_bad_data(example: dict[str, Path], tmp_path: Path, tfsmith, name: str, 
     code, _, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", recipe, "--out", out)
     _assert_one_line_error(code, stderr, fragment)
     _no_leftovers(out)
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("too_many_classes", "expected class ids 0..9 or one-hot rows"),
+        ("onehot_wrong_width", "got shape (359, 12)"),
+    ],
+)
+def test_labels_that_fit_no_task_are_set_aside_with_a_note(example: dict[str, Path], tmp_path: Path, tfsmith,
+                                                           name: str, fragment: str) -> None:
+    """Labels are hints: a class id beyond the model's classes, or one-hot rows of the wrong width, are set aside
+    and the output is judged by agreement with the original, as without labels."""
+    base = dict(np.load(example["data"]))
+    changes = {"too_many_classes": {"y_val": np.where(base["y_val"] == 9, 11, base["y_val"])},
+               "onehot_wrong_width": {"y_val": np.eye(12)[base["y_val"]]}}[name]
+    data = _bad_data(example, tmp_path / "odd.npz", **changes)
+    recipe = _write_recipe(tmp_path / "q.toml", '[quantization]\nmodes = ["int8"]\n')
+    code, stdout, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", recipe, "--explain")
+    assert code == 0, stderr
+    note = next(line for line in stdout.splitlines() if line.startswith("note: labels of 'probs' set aside"))
+    assert fragment in note and "judged by agreement with the original" in note
 
 
 @pytest.mark.parametrize(
