@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from tests.modelgen import data as gen  # noqa: E402
 from tests.modelgen.catalog import (DICT, FAMILY, H5, KERAS3, KERAS_FILE, LIST, MIXED, NO_KERAS, SAVED_MODEL,  # noqa: E402
-                                    MIXED_HALF_OUT, SINGLE, TAGGING, TFLITE, TFLITE_FORMATS, TFLITE_INT8,
+                                    MIXED_HALF_OUT, TAGGING, TFLITE_FORMATS, TFLITE_INT8,
                                     TFLITE_UINT8, ModelSpec)
 
 PROBE_ROWS = 8
@@ -545,17 +545,18 @@ def answers_of(spec: ModelSpec, path: Path, signature: str, feed: dict[str, np.n
         model = k.models.load_model(str(path))
     tensors = {n: tf.constant(v) for n, v in feed.items()}
     form = spec.inputs if spec.family != "preprocessing" else DICT
-    batch = spec.fixed_batch
-    if batch:  # a stateful model: one row per call, its states reset first (each row is its own sequence)
+    if spec.fixed_batch:  # a stateful model: one row per call, its states reset first (each row its own sequence)
         rows = []
         for i in range(len(next(iter(feed.values())))):
             reset_states(model)
-            rows.append(model(structured(form, input_names, {n: t[i:i + 1] for n, t in tensors.items()}),
-                              training=False))
-        raw: Any = [dict(zip(output_names, r)) if isinstance(r, (list, tuple)) else r for r in rows]
-        raw = {n: np.concatenate([np.asarray(r[n] if isinstance(r, dict) else r) for r in raw]) for n in output_names}
-    else:
-        raw = model(structured(form, input_names, tensors), training=False)
+            one = {n: t[i:i + 1] for n, t in tensors.items()}
+            rows.append(named_answers(model(structured(form, input_names, one), training=False), output_names))
+        return {n: np.concatenate([r[n] for r in rows]) for n in rows[0]}
+    return named_answers(model(structured(form, input_names, tensors), training=False), output_names)
+
+
+def named_answers(raw: Any, output_names: list[str]) -> dict[str, np.ndarray]:
+    """A Keras model's answer (a dict, a list in output order, or one tensor) by output name."""
     if isinstance(raw, dict):
         return {n: np.asarray(v) for n, v in raw.items()}
     if isinstance(raw, (list, tuple)):

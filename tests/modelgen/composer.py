@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from tests.modelgen.catalog import (AUX_INPUTS, AUX_OUTPUTS, DICT, FAMILIES, FAMILY, H5, KERAS3, KERAS_FILE, LABELS_FOR,
-                                    LIST, MIXED, NO_KERAS, SAVED_MODEL,
+                                    LIST, NO_KERAS, SAVED_MODEL,
                                     NO_TFLITE, SEGMENTATION, SINGLE, TFLITE_FORMATS, Family, ModelSpec)
 
 #: share of models drawn in mixed precision where the family allows it (most users train in float32)

@@ -17,7 +17,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -313,10 +312,6 @@ def compare(what: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray], 
         if why:
             problems.append(f"{what}: {name}: {why}")
     return problems
-
-
-def _rows(value: np.ndarray, start: int, stop: int) -> np.ndarray:
-    return value[start:stop]
 
 
 def ask_everything(server: Server, built: Built, tasks: dict[str, str], gate: dict[str, float]) -> list[str]:
