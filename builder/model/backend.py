@@ -21,7 +21,7 @@ import numpy as np
 
 from builder.errors import InputError
 from builder.model.failures import ModelInputError, clean_message, fresh_report
-from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
+from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
 
 #: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
 SELECT_OPS_MARKER = "Select TensorFlow op(s)"
@@ -96,7 +96,10 @@ def _spec(name: str, detail: Mapping[str, object]) -> TensorSpec:
     shape = detail.get("shape_signature")
     if shape is None or len(shape) == 0:  # type: ignore[arg-type]
         shape = detail["shape"]
-    return TensorSpec(name=name, dtype=np.dtype(detail["dtype"]).name, shape=tuple(None if int(d) == -1 else int(d) for d in shape))  # type: ignore[union-attr, arg-type]
+    dtype = np.dtype(detail["dtype"])  # type: ignore[call-overload]
+    # a string tensor (LiteRT reports numpy's bytes_) is the one string spelling every backend and the wire share
+    name_of_dtype = STRING if dtype.kind in "SUO" else dtype.name
+    return TensorSpec(name=name, dtype=name_of_dtype, shape=tuple(None if int(d) == -1 else int(d) for d in shape))  # type: ignore[union-attr, arg-type]
 
 
 def _litert_signatures(interpreter: object) -> tuple[dict[str, SignatureSpec], dict[str, dict[str, int]]]:

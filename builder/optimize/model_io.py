@@ -429,7 +429,7 @@ def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
 
 def _from_tflite(facts: ModelFacts) -> LoadedModel:
     from builder.model.backend import LiteRTBackend
-    from builder.model.signature import DEFAULT_SIGNATURE
+    from builder.model.signature import DEFAULT_SIGNATURE, STRING
 
     try:
         backend = LiteRTBackend(facts.path, threads=1)
@@ -439,19 +439,25 @@ def _from_tflite(facts: ModelFacts) -> LoadedModel:
         raise InputError(f"model {facts.path}: LiteRT cannot load it: {_one_line(error)}") from error
     key = DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in backend.signatures else next(iter(backend.signatures))
     sig = backend.signatures[key]
-    inputs = tuple(TensorSpec(s.name, s.dtype, _shape(s.shape)) for s in sig.inputs)
-    outputs = tuple(TensorSpec(s.name, s.dtype, _shape(s.shape)) for s in sig.outputs)
+
+    def contract_spec(spec: TensorSpec) -> TensorSpec:  # a backend's string tensor is the contract's `string`
+        return TensorSpec(spec.name, "string" if spec.dtype == STRING else spec.dtype, _shape(spec.shape))
+
+    inputs = tuple(contract_spec(s) for s in sig.inputs)
+    outputs = tuple(contract_spec(s) for s in sig.outputs)
     check_supported(facts.path, inputs, outputs)
 
-    def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return backend.predict(key, {s.name: np.asarray(x[s.name], dtype=s.dtype) for s in inputs})
+    def typed(values: np.ndarray, spec: TensorSpec) -> np.ndarray:
+        return np.asarray(values) if spec.dtype == "string" else np.asarray(values, dtype=spec.dtype)
 
-    others = {name: (tuple(TensorSpec(t.name, t.dtype, _shape(t.shape)) for t in spec.inputs),
-                     tuple(TensorSpec(t.name, t.dtype, _shape(t.shape)) for t in spec.outputs))
+    def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return backend.predict(key, {s.name: typed(x[s.name], s) for s in inputs})
+
+    others = {name: (tuple(contract_spec(t) for t in spec.inputs), tuple(contract_spec(t) for t in spec.outputs))
               for name, spec in backend.signatures.items() if name != key}
 
     def predict_other(name: str, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return backend.predict(name, {s.name: np.asarray(x[s.name], dtype=s.dtype) for s in others[name][0]})
+        return backend.predict(name, {s.name: typed(x[s.name], s) for s in others[name][0]})
 
     return LoadedModel(facts=facts, inputs=inputs, outputs=outputs, keras_model=None, saved_model_dir=None,
                        tflite_path=facts.path, params=None,

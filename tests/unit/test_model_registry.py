@@ -89,3 +89,16 @@ def test_the_listing_check_sees_a_list_written_elsewhere(tmp_path: Path) -> None
                                      'KINDS = ("litert", "tensorflow")  # image kinds share the plain words\n')
     assert [(line, names) for _, line, names in _literal_lists(tmp_path)] == [
         (3, ["litert", "openvino-bf16"]), (1, ["RUNTIME_CHOICES"])]
+
+
+def test_a_litert_string_tensor_is_the_one_string_spelling() -> None:
+    """LiteRT reports a string tensor as numpy's bytes_; every backend and the wire spell it `object`, so the
+    served metadata says DT_STRING / BYTES and requests with text are read as text."""
+    import numpy as np
+
+    from builder.model.backend import _spec
+    from builder.model.signature import STRING
+
+    text = _spec("city", {"dtype": np.bytes_, "shape": np.array([1, 1]), "shape_signature": np.array([-1, 1])})
+    assert text.dtype == STRING and text.shape == (None, 1)
+    assert _spec("x", {"dtype": np.float32, "shape": np.array([1, 3]), "shape_signature": np.array([-1, 3])}).dtype == "float32"
