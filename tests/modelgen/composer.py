@@ -67,6 +67,8 @@ def compose_one(seed: int, index: int) -> ModelSpec:
     aux_output = rng.choice(AUX_OUTPUTS if outputs == DICT else ("score",)) if outputs in (LIST, DICT) else "none"
     if family.name == "tf_module":
         aux_output = "none"  # its outputs are its signatures' own dicts
+    if family.name == "subclassed" and aux_output != "none":
+        aux_output = "score"  # its hand-written call returns the head and a score
     one_to_one = inputs == SINGLE and outputs == SINGLE
     data_form = rng.choice(["single", "named"]) if one_to_one else "named"
     if keras == KERAS3 and fmt == H5 and keras3_h5_cannot_reload(variant, aux_input, aux_output):
