@@ -289,6 +289,9 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             verdict = "slower than" if xla.p50 >= plain.p50 else "not faster beyond noise than"
             errors[trio] = f"{verdict} {contract.signature} ({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged"
             continue
+        if dropped(stops.get(key(*trio))):  # it cannot win: the gate's rows at XLA cost seconds of compiling
+            errors[trio] = f"{stops[key(*trio)].why}, so not judged"
+            continue
         with stage(f"judging {result.path} {signature} on the held-out rows"):
             try:
                 passed, why = judge(make(runtime, folder / result.path, signature))
