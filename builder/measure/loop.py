@@ -61,9 +61,9 @@ def run(runners: Mapping[str, Callable[[], Any]], budget_s: float, policy: Polic
     ran.
 
     Every round visits every runner still running for `slice_s` (at least one call), in an order rotated each
-    round; then `policy(Lap(samples, running, elapsed_s, budget_s, rounds))` says who stops. `samples` continues lists from
-    an earlier call (the same list objects are appended to). `clock`: seconds (a test's own clock makes the
-    loop deterministic).
+    round; then the policy, shown a `Lap` (samples, each slice's median, who runs, time, budget, rounds), says who
+    stops. `samples` continues lists from an earlier call (the same list objects are appended to). `clock`:
+    seconds (a test's own clock makes the loop deterministic).
     """
     withdrawn: dict[str, str] = {}
     for name, call in runners.items():

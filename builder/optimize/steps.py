@@ -447,8 +447,9 @@ CAPACITY_BUDGET_S = 3.0
 
 def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan: Plan, say: Say) -> Any:
     """The chosen artifact x runtime timed at batch 1 on ONE thread (the timing loop every candidate used, until
-    its median is known: `builder.measure.race.PerRunner`), and what that bounds (`builder.report.capacity`): one core answers about 1e6 / p50 a second of model time, this
-    host's usable cores at most that many times it. None where the choice was not measured here or cannot run."""
+    its median is known: `builder.measure.race.PerRunner`), and what that bounds (`builder.report.capacity`):
+    one core answers about 1e6 / p50 a second of model time, this host's usable cores at most that many times
+    it. None where the choice was not measured here or cannot run."""
     from builder.measure.cores import read_cores
     from builder.measure.race import PerRunner
     from builder.optimize import evaluate
