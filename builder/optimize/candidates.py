@@ -273,8 +273,8 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
     failed: dict[str, BaseException] = {}
-    entrants = {key(*t): entrant(r, t[1], t[2], contract, t in errors, only)
-                for r, rt, sig in pairs for t in [(r.path, rt, sig)] if key(*t) in calls}
+    entrants = {key(r.path, rt, sig): entrant(r, rt, sig, contract, (r.path, rt, sig) in errors, only)
+                for r, rt, sig in pairs if key(r.path, rt, sig) in calls}
     latencies, stops = timer(guarded(calls, failed), budget, entrants) if calls else ({}, {})
     for k, error in failed.items():
         latencies.pop(k, None)
@@ -338,12 +338,12 @@ def race_line(stops: Mapping[str, Any], budget: float) -> str:
     from builder.measure.race import BUDGET, SETTLED
 
     whys = [s.why for s in stops.values()]
-    dropped = sum(w.startswith("slower than") for w in whys)
+    slower = sum(dropped(s) for s in stops.values())
     longest = max(s.seconds for s in stops.values())
-    parts = [f"{dropped} stopped once slower than the best beyond noise"] if dropped else []
+    parts = [f"{slower} stopped once slower than the best beyond noise"] if slower else []
     parts += [f"{n} {label}" for label, n in ((SETTLED, whys.count(SETTLED)), ("at the budget", whys.count(BUDGET)))
               if n]
-    other = len(whys) - dropped - whys.count(SETTLED) - whys.count(BUDGET)
+    other = len(whys) - slower - whys.count(SETTLED) - whys.count(BUDGET)
     if other:
         parts.append(f"{other} failed while timed")
     total = sum(s.seconds for s in stops.values())
