@@ -17,13 +17,15 @@ was 8% apart over the whole run, yet the dynamic-range file was faster in 16% of
 the race dropped the int8 file in the first round in 1 of 10 replayed windows. A verdict needs
 `stats.fewest_samples` rounds (6 at 95%: fewer have no confidence interval at all).
 
-The settle rule was chosen by replaying the recorded full-budget runs (3 digits, 1 MobileNetV2; 10 windows each,
-and each again with the choice split into two true equals) through the candidate rules: intervals projected to
-the whole budget (settled when the projected pick is the current one) settled in ~2 s but chose another file in
-up to 5 of 10 windows, 6-12% slower by the full run's own medians; +-5% and +-10% widths chose a 6.5% slower file
-in 1-2 windows; +-2% and elimination alone never chose a slower file, +-2% settling sooner (digits 2-8 s,
-MobileNetV2 5-12 s of calls, against 45 s). Where two files are truly within 1-2% (one digits run), any rule's
-pick differs from the full run's in some windows, at no cost by the full run's medians.
+The settle rule was chosen by replaying recorded full-budget runs (3 digits CNN, 2 MobileNetV2; 45 s each on 2
+shared cores; 10 windows of each, and again with the chosen candidate split into two true equals) through the
+candidate rules, judging each pick by the full run's own medians: intervals projected to the whole budget
+(settled when the projected pick is the current one) settled soonest but picked a file 6-12% slower (digits) and
+2.35x slower (MobileNetV2) in some windows; +-5% and +-10% widths a 6.5% slower one in 1-2 of 10 windows of one
+digits run; +-2%, like elimination alone, never a slower one in the plain replays (in the tie replays of one
+digits run, a 12% slower one in 3 windows where the recording ran out before +-2% was reached). Calls timed, per
+window's median: digits 2-7 s, MobileNetV2 7-11 s, against 45 s. Where two files are truly within 1-2%, any
+rule's pick differs from the full run's in some windows, at no cost by the full run's medians.
 
 Candidates that cannot be chosen (a gate failure, a file the recipe does not ship, the reference row) are timed
 for the report only: dropped when slower than the best beyond noise, stopped with the others when the choice is
@@ -45,7 +47,7 @@ SETTLED = "settled"
 BUDGET = "budget"
 #: The choice is settled once every survivor's median is stable (`stats.STABLE_REL_HALF_WIDTH`, +-2%: what bench
 #: calls stable) over its rounds. Replayed on recorded full-budget runs (see the module's docstring), +-5% and
-#: +-10% settled 0.5-1.5 s sooner but chose a file 6.5% slower in some windows; +-2% never did.
+#: +-10% settled 0.5-1.5 s sooner but picked a 6.5% slower file in some windows; +-2% did not.
 SETTLE_REL_HALF_WIDTH = stats.STABLE_REL_HALF_WIDTH
 #: A figure reported, not compared (rows/s, one core's capacity), is known once its median is within +-10% over
 #: its rounds: the same rows/s differed 1.10-1.50x between three whole optimize runs of the digits CNN (15 s of
