@@ -81,8 +81,13 @@ def test_a_candidate_that_cannot_be_chosen_is_never_the_best() -> None:
     slow = [3.0] * 8
     verdict = Race({"x": Entrant("x", eligible=False), "ok": Entrant("ok"), "slow": Entrant("slow")})(
         lap({"x": gate_failed, "ok": ok, "slow": slow}))
-    assert verdict.drop == {"slow": "slower than ok beyond noise after 8 calls"}
+    assert verdict.drop == {"slow": "slower than ok beyond noise after 8 calls", "x": SETTLED}  # x: its figure is known
     assert verdict.stop_all == SETTLED
+    wide = [0.1, 0.2, 0.05, 0.3, 0.02, 0.15, 0.25, 0.01]  # faster than ok, not known to +-10% yet: timed on
+    ok_wide = [1.0, 1.3, 0.7, 1.2, 0.8, 1.0, 1.25, 0.75]
+    keep = Race({"x": Entrant("x", eligible=False), "ok": Entrant("ok"), "b": Entrant("b")})(
+        lap({"x": wide, "ok": ok_wide, "b": ok_wide}))
+    assert keep == Verdict()
     unknown = Race({"ok": Entrant("ok")})(lap({"ok": ok, "baseline": [9.0] * 8}))
     assert unknown.drop == {"baseline": "slower than ok beyond noise after 8 calls"}  # not an entrant: not chosen
 
