@@ -19,6 +19,7 @@ default.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import time
 from collections.abc import Callable, Mapping
@@ -126,6 +127,17 @@ def first_call_cost_us(runner: Any, feeds: list[dict[str, np.ndarray]]) -> float
     return float(np.median(costs)) if costs else None
 
 
+def call_us(call: Callable[[], Any], calls: int = 3) -> float:
+    """The median of a few calls, in microseconds: a candidate's pace before it is timed, against which a first
+    call at a new shape is judged a compile or not (`stalls`); the race's p50 judges it again afterwards."""
+    took = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        took.append(time.perf_counter() - start)
+    return float(np.median(took)) * 1e6
+
+
 def stalls(new_shape_us: float | None, p50_us: float | None) -> bool:
     """Whether a first call at a new shape is a compile, not noise: over STALL_FLOOR_US and STALL_FACTOR p50s."""
     if new_shape_us is None or p50_us is None:
@@ -142,14 +154,14 @@ def shape_line(contract: ModelContract, candidates: list[Candidate]) -> str | No
     stalled = [c for c in measured if stalls(c.new_shape_us, c.p50_us)]
     text = (f"shapes: inputs take any {', '.join(_open_dimensions(contract))}; the first call at a new shape costs "
             f"at most +{worst.new_shape_us / 1e3:.1f} ms ({worst.artifact} on {worst.runtime}"
-            f"{'#' + worst.signature if worst.signature == XLA_SIGNATURE else ''}; measured on the {len(measured)} "
-            "candidates the timing race kept)")
+            f"{'#' + worst.signature if worst.signature == XLA_SIGNATURE else ''}; {len(measured)} candidates "
+            "measured)")
     if stalled:
         text += (f"; {len(stalled)} candidate(s) compile per shape and are not chosen as the default: "
                  + ", ".join(f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on "
                              f"{c.runtime} +{c.new_shape_us / 1e3:.0f} ms" for c in stalled))  # type: ignore[operator]
     else:
-        text += "; no candidate compiles per shape"
+        text += "; none of them compiles per shape"
     return text
 
 
@@ -272,8 +284,25 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             made[key(*trio)] = runner
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
+    feeds = new_shape_feeds(contract, x_val) if shapes_vary(contract) else []
+    new_shape: dict[str, float | None] = {}
+    stalled: set[str] = set()
+    plain_keys = [k for k in made if not k.endswith("#" + XLA_SIGNATURE)]
+    if feeds and plain_keys:
+        # Before the race, so that one which compiles per shape is never its best: a best excluded only after
+        # it (OpenVINO reshaping MobileNetV2 at each new batch size, +50-370 ms) leaves the choice to candidates
+        # it cut short. serving_xla, whose compiles cost seconds, is measured after, only if the race keeps it.
+        with stage(f"first calls at {len(feeds)} new input shapes ({len(plain_keys)} candidates)"):
+            for k in plain_keys:
+                try:
+                    new_shape[k] = first_call_cost_us(made[k], feeds)
+                    if stalls(new_shape[k], call_us(calls[k])):
+                        stalled.add(k)
+                except Exception as error:  # noqa: BLE001 - a candidate that fails at another shape cannot serve it
+                    errors[_trio_of(k, pairs)] = f"fails at another input shape: {type(error).__name__}: {cause(error)}"
     failed: dict[str, BaseException] = {}
-    entrants = {key(r.path, rt, sig): entrant(r, rt, sig, contract, (r.path, rt, sig) in errors, only)
+    entrants = {key(r.path, rt, sig): entrant(r, rt, sig, contract,
+                                              (r.path, rt, sig) in errors or key(r.path, rt, sig) in stalled, only)
                 for r, rt, sig in pairs if key(r.path, rt, sig) in calls}
     latencies, stops = timer(guarded(calls, failed), budget, entrants) if calls else ({}, {})
     for k, error in failed.items():
@@ -299,13 +328,13 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
                 passed, why = False, why_not_run(error, cause)
         if not passed:
             errors[trio] = f"fails the gate on this runtime ({why})"
-    feeds = new_shape_feeds(contract, x_val)
-    new_shape: dict[str, float | None] = {}
-    if feeds and shapes_vary(contract):
-        # only those the race did not drop: one slower than the best beyond noise is not chosen, whatever a new
-        # shape costs it (XLA compiling a big model at each of them took most of this step's 18 s)
-        timed_keys = [k for k in made if k in latencies and not dropped(stops.get(k))]
-        with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} candidates the race kept)"):
+    if feeds:
+        # serving_xla only where the race kept it: one slower than the best beyond noise is not chosen, whatever
+        # a new shape costs it (XLA compiling MobileNetV2 at each new shape took most of this step's 18-37 s)
+        timed_keys = [k for k in made if k in latencies and k not in new_shape and not dropped(stops.get(k))
+                      and _trio_of(k, pairs) not in errors]
+        with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} serving_xla the race kept)") \
+                if timed_keys else contextlib.nullcontext():
             for k in timed_keys:
                 try:
                     new_shape[k] = first_call_cost_us(made[k], feeds)
