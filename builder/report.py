@@ -224,6 +224,10 @@ class Candidate:
     #: the extra cost of the first call at an input shape it had not seen, in microseconds (None: not measured,
     #: or every input dimension is fixed)
     new_shape_us: float | None = None
+    #: seconds of the timing loop spent calling it, and why its timing stopped (`builder.measure.race`: "slower
+    #: than X beyond noise after N calls", "settled", "budget"); None / "" when not timed or from older reports
+    timed_s: float | None = None
+    stopped: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Candidate":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 #: Relative half-width of the median's 95% CI under which a median counts as stable.
@@ -27,6 +28,8 @@ NOISY_REL_CI_WIDTH = 0.10
 NOISY_ROBUST_COV = 0.50
 #: Fewer samples than this never count as stable.
 MIN_SAMPLES = 20
+#: No timing loop runs more rounds than this, whatever its budget.
+MAX_ROUNDS = 10_000
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -58,22 +61,38 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     if n == 0:
         raise ValueError("confidence interval of no samples")
     ordered = sorted(samples)
-    tail = (1.0 - confidence) / 2.0
-    if n > 1000:  # normal approximation of the binomial: exact sums get slow and the two agree closely
-        z = _z_for_tail(tail)
-        k = int(math.floor(n / 2.0 - z * math.sqrt(n) / 2.0))
-    else:
-        threshold = tail * (2**n)
-        cumulative = 0
-        k = 0
-        for i in range(n + 1):
-            cumulative += math.comb(n, i)
-            if cumulative > threshold:
-                k = i  # P(X < i) <= tail, P(X <= i) > tail -> rank i (1-based) is the lower bound
-                break
+    k = lower_rank(n, confidence)
     if k < 1:
         return ordered[0], ordered[-1]
     return ordered[k - 1], ordered[n - k]
+
+
+@lru_cache(maxsize=4096)
+def lower_rank(n: int, confidence: float = 0.95) -> int:
+    """The 1-based rank k of the lower bound of the median's CI over n samples (0: no such rank, the interval
+    is the whole range). Cached: it depends on n alone, and the exact binomial sums cost milliseconds at n ~ 1000,
+    which a loop judging every round after each slice would pay for every runner."""
+    tail = (1.0 - confidence) / 2.0
+    if n > 1000:  # normal approximation of the binomial: exact sums get slow and the two agree closely
+        z = _z_for_tail(tail)
+        return int(math.floor(n / 2.0 - z * math.sqrt(n) / 2.0))
+    threshold = tail * (2**n)
+    cumulative = 0
+    for i in range(n + 1):
+        cumulative += math.comb(n, i)
+        if cumulative > threshold:
+            return i  # P(X < i) <= tail, P(X <= i) > tail -> rank i (1-based) is the lower bound
+    return 0
+
+
+def fewest_samples(confidence: float = 0.95) -> int:
+    """The fewest samples whose median has a confidence interval at `confidence` at all (6 at 95%: the range of
+    six samples covers the median 97% of the time, of five only 94%). Below it no verdict about the median is
+    honest at that confidence, so no candidate is judged on fewer."""
+    n = 1
+    while lower_rank(n, confidence) < 1:
+        n += 1
+    return n
 
 
 def _z_for_tail(tail: float) -> float:
@@ -193,7 +212,7 @@ def keep_going(
     budget_s: float,
     rounds_done: int,
     min_rounds: int = 3,
-    max_rounds: int = 10_000,
+    max_rounds: int = MAX_ROUNDS,
 ) -> bool:
     """Whether the harness should run another interleaved round.
 

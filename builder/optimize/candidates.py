@@ -19,6 +19,7 @@ default.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from builder.measure.race import Entrant
 from builder.model import registry
 from builder.report import ArtifactResult, Candidate, Latency, ModelContract
 
@@ -125,6 +127,17 @@ def first_call_cost_us(runner: Any, feeds: list[dict[str, np.ndarray]]) -> float
     return float(np.median(costs)) if costs else None
 
 
+def call_us(call: Callable[[], Any], calls: int = 3) -> float:
+    """The median of a few calls, in microseconds: a candidate's pace before it is timed, against which a first
+    call at a new shape is judged a compile or not (`stalls`); the race's p50 judges it again afterwards."""
+    took = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        took.append(time.perf_counter() - start)
+    return float(np.median(took)) * 1e6
+
+
 def stalls(new_shape_us: float | None, p50_us: float | None) -> bool:
     """Whether a first call at a new shape is a compile, not noise: over STALL_FLOOR_US and STALL_FACTOR p50s."""
     if new_shape_us is None or p50_us is None:
@@ -141,13 +154,14 @@ def shape_line(contract: ModelContract, candidates: list[Candidate]) -> str | No
     stalled = [c for c in measured if stalls(c.new_shape_us, c.p50_us)]
     text = (f"shapes: inputs take any {', '.join(_open_dimensions(contract))}; the first call at a new shape costs "
             f"at most +{worst.new_shape_us / 1e3:.1f} ms ({worst.artifact} on {worst.runtime}"
-            f"{'#' + worst.signature if worst.signature == XLA_SIGNATURE else ''})")
+            f"{'#' + worst.signature if worst.signature == XLA_SIGNATURE else ''}; {len(measured)} candidates "
+            "measured)")
     if stalled:
         text += (f"; {len(stalled)} candidate(s) compile per shape and are not chosen as the default: "
                  + ", ".join(f"{c.artifact}{'#' + c.signature if c.signature == XLA_SIGNATURE else ''} on "
                              f"{c.runtime} +{c.new_shape_us / 1e3:.0f} ms" for c in stalled))  # type: ignore[operator]
     else:
-        text += "; no candidate compiles per shape"
+        text += "; none of them compiles per shape"
     return text
 
 
@@ -165,7 +179,9 @@ def _open_dimensions(contract: ModelContract) -> list[str]:
 
 Judge = Callable[[Any], tuple[bool, str]]
 Make = Callable[[str, Path, str], Any]
-Timer = Callable[[Mapping[str, Callable[[], Any]], float], dict[str, Latency]]
+#: The race: (calls, budget, entrants) -> (latency by key, `builder.measure.loop.Stop` by key).
+Timer = Callable[[Mapping[str, Callable[[], Any]], float, Mapping[str, Entrant]],
+                 tuple[dict[str, Latency], dict[str, Any]]]
 #: How a candidate that could not make one call at the data's shapes is reported (never timed, never chosen).
 CANNOT_RUN = "cannot run here"
 
@@ -176,9 +192,11 @@ def first_row(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def guarded(calls: Mapping[str, Callable[[], Any]], failed: dict[str, BaseException]) -> dict[str, Callable[[], Any]]:
-    """The calls for the timing loop, each of which, should it raise, records its error in `failed` and from
-    then on returns at once: one candidate failing in the middle of the loop loses its own timing (the caller
-    drops it), never the others'."""
+    """The calls for the timing loop, each of which, should it raise, records its error in `failed` and
+    withdraws from the loop (`builder.measure.loop.Withdraw`; called again, it returns at once): one candidate
+    failing in the middle of the loop loses its own timing (the caller drops it), never the others', and a
+    failed call that returned at once is never mistaken for a fast one."""
+    from builder.measure.loop import Withdraw
 
     def one(name: str, call: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
@@ -188,7 +206,7 @@ def guarded(calls: Mapping[str, Callable[[], Any]], failed: dict[str, BaseExcept
                 return call()
             except Exception as error:  # noqa: BLE001 - recorded, and the candidate is rejected with it
                 failed[name] = error
-                return None
+                raise Withdraw(f"failed: {type(error).__name__}") from error
 
         return run
 
@@ -208,14 +226,28 @@ def cannot_run_lines(candidates: list[Candidate]) -> list[str]:
             f"candidate: {c.error}" for c in candidates if c.error.startswith(CANNOT_RUN)]
 
 
+def entrant(result: ArtifactResult, runtime: str, signature: str, contract: ModelContract, rejected: bool,
+            only: str | None = None) -> Entrant:
+    """A candidate as the race sees it: the tie order select uses (the file's size, the runtime, the contract's
+    own signature before serving_xla) and whether it can be chosen at all (an accepted artifact, not rejected
+    before timing, the one the recipe names where it names one). Those that cannot are timed for the report."""
+    return Entrant(key(result.path, runtime, signature), result.size_bytes, runtime,
+                   int((signature or contract.signature) != contract.signature),
+                   eligible=result.accepted and not rejected and (only is None or result.path == only))
+
+
 def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract, x_val: Mapping[str, np.ndarray],
             precisions: tuple[str, ...], make: Make, judge: Judge,
             timer: Timer, budget: float, cause: Callable[[BaseException], str],
-            stage: Callable[[str], Any]) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
+            stage: Callable[[str], Any], only: str | None = None,
+            ) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
     """Time every candidate; returns (candidates, latency by key, runner by key).
 
     `make(runtime, path, signature)` opens a runner (`evaluate.Runner`), `judge(runner)` is the quality gate
-    against the original (on the gate's rows, and every other signature), `timer` the interleaved loop.
+    against the original (on the gate's rows, and every other signature), `timer` the race in the interleaved
+    loop (`builder.measure.race`): each candidate is timed until it is slower than the best beyond noise, the
+    choice is settled or `budget` is spent, and says so (`Candidate.timed_s`, `stopped`). `only`: the artifact
+    the recipe names, the only one that can be chosen.
 
     Every candidate is proved to run before it is timed: one call at the data's shapes. One that cannot (an
     XLA `serving_xla` of a model whose ops have no XLA kernel, a runtime that cannot prepare the file) is a
@@ -252,8 +284,27 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             made[key(*trio)] = runner
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
+    feeds = new_shape_feeds(contract, x_val) if shapes_vary(contract) else []
+    new_shape: dict[str, float | None] = {}
+    stalled: set[str] = set()
+    plain_keys = [k for k in made if not k.endswith("#" + XLA_SIGNATURE)]
+    if feeds and plain_keys:
+        # Before the race, so that one which compiles per shape is never its best: a best excluded only after
+        # it (OpenVINO reshaping MobileNetV2 at each new batch size, +50-370 ms) leaves the choice to candidates
+        # it cut short. serving_xla, whose compiles cost seconds, is measured after, only if the race keeps it.
+        with stage(f"first calls at {len(feeds)} new input shapes ({len(plain_keys)} candidates)"):
+            for k in plain_keys:
+                try:
+                    new_shape[k] = first_call_cost_us(made[k], feeds)
+                    if stalls(new_shape[k], call_us(calls[k])):
+                        stalled.add(k)
+                except Exception as error:  # noqa: BLE001 - a candidate that fails at another shape cannot serve it
+                    errors[_trio_of(k, pairs)] = f"fails at another input shape: {type(error).__name__}: {cause(error)}"
     failed: dict[str, BaseException] = {}
-    latencies = timer(guarded(calls, failed), budget) if calls else {}
+    entrants = {key(r.path, rt, sig): entrant(r, rt, sig, contract,
+                                              (r.path, rt, sig) in errors or key(r.path, rt, sig) in stalled, only)
+                for r, rt, sig in pairs if key(r.path, rt, sig) in calls}
+    latencies, stops = timer(guarded(calls, failed), budget, entrants) if calls else ({}, {})
     for k, error in failed.items():
         latencies.pop(k, None)
         made.pop(k, None)
@@ -267,6 +318,9 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             verdict = "slower than" if xla.p50 >= plain.p50 else "not faster beyond noise than"
             errors[trio] = f"{verdict} {contract.signature} ({xla.p50:.1f} vs {plain.p50:.1f} us), so not judged"
             continue
+        if dropped(stops.get(key(*trio))):  # it cannot win: the gate's rows at XLA cost seconds of compiling
+            errors[trio] = f"{stops[key(*trio)].why}, so not judged"
+            continue
         with stage(f"judging {result.path} {signature} on the held-out rows"):
             try:
                 passed, why = judge(make(runtime, folder / result.path, signature))
@@ -274,11 +328,13 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
                 passed, why = False, why_not_run(error, cause)
         if not passed:
             errors[trio] = f"fails the gate on this runtime ({why})"
-    feeds = new_shape_feeds(contract, x_val)
-    new_shape: dict[str, float | None] = {}
-    if feeds and shapes_vary(contract):
-        timed_keys = [k for k in made if k in latencies]
-        with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} candidates)"):
+    if feeds:
+        # serving_xla only where the race kept it: one slower than the best beyond noise is not chosen, whatever
+        # a new shape costs it (XLA compiling MobileNetV2 at each new shape took most of this step's 18-37 s)
+        timed_keys = [k for k in made if k in latencies and k not in new_shape and not dropped(stops.get(k))
+                      and _trio_of(k, pairs) not in errors]
+        with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} serving_xla the race kept)") \
+                if timed_keys else contextlib.nullcontext():
             for k in timed_keys:
                 try:
                     new_shape[k] = first_call_cost_us(made[k], feeds)
@@ -294,12 +350,42 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             error = (f"compiles per input shape: the first call at a new shape took +{cost / 1e3:.0f} ms "  # type: ignore[operator]
                      f"against p50 {got.p50 / 1e3:.2f} ms, and this model's inputs vary")  # type: ignore[union-attr]
         entry = registry.runtime(runtime)
+        stop = stops.get(key(*trio))
         candidates.append(Candidate(result.path, runtime, None if got is None else got.p50,
                                     0 if got is None else got.runs, result.size_bytes, error,
                                     signature or contract.signature, None if got is None else got.ci_low,
                                     None if got is None else got.ci_high, precision=_precision(entry, result.format),
-                                    new_shape_us=None if cost is None else round(cost, 1)))
+                                    new_shape_us=None if cost is None else round(cost, 1),
+                                    timed_s=None if stop is None else round(stop.seconds, 3),
+                                    stopped="" if stop is None else stop.why))
     return candidates, latencies, made
+
+
+def race_line(stops: Mapping[str, Any], budget: float) -> str:
+    """The race in one line for the report: how long the candidates were timed against the budget, and why
+    they stopped (each candidate's own reason is in its row)."""
+    from builder.measure.race import BUDGET, SETTLED
+
+    whys = [s.why for s in stops.values()]
+    slower = sum(dropped(s) for s in stops.values())
+    longest = max(s.seconds for s in stops.values())
+    parts = [f"{slower} stopped once slower than the best beyond noise"] if slower else []
+    parts += [f"{n} {label}" for label, n in ((SETTLED, whys.count(SETTLED)), ("at the budget", whys.count(BUDGET)))
+              if n]
+    other = len(whys) - slower - whys.count(SETTLED) - whys.count(BUDGET)
+    if other:
+        parts.append(f"{other} failed while timed")
+    total = sum(s.seconds for s in stops.values())
+    return (f"timing: {len(stops)} candidates raced in one interleaved loop for {total:.1f} s of calls (at most "
+            f"{budget:.0f} s; the longest timed {longest:.1f} s): {', '.join(parts)} (95% confidence intervals of "
+            "the median of each round's calls)")
+
+
+def dropped(stop: Any) -> bool:
+    """Whether the race stopped this candidate as slower than the best beyond noise."""
+    from builder.measure.race import SLOWER
+
+    return stop is not None and stop.why.startswith(SLOWER)
 
 
 def _trio_of(k: str, pairs: list[tuple[ArtifactResult, str, str]]) -> tuple[str, str, str]:

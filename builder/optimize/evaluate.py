@@ -126,13 +126,21 @@ class Runner:
         return call
 
 
-def time_runners(calls: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 3) -> dict[str, Latency]:
+def time_runners(calls: Mapping[str, Callable[[], Any]], budget_s: float, warmup: int = 3,
+                 policy: Any = None) -> dict[str, Latency]:
     """THE timing loop (`builder.measure.loop`) over named zero-argument calls -> p50/p99 and the median's
-    95% confidence interval, in microseconds."""
-    from builder.measure.loop import time_interleaved
+    95% confidence interval, in microseconds; `policy` (`builder.measure.race`) stops runners early."""
+    return timed_run(calls, budget_s, policy, warmup)[0]
 
-    samples = time_interleaved(dict(calls), budget_s, warmup=warmup)
-    return {name: latency_from(s) for name, s in samples.items()}
+
+def timed_run(calls: Mapping[str, Callable[[], Any]], budget_s: float, policy: Any = None, warmup: int = 3
+              ) -> tuple[dict[str, Latency], dict[str, Any]]:
+    """`time_runners` with each runner's `builder.measure.loop.Stop` (calls, seconds timed, why it stopped).
+    A runner that withdrew before its first sample has no latency."""
+    from builder.measure.loop import run
+
+    done = run(dict(calls), budget_s, policy, warmup=warmup)
+    return {name: latency_from(s) for name, s in done.samples.items() if s}, dict(done.stopped)
 
 
 def latency_from(samples_s: list[float]) -> Latency:

@@ -379,17 +379,27 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
     baseline_key = "baseline@tensorflow"
 
-    def timer(calls: Mapping[str, Callable[[], Any]], share: float) -> dict[str, Latency]:
-        if baseline_dir is not None:
-            calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
-        with stage(say, f"timing {len(calls)} artifact x runtime pairs ({share:.0f} s, interleaved)"):
-            return evaluate.time_runners(calls, share)
+    def timer(calls: Mapping[str, Callable[[], Any]], share: float, entrants: Mapping[str, Any]
+              ) -> tuple[dict[str, Latency], dict[str, Any]]:
+        from builder.measure.race import Race
 
+        if baseline_dir is not None:  # the reference row: timed beside them, never chosen
+            calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
+        with stage(say, f"timing {len(calls)} artifact x runtime pairs (interleaved, at most {share:.0f} s: each "
+                        "until slower than the best beyond noise or the choice is settled)"):
+            latencies, stops = evaluate.timed_run(calls, share, Race(entrants))
+        timed.update(stops)
+        return latencies, stops
+
+    timed: dict[str, Any] = {}
     baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
                        if baseline_dir is not None else None)
+    named = FILE_NAMES.get(plan.recipe.choose, plan.recipe.choose) if plan.recipe.choose_named else None
     candidates, latencies, made = cands.measure(
         results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
-        timer, budget, cause, lambda text: stage(say, text))
+        timer, budget, cause, lambda text: stage(say, text), only=named)
+    if timed:
+        plan.notes.append(cands.race_line(timed, budget))
     if baseline_runner is not None:
         made[baseline_key] = baseline_runner
     updated = cands.primary_rows(results, latencies, contract)
@@ -447,20 +457,22 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
                   ) -> dict[str, dict[str, float]]:
     """rows/s of each table row (`rows`: its batch-1 latency): batch-B calls timed in one interleaved loop like
     batch 1, so rows/s and p50 come from the same kind of measurement (B: `evaluate.batch_for`; at B = 1 the
-    batch-1 timing itself)."""
+    batch-1 timing itself). Each stops once its median is known (`builder.measure.race.PerRunner`), the
+    budget's third at most."""
     from builder.optimize import evaluate
 
     batches = {k: evaluate.batch_for(made[k], plan.data.x_val, row.p50) for k, row in rows.items()}
     out = {k: evaluate.throughput_from(1, rows[k]) for k, b in batches.items() if b == 1}
     calls = {k: evaluate.batch_caller(made[k], plan.data.x_val, b) for k, b in batches.items() if b > 1}
     if calls:
+        from builder.measure.race import PerRunner
         from builder.optimize.candidates import guarded
 
         share = max(0.5, budget / 3)
         failed: dict[str, BaseException] = {}
-        with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s "
-                         f"({share:.0f} s, interleaved)"):
-            per_call = evaluate.time_runners(guarded(calls, failed), share, warmup=1)
+        with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s (interleaved, "
+                        f"each until its median is known, at most {share:.0f} s)"):
+            per_call = evaluate.time_runners(guarded(calls, failed), share, warmup=1, policy=PerRunner())
         out |= {k: evaluate.throughput_from(batches[k], per_call[k]) for k in calls if k in per_call and k not in failed}
     return out
 
@@ -473,10 +485,12 @@ CAPACITY_BUDGET_S = 3.0
 
 
 def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan: Plan, say: Say) -> Any:
-    """The chosen artifact x runtime timed at batch 1 on ONE thread (the timing loop every candidate used), and
-    what that bounds (`builder.report.capacity`): one core answers about 1e6 / p50 a second of model time, this
-    host's usable cores at most that many times it. None where the choice was not measured here or cannot run."""
+    """The chosen artifact x runtime timed at batch 1 on ONE thread (the timing loop every candidate used, until
+    its median is known: `builder.measure.race.PerRunner`), and what that bounds (`builder.report.capacity`):
+    one core answers about 1e6 / p50 a second of model time, this host's usable cores at most that many times
+    it. None where the choice was not measured here or cannot run."""
     from builder.measure.cores import read_cores
+    from builder.measure.race import PerRunner
     from builder.optimize import evaluate
     from builder.report import capacity
 
@@ -487,7 +501,8 @@ def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan
         try:
             runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
             runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
-            found = evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S)["chosen"]
+            found = evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S,
+                                          policy=PerRunner())["chosen"]
         except Exception:  # noqa: BLE001 - the choice was timed already; this line is only left out
             return None
     return capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)

@@ -4,6 +4,7 @@ on an artifact that lacks one or answers one differently, and candidates that ca
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from builder.optimize.candidates import CANNOT_RUN, cannot_run_lines, first_row, guarded
 from builder.optimize.signatures import FROM_DATA, GENERATED, SignatureCheck, judge, rows_for
 from builder.report import Candidate, OutputSpec, TensorSpec
@@ -79,10 +80,14 @@ def test_a_candidate_failing_while_timed_loses_only_its_own_timing() -> None:
     def bad() -> None:
         raise RuntimeError("gather index out of bounds")
 
+    from builder.measure.loop import Withdraw
+
     calls = guarded({"good": good, "bad": bad}, failed)
+    with pytest.raises(Withdraw, match="failed: RuntimeError"):  # the loop stops timing it, and only it
+        calls["bad"]()
     for _ in range(3):
         calls["good"]()
-        calls["bad"]()
+        assert calls["bad"]() is None  # called again, it returns at once
     assert count["good"] == 3 and list(failed) == ["bad"] and str(failed["bad"]) == "gather index out of bounds"
 
 
