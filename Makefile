@@ -141,7 +141,8 @@ dockerfiles: venv
 # optimize chose against the fastest runtime bench finds; then the server against its peers (serve_peers) and
 # on the cores of this host (serve_scaling: per-request dispatch against balanced one-process servers, the
 # model alone, --processes auto against the configurations it could have chosen, the server's CPU per request,
-# one client and busy, beside its front alone answering a fixed body;
+# one client and busy, beside its front alone answering a fixed body; then 38 generated models through
+# optimize -> serve -> REST/gRPC/v2 compared with the originals (model_sweep, about 40 minutes on 2 cores);
 # on 8 CPUs or more the servers get three quarters of them and the load generator the rest). bench_goals judges
 # tfsmith's own speed goals (outside the package); the target fails when one is missed. Tables on the terminal; JSON, markdown, charts in build/bench/.
 BENCH_OUT ?= build/bench
@@ -157,7 +158,8 @@ bench: venv mlserver-venv
 	serving=0; $(PY) -m tests.benchmarks.serve_peers --rounds 3 --out $(BENCH_OUT)/serve_peers --judge \
 		$$(test -f $(MLSERVER_VENV)/.installed && echo --mlserver-python $(MLSERVER_VENV)/bin/python) || serving=1; \
 	scaling=0; $(PY) -m tests.benchmarks.serve_scaling --out $(BENCH_OUT)/serve_scaling --judge || scaling=1; \
-	exit $$(( deploy || goals || serving || scaling ))
+	models=0; $(PY) -m tests.benchmarks.model_sweep --count 38 --seed 1 --keep $(BENCH_OUT)/model_sweep || models=1; \
+	exit $$(( deploy || goals || serving || scaling || models ))
 
 # The serving benchmark's peer: MLServer with the same LiteRT interpreter, in a venv of its own (without it,
 # its floors are reported as not judged).
