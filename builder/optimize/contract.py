@@ -55,26 +55,33 @@ def check_repeatable(loaded: Any, x: Mapping[str, np.ndarray], reference: Mappin
     layers left active in a SavedModel: Keras 3's `model.export` keeps RandomFlip and its kin training-time
     random): nothing can be judged against answers that move, so there is no contract to keep."""
     from builder.errors import InputError
-    from builder.optimize.quality import is_exact, spread
 
     rows = min(REPEAT_ROWS, len(next(iter(x.values()))))
-    again = loaded.predict({k: v[:rows] for k, v in x.items()})
-    for name, first in reference.items():
-        before, after = np.asarray(first)[:rows], np.asarray(again[name])
+    moved = answers_moved(reference, loaded.predict({k: v[:rows] for k, v in x.items()}))
+    if moved:
+        raise InputError(f"model {path}: its answers change from call to call on the same rows ({moved}): random "
+                         "layers (RandomFlip, RandomRotation, Dropout, ...) are active in it; export it with those "
+                         "layers in inference mode (from Keras: call the model with training=False, or give tfsmith "
+                         "the .keras file), so that each answer depends on its input alone")
+
+
+def answers_moved(first: Mapping[str, np.ndarray], again: Mapping[str, np.ndarray]) -> str | None:
+    """What differs when the same rows are asked again (`again` answers the first rows of `first`), or None:
+    exact values must be equal, floats within 1e-3 of their scale."""
+    from builder.optimize.quality import is_exact, spread
+
+    for name, answers in first.items():
+        after = np.asarray(again[name])
+        before = np.asarray(answers)[: len(after)]
         if is_exact(before):
-            moved = not np.array_equal(before, after)
-            by = "values differ"
-        else:
-            scale = max(spread(np.asarray(first)), float(np.max(np.abs(before))) if before.size else 0.0, 1e-12)
-            diff = float(np.max(np.abs(before.astype(np.float64) - after))) if before.size else 0.0
-            moved = diff > 1e-3 * scale
-            by = f"by up to {diff:.3g}"
-        if moved:
-            raise InputError(f"model {path}: its answers change from call to call on the same rows (output "
-                             f"{name!r} {by}): random layers (RandomFlip, RandomRotation, Dropout, ...) are active "
-                             "in it; export it with those layers in inference mode (from Keras: call the model with "
-                             "training=False, or give tfsmith the .keras file), so that each answer depends on its "
-                             "input alone")
+            if not np.array_equal(before, after):
+                return f"output {name!r} values differ"
+            continue
+        scale = max(spread(np.asarray(answers)), float(np.max(np.abs(before))) if before.size else 0.0, 1e-12)
+        diff = float(np.max(np.abs(before.astype(np.float64) - after))) if before.size else 0.0
+        if diff > 1e-3 * scale:
+            return f"output {name!r} by up to {diff:.3g}"
+    return None
 
 
 def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | None = None) -> ModelContract:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from builder.optimize.contract import contract_kept, fit_arguments
+from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments
 from builder.optimize.layout import FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.options import Options, stage
 from builder.optimize.planning import Plan
@@ -260,6 +260,12 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
                                          max_accuracy_drop=options.max_accuracy_drop,
                                          max_relative_error=options.max_relative_error)
+    # the same rows asked again: a file whose answers carry over between calls (a .tflite whose fused LSTM keeps
+    # its state in variable tensors, as the converter makes it for a fixed batch) is no function to serve
+    moved = answers_moved(outputs, runner.predict_all({k: v[:REPEAT_ROWS] for k, v in plan.gate_x.items()}))
+    if moved:
+        passed, why = False, (f"its answers change from call to call on the same rows ({moved}): state carried "
+                              "between requests")
     verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
     raw, packed = evaluate.file_sizes(path)
     variables = evaluate.file_sizes(path / "variables")[0] if (path / "variables").is_dir() else 0
@@ -362,12 +368,17 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     from builder.optimize.causes import cause
 
     def judge(runner: Any) -> tuple[bool, str]:
-        """The gate on this runtime: the contract's outputs on the gate's rows, then every other signature."""
-        _, passed, why = quality.judge(runner.predict_all(plan.gate_x), reference, plan.data.y_val,
+        """The gate on this runtime: the contract's outputs on the gate's rows (asked twice: answers that carry
+        over between calls fail), then every other signature."""
+        outputs = runner.predict_all(plan.gate_x)
+        _, passed, why = quality.judge(outputs, reference, plan.data.y_val,
                                        contract.outputs, max_accuracy_drop=options.max_accuracy_drop,
                                        max_relative_error=options.max_relative_error)
         if not passed:
             return passed, why
+        moved = answers_moved(outputs, runner.predict_all({k: v[:REPEAT_ROWS] for k, v in plan.gate_x.items()}))
+        if moved:
+            return False, f"its answers change from call to call on the same rows ({moved}): state carried between requests"
         verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
         return verdict.passed, verdict.why or why
 

@@ -36,14 +36,7 @@ COUNT = int(os.environ.get("MODELGEN_COUNT", "5"))
 
 #: (what the model is made of, the failure class it meets today). A spec matches when every field named equals
 #: the spec's; the reason is the exact one-line failure. The lead empties this table as tfsmith's fixes land.
-KNOWN_FAILURES: tuple[tuple[dict[str, str], str], ...] = (
-    # served stateless by note, but the chosen .tflite keeps the RNN's states as LiteRT variables across calls: the
-    # same request answered three times gives three answers; only where the .tflite is chosen, so not strict
-    ({"variant": "stateful"},
-     "served: REST rows [serving_default]: probs: disagreement 0.25 > 0.01 (classification) (a stateful RNN's "
-     "model_fp32.tflite on litert carries its states from one request to the next; its gate passed on accuracy "
-     "with labels)"),
-)
+KNOWN_FAILURES: tuple[tuple[dict[str, str], str], ...] = ()
 
 
 def known_failure(spec: ModelSpec) -> str | None:

@@ -56,3 +56,16 @@ def test_a_model_that_cannot_be_called_with_the_data_is_one_line_naming_its_log(
     line = str(refused.value)
     assert "\n" not in line and line.startswith("model model.keras: it cannot be called with DATA's x_val rows: ")
     assert "(full text: " in line and line.endswith("input names, dtypes and shapes")
+
+
+def test_answers_that_move_between_calls_on_the_same_rows_are_named() -> None:
+    import numpy as np
+
+    from builder.optimize.contract import answers_moved
+
+    first = {"probs": np.array([[0.2, 0.8], [0.6, 0.4], [0.5, 0.5]]), "label": np.array([b"a", b"b", b"c"])}
+    assert answers_moved(first, {"probs": first["probs"][:2] + 1e-6, "label": first["label"][:2]}) is None
+    carried = answers_moved(first, {"probs": first["probs"][:2] + 0.05, "label": first["label"][:2]})
+    assert carried == "output 'probs' by up to 0.05"
+    assert answers_moved(first, {"probs": first["probs"][:2], "label": np.array([b"a", b"x"])}) == \
+        "output 'label' values differ"
