@@ -124,10 +124,12 @@ test: engine
 	@set +e; $(PY) -m pytest tests --durations=30; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
-# The inner loop: the unit tests and the end-to-end tests that need neither TensorFlow nor a Docker engine nor
-# minutes (markers tf, engine, slow); `make test` stays the whole suite, and what CI runs.
+# The inner loop (about 2 minutes on 2 cores): the unit tests and the command-line end-to-end tests that need
+# neither TensorFlow, a Docker engine nor a server; `make test` stays the whole suite, and what CI runs.
+QUICK_E2E := tests/e2e/test_detect_cli.py tests/e2e/test_matrix_cli.py tests/e2e/test_deploy_cli.py \
+	tests/e2e/test_settings_cli.py tests/e2e/test_dockerfiles.py
 test-quick: venv
-	@set +e; $(PY) -m pytest tests/unit tests/e2e -m "not tf and not engine and not slow" -q; rc=$$?; \
+	@set +e; $(PY) -m pytest tests/unit $(QUICK_E2E) -m "not tf and not engine and not slow" -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 unit: venv
