@@ -5,8 +5,9 @@ server pays the first time it sees a new input shape.
 Which runtimes are candidates comes from the registry (`builder.model.registry`): a runtime that reads the
 artifact's format, whose modules import here, computing in a precision the recipe allows (a recipe without int8
 quantization never gets an int8 runtime). A runtime other than the one the artifact was evaluated on (OpenVINO
-at bf16, TensorFlow with oneDNN bf16, ...) is judged by the same quality gate against the original before it
-is timed; one that cannot load or run the file is a candidate with its error, never a crash.
+at bf16, TensorFlow with oneDNN bf16, ...) is judged by the same quality gate against the original once the
+race has timed it, where it could still be chosen (`judge_contenders`); one that cannot load or run the file is
+a candidate with its error, never a crash.
 
 Shapes: a server sees the batch sizes its batcher forms and, for inputs with open dimensions, whatever lengths
 clients send. A runtime that compiles per shape (XLA's `serving_xla`) can win at the one shape it was timed at
@@ -257,6 +258,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     calls: dict[str, Callable[[], Any]] = {}
     made: dict[str, Any] = {}
     errors: dict[tuple[str, str, str], str] = {}
+    unjudged: list[tuple[str, str, str]] = []  # on a runtime other than the one its file was evaluated on
     pairs = [(r, runtime, signature) for r in results for runtime, signature in candidate_pairs(r, contract, precisions)]
     for result, runtime, signature in pairs:
         trio = (result.path, runtime, signature)
@@ -274,16 +276,14 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             errors[trio] = f"{CANNOT_RUN} (one call at the data's shapes): {why_not_run(error, cause)}"
             continue
         try:
-            evaluated = runtime == result.runtime and signature in ("", contract.signature)
-            if not evaluated and signature != XLA_SIGNATURE:  # XLA is judged after timing, only if it can win
-                passed, why = judge(runner)
-                if not passed:
-                    errors[trio] = f"fails the gate on this runtime ({why})"
-                runner = make(runtime, folder / result.path, signature)  # fresh: the gate's shapes are not timed
             calls[key(*trio)] = runner.row_caller(x_val)
             made[key(*trio)] = runner
         except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
             errors[trio] = f"{type(error).__name__}: {cause(error)}"
+            continue
+        evaluated = runtime == result.runtime and signature in ("", contract.signature)
+        if not evaluated and signature != XLA_SIGNATURE:  # judged after the race, only where it could be chosen
+            unjudged.append(trio)
     feeds = new_shape_feeds(contract, x_val) if shapes_vary(contract) else []
     new_shape: dict[str, float | None] = {}
     stalled: set[str] = set()
@@ -309,6 +309,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
         latencies.pop(k, None)
         made.pop(k, None)
         errors[_trio_of(k, pairs)] = f"{CANNOT_RUN} (it failed while timed): {why_not_run(error, cause)}"
+    judge_contenders(unjudged, latencies, entrants, errors, made, judge, cause, stage)
     for result, runtime, signature in pairs:
         trio = (result.path, runtime, signature)
         xla, plain = latencies.get(key(*trio)), latencies.get(key(result.path, runtime, contract.signature))
@@ -359,6 +360,52 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
                                     timed_s=None if stop is None else round(stop.seconds, 3),
                                     stopped="" if stop is None else stop.why))
     return candidates, latencies, made
+
+
+def judge_contenders(unjudged: list[tuple[str, str, str]], latencies: Mapping[str, Latency],
+                     entrants: Mapping[str, Entrant], errors: dict[tuple[str, str, str], str],
+                     made: Mapping[str, Any], judge: Judge, cause: Callable[[BaseException], str],
+                     stage: Callable[[str], Any]) -> None:
+    """The gate for candidates on a runtime other than the one their file was evaluated on (a .tflite on
+    OpenVINO, a SavedModel on TensorFlow with oneDNN bf16), after the race and only where it can change the
+    choice: fastest first, each one the fastest candidate known to pass is not faster than beyond noise, until
+    every one left is; those are reported "slower than X beyond noise, so not judged" (the choice takes only
+    candidates within noise of the fastest, so judging them could not change it). Judged before the race,
+    every such candidate cost the gate's rows and a second runner: 14 of MobileNetV2's 83 CPU seconds.
+
+    Writes a failure or the reason it was not judged into `errors` (by trio)."""
+    from builder.measure import decide
+
+    def timed(k: str) -> decide.Timed:
+        got, who = latencies[k], entrants[k]
+        return decide.Timed(k, got.p50, got.ci_low, got.ci_high, who.size_bytes, who.runtime, who.preference)
+
+    waiting = {key(*trio): trio for trio in unjudged if key(*trio) in latencies and trio not in errors
+               and key(*trio) in entrants and entrants[key(*trio)].eligible}
+    cross = {key(*trio) for trio in unjudged}
+    passing = [k for k in latencies if k in entrants and entrants[k].eligible and k not in cross
+               and not k.endswith("#" + XLA_SIGNATURE) and not any(k == key(*t) for t in errors)]
+    with stage(f"judging the race's fastest on runtimes other than their file's own ({len(waiting)} at most)") \
+            if waiting else contextlib.nullcontext():
+        while waiting:
+            best = decide.fastest([timed(k) for k in passing]) if passing else None
+            contenders = sorted((k for k in waiting if best is None or not decide.faster_beyond_noise(best, timed(k))),
+                                key=lambda k: latencies[k].p50)
+            if not contenders:
+                break
+            k = contenders[0]
+            trio = waiting.pop(k)
+            try:
+                passed, why = judge(made[k])
+            except Exception as error:  # noqa: BLE001 - a shape of the gate's rows it cannot run
+                passed, why = False, why_not_run(error, cause)
+            if passed:
+                passing.append(k)
+            else:
+                errors[trio] = f"fails the gate on this runtime ({why})"
+    for k, trio in waiting.items():
+        best = decide.fastest([timed(p) for p in passing])
+        errors[trio] = f"slower than {best.name} beyond noise, so not judged"
 
 
 def race_line(stops: Mapping[str, Any], budget: float) -> str:

@@ -464,12 +464,20 @@ def allowed_precisions(recipe: Recipe) -> tuple[str, ...]:
     return allowed("int8" in recipe.quantization.modes or recipe.quantization.qat)
 
 
+#: Seconds of the rows/s pass per runner timed at most. rows/s is a figure reported, not compared: on 2 quiet
+#: cores the digits CNN's 7 files each knew theirs (+-10%) within about 0.2 s of slices; on the same cores
+#: beside other work (load 3.6) they never all did, and the pass ran to its old cap, a third of the
+#: race's budget (15 s, 8.3 s of CPU), for figures that differ 1.1-1.5x between whole runs anyway.
+ROWS_PER_S_S_EACH = 0.5
+
+
 def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Plan, budget: float, say: Say
                   ) -> dict[str, dict[str, float]]:
     """rows/s of each table row (`rows`: its batch-1 latency): batch-B calls timed in one interleaved loop like
     batch 1, so rows/s and p50 come from the same kind of measurement (B: `evaluate.batch_for`; at B = 1 the
-    batch-1 timing itself). Each stops once its median is known (`builder.measure.race.PerRunner`), the
-    budget's third at most."""
+    batch-1 timing itself). Each stops once its median is known (`builder.measure.race.PerRunner`, +-10%), or
+    when the pass has had ROWS_PER_S_S_EACH a runner (the budget's third at most); a figure stopped before it
+    was known is reported with its interval (`throughput_from`)."""
     from builder.optimize import evaluate
 
     batches = {k: evaluate.batch_for(made[k], plan.data.x_val, row.p50) for k, row in rows.items()}
@@ -479,7 +487,7 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
         from builder.measure.race import PerRunner
         from builder.optimize.candidates import guarded
 
-        share = max(0.5, budget / 3)
+        share = max(0.5, min(budget / 3, ROWS_PER_S_S_EACH * len(calls)))
         failed: dict[str, BaseException] = {}
         with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s (interleaved, "
                         f"each until its median is known, at most {share:.0f} s)"):

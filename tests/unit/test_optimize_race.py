@@ -39,3 +39,48 @@ def test_the_race_line_says_how_long_and_why_each_stopped() -> None:
     assert "2 stopped once slower than the best beyond noise, 1 settled, 1 failed while timed" in line
     assert "1 at the budget" in race_line({"a": Stop(10, 45.0, BUDGET)}, 45.0)
     assert dropped(stops["b"]) and not dropped(stops["a"]) and not dropped(None)
+
+
+def _judging(latencies: dict[str, Latency], verdicts: dict[str, bool], cross: list[tuple[str, str, str]]
+             ) -> tuple[dict[tuple[str, str, str], str], list[str]]:
+    """judge_contenders over made-up latencies: (errors, the runners the gate was asked about, in order)."""
+    import contextlib
+
+    from builder.measure.race import Entrant
+    from builder.optimize.candidates import judge_contenders
+
+    asked: list[str] = []
+    entrants = {k: Entrant(k, 100, k.split("@")[1].split("#")[0]) for k in latencies}
+    errors: dict[tuple[str, str, str], str] = {}
+
+    def judge(runner: str) -> tuple[bool, str]:
+        asked.append(runner)
+        return verdicts[runner], "" if verdicts[runner] else "acc 0.5000 < 0.9700"
+
+    judge_contenders(cross, latencies, entrants, errors, {k: k for k in latencies}, judge, str,
+                     lambda _: contextlib.nullcontext())
+    return errors, asked
+
+
+def test_runtimes_other_than_a_files_own_are_judged_after_the_race_only_where_they_could_be_chosen() -> None:
+    own = key("model_int8.tflite", "litert", "")
+    fast = ("model_fp32.tflite", "openvino", "")
+    slow = ("model_int8.tflite", "openvino", "")
+    latencies = {own: Latency(20.0, 30.0, 100, 19.0, 21.0),
+                 key(*fast): Latency(10.0, 15.0, 100, 9.5, 10.5),   # faster than the file's own runtime
+                 key(*slow): Latency(80.0, 90.0, 100, 78.0, 82.0)}  # slower than a passing one beyond noise
+    errors, asked = _judging(latencies, {key(*fast): True, key(*slow): True}, [fast, slow])
+    assert asked == [key(*fast)]  # the slow one could not be chosen whatever the gate said
+    assert errors == {slow: f"slower than {key(*fast)} beyond noise, so not judged"}
+
+    errors, asked = _judging(latencies, {key(*fast): False, key(*slow): True}, [fast, slow])
+    assert asked == [key(*fast)] and errors[fast].startswith("fails the gate on this runtime (acc 0.5000")
+    assert errors[slow] == f"slower than {own} beyond noise, so not judged"  # measured against one that passes
+
+
+def test_a_contender_within_noise_of_the_best_passing_one_is_judged() -> None:
+    own = key("model_int8.tflite", "litert", "")
+    near = ("model_dynamic.tflite", "openvino", "")
+    latencies = {own: Latency(20.0, 30.0, 100, 18.0, 22.0), key(*near): Latency(21.0, 30.0, 100, 19.0, 23.0)}
+    errors, asked = _judging(latencies, {key(*near): True}, [near])
+    assert asked == [key(*near)] and errors == {}  # it may win the tie (by size, runtime): it must pass the gate
