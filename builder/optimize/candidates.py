@@ -260,30 +260,31 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     errors: dict[tuple[str, str, str], str] = {}
     unjudged: list[tuple[str, str, str]] = []  # on a runtime other than the one its file was evaluated on
     pairs = [(r, runtime, signature) for r in results for runtime, signature in candidate_pairs(r, contract, precisions)]
-    for result, runtime, signature in pairs:
-        trio = (result.path, runtime, signature)
-        if result.extra.get("runnable_here") is False:
-            errors[trio] = result.reason
-            continue
-        try:
-            runner = make(runtime, folder / result.path, signature)
-        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
-            errors[trio] = f"{type(error).__name__}: {cause(error)}"
-            continue
-        try:
-            runner.predict(first_row(x_val))  # proof that it runs, before anything is timed
-        except Exception as error:  # noqa: BLE001 - one that cannot run is rejected with its reason
-            errors[trio] = f"{CANNOT_RUN} (one call at the data's shapes): {why_not_run(error, cause)}"
-            continue
-        try:
-            calls[key(*trio)] = runner.row_caller(x_val)
-            made[key(*trio)] = runner
-        except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
-            errors[trio] = f"{type(error).__name__}: {cause(error)}"
-            continue
-        evaluated = runtime == result.runtime and signature in ("", contract.signature)
-        if not evaluated and signature != XLA_SIGNATURE:  # judged after the race, only where it could be chosen
-            unjudged.append(trio)
+    with stage(f"opening {len(pairs)} artifact x runtime pairs (each proved by one call at the data's shapes)"):
+        for result, runtime, signature in pairs:
+            trio = (result.path, runtime, signature)
+            if result.extra.get("runnable_here") is False:
+                errors[trio] = result.reason
+                continue
+            try:
+                runner = make(runtime, folder / result.path, signature)
+            except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+                errors[trio] = f"{type(error).__name__}: {cause(error)}"
+                continue
+            try:
+                runner.predict(first_row(x_val))  # proof that it runs, before anything is timed
+            except Exception as error:  # noqa: BLE001 - one that cannot run is rejected with its reason
+                errors[trio] = f"{CANNOT_RUN} (one call at the data's shapes): {why_not_run(error, cause)}"
+                continue
+            try:
+                calls[key(*trio)] = runner.row_caller(x_val)
+                made[key(*trio)] = runner
+            except Exception as error:  # noqa: BLE001 - a runtime that cannot serve the file is reported, not fatal
+                errors[trio] = f"{type(error).__name__}: {cause(error)}"
+                continue
+            evaluated = runtime == result.runtime and signature in ("", contract.signature)
+            if not evaluated and signature != XLA_SIGNATURE:  # judged after the race, only where it could be chosen
+                unjudged.append(trio)
     feeds = new_shape_feeds(contract, x_val) if shapes_vary(contract) else []
     new_shape: dict[str, float | None] = {}
     stalled: set[str] = set()
