@@ -69,7 +69,8 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             saved_model, exported = export_step(plan, model, contract, staging, say)
             if exported is not model:  # the pruned model could not be exported: the original's is served
                 model, sparsity = exported, None
-            produced = convert_step(plan, saved_model, conversion_source(plan, saved_model, sparsity), staging, say)
+            produced = convert_step(plan, saved_model, conversion_source(plan, saved_model, sparsity), staging, say,
+                                    original_weights=sparsity is None and exported is plan.loaded.keras_model)
             produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
             results = evaluate_step(produced, staging, plan, contract, reference, options, say)
             with stage(say, "the float baseline (SavedModel signature)"):

@@ -106,6 +106,9 @@ class Plan:
     data: Any  # data.Data
     #: why no plain .tflite can be made (the converter's own first error line), None when it can
     no_tflite: str | None = None
+    #: the float .tflite the plan's probe converted from the original's weights (`_probe_conversion`): the
+    #: model_fp32.tflite itself when nothing changes those weights before conversion (`convert_step`)
+    probe_fp32: bytes | None = None
     #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
     logs: dict[str, str] = field(default_factory=dict)
     out: Path = Path(".")
@@ -171,7 +174,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         recipe = replace(recipe, export=replace(recipe.export, xla=False))
         notes.append(f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")
     if loaded.saved_model_dir is not None:
-        failure = _probe_conversion(loaded)
+        failure, plan.probe_fp32 = _probe_conversion(loaded)
         if failure is not None:
             recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
             plan.no_tflite = failure.cause
@@ -207,16 +210,16 @@ def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
             "for, so only post-training quantization applies")
 
 
-def _probe_conversion(loaded: Any) -> Any:
-    """A float conversion before any training: ConversionFailed when the TFLite builtins cannot express the
-    model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), None when they can."""
+def _probe_conversion(loaded: Any) -> tuple[Any, bytes | None]:
+    """A float conversion before any training: (ConversionFailed, None) when the TFLite builtins cannot express
+    the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite) when they can."""
     from builder.optimize import quantize
 
     try:
-        quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32", signature=loaded.signature)
+        return None, quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32",
+                                                  signature=loaded.signature)
     except quantize.ConversionFailed as error:
-        return error
-    return None
+        return error, None
 
 
 def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:

@@ -130,10 +130,14 @@ def _add_xla(plan: Plan, target: Path) -> None:
         plan.notes.append(f"xla: serving_xla not added: {cause(error)} (full text: {log})")
 
 
-def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, staging: Path, say: Say
-                 ) -> list[tuple[str, Path]]:
+def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, staging: Path, say: Say,
+                 original_weights: bool = False) -> list[tuple[str, Path]]:
     """The served SavedModel, then each .tflite of the recipe and OpenVINO's IR, converted from `source` (the
-    served SavedModel, or a mixed-precision model's float32 twin); a conversion that fails is a note."""
+    served SavedModel, or a mixed-precision model's float32 twin); a conversion that fails is a note.
+
+    `original_weights`: `source` holds the original's weights, unpruned; then the float .tflite is the one the
+    plan's probe already converted from them (the same converter, signature and weights; the gate judges it
+    like any other file), not a second conversion (4-5 CPU seconds for MobileNetV2)."""
     from builder.optimize import quantize
     from builder.optimize.model_io import copy_original
 
@@ -153,12 +157,13 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
         formats.append("tflite_select_tf")
     for format in formats:
         mode = format.removeprefix("tflite_")
-        with stage(say, f"converting to TFLite {mode}"):
+        probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
+        with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
             path = staging / FILE_NAMES[format]
             try:
-                path.write_bytes(quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
-                                                              signature=signature, others=others,
-                                                              other_calib=other_calib))
+                path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
+                                                                        signature=signature, others=others,
+                                                                        other_calib=other_calib))
             except quantize.ConversionFailed as error:
                 log = plan.log(f"convert-{mode}", error.full_text)
                 plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
@@ -177,6 +182,7 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
                               "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                               "delegate, never on LiteRT")
         produced.append((format, path))
+    plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
     return produced + ir_step(plan, source, staging, say)
 
 
