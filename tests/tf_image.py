@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from builder.engine.local import STATE_DIR
+from tests.locks import one_at_a_time
 
 REPO = Path(__file__).resolve().parents[1]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
@@ -45,12 +46,13 @@ def stand_in_wheel(python: str = "3.11", arch: str = "x86_64") -> Path:
 def ensure_tf_image(base_image: str, python: str = "3.11", target: str = TARGET, arch: str = "x86_64") -> str:
     """The tag of the TensorFlow image for `target` in the test repository, built with `tfsmith build` (an
     aarch64 target from the aarch64 wheel, on the arm64 base, under emulation on x86)."""
-    argv = [str(TFSMITH), "build", "--target", target, "--wheel", str(stand_in_wheel(python, arch)), "--python", python,
-            "--base-image", base_image, "--repository", TEST_REPOSITORY]
-    if CA_BUNDLE.is_file():
-        argv += ["--ca-bundle", str(CA_BUNDLE)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=REPO,
-                          env={**os.environ, "COLUMNS": "200"})
+    with one_at_a_time(f"tf-image-{target}-{arch}-py{python}"):  # a second worker finds it built
+        argv = [str(TFSMITH), "build", "--target", target, "--wheel", str(stand_in_wheel(python, arch)), "--python",
+                python, "--base-image", base_image, "--repository", TEST_REPOSITORY]
+        if CA_BUNDLE.is_file():
+            argv += ["--ca-bundle", str(CA_BUNDLE)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=REPO,
+                              env={**os.environ, "COLUMNS": "200"})
     if done.returncode != 0:
         raise RuntimeError(f"tfsmith build failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return f"{TEST_REPOSITORY}:tf2.21.0-py{python}-{target}-cpu"

@@ -24,9 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def base_image() -> str:
     from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+    from tests.locks import one_at_a_time
 
-    ensure_engine()
-    return ensure_base_image(DEFAULT_BASE_IMAGE)
+    with one_at_a_time("docker-engine"):
+        ensure_engine()
+    with one_at_a_time("base-image"):
+        return ensure_base_image(DEFAULT_BASE_IMAGE)
 
 
 @pytest.fixture()

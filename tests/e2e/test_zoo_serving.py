@@ -146,10 +146,13 @@ def engine_and_base() -> tuple[Engine, str]:
     stock wheel, as `make build` does here) that `tensorflow` images start from."""
     from builder.engine.docker import DockerEngine
     from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_engine
+    from tests.locks import one_at_a_time
     from tests.tf_image import ensure_tf_image
 
-    ensure_engine(say=print)
-    base = ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+    with one_at_a_time("docker-engine"):
+        ensure_engine(say=print)
+    with one_at_a_time("base-image"):
+        base = ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
     ensure_tf_image(base)
     return DockerEngine(), base
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from builder.engine.local import DEFAULT_BASE_IMAGE, ensure_base_image, ensure_emulation, ensure_engine, ensure_registry
+from tests.locks import one_at_a_time
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,21 +31,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def docker_engine() -> None:
     """A Docker daemon answering on /var/run/docker.sock."""
-    ensure_engine(say=print)
+    with one_at_a_time("docker-engine"):
+        ensure_engine(say=print)
 
 
 @pytest.fixture(scope="session")
 def base_image(docker_engine: None) -> str:
     """Tag of a local Debian bookworm image with python3 (3.11) and venv."""
-    return ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
+    with one_at_a_time("base-image"):
+        return ensure_base_image(DEFAULT_BASE_IMAGE, say=print)
 
 
 @pytest.fixture(scope="session")
 def arm64_base_image(docker_engine: None) -> str:
     """Tag of a local arm64 Debian bookworm image with python3 and venv (this machine's own base on an arm64
     host; on x86, QEMU emulation is installed and registered, and the image bootstrapped under it once)."""
-    ensure_emulation("arm64", say=print)
-    return ensure_base_image(say=print, arch="arm64")
+    with one_at_a_time("arm64-base-image"):
+        ensure_emulation("arm64", say=print)
+        return ensure_base_image(say=print, arch="arm64")
 
 
 def free_port() -> int:

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from builder.engine.docker import DockerEngine
-from builder.engine.local import ensure_base_image
 from tests.tf_image import TFSMITH, ensure_tf_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
@@ -35,9 +34,8 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @pytest.fixture(scope="module")
-def arm64_tf_image(docker_engine: None) -> str:
-    base = ensure_base_image(arch="arm64", say=print)
-    return ensure_tf_image(base, target="neoverse_n1", arch="aarch64")
+def arm64_tf_image(arm64_base_image: str) -> str:
+    return ensure_tf_image(arm64_base_image, target="neoverse_n1", arch="aarch64")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,29 @@
+"""One at a time across the suite's worker processes (pytest-xdist runs test files in two processes at once).
+
+What several test files prepare the same way on this machine — the TensorFlow image every `tensorflow` serving
+kind is built FROM, the Docker engine's base images, QEMU's registration, the wheel cache — is prepared under a
+file lock, so the second worker waits and then finds it ready instead of building it again beside the first
+(two `docker build`s of one spec, two `pip download`s into one cache file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCKS = Path(tempfile.gettempdir()) / "tfsmith-test-locks"
+
+
+@contextlib.contextmanager
+def one_at_a_time(name: str) -> Iterator[None]:
+    """Hold the machine-wide lock `name` (released when the block ends, or when the process dies)."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with (LOCKS / f"{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
