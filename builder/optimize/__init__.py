@@ -107,7 +107,7 @@ writes it, standard library only)::
     beyond noise than the contract's signature, which is then not judged); `p50_us` is kept whenever it was timed.
 
     ArtifactResult = {"path", "format", "runtime", "size_bytes", "gzip_bytes", "threads",
-                      "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "batch_p50_us", "samples_per_s"},
+                      "latency_us": {"p50", "p99", "runs"}, "throughput": {"batch", "batch_p50_us", "samples_per_s", "settled"},
                       "inputs": [...], "outputs": [...]   (the file's own signature),
                       "metrics": [OutputMetric, ...], "contract_kept": bool, "accepted": bool, "reason": str,
                       "variables_bytes": int, "extra": {"signatures": [...] (a SavedModel's: the contract's,

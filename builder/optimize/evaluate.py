@@ -175,8 +175,8 @@ def batch_caller(runner: Runner, x: Arrays, batch: int) -> Callable[[], Any]:
     return lambda: runner.predict(chunk)
 
 
-def throughput_from(batch: int, per_call: Latency) -> dict[str, float]:
-    """rows/s at `batch`: batch / the median time of one batch-`batch` call (timed in the interleaved loop)."""
-    return {"batch": batch, "batch_p50_us": per_call.p50,
-            "batch_ci_low_us": per_call.ci_low, "batch_ci_high_us": per_call.ci_high,
+def throughput_from(batch: int, per_call: Latency, settled: bool = True) -> dict[str, float]:
+    """rows/s at `batch`: batch / the median time of one batch-`batch` call (timed in the interleaved loop);
+    `settled`: False when the pass's time ran out before that median was known (`race.PerRunner`)."""
+    return {"batch": batch, "batch_p50_us": per_call.p50, "settled": settled,
             "samples_per_s": round(batch * 1e6 / per_call.p50, 1) if per_call.p50 > 0 else 0.0}

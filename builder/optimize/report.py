@@ -15,8 +15,8 @@ TIMINGS = ("p50/p99 us: one row per call (batch 1), from calls interleaved acros
            "second at batch B, shown beside it (B rows per call: 32, fewer when one call would take over 0.25 s "
            "at the batch-1 pace or when the held-out rows are fewer, or the model's fixed batch) = B / the median "
            "time of one batch-B call, timed the same interleaved way (at B = 1: 1e6 / p50). A rows/s figure above "
-           "1e6 / p50 means batching helps; below it, batching costs per row. ±N%: a rows/s figure whose median was "
-           "not known to ±10% when its time ran out (a busy host), with its 95% interval.")
+           "1e6 / p50 means batching helps; below it, batching costs per row. ~: the rows/s pass ran out of time "
+           "before that figure's median was known to ±10% (a busy host).")
 
 
 def _fmt_size(n: int | None) -> str:
@@ -49,19 +49,8 @@ def rows_per_s(m: ArtifactResult) -> str:
     batch, per_call = m.throughput.get("batch"), m.throughput.get("batch_p50_us")
     if not batch or not per_call:
         return "-"
-    return f"{batch * 1e6 / per_call:.0f}{_spread(m.throughput, per_call)} (batch {batch:.0f})"
-
-
-def _spread(throughput: dict[str, float], per_call: float) -> str:
-    """' +-N%' where the batch call's median was not known to +-10% (`race.KNOWN_REL_HALF_WIDTH`, what the
-    rows/s pass waits for) when its time ran out, else ''."""
-    from builder.measure.race import KNOWN_REL_HALF_WIDTH
-
-    low, high = throughput.get("batch_ci_low_us"), throughput.get("batch_ci_high_us")
-    if low is None or high is None or per_call <= 0:
-        return ""
-    half = (high - low) / 2 / per_call
-    return f" ±{half * 100:.0f}%" if half > KNOWN_REL_HALF_WIDTH + 1e-9 else ""
+    unsettled = m.throughput.get("settled") is False  # older reports say nothing: no mark
+    return f"{'~' if unsettled else ''}{batch * 1e6 / per_call:.0f} (batch {batch:.0f})"
 
 
 def _candidate(report: Report, path: str, runtime: str, signature: str) -> Candidate | None:

@@ -269,15 +269,11 @@ def test_rows_per_s_is_defined_beside_the_table_and_is_batch_over_the_median_bat
     text = (tmp_path / "report.md").read_text()
     assert TIMINGS in text and "rows/s: rows per second at batch B" in TIMINGS
     assert "| artifact | format | runtime (precision) |" in text
-    assert "±N%" in TIMINGS
-    wide = replace(timed, throughput=throughput_from(32, Latency(16000.0, 20000.0, 50, 12000.0, 20000.0)))
-    report = replace(report, artifacts=(report.artifacts[0], wide))
-    row = next(r for r in table_rows(report) if r[0].startswith("model_int8.tflite"))
-    assert row[8] == "2000 ±25% (batch 32)"  # stopped before its median was known to +-10%: its interval shows
-    narrow = replace(timed, throughput=throughput_from(32, Latency(16000.0, 20000.0, 50, 15000.0, 17000.0)))
-    row = next(r for r in table_rows(replace(report, artifacts=(report.artifacts[0], narrow)))
+    assert "~: the rows/s pass ran out of time" in TIMINGS
+    unsettled = replace(timed, throughput=throughput_from(32, Latency(16000.0, 20000.0, 50), settled=False))
+    row = next(r for r in table_rows(replace(report, artifacts=(report.artifacts[0], unsettled)))
                if r[0].startswith("model_int8.tflite"))
-    assert row[8] == "2000 (batch 32)"  # known to +-6%: the figure alone
+    assert row[8] == "~2000 (batch 32)"  # stopped before its median was known to +-10%: marked, not hidden
     untimed = next(r for r in table_rows(make_report()) if r[0].startswith("model_int8.tflite"))
     assert untimed[8] == "-"  # a figure whose batch time is unknown is not shown
 
