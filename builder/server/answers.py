@@ -1,4 +1,4 @@
-"""What a failed request answers, written once for every protocol.
+"""What a request is answered with, written once for every protocol: JSON answers, error bodies, gRPC codes.
 
 A `RequestError` answers its own status and message; a model that refused what the request carried while
 computing (`builder.model.failures.ModelInputError`: an id beyond the vocabulary, a waveform shorter than one
@@ -6,25 +6,28 @@ frame) answers 400 with the runtime's own message, cleaned, as TF Serving answer
 `InvalidArgumentError` (gRPC: INVALID_ARGUMENT); a client that went away (`dataplane.ClientGone`)
 answers nothing; anything else is the server's own failure: logged with its traceback and answered 500
 with `protocol.internal_error_message`, and the server keeps serving. REST writes the answer as
-`{"error": "..."}` (TF Serving's shape, `error_body`), gRPC as a status code (`grpc_service`).
+`{"error": "..."}` (TF Serving's shape, `error_body`), gRPC as a status code (`GRPC_CODE_OF_HTTP`). The route
+table's router (`routes.Router`) is the one caller of `error_answer`: handlers only raise.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from typing import Any
 
 from builder.model.failures import ModelInputError
 from builder.server import jsoncodec
-from builder.server.contract import allowed_methods
 from builder.server.dataplane import CLIENT_GONE, ClientGone
+from builder.server.messages import GRPC, Answer, Headers, Kind
 from builder.server.protocol import RequestError, internal_error_message
 
 log = logging.getLogger("tfsmith.serve")
+
+JSON: Headers = ((b"content-type", b"application/json"),)
+#: HTTP status -> gRPC status number, as TF Serving maps them (anything else a client got wrong: INVALID_ARGUMENT).
+GRPC_CODE_OF_HTTP = {400: 3, 404: 5, 413: 8, 503: 14, CLIENT_GONE: 1, 500: 13}
+INVALID_ARGUMENT = 3
 
 
 @dataclass(frozen=True)
@@ -52,24 +55,19 @@ def error_body(message: str) -> bytes:
     return jsoncodec.dumps({"error": message})
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(error_body(message), status_code=status, headers=headers, media_type="application/json")
+def json_answer(content: Any, status: int = 200) -> Answer:
+    """A JSON answer (compact, by `jsoncodec`)."""
+    return Answer(status, jsoncodec.dumps(content), JSON)
 
 
-def add_error_answers(app: FastAPI) -> None:
-    """The app's routes answer every failure as the model host does (`failure`, `error_body`); a route not
-    found is a 404 and a wrong method a 405 naming every method served at that path (`Allow`)."""
+def json_error(status: int, message: str, headers: Headers = ()) -> Answer:
+    """An HTTP error answer in the server's one error shape."""
+    return Answer(status, error_body(message), JSON + headers)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
-        headers = dict(error.headers or {})
-        if error.status_code == 405:  # every method served at this path, not just the first route's
-            headers["Allow"] = ", ".join(allowed_methods(app.router.routes, request.url.path))
-        return error_response(error.status_code, str(error.detail), headers)
 
-    @app.exception_handler(Exception)
-    async def any_error(_: Request, error: Exception) -> Response:
-        answer = failure(error)
-        return error_response(answer.status, answer.message)
-
-    app.add_exception_handler(RequestError, any_error)  # type: ignore[arg-type]
+def error_answer(error: BaseException, kind: Kind) -> Answer:
+    """What `error` is answered with: `{"error": ...}` and its status, or its gRPC status code and message."""
+    answer = failure(error)
+    if kind == GRPC:
+        return Answer(GRPC_CODE_OF_HTTP.get(answer.status, INVALID_ARGUMENT), message=answer.message)
+    return json_error(answer.status, answer.message)

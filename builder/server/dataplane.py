@@ -1,7 +1,7 @@
 """The protocol-neutral data plane: what every request does, whichever protocol it arrived by.
 
 Shaped as MLServer's `handlers/dataplane.py`: lookup, readiness, metadata and inference are written once
-here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`grpc_service`) only
+here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`tfs_grpc`) only
 translate between their wire formats and what these return.
 
 - Lookup (`lookup`): a model by name, version (a number, or a URL path segment: a malformed one is a 404 as

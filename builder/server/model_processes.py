@@ -29,15 +29,16 @@ from builder.server.channel import META_ROOM, ChannelClosed, FrontEnd
 from builder.server.config import ServerConfig, config_to_json
 from builder.server.balancer import Balancer, window
 from builder.server.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
-from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
-from builder.server import reload
+from builder.server.metrics import CONTENT_TYPE, merge_expositions
+from builder.server import reload, routes
 from builder.server.model_config import ModelSource, version_folders
 from builder.server.supervision import CrashLoop, exit_reason
 
 log = logging.getLogger("tfsmith.serve")
 
-#: Health checks the front answers itself when the models run in processes of their own.
-HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
+#: The routes the front answers itself when the models run in processes of their own (`routes.Route.front`:
+#: health, never queued behind a long model call; metrics, every process's summed), by path -> handler.
+FRONT_ROUTES = {route.path: route.handler for route in routes.ROUTES if route.front}
 JSON = ((b"content-type", b"application/json"),)
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
@@ -227,9 +228,10 @@ class ModelProcesses:
 
     async def respond(self, request: Request) -> Answer:
         if request.kind == HTTP and request.method in ("GET", "HEAD"):
-            if request.path == METRICS_PATH:
+            answered_here = FRONT_ROUTES.get(request.path)
+            if answered_here == "metrics.scrape":
                 return await self._metrics(request)
-            if request.path in HEALTH_PATHS:  # never queued behind a long model call
+            if answered_here is not None:
                 return self._health(request.path)
         try:
             index = await self.balancer.acquire()  # the least busy live process, once one has room
@@ -285,15 +287,16 @@ class ModelProcesses:
 
     def _health(self, path: str) -> Answer:
         """The server's liveness, and its readiness: the processes have loaded and warmed their models, one at
-        least can answer, and the server is not draining (the v2 routes' answers, answered here: a process may
-        be in a model call)."""
+        least can answer, and the server is not draining (the answers of the routes' own handlers, `health`,
+        answered here: a process may be in a model call)."""
         from builder.server import health, jsoncodec
 
-        if path == "/healthz":  # what a process said of its models, with the server's own readiness
+        handler = FRONT_ROUTES[path]
+        if handler == "health.healthz":  # what a process said of its models, with the server's own readiness
             return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
                                                 "processes": len(self.processes),
                                                 "processes_live": self.balancer.live}), JSON)
-        status, body = health.live() if path.endswith("/live") else health.readiness(self.answering)
+        status, body = health.live() if handler == "v2.live" else health.readiness(self.answering)
         return Answer(status, body, JSON)
 
     def describe(self) -> str:

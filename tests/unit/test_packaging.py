@@ -238,4 +238,4 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
             else:
                 continue
             missing.update(name for name in names if name not in copied)
-    assert "builder.server.app" in copied and not missing
+    assert "builder.server.routes" in copied and not missing

@@ -99,7 +99,7 @@ def test_grpc_predict_answers_with_status_codes(loop: asyncio.AbstractEventLoop,
     assert malformed.status == 3 and malformed.message == "malformed request message"  # INVALID_ARGUMENT
 
 
-def test_every_other_route_goes_through_the_app(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
+def test_every_other_route_goes_through_the_route_table(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
     status = answer(loop, host, Request(HTTP, "GET", b"", "/v1/models/tiny"))
     assert status.status == 200
     assert json.loads(bytes(status.body))["model_version_status"][0]["state"] == "AVAILABLE"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from builder.wire import tfs_proto as ours
-from builder.server.contract import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
+from builder.server.openapi import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
 from builder.server.protocol import (
     RequestError,
     SignatureSpec,
