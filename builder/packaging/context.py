@@ -30,9 +30,9 @@ from builder.say import Say
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 
-#: What the server needs in every image: its HTTP front (httptools on uvloop; FastAPI for the routes besides
-#: predict and infer), gRPC on 8500 and metrics, plus the runtime.
-SERVER_BASE = ("numpy", "fastapi", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client", "msgspec",
+#: What the server needs in every image: its HTTP front (httptools on uvloop; every route is the server's own route
+#: table, no web framework), gRPC on 8500 and metrics, plus the runtime.
+SERVER_BASE = ("numpy", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client", "msgspec",
                "pysimdjson")
 
 

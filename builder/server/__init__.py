@@ -7,7 +7,7 @@ FastAPI, httptools, uvloop; OpenVINO and NNCF where that runtime is chosen; Tens
 Modules, one idea each: `options` (the server's options, listed once), `sizing` (processes × interpreters ×
 threads × batching from the cores and the model's measured call), `front` (the process: listening sockets,
 signals, TLS, draining), `http_front` (HTTP/1.1 read into each connection's own buffer) and `framing` (how a
-request's body is framed, or why it is refused), `model_processes` (the front's side of `--processes N`:
+request's body is framed, or why it is refused), `model_processes` (the front's side of `--model-processes N`:
 started, handed requests, supervised, metrics summed, versions switched together), `supervision` (when a dead
 process is replaced and when a crash loop stops the server), `balancer` (the least busy model process for each
 request), `channel` (requests and answers in shared memory between the front and a model process),

@@ -1,6 +1,6 @@
 """What the server is asked to serve and how: `ServerConfig`, built from the user's options by `configure`
 (which refuses what cannot be served before anything listens), and its JSON form, which carries it to the
-worker processes of `--processes N` (they start fresh, from the environment).
+worker processes of `--model-processes N` (they start fresh, from the environment).
 
 The JSON form is derived from the dataclass's fields both ways, so a field added to `ServerConfig` reaches
 the workers without being listed anywhere else.
@@ -93,7 +93,7 @@ def configure(
     from builder.model.tensorflow import prepare_tensorflow
 
     if workers < 1 or (threads is not None and threads < 1):
-        raise InputError("--workers and --threads must be at least 1")
+        raise InputError("--interpreters and --threads must be at least 1")
     if version < 0:
         raise InputError("--model-version must be a non-negative integer")
     if dispatch not in ("auto", "inline", "turns", "threads"):

@@ -1,10 +1,10 @@
 """The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model host.
 
-    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--processes 1)
+    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--model-processes 1)
     clients ──gRPC──────▶ front (`grpc_front`) ───┴▶ balancer ─┼──▶ model process 1 ┐ shared memory
                                                                └──▶ model process N ┘ (`channel`)
 
-With `--processes N` the front hands each request to the least busy model process (`balancer`): requests,
+With `--model-processes N` the front hands each request to the least busy model process (`balancer`): requests,
 not connections, are spread, so one client connection, a pool of four or hundreds of them, and one gRPC
 channel alike keep every process busy. The front holds the only listening sockets: the REST port is bound
 before any model loads (a taken port is refused at once) and the gRPC port is ours alone (no SO_REUSEPORT),

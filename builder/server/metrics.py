@@ -127,7 +127,7 @@ MERGED_BY = {"tfsmith_model_ready": min, "tfsmith_model_load_seconds": max, "pro
 
 
 def merge_expositions(texts: list[bytes]) -> bytes:
-    """One exposition from several processes' (`--processes N`): samples with the same name and labels are
+    """One exposition from several processes' (`--model-processes N`): samples with the same name and labels are
     summed (counters, histograms, requests in flight), except the gauges of `MERGED_BY`."""
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -1,4 +1,4 @@
-"""One model process of `--processes N`: the models loaded here, requests taken from the front's channel.
+"""One model process of `--model-processes N`: the models loaded here, requests taken from the front's channel.
 
 Started by the front (spawned: a fresh interpreter, nothing inherited but the channel's socket), it loads
 and warms the models (`host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should

@@ -1,4 +1,4 @@
-"""The front's side of `--processes N`: N model processes started, handed requests (`balancer`), supervised,
+"""The front's side of `--model-processes N`: N model processes started, handed requests (`balancer`), supervised,
 their metrics summed and the versions they serve switched together.
 
 Supervision (`supervision`): a model process's channel closing unasked means the process died. At once
@@ -276,8 +276,8 @@ class ModelProcesses:
                  "request passes through: near 1 second a second, it is what limits the server).\n"
                  "# TYPE tfsmith_front_cpu_seconds_total counter\n"
                  f"tfsmith_front_cpu_seconds_total {front.user + front.system}\n" +
-                 "# HELP tfsmith_dispatch_queue Requests waiting for a model process.\n"
-                 f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.balancer.queued}\n"
+                 "# HELP tfsmith_model_process_queue Requests waiting for a model process with room (the balancer's one queue).\n"
+                 f"# TYPE tfsmith_model_process_queue gauge\ntfsmith_model_process_queue {self.balancer.queued}\n"
                  "# HELP tfsmith_model_process_restarts_total Model processes that died unasked and were replaced.\n"
                  "# TYPE tfsmith_model_process_restarts_total counter\n"
                  f"tfsmith_model_process_restarts_total {self.restarts}\n"

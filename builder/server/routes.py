@@ -1,7 +1,7 @@
 """Every route the server answers, declared once: each REST route and each gRPC method, with its handler.
 
 One table (`ROUTES`, `RPCS`) says what the server serves; everything else is derived from it: the model host's
-dispatch (`Router`, the same in the front's own process and in each model process), the OpenAPI document
+answering (`Router`, the same in the front's own process and in each model process), the OpenAPI document
 (`openapi.document`), the `Allow` header of a 405, which routes the front answers itself when the models run
 in processes of their own (`Route.front`), and the gRPC methods the front accepts (`grpc_front`).
 

@@ -167,7 +167,7 @@ def test_a_drained_host_reports_not_ready_and_still_answers(loop: asyncio.Abstra
 
 def test_a_request_through_the_real_front_reaches_the_host(loop: asyncio.AbstractEventLoop, host: ModelHost,
                                                            expected: np.ndarray) -> None:
-    """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--processes 1` serves them."""
+    """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--model-processes 1` serves them."""
     from builder.server.http_front import HttpFront, _Connection
 
     class Transport:
