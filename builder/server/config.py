@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
-from builder.server.batching import BatchingConfig
-from builder.server.model_config import ModelSource, version_folders
+from builder.server.core.batching import BatchingConfig
+from builder.server.core.model_config import ModelSource, version_folders
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
 
@@ -139,7 +139,7 @@ def configure(
         raise InputError("--file-system-poll-wait-seconds must not be negative")
     if artifact is None:
         from builder.model.artifact import model_name_for
-        from builder.server.model_config import check_sources, read_config_file
+        from builder.server.core.model_config import check_sources, read_config_file
 
         if model_config_file is not None:
             sources = read_config_file(model_config_file)

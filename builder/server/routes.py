@@ -21,11 +21,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from builder.server.messages import GRPC, Answer, Request
+from builder.server.process.messages import GRPC, Answer, Request
 
 if TYPE_CHECKING:
     from builder.server.config import ServerConfig
-    from builder.server.dataplane import DataPlane
+    from builder.server.core.dataplane import DataPlane
 
 #: TF Serving's gRPC services (`builder.wire.tfs_proto` names them the same; kept here so the table imports no
 #: protobuf).
@@ -65,41 +65,41 @@ class Rpc:
 
 ROUTES: tuple[Route, ...] = (
     # TensorFlow Serving's REST API
-    Route("GET", "/v1/models/{name}", "tfs_rest.status", "Model status: every served version"),
-    Route("GET", "/v1/models/{name}/versions/{version}", "tfs_rest.status", "Model version status"),
-    Route("GET", "/v1/models/{name}/labels/{label}", "tfs_rest.status", "Status of a labelled version"),
-    Route("GET", "/v1/models/{name}/metadata", "tfs_rest.metadata", "Signatures: inputs, outputs, dtypes, shapes"),
-    Route("GET", "/v1/models/{name}/versions/{version}/metadata", "tfs_rest.metadata", "Signatures of a version"),
-    Route("GET", "/v1/models/{name}/labels/{label}/metadata", "tfs_rest.metadata",
+    Route("GET", "/v1/models/{name}", "protocols.tfs_rest.status", "Model status: every served version"),
+    Route("GET", "/v1/models/{name}/versions/{version}", "protocols.tfs_rest.status", "Model version status"),
+    Route("GET", "/v1/models/{name}/labels/{label}", "protocols.tfs_rest.status", "Status of a labelled version"),
+    Route("GET", "/v1/models/{name}/metadata", "protocols.tfs_rest.metadata", "Signatures: inputs, outputs, dtypes, shapes"),
+    Route("GET", "/v1/models/{name}/versions/{version}/metadata", "protocols.tfs_rest.metadata", "Signatures of a version"),
+    Route("GET", "/v1/models/{name}/labels/{label}/metadata", "protocols.tfs_rest.metadata",
           "Signatures of a labelled version"),
-    Route("POST", "/v1/models/{name}:predict", "tfs_rest.predict", "Predict (row or columnar)"),
-    Route("POST", "/v1/models/{name}/versions/{version}:predict", "tfs_rest.predict", "Predict with a version"),
-    Route("POST", "/v1/models/{name}/labels/{label}:predict", "tfs_rest.predict", "Predict with a version label"),
+    Route("POST", "/v1/models/{name}:predict", "protocols.tfs_rest.predict", "Predict (row or columnar)"),
+    Route("POST", "/v1/models/{name}/versions/{version}:predict", "protocols.tfs_rest.predict", "Predict with a version"),
+    Route("POST", "/v1/models/{name}/labels/{label}:predict", "protocols.tfs_rest.predict", "Predict with a version label"),
     # the Open Inference Protocol (KServe v2)
-    Route("GET", "/v2/health/live", "v2.live", "Open Inference Protocol: server liveness", front=True),
-    Route("GET", "/v2/health/ready", "v2.ready", "Open Inference Protocol: server readiness", front=True),
-    Route("GET", "/v2", "v2.server_metadata", "Open Inference Protocol: server metadata"),
-    Route("GET", "/v2/models/{name}", "v2.metadata", "Open Inference Protocol: model metadata"),
-    Route("GET", "/v2/models/{name}/versions/{version}", "v2.metadata",
+    Route("GET", "/v2/health/live", "protocols.v2.live", "Open Inference Protocol: server liveness", front=True),
+    Route("GET", "/v2/health/ready", "protocols.v2.ready", "Open Inference Protocol: server readiness", front=True),
+    Route("GET", "/v2", "protocols.v2.server_metadata", "Open Inference Protocol: server metadata"),
+    Route("GET", "/v2/models/{name}", "protocols.v2.metadata", "Open Inference Protocol: model metadata"),
+    Route("GET", "/v2/models/{name}/versions/{version}", "protocols.v2.metadata",
           "Open Inference Protocol: model version metadata"),
-    Route("GET", "/v2/models/{name}/ready", "v2.model_ready", "Open Inference Protocol: model readiness"),
-    Route("GET", "/v2/models/{name}/versions/{version}/ready", "v2.model_ready",
+    Route("GET", "/v2/models/{name}/ready", "protocols.v2.model_ready", "Open Inference Protocol: model readiness"),
+    Route("GET", "/v2/models/{name}/versions/{version}/ready", "protocols.v2.model_ready",
           "Open Inference Protocol: model version readiness"),
-    Route("POST", "/v2/models/{name}/infer", "v2.infer", "Open Inference Protocol: inference"),
-    Route("POST", "/v2/models/{name}/versions/{version}/infer", "v2.infer",
+    Route("POST", "/v2/models/{name}/infer", "protocols.v2.infer", "Open Inference Protocol: inference"),
+    Route("POST", "/v2/models/{name}/versions/{version}/infer", "protocols.v2.infer",
           "Open Inference Protocol: inference (version)"),
     # the server's own
-    Route("GET", "/healthz", "health.healthz", "Liveness and what is served", front=True),
-    Route("GET", "/monitoring/prometheus/metrics", "metrics.scrape",
+    Route("GET", "/healthz", "protocols.health.healthz", "Liveness and what is served", front=True),
+    Route("GET", "/monitoring/prometheus/metrics", "core.metrics.scrape",
           "Prometheus metrics (TensorFlow Serving's names and ours)", front=True),
-    Route("GET", "/openapi.json", "openapi.openapi_json", "This document"),
-    Route("GET", "/docs", "openapi.docs", "The API, browsable (Swagger UI)"),
+    Route("GET", "/openapi.json", "protocols.openapi.openapi_json", "This document"),
+    Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (Swagger UI)"),
 )
 
 RPCS: tuple[Rpc, ...] = (
-    Rpc(PREDICTION_SERVICE, "Predict", "tfs_grpc.predict"),
-    Rpc(PREDICTION_SERVICE, "GetModelMetadata", "tfs_grpc.get_model_metadata"),
-    Rpc(MODEL_SERVICE, "GetModelStatus", "tfs_grpc.get_model_status"),
+    Rpc(PREDICTION_SERVICE, "Predict", "protocols.tfs_grpc.predict"),
+    Rpc(PREDICTION_SERVICE, "GetModelMetadata", "protocols.tfs_grpc.get_model_metadata"),
+    Rpc(MODEL_SERVICE, "GetModelStatus", "protocols.tfs_grpc.get_model_status"),
 )
 
 #: Routes left out of the OpenAPI document (the document itself and its browser), as FastAPI left them out.
@@ -172,7 +172,7 @@ class Router:
         self._rpcs = {rpc.name: resolve(rpc.handler) for rpc in RPCS}
 
     async def answer(self, request: Request) -> Answer:
-        from builder.server.answers import error_answer
+        from builder.server.protocols.answers import error_answer
 
         try:
             if request.kind == GRPC:
@@ -205,7 +205,7 @@ def _alternation(taking: list[Route]) -> tuple[re.Pattern[str], dict[str | None,
 
 def not_routed(path: str) -> Answer:
     """The answer to a path no route takes (404), or a method no route at that path serves (405 + Allow)."""
-    from builder.server.answers import json_error
+    from builder.server.protocols.answers import json_error
 
     methods = allowed(path)
     if not methods:

@@ -60,7 +60,7 @@ def test_every_route_the_server_declares_is_on_the_serve_page() -> None:
     page = (DOCS / "serve.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| (?:GET|POST) \| `([^`]+)`", page, re.MULTILINE))
     assert declared <= listed, f"routes the server declares but docs/serve.md does not list: {sorted(declared - listed)}"
-    from builder.server.grpc_front import RPCS
+    from builder.server.front.grpc_front import RPCS
 
     for service, methods in RPCS.items():
         for method in methods:

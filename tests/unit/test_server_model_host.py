@@ -1,4 +1,4 @@
-"""The model host (`builder.server.host.ModelHost`): the handler every request reaches, in the front's own process
+"""The model host (`builder.server.model_host.ModelHost`): the handler every request reaches, in the front's own process
 and in each model process, over a real model (the recorded `tiny_conv.tflite` fixture on LiteRT).
 
 Driven as the front drives it, with the `Request`s it hands over: TF Serving's predict and the Open Inference
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from builder.server.channel import FrontEnd, HostEnd
+from builder.server.process.channel import FrontEnd, HostEnd
 from builder.server.config import ServerConfig
-from builder.server.messages import GRPC, HTTP, Answer, Request
-from builder.server.host import ModelHost
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
+from builder.server.model_host import ModelHost
 from builder.wire import tfs_proto as pb
 from builder.wire.tensors import fill_proto, to_array
 
@@ -168,7 +168,7 @@ def test_a_drained_host_reports_not_ready_and_still_answers(loop: asyncio.Abstra
 def test_a_request_through_the_real_front_reaches_the_host(loop: asyncio.AbstractEventLoop, host: ModelHost,
                                                            expected: np.ndarray) -> None:
     """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--model-processes 1` serves them."""
-    from builder.server.http_front import HttpFront, _Connection
+    from builder.server.front.http_front import HttpFront, _Connection
 
     class Transport:
         def __init__(self) -> None:

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from builder.server import openapi, routes
-from builder.server.channel import FrontEnd, HostEnd
-from builder.server.messages import GRPC, HTTP, Answer, Request
-from builder.server.model_processes import FRONT_ROUTES
+from builder.server.protocols import openapi
+
+from builder.server import routes
+from builder.server.process.channel import FrontEnd, HostEnd
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
+from builder.server.front.model_processes import FRONT_ROUTES
 from tests.unit.test_server_routes import plane_with, router
 
 
@@ -40,7 +42,7 @@ def test_the_table_imports_nothing_of_the_model_stack() -> None:
     tree = ast.parse(Path(routes.__file__).read_text(encoding="utf-8"))
     imported = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
-    assert {m for m in imported if m and m.startswith("builder")} == {"builder.server.messages"}
+    assert {m for m in imported if m and m.startswith("builder")} == {"builder.server.process.messages"}
 
 
 @pytest.mark.parametrize(("path", "predict"), [
@@ -54,7 +56,7 @@ def test_the_table_imports_nothing_of_the_model_stack() -> None:
 ])
 def test_the_predict_routes_take_exactly_their_paths(path: str, predict: bool) -> None:
     route = routes.find("POST", path)
-    assert (route is not None and route.handler == "tfs_rest.predict") == predict, path
+    assert (route is not None and route.handler == "protocols.tfs_rest.predict") == predict, path
 
 
 def test_a_path_no_route_takes_is_404_and_a_wrong_method_405_with_allow() -> None:
@@ -85,8 +87,8 @@ def test_the_openapi_document_is_derived_from_the_table() -> None:
 
 
 def test_the_front_answers_only_routes_of_the_table() -> None:
-    assert FRONT_ROUTES == {"/v2/health/live": "v2.live", "/v2/health/ready": "v2.ready",
-                            "/healthz": "health.healthz", "/monitoring/prometheus/metrics": "metrics.scrape"}
+    assert FRONT_ROUTES == {"/v2/health/live": "protocols.v2.live", "/v2/health/ready": "protocols.v2.ready",
+                            "/healthz": "protocols.health.healthz", "/monitoring/prometheus/metrics": "core.metrics.scrape"}
 
 
 def test_an_unknown_rpc_is_unimplemented() -> None:
@@ -101,7 +103,7 @@ def test_an_unknown_rpc_is_unimplemented() -> None:
 def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     """One handler, reached from the front's own process (the router answering directly, as `LocalHosts`
     has it) and from a model process (the router serving the channel's far end)."""
-    from builder.server import tfs_rest
+    from builder.server.protocols import tfs_rest
 
     reached: list[tuple[str, Any]] = []
     real = tfs_rest.status

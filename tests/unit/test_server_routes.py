@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
-from builder.server import v2
+from builder.server.protocols import v2
 from builder.server.config import ServerConfig
 from builder.wire import tfs_proto as pb
-from builder.server.dataplane import DataPlane
-from builder.server.messages import GRPC, HTTP, Answer, Request
+from builder.server.core.dataplane import DataPlane
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.routes import Context, Router
-from builder.server.metrics import Metrics
-from builder.server.protocol import PredictCall, RequestError
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.metrics import Metrics
+from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.repository import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
 SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),
@@ -216,7 +216,7 @@ def test_errors_are_written_alike_by_every_route(plane: DataPlane) -> None:
 
 
 def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(plane: DataPlane) -> None:
-    from builder.server.dataplane import Address, ClientGone
+    from builder.server.core.dataplane import Address, ClientGone
 
     async def gone() -> bytes:
         raise ClientGone()

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from builder.server.batching import DynamicBatcher
-from builder.server.protocol import (
+from builder.server.core.batching import DynamicBatcher
+from builder.server.protocols.tfs_json import (
     PredictCall,
     RequestError,
     SignatureSpec,

@@ -29,9 +29,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from builder.model.failures import ModelInputError
-from builder.server.metrics import Metrics, Timer
-from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.metrics import Metrics, Timer
+from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
+from builder.server.core.repository import ModelSet, ServedModel
 
 T = TypeVar("T")
 B = TypeVar("B", contravariant=True)  # a protocol's request as read (REST: bytes; gRPC: a message)

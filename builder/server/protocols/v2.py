@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
-from builder.server import health, jsoncodec, tensor_json
-from builder.server.answers import json_answer
-from builder.server.bodies import reader
-from builder.server.dataplane import Address, ModelMetadata, Provisional
-from builder.server.messages import Answer, Request
-from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
-from builder.server.served import ServedModel, check_output_names
+from builder.server.protocols import health, jsoncodec, tensor_json
+from builder.server.protocols.answers import json_answer
+from builder.server.protocols.bodies import reader
+from builder.server.core.dataplane import Address, ModelMetadata, Provisional
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
+from builder.server.core.repository import ServedModel, check_output_names
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 

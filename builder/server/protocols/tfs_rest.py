@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from builder.server import jsoncodec, tensor_json
-from builder.server.answers import JSON, json_answer
-from builder.server.bodies import reader
-from builder.server.dataplane import Address, Provisional
-from builder.server.messages import Answer, Request
-from builder.server.protocol import (
+from builder.server.protocols import jsoncodec, tensor_json
+from builder.server.protocols.answers import JSON, json_answer
+from builder.server.protocols.bodies import reader
+from builder.server.core.dataplane import Address, Provisional
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import (
     PredictCall,
     format_outputs,
     may_hold_booleans,
@@ -33,7 +33,7 @@ from builder.server.protocol import (
     parse_json,
     parse_predict,
 )
-from builder.server.served import ServedModel
+from builder.server.core.repository import ServedModel
 
 if TYPE_CHECKING:
     from builder.server.routes import Context

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from builder.server import jsoncodec, routes
-from builder.server.messages import Answer, Request
-from builder.server.protocol import wire_shape
+from builder.server.protocols import jsoncodec
+
+from builder.server import routes
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import wire_shape
 
 if TYPE_CHECKING:
     from builder.server.routes import Context
@@ -82,7 +84,7 @@ def document(context: Context) -> dict[str, Any]:
 
 
 async def openapi_json(context: Context, request: Request) -> Answer:
-    from builder.server.answers import JSON
+    from builder.server.protocols.answers import JSON
 
     return Answer(200, jsoncodec.dumps(document(context)), JSON)
 

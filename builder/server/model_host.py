@@ -14,13 +14,13 @@ import asyncio
 import logging
 from typing import Any
 
-from builder.server import reload
+from builder.server.core import reload
 from builder.server.config import ServerConfig
-from builder.server.dataplane import DataPlane
-from builder.server.loading import load_models, load_version
-from builder.server.messages import Answer, Request
-from builder.server.metrics import Metrics
-from builder.server.pool import BackendPool
+from builder.server.core.dataplane import DataPlane
+from builder.server.core.loading import load_models, load_version
+from builder.server.process.messages import Answer, Request
+from builder.server.core.metrics import Metrics
+from builder.server.core.interpreters import BackendPool
 from builder.server.routes import Context, Router
 
 log = logging.getLogger("tfsmith.serve")

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from builder.server.dataplane import Address
-from builder.server.messages import Answer, Request
-from builder.server.protocol import PREDICT_METHOD, PredictCall, RequestError, wire_shape
-from builder.server.served import ServedModel, check_output_names, pick_outputs
+from builder.server.core.dataplane import Address
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import PREDICT_METHOD, PredictCall, RequestError, wire_shape
+from builder.server.core.repository import ServedModel, check_output_names, pick_outputs
 from builder.wire import tfs_proto as pb
 from builder.wire.predict_split import parse_predict
 from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tensor

@@ -39,15 +39,15 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
     from builder.measure.cores import keep_request_memory
 
     keep_request_memory()
-    from builder.server.channel import HostEnd
+    from builder.server.process.channel import HostEnd
     from builder.server.config import config_from_json
-    from builder.server.messages import Ready, Refused
+    from builder.server.process.messages import Ready, Refused
 
     end = HostEnd(sock)
     end.hello()
     config = config_from_json(config_json)
     try:
-        from builder.server.host import ModelHost
+        from builder.server.model_host import ModelHost
 
         host = ModelHost(config)
     except TfsmithError as error:
@@ -65,8 +65,8 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
 
 
 async def _serve(host: object, end: object) -> None:
-    from builder.server.channel import HostEnd
-    from builder.server.host import ModelHost
+    from builder.server.process.channel import HostEnd
+    from builder.server.model_host import ModelHost
 
     assert isinstance(host, ModelHost) and isinstance(end, HostEnd)
     await host.start()

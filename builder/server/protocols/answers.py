@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.model.failures import ModelInputError
-from builder.server import jsoncodec
-from builder.server.dataplane import CLIENT_GONE, ClientGone
-from builder.server.messages import GRPC, Answer, Headers, Kind
-from builder.server.protocol import RequestError, internal_error_message
+from builder.server.protocols import jsoncodec
+from builder.server.core.dataplane import CLIENT_GONE, ClientGone
+from builder.server.process.messages import GRPC, Answer, Headers, Kind
+from builder.server.protocols.tfs_json import RequestError, internal_error_message
 
 log = logging.getLogger("tfsmith.serve")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from builder.server import jsoncodec
-from builder.server.messages import Answer, Request
+from builder.server.protocols import jsoncodec
+from builder.server.process.messages import Answer, Request
 
 if TYPE_CHECKING:
     from builder.server.routes import Context
@@ -26,7 +26,7 @@ def live() -> tuple[int, bytes]:
 
 def readiness(ready: bool) -> tuple[int, bytes]:
     """Readiness: 200 when ready, else 503 with the error body every failure has."""
-    from builder.server.answers import error_body
+    from builder.server.protocols.answers import error_body
 
     return (200, jsoncodec.dumps({"ready": True})) if ready else (503, error_body(NOT_READY))
 
@@ -56,7 +56,7 @@ def served(context: Context) -> dict[str, Any]:
 
 async def healthz(context: Context, request: Request) -> Answer:
     """Liveness and what is served."""
-    from builder.server.answers import json_answer
+    from builder.server.protocols.answers import json_answer
 
     async with context.plane.request("REST", "health"):
         return json_answer(served(context))

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import grpc
 
-from builder.server import ports, routes
-from builder.server.messages import GRPC, Answer, Request
+from builder.server.front import ports
+
+from builder.server import routes
+from builder.server.process.messages import GRPC, Answer, Request
 
 #: The RPCs served, by service (the route table's).
 RPCS: dict[str, tuple[str, ...]] = {}

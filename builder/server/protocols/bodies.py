@@ -12,8 +12,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from builder.server.messages import Request
-from builder.server.protocol import RequestError
+from builder.server.process.messages import Request
+from builder.server.protocols.tfs_json import RequestError
 
 ENCODINGS = ("identity", "gzip", "x-gzip")
 

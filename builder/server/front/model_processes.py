@@ -25,14 +25,15 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from builder.errors import TfsmithError
-from builder.server.channel import META_ROOM, ChannelClosed, FrontEnd
+from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
 from builder.server.config import ServerConfig, config_to_json
-from builder.server.balancer import Balancer, window
-from builder.server.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
-from builder.server.metrics import CONTENT_TYPE, merge_expositions
-from builder.server import reload, routes
-from builder.server.model_config import ModelSource, version_folders
-from builder.server.supervision import CrashLoop, exit_reason
+from builder.server.front.balancer import Balancer, window
+from builder.server.process.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
+from builder.server.core.metrics import CONTENT_TYPE, merge_expositions
+from builder.server.core import reload
+from builder.server import routes
+from builder.server.core.model_config import ModelSource, version_folders
+from builder.server.front.supervision import CrashLoop, exit_reason
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -80,7 +81,7 @@ def spawner(log_level: str, cpus: Sequence[Sequence[int]] | None) -> Spawn:
     context = multiprocessing.get_context("spawn")
 
     def spawn(index: int, config_json: str) -> tuple[ModelProcess, socket.socket]:
-        from builder.server import model_process
+        from builder.server.process import model_process
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pinned = None if cpus is None else tuple(cpus[index])
@@ -229,7 +230,7 @@ class ModelProcesses:
     async def respond(self, request: Request) -> Answer:
         if request.kind == HTTP and request.method in ("GET", "HEAD"):
             answered_here = FRONT_ROUTES.get(request.path)
-            if answered_here == "metrics.scrape":
+            if answered_here == "core.metrics.scrape":
                 return await self._metrics(request)
             if answered_here is not None:
                 return self._health(request.path)
@@ -289,14 +290,14 @@ class ModelProcesses:
         """The server's liveness, and its readiness: the processes have loaded and warmed their models, one at
         least can answer, and the server is not draining (the answers of the routes' own handlers, `health`,
         answered here: a process may be in a model call)."""
-        from builder.server import health, jsoncodec
+        from builder.server.protocols import health, jsoncodec
 
         handler = FRONT_ROUTES[path]
-        if handler == "health.healthz":  # what a process said of its models, with the server's own readiness
+        if handler == "protocols.health.healthz":  # what a process said of its models, with the server's own readiness
             return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
                                                 "processes": len(self.processes),
                                                 "processes_live": self.balancer.live}), JSON)
-        status, body = health.live() if handler == "v2.live" else health.readiness(self.answering)
+        status, body = health.live() if handler == "protocols.v2.live" else health.readiness(self.answering)
         return Answer(status, body, JSON)
 
     def describe(self) -> str:
@@ -391,7 +392,7 @@ async def _exited(process: ModelProcess, timeout: float) -> None:
 
 def _unavailable(request: Request) -> Answer:
     if request.kind == HTTP:
-        from builder.server.answers import error_body
+        from builder.server.protocols.answers import error_body
 
         return Answer(503, error_body(LOST), JSON)
     return Answer(14, message=LOST)  # UNAVAILABLE

@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature
+from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature
 
 try:
     import simdjson
