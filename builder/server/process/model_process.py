@@ -1,7 +1,7 @@
 """One model process of `--model-processes N`: the models loaded here, requests taken from the front's channel.
 
 Started by the front (spawned: a fresh interpreter, nothing inherited but the channel's socket), it loads
-and warms the models (`host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should
+and warms the models (`model_host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should
 read) and answers requests until the front says `Stop` or goes away (`messages`). It holds no listening
 socket: clients only ever reach the front. If it dies, the front starts another in its place
 (`model_processes`). Its own process group keeps a terminal's Ctrl-C for the front, which passes the

@@ -5,7 +5,7 @@ computing (`builder.model.failures.ModelInputError`: an id beyond the vocabulary
 frame) answers 400 with the runtime's own message, cleaned, as TF Serving answers a graph's
 `InvalidArgumentError` (gRPC: INVALID_ARGUMENT); a client that went away (`dataplane.ClientGone`)
 answers nothing; anything else is the server's own failure: logged with its traceback and answered 500
-with `protocol.internal_error_message`, and the server keeps serving. REST writes the answer as
+with `tfs_json.internal_error_message`, and the server keeps serving. REST writes the answer as
 `{"error": "..."}` (TF Serving's shape, `error_body`), gRPC as a status code (`GRPC_CODE_OF_HTTP`). The route
 table's router (`routes.Router`) is the one caller of `error_answer`: handlers only raise.
 """

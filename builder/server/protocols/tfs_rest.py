@@ -6,7 +6,7 @@ Its routes (TF Serving's, so existing clients and probes work unchanged; declare
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
 This module only translates: a predict body (decoded from gzip when so sent, `bodies`) is decoded into numpy by one
 fast path (`tensor_json`, simdjson straight into an array for one numeric input) or else the general path
-once (`protocol.parse_predict` over `jsoncodec`), and the outputs are written back in the request's form.
+once (`tfs_json.parse_predict` over `jsoncodec`), and the outputs are written back in the request's form.
 Lookup, readiness, decoding off the event loop, batching and bookkeeping are the data plane's (`dataplane`);
 errors are raised and answered by the route table's router (`answers`).
 """
@@ -71,7 +71,7 @@ class PredictCodec:
 def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,
                    default: str | None) -> PredictCall:
     """The call of a predict body `tensor_json` left to the general path: decoded once by the decoder it
-    names and validated by `protocol.parse_predict` (RequestError 400)."""
+    names and validated by `tfs_json.parse_predict` (RequestError 400)."""
     document = parse_json(body, standard=left is tensor_json.Left.UNREADABLE)
     return parse_predict(document, signatures, max_batch, may_hold_booleans(body), default)
 
