@@ -3,7 +3,7 @@ and in each model process, over a real model (the recorded `tiny_conv.tflite` fi
 
 Driven as the front drives it, with the `Request`s it hands over: TF Serving's predict and the Open Inference
 Protocol's infer from the data plane, gRPC's methods with their status codes, every other route through the
-app, its own failures answered 500 / INTERNAL, readiness after a drain; and once more behind the real channel
+route table, its own failures answered 500 / INTERNAL, readiness after a drain; and once more behind the real channel
 to a model process (both ends on one socket pair here), as a model process answers."""
 
 from __future__ import annotations
