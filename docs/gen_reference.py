@@ -124,13 +124,13 @@ def serve_table() -> str:
     rows = ["| option | group | what it does |", "|---|---|---|"]
     for group in parser._action_groups:
         for action in group._group_actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue  # an older spelling still accepted, hidden as --help hides it
             if action.option_strings:
                 words = ", ".join(action.option_strings)
                 if action.nargs != 0:
                     words += " " + ("{" + ",".join(map(str, action.choices)) + "}" if action.choices
-                                    else action.dest.upper())
+                                    else action.metavar or action.dest.upper())
             else:
                 words = action.dest.upper() + (" (optional)" if action.nargs == "?" else "")
             title = "argument" if not action.option_strings else group.title

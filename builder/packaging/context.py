@@ -30,9 +30,9 @@ from builder.say import Say
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the `builder` package
 
-#: What the server needs in every image: its HTTP front (httptools on uvloop; FastAPI for the routes besides
-#: predict and infer), gRPC on 8500 and metrics, plus the runtime.
-SERVER_BASE = ("numpy", "fastapi", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client", "msgspec",
+#: What the server needs in every image: its HTTP front (httptools on uvloop; every route is the server's own route
+#: table, no web framework), gRPC on 8500 and metrics, plus the runtime.
+SERVER_BASE = ("numpy", "httptools", "uvloop", "grpcio", "protobuf", "prometheus-client", "msgspec",
                "pysimdjson")
 
 
@@ -89,9 +89,10 @@ def copy_server_code(dest: Path) -> None:
     for name in SERVER_SUPPORT:
         shutil.copy2(PACKAGE_ROOT / name, package / name)
     for folder in SERVER_PACKAGES:
-        (package / folder).mkdir(exist_ok=True)
-        for source in sorted((PACKAGE_ROOT / folder).glob("*.py")):
-            shutil.copy2(source, package / folder / source.name)
+        for source in sorted((PACKAGE_ROOT / folder).rglob("*.py")):  # subpackages too (`builder/server/front/`)
+            target = package / source.relative_to(PACKAGE_ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
     guard = PACKAGE_ROOT / "guard.py"
     if not guard.is_file():
         raise TfsmithError(f"{guard} is missing: the preflight guard ships with tfsmith (reinstall it)")

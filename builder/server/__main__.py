@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
          choose_runtime: ChooseRuntime | None = None) -> int:
     args = options.parse(sys.argv[1:] if argv is None else argv, prog)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
-    from builder.server import front
+    from builder.server.front import serve as front
     from builder.server.config import configure
 
     try:
@@ -91,7 +91,7 @@ def size_server(config: Any, args: Any) -> tuple[Any, Any]:
     from builder.measure.cores import read_cores
     from builder.model import registry
     from builder.server import sizing
-    from builder.server.batching import BatchingConfig
+    from builder.server.core.batching import BatchingConfig
 
     asked = sizing.Asked(processes=args.processes, threads=args.threads, interpreters=args.workers,
                          max_batch=args.max_batch, preference=args.prefer, pin=args.pin_cores == "on")
@@ -112,7 +112,7 @@ def served_file(config: Any) -> tuple[Path, Path | None, str | None]:
     if not config.sources:
         return config.model_path, config.samples_path, config.signature_name
     from builder.model.artifact import resolve_artifact
-    from builder.server.model_config import served_folders
+    from builder.server.core.model_config import served_folders
 
     source = config.sources[0]
     folders = served_folders(source)  # one line, before any model loads, when there is nothing to serve

@@ -1,6 +1,6 @@
 """What the server is asked to serve and how: `ServerConfig`, built from the user's options by `configure`
 (which refuses what cannot be served before anything listens), and its JSON form, which carries it to the
-worker processes of `--processes N` (they start fresh, from the environment).
+worker processes of `--model-processes N` (they start fresh, from the environment).
 
 The JSON form is derived from the dataclass's fields both ways, so a field added to `ServerConfig` reaches
 the workers without being listed anywhere else.
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
-from builder.server.batching import BatchingConfig
-from builder.server.model_config import ModelSource, version_folders
+from builder.server.core.batching import BatchingConfig
+from builder.server.core.model_config import ModelSource, version_folders
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
 
@@ -93,7 +93,7 @@ def configure(
     from builder.model.tensorflow import prepare_tensorflow
 
     if workers < 1 or (threads is not None and threads < 1):
-        raise InputError("--workers and --threads must be at least 1")
+        raise InputError("--interpreters and --threads must be at least 1")
     if version < 0:
         raise InputError("--model-version must be a non-negative integer")
     if dispatch not in ("auto", "inline", "turns", "threads"):
@@ -139,7 +139,7 @@ def configure(
         raise InputError("--file-system-poll-wait-seconds must not be negative")
     if artifact is None:
         from builder.model.artifact import model_name_for
-        from builder.server.model_config import check_sources, read_config_file
+        from builder.server.core.model_config import check_sources, read_config_file
 
         if model_config_file is not None:
             sources = read_config_file(model_config_file)

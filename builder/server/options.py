@@ -45,6 +45,9 @@ class ServerOption:
     group: str = "model"
     choices: tuple[str, ...] | None = None
     shown_default: str | None = None  # what --help says the default is, where it is not `default` itself
+    #: older spellings still accepted: not options of their own in --help, only named in this one's help
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
 
 
 OPTIONS: tuple[ServerOption, ...] = (
@@ -69,12 +72,13 @@ OPTIONS: tuple[ServerOption, ...] = (
                  "gRPC port, TensorFlow Serving's PredictionService/ModelService (0 = no gRPC)", group="network"),
     ServerOption("--max-body-bytes", "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES,
                  "larger request bodies are refused with 413", group="network"),
-    ServerOption("--processes", "processes", auto_count, None,
+    ServerOption("--model-processes", "processes", auto_count, None,
                  "model processes the front hands requests to, the least busy first (1: the models run in the "
-                 "front's process); auto: sized from the cores and the model's measured call time",
-                 group="performance", shown_default="auto"),
-    ServerOption("--workers", "workers", auto_count, None, "interpreters per process, one per worker thread",
-                 group="performance", shown_default="auto"),
+                 "front's own process); auto: sized from the cores and the model's measured call time",
+                 group="performance", shown_default="auto", aliases=("--processes",), metavar="N"),
+    ServerOption("--interpreters", "workers", auto_count, None,
+                 "model interpreters in each process (more than one: each on a worker thread of its own)",
+                 group="performance", shown_default="auto", aliases=("--workers",), metavar="N"),
     ServerOption("--threads", "threads", auto_count, None, "intra-op threads per interpreter",
                  group="performance", shown_default="auto"),
     ServerOption("--prefer", "prefer", str, "throughput",
@@ -122,11 +126,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     for option in OPTIONS:
         shown = option.shown_default if option.shown_default is not None else option.default
-        kwargs: dict[str, Any] = {"dest": option.dest, "type": option.type, "default": option.default,
-                                  "help": option.help if shown is None else f"{option.help} (default: {shown})"}
+        text = option.help if shown is None else f"{option.help} (default: {shown})"
+        if option.aliases:
+            text += "; formerly " + ", ".join(f"`{alias}`" for alias in option.aliases) + ", still accepted"
+        kwargs: dict[str, Any] = {"dest": option.dest, "type": option.type, "default": option.default, "help": text}
         if option.choices:
             kwargs["choices"] = option.choices
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
         groups[option.group].add_argument(option.flag, **kwargs)
+        for alias in option.aliases:  # the same option under its older name, not listed by --help
+            parser.add_argument(alias, **{**kwargs, "default": argparse.SUPPRESS, "help": argparse.SUPPRESS})
 
 
 def to_argv(values: Mapping[str, Any]) -> list[str]:

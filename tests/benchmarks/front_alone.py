@@ -17,9 +17,9 @@ import asyncio
 import socket
 import sys
 
-from builder.server import grpc_front
-from builder.server.messages import GRPC, HTTP, Answer, Request
-from builder.server.http_front import HttpFront
+from builder.server.front import grpc_front
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
+from builder.server.front.http_front import HttpFront
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -31,8 +31,8 @@ HTTP = httpx.Client(timeout=30.0)  # one keep-alive client: a new one per call c
 STOPPED = (0, -signal.SIGTERM)  # a graceful stop exits 0; a stop before the signal handlers are set is -SIGTERM
 #: Where the models run, stated by every server a test starts (never left to auto, which depends on the cores):
 #: in the front's own process, or in two model processes behind it.
-IN_FRONT = ("--processes", "1")
-MODEL_PROCESSES = ("--processes", "2")
+IN_FRONT = ("--model-processes", "1")
+MODEL_PROCESSES = ("--model-processes", "2")
 LAYOUTS = {"in-front": IN_FRONT, "model-processes": MODEL_PROCESSES}
 
 MAKE_MODELS = r"""

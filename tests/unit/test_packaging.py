@@ -89,7 +89,7 @@ def test_plan_labels_and_command(tmp_path: Path) -> None:
     assert plan.labels["io.tfsmith.report.summary"] == "model_int8.tflite tflite_int8 21 B probs disagreement 0 p50 10us"
     assert plan.target_features == ("avx", "avx2", "fma")
     assert plan.tag.startswith("tfsmith/serve-digits:litert-")
-    assert plan.command[:1] == ["/models/digits/1/model.tflite"] and "--workers" in plan.command
+    assert plan.command[:1] == ["/models/digits/1/model.tflite"] and "--interpreters" in plan.command
     assert plan.labels["io.tfsmith.kind"] == "serve-litert" and plan.labels["io.tfsmith.runtime"] == "litert"
     assert plan.platform == "linux/amd64"
     for bad in (PackageOptions(kind="torchserve"), PackageOptions(port=0), PackageOptions(workers=0),
@@ -238,4 +238,4 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
             else:
                 continue
             missing.update(name for name in names if name not in copied)
-    assert "builder.server.app" in copied and not missing
+    assert "builder.server.routes" in copied and not missing

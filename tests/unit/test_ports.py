@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from builder.errors import InputError
-from builder.server import ports
+from builder.server.front import ports
 
 
 def _listener(reuse_port: bool) -> socket.socket:

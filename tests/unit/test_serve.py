@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.server.batching import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
+from builder.server.core.batching import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
                                      take_count)
-from builder.server.protocol import (
+from builder.server.protocols.tfs_json import (
     PredictCall,
     RequestError,
     SignatureSpec,
@@ -208,7 +208,7 @@ def test_auto_dispatch_takes_turns_on_the_loop_only_for_one_interpreter_on_one_c
 
 def test_server_config_travels_to_worker_processes_intact(tmp_path: Path) -> None:
     from builder.server.config import ServerConfig, config_from_json, config_to_json
-    from builder.server.model_config import ModelSource
+    from builder.server.core.model_config import ModelSource
 
     config = ServerConfig(model_path=tmp_path / "m.tflite", model_name="digits", version=3, runtime="openvino",
                           runtime_reason="auto: faster", workers=4, threads=2, batching=BatchingConfig(16, 250),
@@ -231,7 +231,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 
 
 def test_booleans_among_numbers_are_refused_unless_the_body_has_none() -> None:
-    from builder.server.protocol import may_hold_booleans, to_typed_array
+    from builder.server.protocols.tfs_json import may_hold_booleans, to_typed_array
 
     spec = TensorSpec("x", "float32", (None, 2))
     with pytest.raises(RequestError, match="booleans"):

@@ -1,4 +1,4 @@
-"""Access lines written in one place (`builder.server.access_log.logged`): one JSON record per answered request,
+"""Access lines written in one place (`builder.server.front.access_log.logged`): one JSON record per answered request,
 HTTP as it came, a gRPC call as the HTTP/2 POST it is (its path the method, its status gRPC's code)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from builder.server.access_log import access, logged
-from builder.server.messages import GRPC, HTTP, Answer, Request
+from builder.server.front.access_log import access, logged
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
 
 
 class Records(logging.Handler):

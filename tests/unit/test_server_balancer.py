@@ -1,11 +1,11 @@
-"""Requests, not connections, spread over model processes (`builder.server.balancer`): the least busy takes the
+"""Requests, not connections, spread over model processes (`builder.server.front.balancer`): the least busy takes the
 next request, ties in turn, and a full server queues requests in arrival order for the first window that frees."""
 
 from __future__ import annotations
 
 import asyncio
 
-from builder.server.balancer import Balancer, choose, window
+from builder.server.front.balancer import Balancer, choose, window
 
 
 def test_the_least_busy_below_its_window_is_chosen_ties_in_turn() -> None:

@@ -11,8 +11,8 @@ import pytest
 import uvloop
 
 from builder.model.failures import ModelInputError
-from builder.server.batching import BatchingConfig, DynamicBatcher
-from builder.server.protocol import PredictCall
+from builder.server.core.batching import BatchingConfig, DynamicBatcher
+from builder.server.protocols.tfs_json import PredictCall
 
 
 class _Lookup:

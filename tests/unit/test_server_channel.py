@@ -1,4 +1,4 @@
-"""The front's channel to a model process (`builder.server.channel`), both ends on one socket pair in this
+"""The front's channel to a model process (`builder.server.process.channel`), both ends on one socket pair in this
 process: requests and answers cross through the shared slots (a body larger than a slot through an area of
 its own), control values arrive whole, a closed end fails what waits on it, and the metrics of several
 processes merge into one exposition."""
@@ -10,9 +10,9 @@ import socket
 
 import pytest
 
-from builder.server.channel import ChannelClosed, FrontEnd, HostEnd
-from builder.server.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
-from builder.server.metrics import merge_expositions
+from builder.server.process.channel import ChannelClosed, FrontEnd, HostEnd
+from builder.server.process.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
+from builder.server.core.metrics import merge_expositions
 
 
 def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, HostEnd]:

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import uvloop
 
-from builder.server import jsoncodec
+from builder.server.protocols import jsoncodec
 from builder.model.failures import ModelInputError
-from builder.server.batching import BatchingConfig, DynamicBatcher
-from builder.server.dataplane import Address, DataPlane, Provisional
-from builder.server.metrics import Metrics, status_label
-from builder.server.protocol import PredictCall, RequestError
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.batching import BatchingConfig, DynamicBatcher
+from builder.server.core.dataplane import Address, DataPlane, Provisional
+from builder.server.core.metrics import Metrics, status_label
+from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.repository import ModelSet, ServedModel
 
 
 def _plane(ready: bool = True) -> DataPlane:

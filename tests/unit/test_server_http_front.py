@@ -1,4 +1,4 @@
-"""The front's HTTP/1.1 (`builder.server.http_front`, `framing`), driven byte by byte through its protocol with a
+"""The front's HTTP/1.1 (`builder.server.front.http_front`, `framing`), driven byte by byte through its protocol with a
 recording transport: framing (Content-Length, chunked, pipelined), refusals answered at once (413 for a declared
 length before any body byte, 413 for a chunked body as it passes the limit, 501 for codings it does not
 decode, 400 for every smuggling shape, 431), each closing the connection; keep-alive and close, HEAD, and a
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from builder.server.messages import Answer, Request
-from builder.server.framing import Chunked, Refusal, body_framing, transfer_codings
-from builder.server.http_front import HttpFront, _Connection
+from builder.server.process.messages import Answer, Request
+from builder.server.front.framing import Chunked, Refusal, body_framing, transfer_codings
+from builder.server.front.http_front import HttpFront, _Connection
 
 OK = Answer(200, b'{"ok":true}', ((b"content-type", b"application/json"),))
 

@@ -1,9 +1,9 @@
-"""The model host (`builder.server.host.ModelHost`): the handler every request reaches, in the front's own process
+"""The model host (`builder.server.model_host.ModelHost`): the handler every request reaches, in the front's own process
 and in each model process, over a real model (the recorded `tiny_conv.tflite` fixture on LiteRT).
 
 Driven as the front drives it, with the `Request`s it hands over: TF Serving's predict and the Open Inference
 Protocol's infer from the data plane, gRPC's methods with their status codes, every other route through the
-app, its own failures answered 500 / INTERNAL, readiness after a drain; and once more behind the real channel
+route table, its own failures answered 500 / INTERNAL, readiness after a drain; and once more behind the real channel
 to a model process (both ends on one socket pair here), as a model process answers."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from builder.server.channel import FrontEnd, HostEnd
+from builder.server.process.channel import FrontEnd, HostEnd
 from builder.server.config import ServerConfig
-from builder.server.messages import GRPC, HTTP, Answer, Request
-from builder.server.host import ModelHost
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
+from builder.server.model_host import ModelHost
 from builder.wire import tfs_proto as pb
 from builder.wire.tensors import fill_proto, to_array
 
@@ -99,7 +99,7 @@ def test_grpc_predict_answers_with_status_codes(loop: asyncio.AbstractEventLoop,
     assert malformed.status == 3 and malformed.message == "malformed request message"  # INVALID_ARGUMENT
 
 
-def test_every_other_route_goes_through_the_app(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
+def test_every_other_route_goes_through_the_route_table(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:
     status = answer(loop, host, Request(HTTP, "GET", b"", "/v1/models/tiny"))
     assert status.status == 200
     assert json.loads(bytes(status.body))["model_version_status"][0]["state"] == "AVAILABLE"
@@ -167,8 +167,8 @@ def test_a_drained_host_reports_not_ready_and_still_answers(loop: asyncio.Abstra
 
 def test_a_request_through_the_real_front_reaches_the_host(loop: asyncio.AbstractEventLoop, host: ModelHost,
                                                            expected: np.ndarray) -> None:
-    """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--processes 1` serves them."""
-    from builder.server.http_front import HttpFront, _Connection
+    """Raw HTTP/1.1 bytes into the front's connection, answered by the host as `--model-processes 1` serves them."""
+    from builder.server.front.http_front import HttpFront, _Connection
 
     class Transport:
         def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Model processes supervised by the front (`builder.server.model_processes`, `supervision`): a process that dies
+"""Model processes supervised by the front (`builder.server.front.model_processes`, `supervision`): a process that dies
 is replaced with the same configuration, only the requests it held fail (503 / UNAVAILABLE, one line), requests
 waiting for room and those on other processes are answered, readiness is false only while no process can
 answer, restarts and live processes are counted, and a crash loop (or a replacement that refuses its model)
@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from builder.server.channel import HostEnd
+from builder.server.process.channel import HostEnd
 from builder.server.config import ServerConfig, config_from_json
-from builder.server.messages import GRPC, HTTP, Answer, Ready, Refused, Request
-from builder.server.model_processes import LOST, ModelProcesses
-from builder.server.supervision import CrashLoop, exit_reason
+from builder.server.process.messages import GRPC, HTTP, Answer, Ready, Refused, Request
+from builder.server.front.model_processes import LOST, ModelProcesses
+from builder.server.front.supervision import CrashLoop, exit_reason
 
 CONFIG = ServerConfig(model_path=Path("/models/digits.tflite"), model_name="digits", workers=1)
 DEADLINE_S = 30.0

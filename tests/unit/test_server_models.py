@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from builder.errors import InputError
-from builder.server.model_config import ModelSource, read_config_file, version_folders
-from builder.server.protocol import RequestError
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.model_config import ModelSource, read_config_file, version_folders
+from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.repository import ModelSet, ServedModel
 
 
 def test_version_policies() -> None:

@@ -1,33 +1,32 @@
 """Every protocol's routes through one data plane: one lookup, every route counted, hang-ups not failures.
 
-The adapters (TF Serving REST, the Open Inference Protocol, gRPC) run for real over a
-data plane whose model is a batcher stand-in answering `y = sum(x)` per example; the metrics are the real
-registry, read back as the scrape would.
+The adapters (TF Serving REST, the Open Inference Protocol, gRPC) run for real, through the route table's
+router (`routes.Router`, what the model host answers every request with) over a data plane whose model is a
+batcher stand-in answering `y = sum(x)` per example; the metrics are the real registry, read back as the
+scrape would.
 """
 
 from __future__ import annotations
 
 import asyncio
-import warnings
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fastapi import FastAPI
-
-with warnings.catch_warnings():  # starlette's note about httpx's successor; the client works the same
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
 
 from builder.model.signature import SignatureSpec, TensorSpec
-from builder.server import grpc_service, tfs_rest, v2
+from builder.server.protocols import v2
+from builder.server.config import ServerConfig
 from builder.wire import tfs_proto as pb
-from builder.server.answers import add_error_answers
-from builder.server.dataplane import DataPlane
-from builder.server.metrics import Metrics
-from builder.server.protocol import PredictCall, RequestError
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.dataplane import DataPlane
+from builder.server.process.messages import GRPC, HTTP, Answer, Request
+from builder.server.routes import Context, Router
+from builder.server.core.metrics import Metrics
+from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.repository import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
 SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),
@@ -55,12 +54,50 @@ def plane_with(versions: tuple[int, ...] = (1, 2)) -> DataPlane:
     return DataPlane(models, Metrics())
 
 
-def rest_app(plane: DataPlane) -> FastAPI:
-    app = FastAPI()
-    add_error_answers(app)
-    tfs_rest.add_routes(app, plane, 1 << 20, 64)
-    v2.add_routes(app, plane, 1 << 20)
-    return app
+def router(plane: DataPlane) -> Router:
+    """The route table over `plane`, as a model host binds it."""
+    config = ServerConfig(model_path=Path("m.tflite"), model_name="m", max_body_bytes=1 << 20, max_request_batch=64)
+    return Router(Context(plane, config))
+
+
+class Answered:
+    """An answer, read as an HTTP client reads one."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.status_code = answer.status
+        self.headers = {k.decode(): v.decode() for k, v in answer.headers}
+
+    def json(self) -> Any:
+        return json.loads(bytes(self.answer.body))
+
+
+class Client:
+    """Requests as the front hands them over, answered by the router."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.router = router(plane)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def request(self, method: str, path: str, json: Any = None, content: bytes | None = None) -> Answered:
+        body = content if content is not None else (b"" if json is None else _dumps(json))
+        request = Request(HTTP, method, body, path, headers=((b"content-type", b"application/json"),))
+        return Answered(asyncio.run(self.router.answer(request)))
+
+    def get(self, path: str) -> Answered:
+        return self.request("GET", path)
+
+    def post(self, path: str, json: Any = None, content: bytes | None = None) -> Answered:
+        return self.request("POST", path, json, content)
+
+
+def _dumps(document: Any) -> bytes:
+    return json.dumps(document).encode()
 
 
 @pytest.fixture
@@ -81,23 +118,10 @@ def counted(plane: DataPlane) -> dict[tuple[str, str, str], int]:
     return found
 
 
-class Context:
-    """What the servicer uses of a grpc.aio context: the peer, and abort (raising, as grpc's does)."""
-
-    def __init__(self) -> None:
-        self.aborted: tuple[Any, str] | None = None
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:1"
-
-    async def abort(self, code: Any, message: str) -> None:
-        self.aborted = (code, message)
-        raise RuntimeError(message)
-
-
-def grpc_calls(plane: DataPlane) -> list[Context]:
-    """A gRPC predict, metadata and status call, and a predict of a version not served."""
-    servicer = grpc_service.Servicer(plane)
+def grpc_calls(plane: DataPlane) -> list[Answer]:
+    """A gRPC predict, metadata and status call, and a predict of a version not served, as the front hands
+    them over (the method's full name, the serialized message)."""
+    table = router(plane)
     predict = pb.PredictRequest()
     predict.model_spec.name = "m"
     fill_proto(predict.inputs["x"], np.ones((2, 3), np.float32))
@@ -110,25 +134,27 @@ def grpc_calls(plane: DataPlane) -> list[Context]:
     missing = pb.PredictRequest()
     missing.model_spec.name = "m"
     missing.model_spec.version.value = 7
-    contexts = [Context() for _ in range(4)]
 
-    async def run() -> list[Any]:
-        answers = [await servicer.predict(predict, contexts[0]), await servicer.get_model_metadata(metadata, contexts[1]),
-                   await servicer.get_model_status(status, contexts[2])]
-        with pytest.raises(RuntimeError, match="Specific"):
-            await servicer.predict(missing, contexts[3])
-        return answers
+    async def run() -> list[Answer]:
+        calls = [(pb.PREDICTION_SERVICE, "Predict", predict), (pb.PREDICTION_SERVICE, "GetModelMetadata", metadata),
+                 (pb.MODEL_SERVICE, "GetModelStatus", status), (pb.PREDICTION_SERVICE, "Predict", missing)]
+        return [await table.answer(Request(GRPC, f"/{service}/{method}", message.SerializeToString()))
+                for service, method, message in calls]
 
-    predicted, described, statuses = asyncio.run(run())
+    answers = asyncio.run(run())
+    predicted = pb.PredictResponse.FromString(answers[0].body)
+    described = pb.GetModelMetadataResponse.FromString(answers[1].body)
+    statuses = pb.GetModelStatusResponse.FromString(answers[2].body)
+    assert [a.status for a in answers] == [0, 0, 0, 5]  # OK, OK, OK, NOT_FOUND
     assert np.frombuffer(predicted.outputs["y"].tensor_content, np.float32).tolist() == [3.0, 3.0]
     assert described.model_spec.version.value == 2
     assert [s.version for s in statuses.model_version_status] == [1]
-    assert contexts[3].aborted is not None and contexts[3].aborted[0].name == "NOT_FOUND"
-    return contexts
+    assert "Specific" in answers[3].message
+    return answers
 
 
 def test_every_route_of_every_protocol_is_counted(plane: DataPlane) -> None:
-    with TestClient(rest_app(plane)) as client:
+    with Client(plane) as client:
         body = {"instances": [[1, 2, 3]]}
         assert client.post("/v1/models/m:predict", json=body).json() == {"predictions": [[6.0]]}
         assert client.post("/v1/models/m/labels/stable:predict", json=body).status_code == 200
@@ -161,7 +187,7 @@ def test_every_route_finds_its_model_through_the_one_lookup(plane: DataPlane, mo
         return lookup(name, version, label)
 
     monkeypatch.setattr(plane, "lookup", spy)
-    with TestClient(rest_app(plane)) as client:
+    with Client(plane) as client:
         for method, path, body in [
             ("POST", "/v1/models/m/versions/1:predict", {"instances": [[1, 2, 3]]}),
             ("GET", "/v1/models/m/labels/stable/metadata", None),
@@ -179,7 +205,7 @@ def test_every_route_finds_its_model_through_the_one_lookup(plane: DataPlane, mo
 
 
 def test_errors_are_written_alike_by_every_route(plane: DataPlane) -> None:
-    with TestClient(rest_app(plane)) as client:
+    with Client(plane) as client:
         lane = client.post("/v1/models/nope:predict", json={"instances": [[1, 2, 3]]})
         route = client.get("/v1/models/nope/metadata")
         v2_answer = client.post("/v2/models/nope/infer", json={"inputs": []})
@@ -190,25 +216,21 @@ def test_errors_are_written_alike_by_every_route(plane: DataPlane) -> None:
 
 
 def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(plane: DataPlane) -> None:
-    from starlette.requests import ClientDisconnect
+    from builder.server.core.dataplane import Address, ClientGone
 
-    from builder.server.bodies import read_limited
-    from builder.server.dataplane import Address, ClientGone
-
-    async def stream() -> Any:
-        yield b'{"inputs": '
-        raise ClientDisconnect()
+    async def gone() -> bytes:
+        raise ClientGone()
 
     async def scenario() -> None:
         with pytest.raises(ClientGone):
-            await plane.infer("V2", Address("m"), lambda: read_limited(stream(), 1 << 20), v2.InferCodec(None))
+            await plane.infer("V2", Address("m"), gone, v2.InferCodec(None))
 
     asyncio.run(scenario())
     assert plane.metrics.counts == {("m", "CANCELLED"): 1}
 
 
 def test_a_bad_request_is_counted_with_its_status_and_the_batcher_is_not_called(plane: DataPlane) -> None:
-    with TestClient(rest_app(plane)) as client:
+    with Client(plane) as client:
         assert client.post("/v1/models/m:predict", json={"instances": [[1, 2]]}).status_code == 400
         assert client.post("/v2/models/m/infer", json={"inputs": [{"name": "x"}]}).status_code == 400
     assert plane.metrics.counts == {("m", "INVALID_ARGUMENT"): 2}

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from builder.wire import tfs_proto as ours
-from builder.server.contract import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
-from builder.server.protocol import (
+from builder.server.protocols.openapi import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
+from builder.server.protocols.tfs_json import (
     RequestError,
     SignatureSpec,
     TensorSpec,
@@ -27,7 +27,7 @@ from builder.server.protocol import (
     to_typed_array,
 )
 from builder.wire.tensors import fill_proto, to_array
-from builder.server.v2 import DATATYPE_OF, json_data, parse_inputs
+from builder.server.protocols.v2 import DATATYPE_OF, json_data, parse_inputs
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import decode_bytes, encode_bytes
 
@@ -175,7 +175,7 @@ def test_v2_bytes_inputs_in_json_and_binary() -> None:
 
 
 def test_v2_answers_bytes_that_are_not_utf8_as_binary_data() -> None:
-    from builder.server.v2 import infer_response
+    from builder.server.protocols.v2 import infer_response
 
     assert json_data(objects(b"ok", b"fine")) == ["ok", "fine"] and json_data(objects(b"\xff")) is None
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.report import TensorSpec
-from builder.server import tensor_json
-from builder.server.protocol import PredictCall, RequestError, SignatureSpec, parse_json, parse_predict
+from builder.server.protocols import tensor_json
+from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, parse_json, parse_predict
 
 
 def signatures(dtype: str = "float32", shape: tuple[int | None, ...] = (None, 2, 3), *, inputs: int = 1,
@@ -160,7 +160,7 @@ def test_integers_beyond_a_narrower_float_are_refused_not_made_infinite() -> Non
 
 # --- v2 (Open Inference Protocol) JSON bodies --------------------------------------------------------------
 
-from builder.server import v2  # noqa: E402
+from builder.server.protocols import v2  # noqa: E402
 
 
 def v2_signature(dtype: str = "float32", inputs: tuple[str, ...] = ("x",)) -> SignatureSpec:
@@ -290,8 +290,8 @@ def test_a_body_left_to_the_general_path_says_which_decoder_reads_it(body: bytes
 def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """A body the fast path leaves is decoded exactly once more: by msgspec when simdjson read it, by the
     standard library when simdjson refused it; refusals keep the standard library's message."""
-    from builder.server import jsoncodec, tfs_rest
-    from builder.server.dataplane import settle
+    from builder.server.protocols import jsoncodec, tfs_rest
+    from builder.server.core.dataplane import settle
 
     def decode_predict(body: bytes, sigs: Any, max_batch: int, default: str | None) -> Any:
         served = SimpleNamespace(signatures=sigs, default_signature=default)

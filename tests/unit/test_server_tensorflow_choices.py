@@ -12,7 +12,7 @@ from builder.server import options
 from builder.server.__main__ import needed_runtime
 from builder.server.config import configure
 from builder.model.artifact import Artifact, model_name_for, resolve_artifact
-from builder.server.protocol import RequestError, SignatureSpec, TensorSpec, choose_signature, default_signature
+from builder.server.protocols.tfs_json import RequestError, SignatureSpec, TensorSpec, choose_signature, default_signature
 from builder.model.tensorflow import device_line
 from tests.report_fixture import write_report
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from builder.server.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
+from builder.server.process.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
                                      Stop, pack_answer, pack_control, pack_request, unpack_answer, unpack_control,
                                      unpack_request)
 

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from builder.model.failures import ModelInputError
-from builder.server.pool import BackendPool
-from builder.server.protocol import PredictCall
+from builder.server.core.interpreters import BackendPool
+from builder.server.protocols.tfs_json import PredictCall
 
 BatchKey = tuple[object, ...]
 

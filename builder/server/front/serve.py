@@ -1,10 +1,10 @@
 """The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model host.
 
-    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--processes 1)
+    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--model-processes 1)
     clients ──gRPC──────▶ front (`grpc_front`) ───┴▶ balancer ─┼──▶ model process 1 ┐ shared memory
                                                                └──▶ model process N ┘ (`channel`)
 
-With `--processes N` the front hands each request to the least busy model process (`balancer`): requests,
+With `--model-processes N` the front hands each request to the least busy model process (`balancer`): requests,
 not connections, are spread, so one client connection, a pool of four or hundreds of them, and one gRPC
 channel alike keep every process busy. The front holds the only listening sockets: the REST port is bound
 before any model loads (a taken port is refused at once) and the gRPC port is ours alone (no SO_REUSEPORT),
@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from builder.measure.cores import keep_request_memory
-from builder.server import access_log, grpc_front, ports
+from builder.server.front import access_log, grpc_front, ports
 from builder.server.config import ServerConfig
-from builder.server.messages import Answer, Request
-from builder.server.model_processes import ModelProcesses, spawner
+from builder.server.process.messages import Answer, Request
+from builder.server.front.model_processes import ModelProcesses, spawner
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -79,7 +79,7 @@ class LocalHosts:
     """The models in this process: one host, answering directly."""
 
     def __init__(self, config: ServerConfig) -> None:
-        from builder.server.host import ModelHost
+        from builder.server.model_host import ModelHost
 
         self.host = ModelHost(config)
         self.died = asyncio.Event()  # never set: nothing to lose
@@ -118,7 +118,7 @@ def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
 
 async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level: str, layout: Layout,
                  banner: Sequence[str]) -> int:
-    from builder.server.http_front import HttpFront
+    from builder.server.front.http_front import HttpFront
 
     loop = asyncio.get_running_loop()
     asked, hurry = asyncio.Event(), asyncio.Event()

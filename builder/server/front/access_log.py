@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from builder.server.messages import GRPC, Answer, Request
+from builder.server.process.messages import GRPC, Answer, Request
 
 access = logging.getLogger("tfsmith.access")
 

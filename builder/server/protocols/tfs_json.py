@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec, batched
-from builder.server import jsoncodec
+from builder.server.protocols import jsoncodec
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 

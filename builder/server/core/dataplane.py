@@ -1,7 +1,7 @@
 """The protocol-neutral data plane: what every request does, whichever protocol it arrived by.
 
 Shaped as MLServer's `handlers/dataplane.py`: lookup, readiness, metadata and inference are written once
-here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`grpc_service`) only
+here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`tfs_grpc`) only
 translate between their wire formats and what these return.
 
 - Lookup (`lookup`): a model by name, version (a number, or a URL path segment: a malformed one is a 404 as
@@ -29,9 +29,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from builder.model.failures import ModelInputError
-from builder.server.metrics import Metrics, Timer
-from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.metrics import Metrics, Timer
+from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
+from builder.server.core.repository import ModelSet, ServedModel
 
 T = TypeVar("T")
 B = TypeVar("B", contravariant=True)  # a protocol's request as read (REST: bytes; gRPC: a message)

@@ -1,7 +1,7 @@
-"""One model process of `--processes N`: the models loaded here, requests taken from the front's channel.
+"""One model process of `--model-processes N`: the models loaded here, requests taken from the front's channel.
 
 Started by the front (spawned: a fresh interpreter, nothing inherited but the channel's socket), it loads
-and warms the models (`host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should
+and warms the models (`model_host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should
 read) and answers requests until the front says `Stop` or goes away (`messages`). It holds no listening
 socket: clients only ever reach the front. If it dies, the front starts another in its place
 (`model_processes`). Its own process group keeps a terminal's Ctrl-C for the front, which passes the
@@ -39,15 +39,15 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
     from builder.measure.cores import keep_request_memory
 
     keep_request_memory()
-    from builder.server.channel import HostEnd
+    from builder.server.process.channel import HostEnd
     from builder.server.config import config_from_json
-    from builder.server.messages import Ready, Refused
+    from builder.server.process.messages import Ready, Refused
 
     end = HostEnd(sock)
     end.hello()
     config = config_from_json(config_json)
     try:
-        from builder.server.host import ModelHost
+        from builder.server.model_host import ModelHost
 
         host = ModelHost(config)
     except TfsmithError as error:
@@ -65,8 +65,8 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
 
 
 async def _serve(host: object, end: object) -> None:
-    from builder.server.channel import HostEnd
-    from builder.server.host import ModelHost
+    from builder.server.process.channel import HostEnd
+    from builder.server.model_host import ModelHost
 
     assert isinstance(host, ModelHost) and isinstance(end, HostEnd)
     await host.start()

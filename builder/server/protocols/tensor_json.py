@@ -20,7 +20,7 @@ answered from it until the pass agrees. `read_predict` and `read_v2` make the pa
 This is only a faster route to the same answer, and each body is read by it once. Whatever it does not
 recognise with certainty (several or named inputs, string, boolean or dynamic-shaped inputs, booleans among
 numbers, integers beyond what the dtype holds, numbers a double cannot hold, escaped keys, NaN literals,
-anything malformed) is left to the general path (`protocol.parse_predict`, `v2.parse_inputs`), which reads
+anything malformed) is left to the general path (`tfs_json.parse_predict`, `v2.parse_inputs`), which reads
 it once more and accepts or refuses it with the message it always did: `Left.PARSED` when simdjson read the
 text (msgspec reads it next), `Left.UNREADABLE` when simdjson refused it (the standard library reads it next:
 msgspec refuses what simdjson refuses, and the standard library's refusal is the message a client gets).
@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from builder.server.protocol import PredictCall, RequestError, SignatureSpec, choose_signature
+from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature
 
 try:
     import simdjson

@@ -1,6 +1,6 @@
 """The Open Inference Protocol (KServe v2) over REST, with the binary tensor data extension.
 
-What Triton, KServe, MLServer and their clients (`tritonclient`, the `kserve` SDK) speak:
+What Triton, KServe, MLServer and their clients (`tritonclient`, the `kserve` SDK) speak (declared in `routes`):
   GET  /v2/health/live, /v2/health/ready        liveness; readiness (loaded and warmed, not draining)
   GET  /v2                                       server metadata and extensions
   GET  /v2/models/{m}[/versions/{v}]             model metadata (typed inputs/outputs)
@@ -19,22 +19,26 @@ import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
 
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
-from builder.server import health, jsoncodec, tensor_json
-from builder.server.bodies import read_limited
-from builder.server.dataplane import Address, DataPlane, ModelMetadata, Outcome, Provisional
-from builder.server.protocol import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
-from builder.server.served import ServedModel, check_output_names
+from builder.server.protocols import health, jsoncodec, tensor_json
+from builder.server.protocols.answers import json_answer
+from builder.server.protocols.bodies import reader
+from builder.server.core.dataplane import Address, ModelMetadata, Provisional
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
+from builder.server.core.repository import ServedModel, check_output_names
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
+if TYPE_CHECKING:
+    from builder.server.routes import Context
+
 ENTRYPOINT = "V2"
+HEADER_LENGTH_KEY = HEADER_LENGTH.lower().encode()
 #: numpy dtype -> v2 datatype, and each dtype's little-endian form (the wire's byte order), looked up by dtype
 #: (a dtype's name is built anew each time it is read: too slow for every request).
 DATATYPE_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in DATATYPE_OF.items()}
@@ -57,10 +61,6 @@ def _check_parameters(value: Any, known: dict[str, type], where: str) -> dict[st
         if not isinstance(item, known[key]) or (known[key] is int and isinstance(item, bool)):
             raise RequestError(f"{where}.{key} must be {known[key].__name__}")
     return value
-
-
-def _json(content: Any, status: int = 200) -> Response:
-    return Response(jsoncodec.dumps(content), status_code=status, media_type="application/json")
 
 
 def model_metadata(metadata: ModelMetadata) -> dict[str, Any]:
@@ -195,9 +195,6 @@ class InferAnswer:
     body: bytes
     headers: tuple[tuple[bytes, bytes], ...]
 
-    def response(self) -> Response:
-        return Response(self.body, headers={k.decode(): v.decode() for k, v in self.headers})
-
 
 JSON_ANSWER = ((b"content-type", b"application/json"),)
 
@@ -280,72 +277,52 @@ class InferCodec:
         return infer_response(served, served.version, document, outputs, order, binary)
 
 
-def add_routes(app: FastAPI, plane: DataPlane, max_body_bytes: int) -> None:
-    """The v2 routes on the app: each only translates what the data plane answers."""
-    from builder.server.contract import V2_READY_RESPONSES
+SERVER_METADATA = {"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]}
 
-    def not_ready(outcome: Outcome) -> Response:
+
+async def live(context: Context, request: Request) -> Answer:
+    """Server liveness: answering at all is the answer."""
+    async with context.plane.request(ENTRYPOINT, "live"):
+        return Answer(*health.live(), JSON_ANSWER)
+
+
+async def ready(context: Context, request: Request) -> Answer:
+    """Server readiness: loaded and warmed, not draining."""
+    async with context.plane.request(ENTRYPOINT, "ready") as outcome:
+        outcome.status, body = health.readiness(context.plane.ready)
+        return Answer(outcome.status, body, JSON_ANSWER)
+
+
+async def server_metadata(context: Context, request: Request) -> Answer:
+    async with context.plane.request(ENTRYPOINT, "metadata"):
+        return json_answer(SERVER_METADATA)
+
+
+async def metadata(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
+    """The model's typed inputs and outputs."""
+    plane = context.plane
+    async with plane.request(ENTRYPOINT, "metadata", name):
+        return json_answer(model_metadata(plane.metadata(name, version)))
+
+
+async def model_ready(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
+    plane = context.plane
+    async with plane.request(ENTRYPOINT, "ready", name) as outcome:
+        if plane.model_ready(name, version):
+            return json_answer({"name": name, "ready": True})
         outcome.status, body = health.readiness(False)
-        return Response(body, status_code=outcome.status, media_type="application/json")
+        return Answer(outcome.status, body, JSON_ANSWER)
 
-    async def metadata_of(name: str, version: str | None) -> Response:
-        async with plane.request(ENTRYPOINT, "metadata", name):
-            return _json(model_metadata(plane.metadata(name, version)))
 
-    async def readiness(name: str, version: str | None) -> Response:
-        async with plane.request(ENTRYPOINT, "ready", name) as outcome:
-            return _json({"name": name, "ready": True}) if plane.model_ready(name, version) else not_ready(outcome)
-
-    async def infer(request: Request, name: str, version: str | None) -> Response:
-        answer: InferAnswer = await plane.infer(
-            ENTRYPOINT, Address(name, version),
-            lambda: read_limited(request.stream(), max_body_bytes, request.headers.get("content-length"),
-                                 request.headers.get("content-encoding")),
-            InferCodec(request.headers.get(HEADER_LENGTH)))
-        return answer.response()
-
-    @app.get("/v2/health/live", summary="Open Inference Protocol: server liveness")
-    async def live() -> Response:
-        async with plane.request(ENTRYPOINT, "live"):
-            return Response(health.live()[1], media_type="application/json")
-
-    @app.get("/v2/health/ready", summary="Open Inference Protocol: server readiness", responses=V2_READY_RESPONSES)
-    async def ready() -> Response:
-        async with plane.request(ENTRYPOINT, "ready") as outcome:
-            if not plane.ready:
-                return not_ready(outcome)
-            return Response(health.readiness(True)[1], media_type="application/json")
-
-    @app.get("/v2", summary="Open Inference Protocol: server metadata")
-    async def server_metadata() -> Response:
-        async with plane.request(ENTRYPOINT, "metadata"):
-            return _json({"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]})
-
-    @app.get("/v2/models/{name:segment}", summary="Open Inference Protocol: model metadata")
-    async def metadata(name: str) -> Response:
-        return await metadata_of(name, None)
-
-    @app.get("/v2/models/{name:segment}/versions/{version:segment}",
-             summary="Open Inference Protocol: model version metadata")
-    async def version_metadata(name: str, version: str) -> Response:
-        return await metadata_of(name, version)
-
-    @app.get("/v2/models/{name:segment}/ready", summary="Open Inference Protocol: model readiness",
-             responses=V2_READY_RESPONSES)
-    async def model_ready(name: str) -> Response:
-        return await readiness(name, None)
-
-    @app.get("/v2/models/{name:segment}/versions/{version:segment}/ready",
-             summary="Open Inference Protocol: model version readiness",
-             responses=V2_READY_RESPONSES)
-    async def model_version_ready(name: str, version: str) -> Response:
-        return await readiness(name, version)
-
-    @app.post("/v2/models/{name:segment}/infer", summary="Open Inference Protocol: inference")
-    async def infer_latest(name: str, request: Request) -> Response:
-        return await infer(request, name, None)
-
-    @app.post("/v2/models/{name:segment}/versions/{version:segment}/infer",
-              summary="Open Inference Protocol: inference (version)")
-    async def infer_version(name: str, version: str, request: Request) -> Response:
-        return await infer(request, name, version)
+async def infer(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
+    """Inference: JSON, or the binary extension (whose tensors stay where they lie: in a model process, in the
+    shared memory the front wrote them to)."""
+    length = request.header(HEADER_LENGTH_KEY)
+    header_length = None if length is None else length.decode("latin-1")
+    body = request.body
+    if header_length is None and not isinstance(body, bytes):
+        body = bytes(body)  # all of it is JSON
+    answer: InferAnswer = await context.plane.infer(ENTRYPOINT, Address(name, version),
+                                                    reader(request, body, context.config.max_body_bytes),
+                                                    InferCodec(header_length))
+    return Answer(200, answer.body, answer.headers)

@@ -1,39 +1,36 @@
-"""The HTTP API's contract as OpenAPI: request bodies and every status code the server really answers.
+"""The HTTP API's contract as OpenAPI, derived from the route table: every route's path, method and parameters
+(`routes.ROUTES`), the request bodies of the served models' signatures and every status the server answers.
 
-FastAPI derives paths and parameters from the routes; what it cannot see (bodies read by hand for speed,
-the error statuses raised deep in the protocol code) is declared here, next to nothing else, so the
-document and the server can be checked against each other by a schema-driven fuzzer.
+What a route table cannot say (bodies read by hand for speed, the error statuses raised deep in the protocol
+code) is declared here, next to nothing else, so the document and the server can be checked against each
+other by a schema-driven fuzzer (schemathesis, `tests/e2e/test_serve_contract.py`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
-from starlette.convertors import Convertor, register_url_convertor
+from builder.server.protocols import jsoncodec
 
-from builder.server.protocol import wire_shape
+from builder.server import routes
+from builder.server.process.messages import Answer, Request
+from builder.server.protocols.tfs_json import wire_shape
 
+if TYPE_CHECKING:
+    from builder.server.routes import Context
 
-V2_READY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    503: {"description": "not ready: loading, or draining after SIGTERM (`{\"error\": ...}`)"},
-}
-
-
-
-class SegmentConvertor(Convertor):  # type: ignore[type-arg]
-    """A path segment without ':' — so `/v1/models/{name}` never swallows `/v1/models/m:predict` (TF Serving's
-    verb suffix) and a wrong method on `:predict` is a 405 listing POST, not a GET route's 404."""
-
-    regex = "[^/:]+"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("segment", SegmentConvertor())
+OPENAPI_VERSION = "3.1.0"
+TITLE = "tfsmith model server"
+#: Swagger UI from its CDN (what FastAPI's `/docs` served): the browser fetches it, the server holds no copy.
+SWAGGER_UI = """<!DOCTYPE html>
+<html><head><title>%s</title>
+<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css"></head>
+<body><div id="swagger-ui"></div>
+<script src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#swagger-ui"})</script>
+</body></html>
+""" % TITLE
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}},
@@ -49,14 +46,51 @@ ERROR_STATUSES = {
 BODY_STATUSES = ("400", "404", "413", "415")
 
 
-def allowed_methods(routes: list[Any], path: str) -> list[str]:
-    """Every method some route serves at `path` (for the `Allow` header of a 405)."""
-    methods: set[str] = set()
-    for route in routes:
-        regex = getattr(route, "path_regex", None)
-        if regex is not None and regex.match(path) and getattr(route, "methods", None):
-            methods |= set(route.methods)
-    return sorted(methods)
+def paths() -> dict[str, dict[str, Any]]:
+    """The document's paths, one operation per route of the table (as FastAPI derived them from its routes)."""
+    found: dict[str, dict[str, Any]] = {}
+    for route in routes.ROUTES:
+        if route.path in routes.UNDOCUMENTED:
+            continue
+        method = route.method.lower()
+        operation: dict[str, Any] = {
+            "summary": route.summary,
+            "operationId": re.sub(r"\W+", "_", f"{route.handler}{route.path}").strip("_") + f"_{method}",
+            "responses": {"200": {"description": "Successful Response"}},
+        }
+        names = routes.parameters(route.path)
+        if names:
+            operation["parameters"] = [{"name": name, "in": "path", "required": True,
+                                        "schema": {"type": "string", "title": name.title()}} for name in names]
+        found.setdefault(route.path, {})[method] = operation
+    return found
+
+
+def document(context: Context) -> dict[str, Any]:
+    """The OpenAPI document of what this server serves now (built once, again after a version switch)."""
+    if context.document is None:
+        models = context.plane.models
+        described = {
+            "openapi": OPENAPI_VERSION,
+            "info": {"title": TITLE, "version": "1",
+                     "description": "TensorFlow Serving-compatible REST API (and the Open Inference Protocol) "
+                                    "serving " + ", ".join(f"`{name}`" for name in models.models) + "."},
+            "paths": paths(),
+        }
+        from builder.wire.v2_binary import DATATYPE_OF
+
+        context.document = finish_document(described, models, context.config.max_request_batch, DATATYPE_OF)
+    return context.document
+
+
+async def openapi_json(context: Context, request: Request) -> Answer:
+    from builder.server.protocols.answers import JSON
+
+    return Answer(200, jsoncodec.dumps(document(context)), JSON)
+
+
+async def docs(context: Context, request: Request) -> Answer:
+    return Answer(200, SWAGGER_UI.encode(), ((b"content-type", b"text/html; charset=utf-8"),))
 
 
 #: Base64 as `base64.b64decode(validate=True)` takes it: whole 4-character groups, padding only at the end.
@@ -153,7 +187,7 @@ def v2_infer_body(signature: Any, datatype_of: dict[str, str]) -> dict[str, Any]
 
 
 def finish_document(document: dict[str, Any], models: Any, max_batch: int, datatype_of: dict[str, str]) -> dict[str, Any]:
-    """FastAPI's document made exact: path parameters as the values served (names, versions, labels), the
+    """The table's document made exact: path parameters as the values served (names, versions, labels), the
     bodies of the served models' signatures, and every status the server answers (no 422: it never
     validates with pydantic). `models` is the server's ModelSet; a reload rebuilds the document."""
     latest = [models.get(name) for name in sorted(models.models)]

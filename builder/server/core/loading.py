@@ -13,13 +13,13 @@ from pathlib import Path
 
 from builder.errors import InputError
 from builder.measure.cores import read_cores
-from builder.server.batching import INLINE, TURNS, DynamicBatcher, dispatch_mode
+from builder.server.core.batching import INLINE, TURNS, DynamicBatcher, dispatch_mode
 from builder.server.config import ServerConfig
-from builder.server.metrics import Metrics
-from builder.server.model_config import ModelSource, served_folders
-from builder.server.pool import BackendPool, measure_pool
-from builder.server.protocol import SignatureSpec, batched, default_signature
-from builder.server.served import ModelSet, ServedModel
+from builder.server.core.metrics import Metrics
+from builder.server.core.model_config import ModelSource, served_folders
+from builder.server.core.interpreters import BackendPool, measure_pool
+from builder.server.protocols.tfs_json import SignatureSpec, batched, default_signature
+from builder.server.core.repository import ModelSet, ServedModel
 
 
 def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ServedModel:

@@ -37,8 +37,8 @@ from urllib.parse import unquote
 
 import httptools
 
-from builder.server.messages import HTTP, Answer, Request
-from builder.server.framing import CHUNKED, Refusal, body_framing
+from builder.server.process.messages import HTTP, Answer, Request
+from builder.server.front.framing import CHUNKED, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -77,7 +77,7 @@ class _Date:
 
 def error_answer(status: int, message: str) -> Answer:
     """An answer in the server's error shape (`answers.error_body`)."""
-    from builder.server.answers import error_body
+    from builder.server.protocols.answers import error_body
 
     return Answer(status, error_body(message), ((b"content-type", b"application/json"),))
 

@@ -1,6 +1,7 @@
 """The front's gRPC: TensorFlow Serving's RPCs received (`grpc.aio`, on the same event loop as the front's HTTP)
 and each call's serialized message handed whole to a model host (`respond`); nothing is decoded here, so the
-front needs neither the data plane nor the model stack (the model host's side is `grpc_service.Servicer`).
+front needs neither the data plane nor the model stack. The methods are the route table's (`routes.RPCS`); the
+model host's side is `tfs_grpc`.
 The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`).
 """
 
@@ -11,12 +12,15 @@ from pathlib import Path
 
 import grpc
 
-from builder.server import ports
-from builder.server.messages import GRPC, Answer, Request
-from builder.wire import tfs_proto as pb
+from builder.server.front import ports
 
-#: The RPCs served, by service.
-RPCS = {pb.PREDICTION_SERVICE: ("Predict", "GetModelMetadata"), pb.MODEL_SERVICE: ("GetModelStatus",)}
+from builder.server import routes
+from builder.server.process.messages import GRPC, Answer, Request
+
+#: The RPCs served, by service (the route table's).
+RPCS: dict[str, tuple[str, ...]] = {}
+for _rpc in routes.RPCS:
+    RPCS[_rpc.service] = (*RPCS.get(_rpc.service, ()), _rpc.method)
 #: gRPC status number -> code.
 CODES = {code.value[0]: code for code in grpc.StatusCode}
 

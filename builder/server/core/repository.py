@@ -2,7 +2,7 @@
 
 REST (TF Serving's and the Open Inference Protocol's) and gRPC all answer from one `ServedModel`, so a
 request means the same thing whichever door it comes through: the same name/version rules, the same
-validation (`protocol`), the same batcher and interpreter pool.
+validation (`protocols.tfs_json`), the same batcher and interpreter pool.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from builder.server.batching import DynamicBatcher
-from builder.server.protocol import (
+from builder.server.core.batching import DynamicBatcher
+from builder.server.protocols.tfs_json import (
     PredictCall,
     RequestError,
     SignatureSpec,

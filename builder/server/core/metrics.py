@@ -20,6 +20,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from builder.server.process.messages import Answer, Request
+
 PATH = "/monitoring/prometheus/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Microsecond buckets from 10 us to 10 s: the digits CNN answers in ~100 us, MobileNetV2 JSON in ~100 ms.
@@ -31,6 +33,7 @@ QUEUING_LATENCY = ":tensorflow:serving:batching_session:queuing_latency"
 
 #: HTTP status -> the status label TF Serving writes (a tensorflow.error.Code name); 499 is a client that went
 #: away before its answer (`dataplane.CLIENT_GONE`), CANCELLED as gRPC names it.
+CONTENT_TYPE_HEADERS = ((b"content-type", CONTENT_TYPE.encode()),)
 STATUS_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED",
                   415: "INVALID_ARGUMENT", 499: "CANCELLED", 503: "UNAVAILABLE"}
 
@@ -98,6 +101,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+async def scrape(context: Any, request: Request) -> Answer:
+    """The route table's handler (`context` is its `routes.Context`, untyped here: the data plane imports this
+    module): the metrics of this process's models (with model processes the front sums every process's: its own
+    answer to this route, `model_processes`)."""
+    return Answer(200, context.plane.metrics.exposition(), CONTENT_TYPE_HEADERS)
+
+
 class Timer:
     """Start time of a request; `metrics.request(..., timer.elapsed())` when it is answered."""
 
@@ -117,7 +127,7 @@ MERGED_BY = {"tfsmith_model_ready": min, "tfsmith_model_load_seconds": max, "pro
 
 
 def merge_expositions(texts: list[bytes]) -> bytes:
-    """One exposition from several processes' (`--processes N`): samples with the same name and labels are
+    """One exposition from several processes' (`--model-processes N`): samples with the same name and labels are
     summed (counters, histograms, requests in flight), except the gauges of `MERGED_BY`."""
     from prometheus_client.parser import text_string_to_metric_families
 

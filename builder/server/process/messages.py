@@ -1,7 +1,7 @@
 """What crosses between the front and a model host: a request, its answer, and the control messages of a model
 process's life. Plain typed values, protocol-neutral.
 
-The front (`front`) speaks HTTP and gRPC to clients; model hosts (`host`) hold the models. Between them a
+The front (`front`) speaks HTTP and gRPC to clients; model hosts (`model_host`) hold the models. Between them a
 request is only what the host needs to answer it (method, path, headers, body; or a gRPC method and its
 serialized message) and an answer is a status, headers and a body. A host in the front's own process gets
 these objects as they are; a host in a model process gets them through shared memory (`channel`), where

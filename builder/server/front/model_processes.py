@@ -1,4 +1,4 @@
-"""The front's side of `--processes N`: N model processes started, handed requests (`balancer`), supervised,
+"""The front's side of `--model-processes N`: N model processes started, handed requests (`balancer`), supervised,
 their metrics summed and the versions they serve switched together.
 
 Supervision (`supervision`): a model process's channel closing unasked means the process died. At once
@@ -25,19 +25,21 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from builder.errors import TfsmithError
-from builder.server.channel import META_ROOM, ChannelClosed, FrontEnd
+from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
 from builder.server.config import ServerConfig, config_to_json
-from builder.server.balancer import Balancer, window
-from builder.server.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
-from builder.server.metrics import CONTENT_TYPE, PATH as METRICS_PATH, merge_expositions
-from builder.server import reload
-from builder.server.model_config import ModelSource, version_folders
-from builder.server.supervision import CrashLoop, exit_reason
+from builder.server.front.balancer import Balancer, window
+from builder.server.process.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
+from builder.server.core.metrics import CONTENT_TYPE, merge_expositions
+from builder.server.core import reload
+from builder.server import routes
+from builder.server.core.model_config import ModelSource, version_folders
+from builder.server.front.supervision import CrashLoop, exit_reason
 
 log = logging.getLogger("tfsmith.serve")
 
-#: Health checks the front answers itself when the models run in processes of their own.
-HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
+#: The routes the front answers itself when the models run in processes of their own (`routes.Route.front`:
+#: health, never queued behind a long model call; metrics, every process's summed), by path -> handler.
+FRONT_ROUTES = {route.path: route.handler for route in routes.ROUTES if route.front}
 JSON = ((b"content-type", b"application/json"),)
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
@@ -79,7 +81,7 @@ def spawner(log_level: str, cpus: Sequence[Sequence[int]] | None) -> Spawn:
     context = multiprocessing.get_context("spawn")
 
     def spawn(index: int, config_json: str) -> tuple[ModelProcess, socket.socket]:
-        from builder.server import model_process
+        from builder.server.process import model_process
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pinned = None if cpus is None else tuple(cpus[index])
@@ -227,9 +229,10 @@ class ModelProcesses:
 
     async def respond(self, request: Request) -> Answer:
         if request.kind == HTTP and request.method in ("GET", "HEAD"):
-            if request.path == METRICS_PATH:
+            answered_here = FRONT_ROUTES.get(request.path)
+            if answered_here == "core.metrics.scrape":
                 return await self._metrics(request)
-            if request.path in HEALTH_PATHS:  # never queued behind a long model call
+            if answered_here is not None:
                 return self._health(request.path)
         try:
             index = await self.balancer.acquire()  # the least busy live process, once one has room
@@ -274,8 +277,8 @@ class ModelProcesses:
                  "request passes through: near 1 second a second, it is what limits the server).\n"
                  "# TYPE tfsmith_front_cpu_seconds_total counter\n"
                  f"tfsmith_front_cpu_seconds_total {front.user + front.system}\n" +
-                 "# HELP tfsmith_dispatch_queue Requests waiting for a model process.\n"
-                 f"# TYPE tfsmith_dispatch_queue gauge\ntfsmith_dispatch_queue {self.balancer.queued}\n"
+                 "# HELP tfsmith_model_process_queue Requests waiting for a model process with room (the balancer's one queue).\n"
+                 f"# TYPE tfsmith_model_process_queue gauge\ntfsmith_model_process_queue {self.balancer.queued}\n"
                  "# HELP tfsmith_model_process_restarts_total Model processes that died unasked and were replaced.\n"
                  "# TYPE tfsmith_model_process_restarts_total counter\n"
                  f"tfsmith_model_process_restarts_total {self.restarts}\n"
@@ -285,15 +288,16 @@ class ModelProcesses:
 
     def _health(self, path: str) -> Answer:
         """The server's liveness, and its readiness: the processes have loaded and warmed their models, one at
-        least can answer, and the server is not draining (the v2 routes' answers, answered here: a process may
-        be in a model call)."""
-        from builder.server import health, jsoncodec
+        least can answer, and the server is not draining (the answers of the routes' own handlers, `health`,
+        answered here: a process may be in a model call)."""
+        from builder.server.protocols import health, jsoncodec
 
-        if path == "/healthz":  # what a process said of its models, with the server's own readiness
+        handler = FRONT_ROUTES[path]
+        if handler == "protocols.health.healthz":  # what a process said of its models, with the server's own readiness
             return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
                                                 "processes": len(self.processes),
                                                 "processes_live": self.balancer.live}), JSON)
-        status, body = health.live() if path.endswith("/live") else health.readiness(self.answering)
+        status, body = health.live() if handler == "protocols.v2.live" else health.readiness(self.answering)
         return Answer(status, body, JSON)
 
     def describe(self) -> str:
@@ -388,7 +392,7 @@ async def _exited(process: ModelProcess, timeout: float) -> None:
 
 def _unavailable(request: Request) -> Answer:
     if request.kind == HTTP:
-        from builder.server.answers import error_body
+        from builder.server.protocols.answers import error_body
 
         return Answer(503, error_body(LOST), JSON)
     return Answer(14, message=LOST)  # UNAVAILABLE
