@@ -120,8 +120,13 @@ build: engine
 	echo "  optimized model   $(BUILD_OUT)/optimized (report.md, report.json, plot)"; \
 	echo "  serving image     docker images 'tfsmith/serve-*'"
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them (its module
+# fixtures made once); what several files prepare alike is prepared under a lock (tests/locks.py). TEST_WORKERS=0
+# runs it in this one process.
+TEST_WORKERS ?= 2
 test: engine
-	@set +e; $(PY) -m pytest tests --durations=30; rc=$$?; \
+	@set +e; $(PY) -m pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) \
+		--durations=30; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The inner loop (about 2 minutes on 2 cores): the unit tests and the command-line end-to-end tests that need
