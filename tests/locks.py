@@ -18,10 +18,11 @@ LOCKS = Path(tempfile.gettempdir()) / "tfsmith-test-locks"
 
 
 @contextlib.contextmanager
-def one_at_a_time(name: str) -> Iterator[None]:
-    """Hold the machine-wide lock `name` (released when the block ends, or when the process dies)."""
-    LOCKS.mkdir(parents=True, exist_ok=True)
-    with (LOCKS / f"{name}.lock").open("w") as handle:
+def one_at_a_time(name: str, folder: Path = LOCKS) -> Iterator[None]:
+    """Hold the lock `name` in `folder` (machine-wide by default; a test run's own folder for what that run
+    makes), released when the block ends or the process dies."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

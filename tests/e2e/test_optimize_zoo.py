@@ -26,23 +26,24 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "
                 allow_module_level=True)
 
 from builder.model import registry  # noqa: E402
-from tests import zoo  # noqa: E402
+from tests import zoo, zoo_runs  # noqa: E402
 from tests.e2e.inprocess import run_cli  # noqa: E402  (imports builder.optimize.tfenv only; TensorFlow loads lazily)
 
 
 @pytest.fixture(scope="module")
-def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("zoo")
+def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> pytest.TempPathFactory:
+    """Where the zoo models come from: built once per test run for every file that reads them (tests/zoo_runs)."""
+    return tmp_path_factory
 
 
 @pytest.fixture(scope="module")
-def built(zoo_dir: Path) -> dict[str, zoo.ZooModel]:
+def built(zoo_dir: pytest.TempPathFactory) -> dict[str, zoo.ZooModel]:
     return {}
 
 
-def _model(name: str, zoo_dir: Path, built: dict[str, zoo.ZooModel]) -> zoo.ZooModel:
+def _model(name: str, zoo_dir: pytest.TempPathFactory, built: dict[str, zoo.ZooModel]) -> zoo.ZooModel:
     if name not in built:
-        built[name] = zoo.build(name, zoo_dir)
+        built[name] = zoo_runs.model(name, zoo_dir)
     return built[name]
 
 
@@ -61,15 +62,14 @@ def _litert_signature(path: Path) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)
-def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: Path, built: dict, tmp_path: Path,
+def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: pytest.TempPathFactory, built: dict, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          capfd: pytest.CaptureFixture[str]) -> None:
     from builder.report import Report
 
     model = _model(name, zoo_dir, built)
-    out = tmp_path / "out"
-    code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
-                                     "--recipe", "auto", "--out", out, "--latency-runs", "10")
+    run = zoo_runs.auto(name, "host", zoo_dir)  # the run test_zoo_serving serves: made once, read by both
+    out, code, stdout, stderr = run.out, run.code, run.stdout, run.stderr
     assert code == 0, stderr[-3000:]
     assert "Traceback" not in stderr
     report = Report.load(out)
@@ -172,21 +172,15 @@ def _samples_are_the_originals(out: Path, model: zoo.ZooModel, rows: int) -> Non
         np.testing.assert_allclose(expected[n], original[n], rtol=1e-4, atol=1e-5)
 
 
-#: what each TensorFlow-side zoo model needs on the command line
-TF_ARGS = {"custom_layer": ["--import", zoo.CUSTOM_MODULE], "predict_module": ["--signature", "predict"]}
-
-
 @pytest.mark.parametrize("name", zoo.TF_NAMES)
 def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
-        name: str, zoo_dir: Path, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        name: str, zoo_dir: pytest.TempPathFactory, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture[str]) -> None:
     from builder.report import Report
 
     model = _model(name, zoo_dir, built)
-    out = tmp_path / "out"
-    monkeypatch.chdir(model.model_path.parent)  # --import finds the user's module in the current directory
-    code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
-                                   "--recipe", "auto", "--out", out, "--latency-runs", "10", *TF_ARGS.get(name, []))
+    run = zoo_runs.auto(name, "host", zoo_dir)  # run from the model's folder: --import finds the user's module there
+    out, code, stdout, stderr = run.out, run.code, run.stdout, run.stderr
     assert code == 0, stderr[-3000:]
     assert "Traceback" not in stderr
     report = Report.load(out)
@@ -248,7 +242,7 @@ def _litert_signature_keys(path: Path) -> list[str]:
     return list(Interpreter(model_path=str(path)).get_signature_list())
 
 
-def test_what_the_user_must_name_is_asked_for_in_one_line(zoo_dir: Path, built: dict, tmp_path: Path,
+def test_what_the_user_must_name_is_asked_for_in_one_line(zoo_dir: pytest.TempPathFactory, built: dict, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           capfd: pytest.CaptureFixture[str]) -> None:
     """A custom layer without --import, a failing --import, a SavedModel without serving_default and no
@@ -277,7 +271,7 @@ def test_what_the_user_must_name_is_asked_for_in_one_line(zoo_dir: Path, built: 
 
 
 def test_another_target_is_decided_by_rule_and_says_it_could_not_measure(
-        zoo_dir: Path, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        zoo_dir: pytest.TempPathFactory, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture[str]) -> None:
     from builder.report import Report
 
@@ -293,7 +287,7 @@ def test_another_target_is_decided_by_rule_and_says_it_could_not_measure(
     assert report.chosen_artifact.metric("target").metric == "relative_error"
 
 
-def test_explain_loads_the_model_and_plans_for_it(zoo_dir: Path, built: dict, monkeypatch: pytest.MonkeyPatch,
+def test_explain_loads_the_model_and_plans_for_it(zoo_dir: pytest.TempPathFactory, built: dict, monkeypatch: pytest.MonkeyPatch,
                                                   capfd: pytest.CaptureFixture[str]) -> None:
     model = _model("token_ids", zoo_dir, built)
     code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", model.model_path, "--data", model.data_path,
@@ -342,7 +336,7 @@ def test_a_string_model_is_served_by_tensorflow_and_the_converter_says_why_in_on
 
 
 def test_a_regression_int8_file_that_is_off_is_rejected_and_auto_serves_an_accepted_one(
-        zoo_dir: Path, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        zoo_dir: pytest.TempPathFactory, built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture[str]) -> None:
     """Calibration rows that are all zeros collapse int8's input ranges: the regression answers drift far more
     than argmax of one column could ever show. The gate must see it through the relative error."""

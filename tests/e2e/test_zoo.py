@@ -19,7 +19,7 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "
     pytest.skip("needs the optimize extra (tensorflow, tf_keras, keras, ai-edge-litert, scikit-learn)",
                 allow_module_level=True)
 
-from tests import zoo  # noqa: E402  (imports TensorFlow helpers only after the skip check)
+from tests import zoo, zoo_runs  # noqa: E402  (imports TensorFlow helpers only after the skip check)
 
 # What each trained model must at least reach on its validation rows: far above chance (10% digits, 33% iris
 # and wine, 50% tokens) and, for regression, clearly better than always answering the training mean
@@ -42,8 +42,8 @@ FLOORS: dict[str, dict[str, float]] = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, zoo.ZooModel]:
-    folder = tmp_path_factory.mktemp("zoo")
-    return {m.name: m for m in zoo.build_all(folder, names=zoo.ALL_NAMES)}
+    """Every zoo model, built once per test run for the files that read them (tests/zoo_runs)."""
+    return {name: zoo_runs.model(name, tmp_path_factory) for name in zoo.ALL_NAMES}
 
 
 def test_every_model_is_built(built: dict[str, zoo.ZooModel]) -> None:

@@ -23,7 +23,7 @@ from builder.engine.base import Engine
 from builder.packaging.smoke import fidelity
 from builder.report import Report
 from builder.server.protocols.tfs_json import TF_DTYPES
-from tests import zoo
+from tests import zoo, zoo_runs
 from tests.e2e.test_serve import STOPPED, TFSMITH, Server
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -35,35 +35,19 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 @pytest.fixture(scope="session")
 def zoo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, zoo.ZooModel]:
-    folder = tmp_path_factory.mktemp("zoo")
-    return {model.name: model for model in zoo.build_all(folder, names=zoo.ALL_NAMES)}
-
-
-#: what each zoo model that only TensorFlow runs needs on optimize's command line
-TF_ARGS = {"custom_layer": ["--import", zoo.CUSTOM_MODULE], "predict_module": ["--signature", "predict"]}
+    return {name: zoo_runs.model(name, tmp_path_factory) for name in zoo.ALL_NAMES}
 
 
 @pytest.fixture(scope="session")
 def optimized(zoo_models: dict[str, zoo.ZooModel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """`tfsmith optimize --recipe auto` per (model, target), run once and shared."""
-    done: dict[tuple[str, str], Path] = {}
-    root = tmp_path_factory.mktemp("zoo-optimized")
+    """`tfsmith optimize --recipe auto` per (model, target), run once per test run and shared (tests/zoo_runs:
+    test_optimize_zoo checks the same runs' reports)."""
 
     def run(name: str, target: str) -> Path:
-        if (name, target) not in done:
-            model = zoo_models[name]
-            out = root / f"{name}-{target}"
-            argv = [str(TFSMITH), "optimize", str(model.model_path), "--data", str(model.data_path),
-                    "--recipe", "auto", "--out", str(out), "--latency-runs", "30", *TF_ARGS.get(name, [])]
-            if target != "host":
-                argv += ["--target", target]
-            # --import finds the user's module in the current directory, as a user runs it
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=ENV,
-                                    cwd=model.model_path.parent)
-            assert result.returncode == 0, (name, target, result.stdout[-2000:], result.stderr[-2000:])
-            assert "Traceback" not in result.stderr
-            done[(name, target)] = out
-        return done[(name, target)]
+        done = zoo_runs.auto(name, target, tmp_path_factory)
+        assert done.code == 0, (name, target, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr
+        return done.out
 
     yield run
 
