@@ -170,10 +170,11 @@ class Router:
         #: alternative its handler and (parameter, group) names.
         self._http = {method: _alternation(taking) for method, taking in by_method.items()}
         self._rpcs = {rpc.name: resolve(rpc.handler) for rpc in RPCS}
+        from builder.server.protocols.answers import error_answer  # here, not at import: it needs the data plane
+
+        self._error_answer = error_answer
 
     async def answer(self, request: Request) -> Answer:
-        from builder.server.protocols.answers import error_answer
-
         try:
             if request.kind == GRPC:
                 rpc = self._rpcs.get(request.method)
@@ -187,7 +188,7 @@ class Router:
             handler, names = table[1][match.lastgroup]
             return await handler(self.context, request, **{name: match.group(group) for name, group in names})
         except Exception as error:  # noqa: BLE001 - every failure is answered; the server keeps serving
-            return error_answer(error, request.kind)
+            return self._error_answer(error, request.kind)
 
 
 def _alternation(taking: list[Route]) -> tuple[re.Pattern[str], dict[str | None, tuple[Handler, tuple[tuple[str, str], ...]]]]:
