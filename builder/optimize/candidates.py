@@ -384,8 +384,9 @@ def judge_contenders(unjudged: list[tuple[str, str, str]], latencies: Mapping[st
     waiting = {key(*trio): trio for trio in unjudged if key(*trio) in latencies and trio not in errors
                and key(*trio) in entrants and entrants[key(*trio)].eligible}
     cross = {key(*trio) for trio in unjudged}
-    passing = [k for k in latencies if k in entrants and entrants[k].eligible and k not in cross
-               and not k.endswith("#" + XLA_SIGNATURE) and not any(k == key(*t) for t in errors)]
+    rejected = {key(*trio) for trio in errors}
+    passing = [k for k in latencies if k in entrants and entrants[k].eligible and k not in cross | rejected
+               and not k.endswith("#" + XLA_SIGNATURE)]
     with stage(f"judging the race's fastest on runtimes other than their file's own ({len(waiting)} at most)") \
             if waiting else contextlib.nullcontext():
         while waiting:
