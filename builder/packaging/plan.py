@@ -49,8 +49,8 @@ class PackageOptions:
     tag: str | None = None
     version: int = 1
     port: int = REST_PORT
-    #: None: the server sizes itself when the container starts (`--processes/--workers/--threads/--max-batch
-    #: auto`), from the CPUs the container gets and the model's measured call time
+    #: None: the server sizes itself when the container starts (`--model-processes/--interpreters/--threads/
+    #: --max-batch auto`), from the CPUs the container gets and the model's measured call time
     processes: int | None = None
     workers: int | None = None
     threads: int | None = None
@@ -67,7 +67,7 @@ class PackageOptions:
             raise InputError(f"--port {self.port}: not a TCP port the REST API can use (gRPC has {GRPC_PORT})")
         given = [v for v in (self.processes, self.workers, self.threads, self.max_batch) if v is not None]
         if (given and min(given) < 1) or self.batch_timeout_us < 0:
-            raise InputError("--processes, --workers, --threads and --max-batch must be at least 1 (or auto), "
+            raise InputError("--model-processes, --interpreters, --threads and --max-batch must be at least 1 (or auto), "
                              "--batch-timeout-us not negative")
         if self.version < 1:
             raise InputError(f"--model-version {self.version}: versions are positive integers")
