@@ -93,7 +93,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/monitoring/prometheus/metrics", "core.metrics.scrape",
           "Prometheus metrics (TensorFlow Serving's names and ours)", front=True),
     Route("GET", "/openapi.json", "protocols.openapi.openapi_json", "This document"),
-    Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (Swagger UI)"),
+    Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (one page, nothing fetched from elsewhere)"),
 )
 
 RPCS: tuple[Rpc, ...] = (

@@ -22,15 +22,6 @@ if TYPE_CHECKING:
 
 OPENAPI_VERSION = "3.1.0"
 TITLE = "tfsmith model server"
-#: Swagger UI from its CDN (what FastAPI's `/docs` served): the browser fetches it, the server holds no copy.
-SWAGGER_UI = """<!DOCTYPE html>
-<html><head><title>%s</title>
-<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css"></head>
-<body><div id="swagger-ui"></div>
-<script src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#swagger-ui"})</script>
-</body></html>
-""" % TITLE
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}},
@@ -90,7 +81,10 @@ async def openapi_json(context: Context, request: Request) -> Answer:
 
 
 async def docs(context: Context, request: Request) -> Answer:
-    return Answer(200, SWAGGER_UI.encode(), ((b"content-type", b"text/html; charset=utf-8"),))
+    from builder.server.protocols import api_page
+
+    return Answer(200, api_page.page(document(context), context.plane.models).encode(),
+                  ((b"content-type", b"text/html; charset=utf-8"),))
 
 
 #: Base64 as `base64.b64decode(validate=True)` takes it: whole 4-character groups, padding only at the end.
