@@ -107,6 +107,8 @@ def test_every_other_route_goes_through_the_route_table(loop: asyncio.AbstractEv
     assert missing.status == 404 and "error" in json.loads(bytes(missing.body))
     wrong = answer(loop, host, Request(HTTP, "PUT", b"", "/v1/models/tiny:predict"))
     assert wrong.status == 405 and dict(wrong.headers)[b"allow"] == b"POST"
+    health = json.loads(bytes(answer(loop, host, Request(HTTP, "GET", b"", "/healthz")).body))
+    assert health["interpreters"] == health["workers"] == 1 and health["model"] == "tiny"
 
 
 def test_bad_requests_are_answered_not_raised(loop: asyncio.AbstractEventLoop, host: ModelHost) -> None:

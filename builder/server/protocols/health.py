@@ -37,13 +37,15 @@ def served(context: Context) -> dict[str, Any]:
     models = plane.models
     primary = plane.lookup(next(iter(models.models)))
     p50 = primary.model_p50_us
+    interpreters = None if primary.pool is None else primary.pool.size
     return {
         "status": "ok",
         "model": primary.name,
         "version": str(primary.version),
         "runtime": primary.runtime,
         "runtime_reason": config.runtime_reason,
-        "workers": None if primary.pool is None else primary.pool.size,
+        "interpreters": interpreters,
+        "workers": interpreters,  # the same count under its first name, for readers written before
         "max_batch_size": config.batching.max_batch_size,
         "inline": primary.batcher.inline,
         "dispatch": primary.batcher.mode,
