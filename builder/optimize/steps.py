@@ -138,7 +138,7 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
     `original_weights`: `source` holds the original's weights, unpruned; then the float .tflite is the one the
     plan's probe already converted from them (the same converter, signature and weights; the gate judges it
     like any other file), not a second conversion (4-5 CPU seconds for MobileNetV2)."""
-    from builder.optimize import quantize
+    from builder.optimize import loads, quantize
     from builder.optimize.model_io import copy_original
 
     if plan.loaded.tflite_path is not None:
@@ -155,42 +155,44 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
-    for format in formats:
-        mode = format.removeprefix("tflite_")
-        probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
-        with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
-            path = staging / FILE_NAMES[format]
-            try:
-                path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
-                                                                        signature=signature, others=others,
-                                                                        other_calib=other_calib))
-            except quantize.ConversionFailed as error:
-                log = plan.log(f"convert-{mode}", error.full_text)
-                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
-                                  f"(full text: {log})")
-                continue
-            except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
-                from builder.optimize.causes import cause, log_text
+    with loads.shared() as load:  # one Python load of `source` for every conversion of it
+        for format in formats:
+            mode = format.removeprefix("tflite_")
+            probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
+            with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
+                path = staging / FILE_NAMES[format]
+                try:
+                    path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
+                                                                            signature=signature, others=others,
+                                                                            other_calib=other_calib))
+                except quantize.ConversionFailed as error:
+                    log = plan.log(f"convert-{mode}", error.full_text)
+                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
+                                      f"(full text: {log})")
+                    continue
+                except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
+                    from builder.optimize.causes import cause, log_text
 
-                log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
-                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
-                                  f"(full text: {log})")
-                path.unlink(missing_ok=True)
-                continue
-        if format == "tflite_select_tf":
-            plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
-                              "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
-                              "delegate, never on LiteRT")
-        produced.append((format, path))
-    plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
-    return produced + ir_step(plan, source, staging, say)
+                    log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
+                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
+                                      f"(full text: {log})")
+                    path.unlink(missing_ok=True)
+                    continue
+            if format == "tflite_select_tf":
+                plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+                                  "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
+                                  "delegate, never on LiteRT")
+            produced.append((format, path))
+        plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
+        return produced + ir_step(plan, source, staging, say, load)
 
 
-def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tuple[str, Path]]:
+def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say, load: Any = None) -> list[tuple[str, Path]]:
     """OpenVINO's IR of the SavedModel (`builder.optimize.openvino_ir`): the float one, and the NNCF int8 one
     where the recipe quantizes to int8, calibrated on DATA's calibration rows here, at optimize time. Where
     OpenVINO is not installed, or refuses the model (its converter, NNCF, a model with several signatures),
-    one note says why and optimize goes on without it."""
+    one note says why and optimize goes on without it. `load`: the SavedModel loaded already
+    (`builder.optimize.loads.shared`), else it is loaded here."""
     wanted = [f for f in IR_FORMATS if f in plan.recipe.formats]
     if not wanted:
         return []
@@ -204,7 +206,8 @@ def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tupl
     produced: list[tuple[str, Path]] = []
     try:
         with stage(say, "converting to OpenVINO's IR (float)"):
-            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others))
+            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others),
+                                                    load=load)
             produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, staging / FILE_NAMES["openvino_ir_fp32"])))
         if "openvino_ir_int8" in wanted:
             with stage(say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
