@@ -262,8 +262,7 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
     from builder.optimize import evaluate, quality
 
-    runner = evaluate.Runner(runtime, path, options.threads,
-                             contract.signature if path.is_dir() or plan.checks else None)
+    runner = evaluate.Runner(runtime, path, options.threads, evaluated_signature(path, plan, contract))
     kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
     outputs = runner.predict_all(plan.gate_x)
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
@@ -293,6 +292,23 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     return result, runner
 
 
+#: Runners the evaluation opened, by `runner_key`: the race takes each one over instead of loading its file
+#: again (MobileNetV2: the SavedModel on TensorFlow 0.9 s, the int8 IR 0.4 s, and their first calls).
+Opened = dict[tuple[str, str, "str | None"], Any]
+
+
+def runner_key(path: Path, runtime: str, signature: str | None) -> tuple[str, str, str | None]:
+    """What makes two runners the same: the file, the runtime, the signature asked for (None: the file's own).
+    (`evaluate.Runner` takes the thread count too: optimize opens every one at --threads.)"""
+    return str(Path(path).resolve()), runtime, signature
+
+
+def evaluated_signature(path: Path, plan: Plan, contract: ModelContract) -> str | None:
+    """The signature an artifact is called by: the contract's for a SavedModel or a file with several, else
+    the file's own (None)."""
+    return contract.signature if path.is_dir() or plan.checks else None
+
+
 def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Options, contract_signature: str) -> Any:
     """The artifact on this runtime, judged on every other signature of the original
     (`builder.optimize.signatures.judge`): present, the original's names and dtypes, within the gate."""
@@ -320,13 +336,18 @@ def evaluated_on(format: str) -> str:
 
 
 def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
-                  reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
+                  reference: Mapping[str, np.ndarray], options: Options, say: Say,
+                  opened: Opened | None = None) -> list[ArtifactResult]:
+    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `opened` for the race."""
     results = []
     for format, path in produced:
         with stage(say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
             try:
-                result, _ = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference, options)
+                result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference,
+                                                   options)
+                if opened is not None:
+                    opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
                 if format == "saved_model":
                     raise
@@ -368,10 +389,13 @@ def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, n
 
 def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
-                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
+                 say: Say, opened: Opened | None = None) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
     """Time every artifact x runtime (x precision, x signature) in ONE interleaved loop, judge what runs
     differently from the evaluated path by the gate, and record each candidate's cost at a new input shape
-    (`builder.optimize.candidates`); then rows/s of each artifact's own row."""
+    (`builder.optimize.candidates`); then rows/s of each artifact's own row. A runner the evaluation opened
+    (`opened`) is taken over by its candidate (once), not opened again: the same file on the same runtime
+    at the same threads, and every candidate is still proved by one call at the data's shapes before it is
+    timed, each warmed up by the loop before its first sample."""
     from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
@@ -391,9 +415,11 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
         return verdict.passed, verdict.why or why
 
-    def make(runtime: str, path: Path, signature: str) -> Any:
+    def make(runtime: str, path: Path, signature: str | None) -> Any:
         # a file with several signatures is called by the contract's key, as a request without one gets it
-        return evaluate.Runner(runtime, path, options.threads, signature or (contract.signature if plan.checks else None))
+        asked = signature or (contract.signature if plan.checks else None)
+        taken = (opened or {}).pop(runner_key(path, runtime, asked), None)
+        return taken if taken is not None else evaluate.Runner(runtime, path, options.threads, asked)
 
     pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
     budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
@@ -412,8 +438,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         return latencies, stops
 
     timed: dict[str, Any] = {}
-    baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
-                       if baseline_dir is not None else None)
+    baseline_runner = make(TF, baseline_dir, contract.signature) if baseline_dir is not None else None
     named = FILE_NAMES.get(plan.recipe.choose, plan.recipe.choose) if plan.recipe.choose_named else None
     candidates, latencies, made = cands.measure(
         results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
