@@ -9,9 +9,10 @@ staging and temp folders removed, before the command returns).
 
 How: an atexit handler registered before TensorFlow is imported runs after every handler registered since
 (atexit runs last in, first out); it flushes stdout, stderr and logging and calls `os._exit` with the status
-the command returned. Only in the tfsmith process itself (pytest's CliRunner running the command inside
-another program leaves that program's exit alone), and only for a run that returned its status: an error or
-an interruption exits the ordinary way.
+the command returned. Only in the tfsmith process itself, told by its main module (the console script, or
+`python -m builder`), not by `sys.argv`, which a program running the command in-process sets too (the
+end-to-end tests do, inside pytest, whose own exit must stay its own); and only for a run that returned its
+status: an error or an interruption exits the ordinary way.
 """
 
 from __future__ import annotations
@@ -21,19 +22,25 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import PurePath
+from types import ModuleType
+from typing import Any
 
 
-def is_tfsmith_process(argv0: str) -> bool:
-    """The process is the tfsmith command itself: the console script, or `python -m builder`."""
-    path = PurePath(argv0)
-    return path.name == "tfsmith" or path.parts[-2:] == ("builder", "__main__.py")
+def is_tfsmith_process(main: ModuleType | Any) -> bool:
+    """`main` (the process's `__main__` module) is the tfsmith command: the console script `tfsmith`, or
+    `python -m builder`."""
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) in ("builder", "builder.__main__"):
+        return True
+    return PurePath(getattr(main, "__file__", None) or "").name == "tfsmith"
 
 
-def arm(argv0: str | None = None) -> Callable[[int], int]:
-    """Register the fast exit where this is the tfsmith process; returns `done(status)`, which records the
-    command's status (the exit fast happens only once a status is recorded) and gives it back."""
+def arm(main: ModuleType | Any = None) -> Callable[[int], int]:
+    """Register the fast exit where this is the tfsmith process (`main`: default the process's `__main__`);
+    returns `done(status)`, which records the command's status (the exit fast happens only once a status is
+    recorded) and gives it back."""
     status: list[int] = []
-    if is_tfsmith_process(sys.argv[0] if argv0 is None else argv0):
+    if is_tfsmith_process(sys.modules.get("__main__") if main is None else main):
         atexit.register(_leave, status)
 
     def done(code: int) -> int:

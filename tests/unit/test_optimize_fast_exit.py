@@ -1,34 +1,47 @@
-"""The fast exit after optimize's output (`builder.optimize.fast_exit`): only in the tfsmith process, only
-once the command returned its status, with that status."""
+"""The fast exit after optimize's output (`builder.optimize.fast_exit`): only in the tfsmith process (told by
+its main module, never by sys.argv), only once the command returned its status, with that status."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from builder.optimize import fast_exit
 
+CONSOLE_SCRIPT = SimpleNamespace(__spec__=None, __file__="/work/.venv/bin/tfsmith")
+PYTHON_M_BUILDER = SimpleNamespace(__spec__=SimpleNamespace(name="builder.__main__"),
+                                   __file__="/repo/builder/__main__.py")
+PYTEST = SimpleNamespace(__spec__=SimpleNamespace(name="pytest.__main__"), __file__="/site/pytest/__main__.py")
 
-@pytest.mark.parametrize("argv0, expected", [
-    ("/work/.venv/bin/tfsmith", True),
-    ("tfsmith", True),
-    ("/repo/builder/__main__.py", True),
-    ("/usr/lib/python3/site-packages/pytest/__main__.py", False),
-    ("/work/.venv/bin/pytest", False),
-    ("/repo/builder/cli.py", False),
-    ("", False),
+
+@pytest.mark.parametrize("main, expected", [
+    (CONSOLE_SCRIPT, True),
+    (PYTHON_M_BUILDER, True),
+    (PYTEST, False),
+    (SimpleNamespace(__spec__=None, __file__="/venv/bin/pytest"), False),
+    (SimpleNamespace(), False),  # an interactive interpreter's __main__ has no file
 ])
-def test_only_the_tfsmith_process_exits_fast(argv0: str, expected: bool) -> None:
-    assert fast_exit.is_tfsmith_process(argv0) is expected
+def test_only_the_tfsmith_process_exits_fast(main: Any, expected: bool) -> None:
+    assert fast_exit.is_tfsmith_process(main) is expected
+
+
+def test_this_test_process_is_not_tfsmith(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end-to-end tests run the command in-process with sys.argv[0] "tfsmith": pytest's exit stays its own."""
+    registered: list[Any] = []
+    monkeypatch.setattr(fast_exit.atexit, "register", lambda *args: registered.append(args))
+    monkeypatch.setattr("sys.argv", ["tfsmith", "optimize"])
+    assert fast_exit.arm()(0) == 0
+    assert registered == []
 
 
 def test_arm_registers_only_in_the_tfsmith_process(monkeypatch: pytest.MonkeyPatch) -> None:
     registered: list[tuple[Any, ...]] = []
     monkeypatch.setattr(fast_exit.atexit, "register", lambda *args: registered.append(args))
-    done = fast_exit.arm("/usr/bin/pytest")
+    done = fast_exit.arm(PYTEST)
     assert registered == [] and done(3) == 3
-    done = fast_exit.arm("/venv/bin/tfsmith")
+    done = fast_exit.arm(CONSOLE_SCRIPT)
     assert len(registered) == 1 and registered[0][0] is fast_exit._leave
     assert registered[0][1] == []  # nothing recorded yet: an error would exit the ordinary way
     assert done(3) == 3 and registered[0][1] == [3]
