@@ -15,7 +15,7 @@ objects are only read (signatures, debug info), never changed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,14 @@ from typing import Any
 Load = Callable[[Path], Any]
 
 
-def memoized(load: Callable[..., Any]) -> tuple[Callable[..., Any], dict[tuple[str, frozenset[str] | None], Any]]:
-    """`load(path, tags=None)` remembering each (folder, tags) it loaded; (the function, its memory)."""
-    memory: dict[tuple[str, frozenset[str] | None], Any] = {}
+def memoized(load: Callable[..., Any], seed: Mapping[tuple[str, frozenset[str] | None], Any] | None = None
+             ) -> tuple[Callable[..., Any], dict[tuple[str, frozenset[str] | None], Any]]:
+    """`load(path, tags=None)` remembering each (folder, tags) it loaded, starting from `seed` (by `folder_key`);
+    (the function, its memory)."""
+    memory: dict[tuple[str, frozenset[str] | None], Any] = dict(seed or {})
 
     def once(path: Any, tags: Any = None) -> Any:
-        key = (str(Path(path).resolve()), None if tags is None else frozenset(tags))
+        key = folder_key(path, tags)
         if key not in memory:
             memory[key] = load(path, tags)
         return memory[key]
@@ -36,11 +38,16 @@ def memoized(load: Callable[..., Any]) -> tuple[Callable[..., Any], dict[tuple[s
     return once, memory
 
 
+def folder_key(path: Any, tags: Any = None) -> tuple[str, frozenset[str] | None]:
+    return str(Path(path).resolve()), None if tags is None else frozenset(tags)
+
+
 @contextlib.contextmanager
-def shared() -> Iterator[Load]:
+def shared(loaded: Mapping[Path, Any] | None = None) -> Iterator[Load]:
     """A `load(folder)` that loads each SavedModel folder once for the block, and the TFLite converter's own
     loads going through it (TensorFlow's `lite._load`, restored afterwards). Where that internal has moved in
-    another TensorFlow, the converter loads as it always did: slower, never different."""
+    another TensorFlow, the converter loads as it always did: slower, never different. `loaded`: folders
+    loaded already (with the serving tag, the only MetaGraph a TensorFlow 2 SavedModel has), by folder."""
     from builder.optimize import tfenv
 
     tf = tfenv.tensorflow()
@@ -49,8 +56,9 @@ def shared() -> Iterator[Load]:
     except ImportError:  # pragma: no cover - a TensorFlow without the TFLite converter module
         lite = None
     original = getattr(lite, "_load", None)
+    seed = {folder_key(folder, {tf.saved_model.SERVING}): obj for folder, obj in (loaded or {}).items()}
     once, memory = memoized(original if original is not None else
-                            (lambda path, tags=None: tf.saved_model.load(str(path), tags)))
+                            (lambda path, tags=None: tf.saved_model.load(str(path), tags)), seed)
     if lite is not None and original is not None:
         lite._load = once
     try:

@@ -216,7 +216,9 @@ def _probe_conversion(loaded: Any) -> tuple[Any, bytes | None]:
     from builder.optimize import loads, quantize
 
     try:
-        with loads.shared():  # the converter's key check and its debug info from one load
+        # the converter's key check and its debug info from the load the model was read with
+        known = {loaded.saved_model_dir: loaded.loaded_saved_model} if loaded.loaded_saved_model is not None else {}
+        with loads.shared(known):
             return None, quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32",
                                                       signature=loaded.signature)
     except quantize.ConversionFailed as error:

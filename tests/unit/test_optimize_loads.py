@@ -56,3 +56,12 @@ def test_keras_imported_inside_the_block_stays(monkeypatch: pytest.MonkeyPatch) 
     with tfenv.tfmot_keras_hidden(modules):
         modules["keras"] = real  # something replaced the mark with the module itself
     assert modules["keras"] is real
+
+
+def test_a_folder_loaded_already_is_not_loaded_again(tmp_path: Path) -> None:
+    calls: list[str] = []
+    known = object()
+    once, _ = loads.memoized(lambda path, tags=None: calls.append(str(path)) or object(),
+                             {loads.folder_key(tmp_path / "sm", {"serve"}): known})
+    assert once(tmp_path / "sm", ["serve"]) is known and calls == []
+    assert once(tmp_path / "sm") is not known and len(calls) == 1  # other tags: loaded as asked
