@@ -65,3 +65,11 @@ def test_a_folder_loaded_already_is_not_loaded_again(tmp_path: Path) -> None:
                              {loads.folder_key(tmp_path / "sm", {"serve"}): known})
     assert once(tmp_path / "sm", ["serve"]) is known and calls == []
     assert once(tmp_path / "sm") is not known and len(calls) == 1  # other tags: loaded as asked
+
+
+def test_the_converters_forced_collection_is_skipped_only_inside_the_block() -> None:
+    import gc
+
+    quiet = loads._NoForcedCollection(gc)
+    assert quiet.collect() == 0 and quiet.collect(2) == 0
+    assert quiet.isenabled is gc.isenabled  # everything else is the module's own
