@@ -26,6 +26,7 @@ never a default.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -142,6 +143,15 @@ class SavedModelBackend(Backend):
             raise InputError(f"{model_path}: the SavedModel has no serving signatures (save it with "
                              "`signatures=` or export it with model.export())")
         self.signatures = {key: signature_spec(key, fn) for key, fn in self._functions.items()}
+
+    def at(self, precision: str, runtime: str) -> SavedModelBackend:
+        """The same loaded SavedModel served at another precision, as another runtime (`tensorflow-bf16` beside
+        `tensorflow`): one load instead of two (0.8-1.2 s for MobileNetV2). The functions are shared, which
+        the bf16 switch allows (`onednn_bf16`: TensorFlow keeps one instantiation of a function per setting)."""
+        twin = copy.copy(self)
+        twin.runtime = runtime
+        twin._precision = (lambda: onednn_bf16(self._tf)) if precision == "bf16" else contextlib.nullcontext
+        return twin
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

@@ -49,21 +49,25 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
                          max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
                          latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR,
                          signature: str | None = None, imports: tuple[str, ...] = ()) -> int:
-    """What `tfsmith optimize` does; returns the exit status (0, or EXIT_GATE_FAILED)."""
+    """What `tfsmith optimize` does; returns the exit status (0, or EXIT_GATE_FAILED). In the tfsmith process
+    itself, that status ends the process once everything is written, without the interpreter's teardown
+    (`builder.optimize.fast_exit`)."""
     import os
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
+    from builder.optimize import fast_exit
     from builder.optimize import report as reporting
 
+    done = fast_exit.arm()  # before TensorFlow is imported: its atexit handlers run before the exit
     if explain:
         for line in explain_plan(model=model, data=data, recipe=recipe, target=target, cuda_cc=cuda_cc,
                                  max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error,
                                  threads=threads, signature=signature, imports=imports):
             print(line)
-        return 0
+        return done(0)
     # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
     err = Console(file=os.fdopen(os.dup(2), "w", buffering=1), highlight=False, stderr=True)
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
@@ -97,8 +101,9 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     print(f"chosen: {report.chosen} on {reporting.runtime_text(report.chosen_runtime, pick.precision if pick else '')}"
           f"{signature} ({report.selection.how})")
     print(f"report: {outcome.out / reporting.REPORT_JSON} ({reporting.REPORT_MD}, {reporting.REPORT_PNG})")
+    err.file.flush()
     if not outcome.gate_passed:
         sys.stderr.write(f"tfsmith: error: quality gate failed: {report.chosen}: {report.gate.chosen_reason}; "
                          f"artifacts kept in {outcome.out}, marked rejected\n")
-        return EXIT_GATE_FAILED
-    return 0
+        return done(EXIT_GATE_FAILED)
+    return done(0)

@@ -64,15 +64,16 @@ class Runner:
     named arrays`, any batch size.
 
     `signature`: which signature to call (a SavedModel's serving_xla, say); default serving_default, else the
-    file's only one."""
+    file's only one. `backend`: the file loaded already for this runtime (`shared_load`), else it is loaded."""
 
-    def __init__(self, runtime: str, path: Path, threads: int, signature: str | None = None) -> None:
+    def __init__(self, runtime: str, path: Path, threads: int, signature: str | None = None,
+                 backend: Any = None) -> None:
         from builder.model.create import create_backend
 
         self.runtime, self.path = runtime, Path(path)
         if runtime in _TENSORFLOW_RUNTIMES:
             tfenv.tensorflow()  # TensorFlow with this process's thread set-up before the backend imports it
-        self._backend = create_backend(runtime, self.path, threads)
+        self._backend = backend if backend is not None else create_backend(runtime, self.path, threads)
         sigs = self._backend.signatures
         if signature and signature not in sigs:
             raise MissingSignature(f"{self.path.name} on {runtime} has no signature {signature!r} (it has: "
@@ -83,6 +84,20 @@ class Runner:
         self.outputs = tuple(TensorSpec(s.name, _dtype_name(s.dtype), _shape(s.shape)) for s in spec.outputs)
         self.signatures = tuple(sorted(sigs))
         self._dtypes = {s.name: s.dtype for s in spec.inputs}
+
+    @property
+    def holds_saved_model(self) -> bool:
+        """This runner's file is a SavedModel loaded on TensorFlow (which `shared_load` can share)."""
+        from builder.model.tensorflow import SavedModelBackend
+
+        return self.runtime in _TENSORFLOW_RUNTIMES and isinstance(self._backend, SavedModelBackend)
+
+    def shared_load(self, runtime: str) -> Any:
+        """This runner's SavedModel as a backend of another TensorFlow runtime (f32 or oneDNN bf16), sharing
+        the load; None where that cannot be (each other runtime loads its own file)."""
+        if runtime not in _TENSORFLOW_RUNTIMES or not self.holds_saved_model:
+            return None
+        return self._backend.at(registry.runtime(runtime).precision, runtime)
 
     def predict(self, x: Arrays) -> dict[str, np.ndarray]:
         feed = {name: _as_dtype(np.asarray(x[name]), dtype) for name, dtype in self._dtypes.items()}

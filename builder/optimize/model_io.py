@@ -136,6 +136,9 @@ class LoadedModel:
     _predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = field(repr=False, default=None)  # type: ignore[assignment]
     _predict_other: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = field(repr=False, default=None)
     _keep: list[Any] = field(default_factory=list, repr=False)  # temp dirs and loaded objects kept alive
+    #: `saved_model_dir` as `tf.saved_model.load` gave it here (None for a .tflite): what the plan's probe
+    #: conversion reads instead of loading the folder again (`builder.optimize.loads`)
+    loaded_saved_model: Any = field(default=None, repr=False)
 
     def predict(self, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
         """The original model's outputs by output name, in batches (fixed-batch models: their batch size)."""
@@ -405,7 +408,7 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
                        saved_model_dir=directory, tflite_path=None, trainable_why_not=why,
                        params=int(keras_model.count_params()) if keras_model is not None else (params or None),
                        signature=key, others=others, _predict=_signature_predict(fn, inputs),
-                       _predict_other=lambda name, x: predictors[name](x), _keep=keep)
+                       _predict_other=lambda name, x: predictors[name](x), _keep=keep, loaded_saved_model=loaded)
 
 
 def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +53,14 @@ def _ov() -> Any:
     return ov
 
 
-def convert_saved_model(saved_model: Path, signature: str, others: Sequence[str] = ()) -> Any:
+def convert_saved_model(saved_model: Path, signature: str, others: Sequence[str] = (),
+                        load: Callable[[Path], Any] | None = None) -> Any:
     """The float `ov.Model` of the SavedModel's `signature`, its ports named as that signature names its inputs
     and outputs and the signature recorded in the model's order (`signature_info`); IRRefused when the model has
     other signatures (`others`: an IR holds one function), when OpenVINO's converter refuses, or when a name has
-    no port. (The SavedModel optimize exported keeps the original's names, so those are the contract's.)"""
+    no port. (The SavedModel optimize exported keeps the original's names, so those are the contract's.)
+    `load`: the SavedModel as the TFLite conversions loaded it (`builder.optimize.loads.shared`), else loaded
+    here."""
     from builder.model.openvino import RT_INFO, signature_info
     from builder.model.tensorflow import signature_spec
     from builder.optimize import tfenv
@@ -69,7 +72,8 @@ def convert_saved_model(saved_model: Path, signature: str, others: Sequence[str]
     ov = _ov()
     tf = tfenv.tensorflow()
     try:
-        loaded = tf.saved_model.load(str(saved_model))  # held while converting: the function uses its variables
+        # held while converting: the function uses its variables
+        loaded = load(saved_model) if load is not None else tf.saved_model.load(str(saved_model))
         function = loaded.signatures[signature]
         spec = signature_spec(signature, function)
         with _quiet():  # weights copied: by default the model would point into TensorFlow's variables, freed below

@@ -24,13 +24,13 @@ from typing import Any
 
 
 from builder.optimize.contract import check_repeatable, original_answers, settle_contract
-from builder.optimize.layout import SAMPLES_NAME
+from builder.optimize.layout import SAMPLES_NAME, TF
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan
 from builder.optimize.select import select_step
 from builder.optimize.steps import (baseline_step, capacity_step, convert_step, drop_unrunnable_xla, evaluate_step,
                                     export_step, measure_step, openvino_available,
-                                    prune_step, qat_step, samples_step)
+                                    prune_step, qat_step, runner_key, samples_step, Opened)
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
 from builder.report import DataInfo, Gate, ModelInfo, Report
 from builder.say import Say
@@ -72,13 +72,18 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
             produced = convert_step(plan, saved_model, conversion_source(plan, saved_model, sparsity), staging, say,
                                     original_weights=sparsity is None and exported is plan.loaded.keras_model)
             produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
-            results = evaluate_step(produced, staging, plan, contract, reference, options, say)
+            opened: Opened = {}  # the evaluation's runners, each taken over by its candidate in the race
+            results = evaluate_step(produced, staging, plan, contract, reference, options, say, opened)
             with stage(say, "the float baseline (SavedModel signature)"):
-                baseline, _ = baseline_step(plan, contract, reference, options)
+                baseline, baseline_runner = baseline_step(plan, contract, reference, options)
+            if baseline_runner is not None:
+                opened[runner_key(plan.loaded.saved_model_dir, TF, contract.signature)] = baseline_runner
             samples_step(staging, plan, contract, reference)
             unpruned_export = sparsity is None and any(r.format == "saved_model" for r in results)
             results, candidates, extra = measure_step(results, staging, plan, contract, reference,
-                                                      None if unpruned_export else loaded.saved_model_dir, options, say)
+                                                      None if unpruned_export else loaded.saved_model_dir, options, say,
+                                                      opened)
+            opened.clear()  # what the race did not take over is not held for the rest of the run
             results = drop_unrunnable_xla(results, candidates, staging, plan)
             same = next((r for r in results if r.format == "saved_model"), None) if sparsity is None else None
             if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement

@@ -213,11 +213,14 @@ def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
 def _probe_conversion(loaded: Any) -> tuple[Any, bytes | None]:
     """A float conversion before any training: (ConversionFailed, None) when the TFLite builtins cannot express
     the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite) when they can."""
-    from builder.optimize import quantize
+    from builder.optimize import loads, quantize
 
     try:
-        return None, quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32",
-                                                  signature=loaded.signature)
+        # the converter's key check and its debug info from the load the model was read with
+        known = {loaded.saved_model_dir: loaded.loaded_saved_model} if loaded.loaded_saved_model is not None else {}
+        with loads.shared(known):
+            return None, quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32",
+                                                      signature=loaded.signature)
     except quantize.ConversionFailed as error:
         return error, None
 

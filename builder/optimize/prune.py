@@ -92,7 +92,7 @@ def prune_model(model: Any, pruning: Pruning, x_train: Any, y_train: Any, loss: 
                 verbose: int = 0) -> tuple[Any, SparsityResult]:
     """Prune a Sequential/Functional tf_keras model to `pruning`'s target and fine-tune; returns the stripped model."""
     keras = tfenv.keras()
-    import tensorflow_model_optimization as tfmot
+    tfmot = tfenv.tfmot()
 
     sparsity = tfmot.sparsity.keras
     rows = len(x_train[0]) if isinstance(x_train, (list, tuple)) else len(x_train)

@@ -49,7 +49,9 @@ def qat_loading() -> Iterator[None]:
     """tfmot's custom-object scope, and its layers' variables matched from the end while a model loads; nothing
     where tfmot is not installed (models without its layers load as they always do)."""
     try:
-        import tensorflow_model_optimization as tfmot
+        from builder.optimize import tfenv
+
+        tfmot = tfenv.tfmot()
         from tensorflow_model_optimization.python.core.quantization.keras import quantize_layer, quantize_wrapper
     except Exception:  # noqa: BLE001 - tfmot absent or broken
         yield

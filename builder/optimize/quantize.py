@@ -133,21 +133,32 @@ def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration =
 
 
 def _converter(tf: Any, saved_model_dir: Path, keys: list[str]) -> Any:
-    """The converter for these signatures of a SavedModel.
+    """The converter for these signatures of a SavedModel: the class `from_saved_model` returns for every
+    SavedModel of TensorFlow 2 (it converts the folder itself), built directly.
 
-    For several keys, `from_saved_model` is bypassed: when the loaded object has an attribute `serve` (what
-    `model.export` writes, and a common name for a `tf.Module`'s method), it takes the SavedModel for a
-    `model.export` artifact and converts `serving_default` alone, whatever keys it was given (TensorFlow
-    2.21), so `embed` and `score_pair` would vanish. The converter class it would build for any other
-    SavedModel converts every key asked for (weights shared between subgraphs: +1% in size for a second
-    signature of the same function)."""
-    if len(keys) > 1:
-        try:
-            from tensorflow.lite.python.lite import TFLiteSavedModelConverterV2
-        except ImportError:  # pragma: no cover - a TensorFlow that moved it: the public door, as it behaves
-            pass
-        else:
-            return TFLiteSavedModelConverterV2(str(saved_model_dir), {tf.saved_model.SERVING}, keys)
+    `from_saved_model` loads the whole SavedModel in Python only to check the keys (1.2 CPU seconds for
+    MobileNetV2, at every conversion), and for several keys it errs: when the loaded object has an attribute
+    `serve` (what `model.export` writes, and a common name for a `tf.Module`'s method), it takes the SavedModel
+    for a `model.export` artifact and converts `serving_default` alone, whatever keys it was given (TensorFlow
+    2.21), so `embed` and `score_pair` would vanish. The class built here converts every key asked for
+    (weights shared between subgraphs: +1% in size for a second signature of the same function); the keys are
+    checked on the converter's own load (`builder.optimize.loads` shares it between conversions). Where that
+    class would not convert the folder itself (a TensorFlow 1 SavedModel), `from_saved_model` does as ever."""
+    try:
+        from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
+        from tensorflow.lite.python.lite import TFLiteConverterBase, TFLiteSavedModelConverterV2, _load
+    except ImportError:  # pragma: no cover - a TensorFlow that moved them: the public door, as it behaves
+        return tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=keys)
+    tags = {tf.saved_model.SERVING}
+    if len(keys) == 1:  # the check from_saved_model makes, in its words
+        found = _load(str(saved_model_dir), tags).signatures
+        if keys[0] not in found:
+            raise ValueError(f"Invalid signature key '{keys[0]}' found. Valid keys are '{','.join(found)}'.")
+    # what from_saved_model records in the file's conversion metadata (the original's kind of model)
+    TFLiteConverterBase._set_original_model_type(metadata.ModelType.TF_SAVED_MODEL)
+    converter = TFLiteSavedModelConverterV2(str(saved_model_dir), tags, keys)
+    if converter.saved_model_dir or len(keys) > 1:
+        return converter
     return tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir), signature_keys=keys)
 
 
@@ -184,7 +195,7 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
 def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarray, loss: Any, epochs: int,
                              batch_size: int, pruned: bool, verbose: int = 0) -> Any:
     """Fine-tune with fake-quant nodes; pruning-preserving (PQAT) when the model was pruned."""
-    import tensorflow_model_optimization as tfmot
+    tfmot = tfenv.tfmot()
 
     from builder.optimize.prune import compile_for_finetune
 

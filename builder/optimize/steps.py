@@ -138,7 +138,7 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
     `original_weights`: `source` holds the original's weights, unpruned; then the float .tflite is the one the
     plan's probe already converted from them (the same converter, signature and weights; the gate judges it
     like any other file), not a second conversion (4-5 CPU seconds for MobileNetV2)."""
-    from builder.optimize import quantize
+    from builder.optimize import loads, quantize
     from builder.optimize.model_io import copy_original
 
     if plan.loaded.tflite_path is not None:
@@ -155,42 +155,44 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
-    for format in formats:
-        mode = format.removeprefix("tflite_")
-        probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
-        with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
-            path = staging / FILE_NAMES[format]
-            try:
-                path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
-                                                                        signature=signature, others=others,
-                                                                        other_calib=other_calib))
-            except quantize.ConversionFailed as error:
-                log = plan.log(f"convert-{mode}", error.full_text)
-                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
-                                  f"(full text: {log})")
-                continue
-            except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
-                from builder.optimize.causes import cause, log_text
+    with loads.shared() as load:  # one Python load of `source` for every conversion of it
+        for format in formats:
+            mode = format.removeprefix("tflite_")
+            probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
+            with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
+                path = staging / FILE_NAMES[format]
+                try:
+                    path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
+                                                                            signature=signature, others=others,
+                                                                            other_calib=other_calib))
+                except quantize.ConversionFailed as error:
+                    log = plan.log(f"convert-{mode}", error.full_text)
+                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
+                                      f"(full text: {log})")
+                    continue
+                except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
+                    from builder.optimize.causes import cause, log_text
 
-                log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
-                plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
-                                  f"(full text: {log})")
-                path.unlink(missing_ok=True)
-                continue
-        if format == "tflite_select_tf":
-            plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
-                              "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
-                              "delegate, never on LiteRT")
-        produced.append((format, path))
-    plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
-    return produced + ir_step(plan, source, staging, say)
+                    log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
+                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
+                                      f"(full text: {log})")
+                    path.unlink(missing_ok=True)
+                    continue
+            if format == "tflite_select_tf":
+                plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+                                  "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
+                                  "delegate, never on LiteRT")
+            produced.append((format, path))
+        plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
+        return produced + ir_step(plan, source, staging, say, load)
 
 
-def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tuple[str, Path]]:
+def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say, load: Any = None) -> list[tuple[str, Path]]:
     """OpenVINO's IR of the SavedModel (`builder.optimize.openvino_ir`): the float one, and the NNCF int8 one
     where the recipe quantizes to int8, calibrated on DATA's calibration rows here, at optimize time. Where
     OpenVINO is not installed, or refuses the model (its converter, NNCF, a model with several signatures),
-    one note says why and optimize goes on without it."""
+    one note says why and optimize goes on without it. `load`: the SavedModel loaded already
+    (`builder.optimize.loads.shared`), else it is loaded here."""
     wanted = [f for f in IR_FORMATS if f in plan.recipe.formats]
     if not wanted:
         return []
@@ -204,7 +206,8 @@ def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say) -> list[tupl
     produced: list[tuple[str, Path]] = []
     try:
         with stage(say, "converting to OpenVINO's IR (float)"):
-            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others))
+            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others),
+                                                    load=load)
             produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, staging / FILE_NAMES["openvino_ir_fp32"])))
         if "openvino_ir_int8" in wanted:
             with stage(say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
@@ -259,8 +262,7 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     """Outputs on the held-out rows with the serving runtime, judged per output against the original."""
     from builder.optimize import evaluate, quality
 
-    runner = evaluate.Runner(runtime, path, options.threads,
-                             contract.signature if path.is_dir() or plan.checks else None)
+    runner = evaluate.Runner(runtime, path, options.threads, evaluated_signature(path, plan, contract))
     kept, differs = contract_kept(contract, runner.inputs, runner.outputs)
     outputs = runner.predict_all(plan.gate_x)
     metrics, passed, why = quality.judge(outputs, reference, plan.data.y_val, contract.outputs,
@@ -290,6 +292,40 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
     return result, runner
 
 
+#: Runners the evaluation opened, by `runner_key`: the race takes each one over instead of loading its file
+#: again (MobileNetV2: the SavedModel on TensorFlow 0.9 s, the int8 IR 0.4 s, and their first calls).
+Opened = dict[tuple[str, str, "str | None"], Any]
+
+
+def runner_key(path: Path, runtime: str, signature: str | None) -> tuple[str, str, str | None]:
+    """What makes two runners the same: the file, the runtime, the signature asked for (None: the file's own).
+    (`evaluate.Runner` takes the thread count too: optimize opens every one at --threads.)"""
+    return str(Path(path).resolve()), runtime, signature
+
+
+def runner_for(runtime: str, path: Path, asked: str | None, opened: Opened, loaded_folders: dict[str, Any],
+               open_runner: Callable[[Any], Any]) -> Any:
+    """The runner for `path` on `runtime` calling `asked`: the evaluation's own (taken out of `opened`, so no
+    two candidates share one); else a new one (`open_runner(backend)`), which for a SavedModel on TensorFlow
+    shares the load of the first runner of that folder (`loaded_folders`, filled here): serving_xla and
+    TensorFlow's bf16 beside the f32 contract signature, one `tf.saved_model.load` instead of three
+    (MobileNetV2: 0.6-1.5 s each)."""
+    runner = opened.pop(runner_key(path, runtime, asked), None)
+    folder = str(Path(path).resolve())
+    if runner is None:
+        first = loaded_folders.get(folder)
+        runner = open_runner(first.shared_load(runtime) if first is not None else None)
+    if runner.holds_saved_model:
+        loaded_folders.setdefault(folder, runner)
+    return runner
+
+
+def evaluated_signature(path: Path, plan: Plan, contract: ModelContract) -> str | None:
+    """The signature an artifact is called by: the contract's for a SavedModel or a file with several, else
+    the file's own (None)."""
+    return contract.signature if path.is_dir() or plan.checks else None
+
+
 def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Options, contract_signature: str) -> Any:
     """The artifact on this runtime, judged on every other signature of the original
     (`builder.optimize.signatures.judge`): present, the original's names and dtypes, within the gate."""
@@ -317,13 +353,18 @@ def evaluated_on(format: str) -> str:
 
 
 def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
-                  reference: Mapping[str, np.ndarray], options: Options, say: Say) -> list[ArtifactResult]:
+                  reference: Mapping[str, np.ndarray], options: Options, say: Say,
+                  opened: Opened | None = None) -> list[ArtifactResult]:
+    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `opened` for the race."""
     results = []
     for format, path in produced:
         with stage(say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
             try:
-                result, _ = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference, options)
+                result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference,
+                                                   options)
+                if opened is not None:
+                    opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
                 if format == "saved_model":
                     raise
@@ -365,10 +406,13 @@ def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, n
 
 def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
                  reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
-                 say: Say) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
+                 say: Say, opened: Opened | None = None) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
     """Time every artifact x runtime (x precision, x signature) in ONE interleaved loop, judge what runs
     differently from the evaluated path by the gate, and record each candidate's cost at a new input shape
-    (`builder.optimize.candidates`); then rows/s of each artifact's own row."""
+    (`builder.optimize.candidates`); then rows/s of each artifact's own row. A runner the evaluation opened
+    (`opened`) is taken over by its candidate (once), not opened again: the same file on the same runtime
+    at the same threads, and every candidate is still proved by one call at the data's shapes before it is
+    timed, each warmed up by the loop before its first sample."""
     from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
@@ -388,9 +432,13 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         verdict = judge_other_signatures(runner, plan.checks, options, contract.signature)
         return verdict.passed, verdict.why or why
 
-    def make(runtime: str, path: Path, signature: str) -> Any:
+    loaded_folders: dict[str, Any] = {}  # a SavedModel's first runner on TensorFlow, by folder
+
+    def make(runtime: str, path: Path, signature: str | None) -> Any:
         # a file with several signatures is called by the contract's key, as a request without one gets it
-        return evaluate.Runner(runtime, path, options.threads, signature or (contract.signature if plan.checks else None))
+        asked = signature or (contract.signature if plan.checks else None)
+        return runner_for(runtime, path, asked, opened if opened is not None else {}, loaded_folders,
+                          lambda backend: evaluate.Runner(runtime, path, options.threads, asked, backend=backend))
 
     pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
     budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
@@ -409,8 +457,7 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
         return latencies, stops
 
     timed: dict[str, Any] = {}
-    baseline_runner = (evaluate.Runner(TF, baseline_dir, options.threads, contract.signature)
-                       if baseline_dir is not None else None)
+    baseline_runner = make(TF, baseline_dir, contract.signature) if baseline_dir is not None else None
     named = FILE_NAMES.get(plan.recipe.choose, plan.recipe.choose) if plan.recipe.choose_named else None
     candidates, latencies, made = cands.measure(
         results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,

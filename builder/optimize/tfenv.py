@@ -65,6 +65,45 @@ def keras() -> ModuleType:
     return tf_keras
 
 
+def tfmot() -> ModuleType:
+    """tensorflow_model_optimization, imported without importing Keras 3 on the way.
+
+    tfmot's pruning registry tries `from keras.src.engine import base_layer` at import; Keras 3 has no such
+    module, so the import fails and tfmot goes on without it, but only after importing the whole Keras 3
+    package (scikit-learn and SciPy through its wrappers): 1.8 CPU seconds of every load of a Keras 2 model
+    for nothing. Where Keras 3 is installed and not imported yet, it is hidden while tfmot imports: the same
+    ImportError, at once, and the same registry (`tfmot_keras_hidden`)."""
+    keras()
+    import importlib
+
+    with tfmot_keras_hidden(sys.modules):
+        return importlib.import_module("tensorflow_model_optimization")
+
+
+@contextlib.contextmanager
+def tfmot_keras_hidden(modules: dict) -> Iterator[None]:
+    """`import keras` fails inside the block where Keras 3 is installed but not imported (the entry None in
+    `modules`, `sys.modules`, is Python's own "not importable" mark); afterwards keras imports as ever."""
+    hide = "keras" not in modules and keras3_installed()
+    if hide:
+        modules["keras"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if hide and modules.get("keras", 0) is None:
+            del modules["keras"]
+
+
+def keras3_installed() -> bool:
+    """The `keras` distribution installed here is Keras 3 (TensorFlow 2.16+ depends on it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("keras").split(".")[0] == "3"
+    except PackageNotFoundError:
+        return False
+
+
 def configure_threads(threads: int) -> bool:
     """TensorFlow's threads as every timing sets them (`builder.measure.threads`); False once TF ran ops."""
     from builder.measure.threads import configure_tensorflow
