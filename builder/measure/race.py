@@ -6,8 +6,9 @@ are within noise of each other. The answer the timing exists for is known much e
   the medians' 95% confidence intervals apart, the rule the final choice uses) stops ("slower than X beyond
   noise after N calls"); its p50 and interval stay those of the samples it had, and the rest share its time;
 - once every choosable survivor is within noise of the best and its median is stable (+-2%, what bench calls
-  stable), more time would not change the choice: everyone still running stops ("settled"), as they do when one
-  choosable candidate is left;
+  stable), or each is as fast as the best within +-2% round by round (`Race.equivalent`), more time would not
+  change the choice by more than that: everyone still running stops ("settled"), as they do when one choosable
+  candidate is left;
 - otherwise the budget stops them ("budget").
 
 The verdicts are taken over each runner's ROUNDS (the median of each slice of calls), not its single calls: calls
@@ -26,6 +27,14 @@ digits run; +-2%, like elimination alone, never a slower one in the plain replay
 digits run, a 12% slower one in 3 windows where the recording ran out before +-2% was reached). Calls timed, per
 window's median: digits 2-7 s, MobileNetV2 7-11 s, against 45 s. Where two files are truly within 1-2%, any
 rule's pick differs from the full run's in some windows, at no cost by the full run's medians.
+
+Round by round: two candidates timed in the same round share that moment's load, so the ratio of their round
+medians is far steadier than either median. On a busy host two files that run the same network (a float model on
+OpenVINO at bf16, read from its `.tflite` and from its IR) were within 1% of each other yet neither median reached
++-2% before the 45 s budget (the race took 44-46 s of a 93-103 s MobileNetV2 run). Settling as well when the
+ratio's interval is within +-2%, replayed through the same recorded runs: the same picks in every plain replay,
+as soon or sooner; in the tie replays of one digits run it picked the full run's choice in 10 of 10 windows (the
++-2% rule alone 7, once a file 12% slower) in 2.6 s instead of 4.3 (median); at +-3% once a 6.5% slower file.
 
 Candidates that cannot be chosen (a gate failure, a file the recipe does not ship, the reference row) are timed
 for the report only: dropped when slower than the best beyond noise, stopped ("settled") once their median is
@@ -150,10 +159,30 @@ class Race:
 
     def settled(self, alive: Sequence[str], per_slice: Callable[[str], Sequence[float]]) -> bool:
         """Whether the choice among the choosable survivors `alive` (all within noise of the best) is known: one
-        left, or every one's median pinned to within +-`settle_half_width` (its interval over its rounds)."""
+        left, every one's median pinned to within +-`settle_half_width` (its interval over its rounds), or every
+        one as fast as the best within that width round by round (`equivalent`)."""
         return len(alive) <= 1 or all(
             stats.is_stable(per_slice(n), min_samples=self.fewest, rel_half_width=self.settle_half_width,
-                            confidence=self.confidence) for n in alive)
+                            confidence=self.confidence) for n in alive) or self.equivalent(alive, per_slice)
+
+    def equivalent(self, alive: Sequence[str], per_slice: Callable[[str], Sequence[float]]) -> bool:
+        """Every survivor's time over the best's, taken round by round (the two timed moments apart, under the
+        same host load), has its median's interval within +-`settle_half_width` of 1: whichever the tie order
+        picks is at most that much slower, however long they were timed on."""
+        best_name = decide.fastest([timed(n, per_slice(n), self.entrant(n), self.confidence) for n in alive]).name
+        best = per_slice(best_name)
+        for name in alive:
+            if name == best_name:
+                continue
+            rounds = per_slice(name)
+            common = min(len(rounds), len(best))  # the rounds both ran are each one's latest
+            if common < self.fewest:
+                return False
+            ratios = [a / b for a, b in zip(rounds[len(rounds) - common:], best[len(best) - common:])]
+            low, high = stats.median_ci(ratios, self.confidence)
+            if low < 1 / (1 + self.settle_half_width) or high > 1 + self.settle_half_width:
+                return False
+        return True
 
 
 @dataclass(frozen=True)

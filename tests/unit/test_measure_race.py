@@ -68,7 +68,7 @@ def test_no_verdict_below_the_fewest_samples_a_confidence_interval_needs() -> No
 def test_within_noise_is_settled_once_every_survivor_is_pinned_down() -> None:
     entrants = {"a": Entrant("a", size_bytes=1), "b": Entrant("b", size_bytes=2)}
     wide = [1.00 + 0.2 * f for f in (-1, -0.5, 0, 0.5, 1, 0.25, -0.25, 0.1, -0.1, 0)]  # +-20%: could go either way
-    assert Race(entrants)(lap({"a": wide, "b": [x * 0.99 for x in wide]})) == Verdict()
+    assert Race(entrants)(lap({"a": wide, "b": [x * 0.99 for x in reversed(wide)]})) == Verdict()
     narrow = [1.00 + 0.01 * f for f in (-1, -0.5, 0, 0.5, 1, 0.25, -0.25, 0.1, -0.1, 0)]  # +-1%, within noise
     both = {"a": narrow, "b": [x * 1.005 for x in narrow]}
     assert Race(entrants)(lap(both)) == Verdict({}, SETTLED)
@@ -86,7 +86,7 @@ def test_a_candidate_that_cannot_be_chosen_is_never_the_best() -> None:
     wide = [0.1, 0.2, 0.05, 0.3, 0.02, 0.15, 0.25, 0.01]  # faster than ok, not known to +-10% yet: timed on
     ok_wide = [1.0, 1.3, 0.7, 1.2, 0.8, 1.0, 1.25, 0.75]
     keep = Race({"x": Entrant("x", eligible=False), "ok": Entrant("ok"), "b": Entrant("b")})(
-        lap({"x": wide, "ok": ok_wide, "b": ok_wide}))
+        lap({"x": wide, "ok": ok_wide, "b": list(reversed(ok_wide))}))  # not as fast round by round either
     assert keep == Verdict()
     unknown = Race({"ok": Entrant("ok")})(lap({"ok": ok, "baseline": [9.0] * 8}))
     assert unknown.drop == {"baseline": "slower than ok beyond noise after 8 calls"}  # not an entrant: not chosen
@@ -152,3 +152,33 @@ def test_per_runner_stops_each_once_its_median_is_pinned_down() -> None:
     noisy = [1.0, 2.0, 0.5, 3.0, 0.2] * 6
     verdict = PerRunner(rel_half_width=0.05)(lap({"steady": steady, "noisy": noisy}))
     assert verdict == Verdict({"steady": SETTLED})
+
+
+def test_two_candidates_as_fast_round_by_round_settle_however_noisy_the_host() -> None:
+    """The same network read from two files: each round's load moves both alike, so neither median is pinned to
+    +-2%, but their ratio is."""
+    entrants = {"tflite": Entrant("tflite", size_bytes=1), "ir": Entrant("ir", size_bytes=2)}
+    load = [1.00 + 0.3 * f for f in (-1, -0.5, 0, 0.5, 1, 0.25, -0.25, 0.1, -0.1, 0)]  # +-30% from round to round
+    twins = {"tflite": load, "ir": [x * (1.004 if i % 2 else 0.996) for i, x in enumerate(load)]}
+    assert not any(stats.is_stable(r, min_samples=6, rel_half_width=0.02) for r in twins.values())
+    assert Race(entrants)(lap(twins)) == Verdict({}, SETTLED)
+    assert Race(entrants).equivalent(["tflite", "ir"], twins.__getitem__)
+
+
+def test_a_steady_difference_beyond_the_width_is_not_equivalent() -> None:
+    entrants = {"a": Entrant("a"), "b": Entrant("b")}
+    load = [1.00 + 0.3 * f for f in (-1, -0.5, 0, 0.5, 1, 0.25, -0.25, 0.1, -0.1, 0)]
+    apart = {"a": load, "b": [x * 1.04 for x in load]}  # 4% slower in every round: within noise of each median
+    assert Race(entrants)(lap(apart)) == Verdict()
+    assert not Race(entrants).equivalent(["a", "b"], apart.__getitem__)
+    few = {"a": load[:5], "b": load[:5]}  # too few rounds for an interval
+    assert not Race(entrants).equivalent(["a", "b"], few.__getitem__)
+
+
+def test_rounds_are_paired_from_the_latest() -> None:
+    """A candidate that joined later has fewer rounds: its latest rounds are the best's latest."""
+    entrants = {"a": Entrant("a"), "late": Entrant("late")}
+    early = [5.0, 0.2, 7.0]  # rounds `late` did not run: not compared
+    load = [1.00 + 0.3 * f for f in (-1, -0.5, 0, 0.5, 1, 0.25, -0.25, 0.1, -0.1, 0)]
+    rounds = {"a": early + load, "late": [x * 1.001 for x in load]}
+    assert Race(entrants).equivalent(["a", "late"], rounds.__getitem__)
