@@ -8,7 +8,7 @@ lazily: the LiteRT serving image has no TensorFlow, and importing it costs secon
 Threads are process-wide in TensorFlow and can be set only before the first op runs, so
 `prepare_tensorflow` sets them once per process, before any model loads:
 - intra-op = the server's `--threads`: how many cores one op (a matmul, a convolution) may use;
-- inter-op = the server's `--workers`: each call in flight drives its graph's ops from one inter-op thread,
+- inter-op = the server's `--interpreters`: each call in flight drives its graph's ops from one inter-op thread,
   so as many threads as concurrent calls let them run side by side, and more would only oversubscribe the
   cores intra-op already uses (TensorFlow's default is one per core, for each pool).
 A loaded SavedModel's functions are thread-safe (concurrent calls run side by side on the inter-op
@@ -64,7 +64,7 @@ def prepare_tensorflow(threads: int, workers: int) -> Any:
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(1, workers))
-        for gpu in gpus:  # take GPU memory as needed, not all of it: `--processes N` puts N servers on one GPU
+        for gpu in gpus:  # take GPU memory as needed, not all of it: `--model-processes N` puts N on one GPU
             tf.config.experimental.set_memory_growth(gpu, True)
     except RuntimeError:  # ops already ran in this process (a test, a host tool): its set-up stays as it is
         log.debug("TensorFlow was already initialized in this process; its threads and GPU memory stay as set")
