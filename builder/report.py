@@ -343,6 +343,32 @@ def capacity(artifact: str, runtime: str, signature: str, p50_us: float, ci_low_
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One step optimize tried (or chose not to try) beyond the model's own SavedModel, as its ledger recorded it
+    (`builder.optimize.ledger`): pruning, a conversion, a quantizer, the IR, serving_xla. Every such step that
+    drops out has one of these with its cause, so the report, the notes and `--explain` say the same thing.
+
+    `outcome`: DONE, DROPPED (tried and failed: `cause` is the library's own first line, `log` the file in
+    OUT/logs with its full text) or SKIPPED (not tried: `cause` says why). Memory is the process's resident
+    set in MiB before and after the step and its peak during it (None where the host cannot say)."""
+
+    step: str
+    outcome: str
+    line: str = ""
+    cause: str = ""
+    log: str | None = None
+    seconds: float = 0.0
+    rss_before_mib: float | None = None
+    rss_after_mib: float | None = None
+    peak_rss_mib: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Attempt":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything `tfsmith optimize` decided and measured; `chosen` + `chosen_runtime` are what to serve."""
 
@@ -369,6 +395,8 @@ class Report:
     chosen_signature: str = "serving_default"
     #: what one core and this host serve with the chosen artifact x runtime (None: not measured here)
     capacity: Capacity | None = None
+    #: every optional step in the order it ran: what was tried, done, dropped (with its cause and log) or skipped
+    attempts: tuple[Attempt, ...] = ()
 
     @property
     def contract(self) -> ModelContract:
@@ -412,7 +440,8 @@ class Report:
             samples=str(data.get("samples", SAMPLES_NPZ)), gate=Gate.from_dict(_need(data, "gate", "report")),
             selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA,
             chosen_signature=str(data.get("chosen_signature") or "serving_default"),
-            capacity=Capacity.from_dict(data["capacity"]) if data.get("capacity") else None)
+            capacity=Capacity.from_dict(data["capacity"]) if data.get("capacity") else None,
+            attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts") or ()))
 
     @classmethod
     def load(cls, path: Path) -> "Report":

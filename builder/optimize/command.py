@@ -30,7 +30,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
                       max_relative_error=max_relative_error, signature=signature, imports=imports)
     with tfenv.quiet_native_stderr():
         plan = make_plan(options, lambda _: None)
-        for name, text in plan.logs.items():
+        for name, text in plan.ledger.logs.items():
             keep_log(name, text, logs)
         reference = original_answers(plan.loaded, {k: v[:64] for k, v in plan.data.x_val.items()}, model)
         contract = settle_contract(plan, reference, rows=64)
@@ -40,7 +40,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
                      + ": every one is kept in every artifact and judged against the original")
     for spec in contract.outputs:
         lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")
-    lines += [f"note: {n}" for n in plan.notes]
+    lines += [f"note: {n}" for n in plan.ledger.lines()]
     plan.loaded.close()
     return lines
 

@@ -44,6 +44,7 @@ class IRRefused(IncompatibleError):
 
     def __init__(self, message: str, full_text: str = "") -> None:
         super().__init__(message)
+        self.cause = message
         self.full_text = full_text or message
 
 

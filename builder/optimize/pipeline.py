@@ -1,11 +1,9 @@
-"""The optimize run, step after step (each step lives in the room of its idea):
+"""The optimize run: the plan, the original's answers and the contract, then the list of steps.
 
-plan (`planning`: recipe, model, DATA; every refusal happens here, before any work) -> reference outputs of the
-ORIGINAL model -> the contract (`contract`) -> prune (kept only if it still agrees with the original, for auto)
--> export -> convert (.tflite files, and OpenVINO's IR: float, NNCF int8) -> QAT -> evaluate (per output, vs the
-original) -> measure candidates (`steps` and `candidates`: artifact x runtime x precision, builder.measure's
-timing loop, the cost of a new input shape) -> select (`select`) -> the choice at one thread (what one core and
-this host serve) -> samples.npz -> report -> publish.
+plan (`planning`: recipe, model, DATA; every refusal happens here, before any work) -> the ORIGINAL model's
+answers on the gate's rows -> the contract (`contract`) -> `STEPS`, each `(Run, Made) -> Made` over the run's
+shared context (`builder.optimize.context`) -> the report, read from what the steps made and from the ledger
+(`builder.optimize.ledger`: every optional step, done, dropped or skipped, with its one-line cause) -> publish.
 
 Everything is built in a staging folder next to `--out` and moved into place in one rename at the end, so a
 bad input or a crash leaves `--out` as it was. The quality gate runs after publication: rejected artifacts are
@@ -18,127 +16,99 @@ import datetime as _dt
 import json
 import shutil
 import tempfile
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-
+from builder.optimize import steps
+from builder.optimize.context import Made, Run, Step
 from builder.optimize.contract import check_repeatable, original_answers, settle_contract
-from builder.optimize.layout import SAMPLES_NAME, TF
+from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
-from builder.optimize.planning import make_plan
-from builder.optimize.select import select_step
-from builder.optimize.steps import (baseline_step, capacity_step, convert_step, drop_unrunnable_xla, evaluate_step,
-                                    export_step, measure_step, openvino_available,
-                                    prune_step, qat_step, runner_key, samples_step, Opened)
+from builder.optimize.planning import make_plan, planned_steps
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
 from builder.report import DataInfo, Gate, ModelInfo, Report
 from builder.say import Say
 from builder.staging import staged_dir
 
-# --- the run ----------------------------------------------------------------------------------------------
+#: The run after the plan, in order (NNCF's pipelines have this shape: a list of steps with one interface).
+STEPS: tuple[Step, ...] = (
+    steps.prune_step,  # pruned + fine-tuned, kept only if it agrees with the original
+    steps.export_step,  # the serving SavedModel (with serving_xla where the recipe asks)
+    steps.convert_step,  # each .tflite of the recipe, OpenVINO's IR float and int8
+    steps.qat_step,  # quantization-aware training to an int8 .tflite
+    steps.evaluate_step,  # every file on its runtime, judged against the original
+    steps.baseline_step,  # the original's own SavedModel on TensorFlow: the reference row
+    steps.samples_step,  # samples.npz: the original's requests and answers, for the smoke test
+    steps.measure_step,  # the race: every artifact x runtime x precision in one interleaved loop
+    steps.drop_unrunnable_xla,  # serving_xla out of the served folder where it cannot run here
+    steps.select_step,  # the fastest accepted candidate measured here, else by rule
+    steps.capacity_step,  # the choice at one thread: what one core and this host serve
+)
 
 
 def run(options: Options, say: Say = lambda _: None) -> Optimized:
     """Do the whole optimization; raises TfsmithError for bad input with --out untouched."""
     from builder.optimize import report as reporting
-    from builder.optimize import tfenv
-
     from builder.optimize.causes import keep_log
 
     plan = make_plan(options, say)
-    tf = tfenv.tensorflow()
-    data, loaded = plan.data, plan.loaded
+    loaded = plan.loaded
     with stage(say, "the original model's outputs on the held-out rows"):
         reference = original_answers(loaded, plan.gate_x, options.model)
         check_repeatable(loaded, plan.gate_x, reference, options.model)
     contract = settle_contract(plan, reference)
-    data = plan.data  # without the labels that fit no task
     if loaded.others:  # every other signature is kept and judged too, on rows of its own
         from builder.optimize import signatures as sigs
 
         with stage(say, f"the original's other signatures ({', '.join(loaded.others)})"):
-            plan.checks = sigs.make_checks(loaded.others, loaded.predict_signature, data.x_val)
-        plan.notes.append(sigs.plan_note(contract.signature, plan.checks) or "")
+            plan.checks = sigs.make_checks(loaded.others, loaded.predict_signature, plan.data.x_val)
+        plan.ledger.note(sigs.plan_note(contract.signature, plan.checks))
     out = Path(options.out).resolve()
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
         with staged_dir(out) as staging:  # --out appears whole, or stays as it was
-            model, sparsity, prune_notes = prune_step(plan, contract, reference, options, say)
-            plan.notes.extend(prune_notes)
-            saved_model, exported = export_step(plan, model, contract, staging, say)
-            if exported is not model:  # the pruned model could not be exported: the original's is served
-                model, sparsity = exported, None
-            produced = convert_step(plan, saved_model, conversion_source(plan, saved_model, sparsity), staging, say,
-                                    original_weights=sparsity is None and exported is plan.loaded.keras_model)
-            produced += qat_step(plan, model, sparsity is not None, contract, reference, staging, scratch, say)
-            opened: Opened = {}  # the evaluation's runners, each taken over by its candidate in the race
-            results = evaluate_step(produced, staging, plan, contract, reference, options, say, opened)
-            with stage(say, "the float baseline (SavedModel signature)"):
-                baseline, baseline_runner = baseline_step(plan, contract, reference, options)
-            if baseline_runner is not None:
-                opened[runner_key(plan.loaded.saved_model_dir, TF, contract.signature)] = baseline_runner
-            samples_step(staging, plan, contract, reference)
-            unpruned_export = sparsity is None and any(r.format == "saved_model" for r in results)
-            results, candidates, extra = measure_step(results, staging, plan, contract, reference,
-                                                      None if unpruned_export else loaded.saved_model_dir, options, say,
-                                                      opened)
-            opened.clear()  # what the race did not take over is not held for the rest of the run
-            results = drop_unrunnable_xla(results, candidates, staging, plan)
-            same = next((r for r in results if r.format == "saved_model"), None) if sparsity is None else None
-            if baseline is not None and same is not None:  # the original's weights, re-exported: one measurement
-                baseline = replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
-                                   extra={**baseline.extra, "same_as": same.path})
-            elif baseline is not None and "baseline" in extra:
-                baseline = replace(baseline, latency_us=extra["baseline"], throughput=extra["baseline_throughput"])
-            choice, select_notes = select_step(plan.recipe, plan.facts, results, candidates, contract.signature)
-            chosen, runtime, selection = choice.artifact, choice.runtime, choice.selection
-            plan.notes.extend(select_notes)
-            chosen_result = next((r for r in results if r.path == chosen), None)
-            passed = bool(chosen_result and chosen_result.accepted)
-            serving = (capacity_step(staging, chosen, runtime, choice.signature, plan, say)
-                       if selection.measured and passed else None)
-            if serving is not None:
-                plan.notes.append(serving.line())
-            if plan.checks:
-                from builder.optimize import signatures as sigs
-
-                plan.notes.append(sigs.served_note(chosen, runtime, contract.signature, plan.checks, passed) or "")
-            report = Report(
-                tfsmith=_version(),
-                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                model=ModelInfo(str(options.model), loaded.facts.format, loaded.facts.keras_version, loaded.params,
-                                contract),
-                data=DataInfo(options.data, data.train_rows, len(next(iter(data.x_calib.values()))) if data.x_calib else 0,
-                              data.calibration_from, data.held_out_rows, tuple(sorted(data.y_val))),
-                recipe=plan.recipe.to_dict(), reasons=tuple(plan.reasons), notes=tuple(plan.notes),
-                target={"name": plan.facts.name, "arch": plan.facts.arch, "is_host": plan.facts.is_host,
-                        "gpu_capabilities": list(plan.facts.gpu_capabilities),
-                        "features": sorted(plan.facts.features & set(INTERESTING_FLAGS))},
-                host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
-                      "tensorflow": tf.__version__, "litert": _version("ai-edge-litert"),
-                      "openvino": _version("openvino") if openvino_available() else None},
-                baseline=baseline, sparsity=sparsity.to_dict() if sparsity else None, artifacts=tuple(results),
-                chosen=chosen, chosen_runtime=runtime, samples=SAMPLES_NAME,
-                gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
-                          chosen_result.reason if chosen_result else f"{chosen} was not produced"),
-                selection=selection, chosen_signature=choice.signature, capacity=serving)
-            report = relocated(report, staging, out)  # what it says of files names them where they will be
+            context = Run(options, plan, contract, reference, staging, scratch, say)
+            made = Made(model=loaded.keras_model)
+            for step in STEPS:
+                made = step(context, made)
+            plan.ledger.account_for(planned_steps(plan.asked or plan.recipe))
+            report = relocated(make_report(context, made), staging, out)  # files named where they will be
             with stage(say, "writing report.json, report.md, report.png"):
                 reporting.write_report(report, staging)
-                for name, text in plan.logs.items():
+                for name, text in plan.ledger.logs.items():
                     keep_log(name, text, staging)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         loaded.close()
-
     return Optimized(report=report, out=Path(options.out))
 
 
-def conversion_source(plan: Any, saved_model: Path | None, sparsity: Any) -> Path | None:
-    """The SavedModel the .tflite files and the IR are converted from: the served one, except for a
-    mixed-precision model not pruned, whose float32 twin converts where the original cannot."""
-    return saved_model if sparsity is not None else (plan.loaded.convert_from or saved_model)
+def make_report(run: Run, made: Made) -> Report:
+    """The report of a finished run: what the steps made, and the ledger's attempts and notes."""
+    from builder.optimize import tfenv
+
+    plan, options, contract, data, loaded = run.plan, run.options, run.contract, run.plan.data, run.plan.loaded
+    choice = made.choice
+    chosen_result = next((r for r in made.results if r.path == choice.artifact), None)
+    passed = bool(chosen_result and chosen_result.accepted)
+    return Report(
+        tfsmith=_version(),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(str(options.model), loaded.facts.format, loaded.facts.keras_version, loaded.params, contract),
+        data=DataInfo(options.data, data.train_rows, len(next(iter(data.x_calib.values()))) if data.x_calib else 0,
+                      data.calibration_from, data.held_out_rows, tuple(sorted(data.y_val))),
+        recipe=plan.recipe.to_dict(), reasons=tuple(plan.reasons), notes=plan.ledger.lines(),
+        target={"name": plan.facts.name, "arch": plan.facts.arch, "is_host": plan.facts.is_host,
+                "gpu_capabilities": list(plan.facts.gpu_capabilities),
+                "features": sorted(plan.facts.features & set(INTERESTING_FLAGS))},
+        host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
+              "tensorflow": tfenv.tensorflow().__version__, "litert": _version("ai-edge-litert"),
+              "openvino": _version("openvino") if steps.openvino_available() else None},
+        baseline=made.baseline, sparsity=made.sparsity.to_dict() if made.sparsity else None,
+        artifacts=tuple(made.results), chosen=choice.artifact, chosen_runtime=choice.runtime, samples=SAMPLES_NAME,
+        gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
+                  chosen_result.reason if chosen_result else f"{choice.artifact} was not produced"),
+        selection=choice.selection, chosen_signature=choice.signature, capacity=made.serving,
+        attempts=plan.ledger.attempts())
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:

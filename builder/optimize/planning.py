@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from builder.optimize import recipe as recipes
-from builder.optimize.layout import FILE_NAMES
+from builder.optimize.layout import FILE_NAMES, XLA_SIGNATURE
+from builder.optimize.ledger import SKIPPED, Ledger
 from builder.optimize.options import Options, stage
 from builder.optimize.recipe import Recipe
 from builder.optimize.target import INTERESTING_FLAGS, TargetFacts, measures_here, target_facts
-from builder.report import ModelContract
+from builder.report import Attempt, ModelContract
 from builder.say import Say
 
 def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...]]:
@@ -34,29 +35,56 @@ def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...
 
 
 def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
-                 original_tflite: bool = False) -> tuple[Recipe, list[str]]:
-    """Drop what the model or DATA cannot support (with a note), keeping the chosen artifact meaningful."""
-    notes: list[str] = []
+                 original_tflite: bool = False) -> tuple[Recipe, list[Attempt]]:
+    """Drop what the model or DATA cannot support, each step with its SKIPPED entry (one line says why for the
+    steps it names together), keeping the chosen artifact meaningful."""
+    skips: list[Attempt] = []
     pruning, quant = recipe.pruning, recipe.quantization
     if original_tflite:
-        notes.append("the model is a .tflite: it is the original and the only artifact; it is evaluated and "
-                     "measured as it is")
+        skips.append(skip("model.tflite", "it is the original", said="the model is a .tflite: it is the original "
+                          "and the only artifact; it is evaluated and measured as it is"))
+        skips += [skip(step, "the model is a .tflite", said="") for step in planned_steps(recipe)]
         return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
                        export=recipes.Export(tflite_fp32=False, xla=False, openvino=False),
-                       choose="tflite_original"), notes
+                       choose="tflite_original"), skips
     if why_not_trainable and (pruning or quant.qat):
-        notes.append(f"pruning and QAT skipped: the model is {why_not_trainable}")
+        why = f"the model is {why_not_trainable}"
+        skips.append(skip(PRUNING, why, said=f"pruning and QAT skipped: {why}"))
+        skips.append(skip(QAT, why, said=""))
         pruning, quant = None, replace(quant, qat=False)
     elif recipe.name == "auto" and pruning and not has_train:
-        notes.append("pruning skipped: DATA has no x_train with labels for every output to fine-tune on")
+        skips.append(skip(PRUNING, "DATA has no x_train with labels for every output to fine-tune on"))
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
     if adapted.choose not in adapted.formats:
         fallback = next(f for f in ("tflite_int8", "tflite_dynamic", "tflite_fp32", "saved_model")
                         if f in adapted.formats)
-        notes.append(f"chosen artifact {adapted.choose} is not produced any more; choosing {fallback}")
+        skips.append(Attempt("choice", SKIPPED, f"chosen artifact {adapted.choose} is not produced any more; "
+                             f"choosing {fallback}", "not produced"))
         adapted = replace(adapted, choose=fallback)
-    return adapted, notes
+    return adapted, skips
+
+
+#: The ledger's names of the steps beyond the SavedModel that are not one file each.
+PRUNING, QAT = "pruning", "quantization-aware training"
+
+
+def skip(step: str, why: str, said: str | None = None) -> Attempt:
+    """A step not tried: its line is "<step> skipped: <why>" unless `said` says it otherwise ("" when another
+    entry's line already says it)."""
+    return Attempt(step, SKIPPED, f"{step} skipped: {why}" if said is None else said, why)
+
+
+def planned_steps(recipe: Recipe) -> tuple[str, ...]:
+    """The ledger's names for every optional step this recipe asks for: pruning, QAT, each file beyond the
+    SavedModel, serving_xla. After a run, each one has an entry: done, dropped or skipped."""
+    steps = [PRUNING] if recipe.pruning else []
+    steps += [FILE_NAMES[f] for f in formats_of(recipe) if f not in ("saved_model", "tflite_original", "tflite_qat_int8")]
+    if recipe.quantization.qat:
+        steps.append(QAT)
+    if recipe.export.xla:
+        steps.append(XLA_SIGNATURE)
+    return tuple(steps)
 
 
 def formats_of(recipe: Recipe) -> tuple[str, ...]:
@@ -98,10 +126,14 @@ def _shape_text(shape: tuple[int | None, ...]) -> str:
 
 @dataclass
 class Plan:
+    """What the run was asked and found before any work: the target, the recipe adapted to the model and DATA,
+    the loaded model and DATA, and the ledger every later step records into. The recipe and DATA are settled
+    once more by the contract (labels that fit no task are set aside), then read only."""
+
     facts: TargetFacts
     recipe: Recipe
     reasons: tuple[str, ...]
-    notes: list[str]
+    ledger: Ledger
     loaded: Any  # model_io.LoadedModel
     data: Any  # data.Data
     #: why no plain .tflite can be made (the converter's own first error line), None when it can
@@ -109,16 +141,23 @@ class Plan:
     #: the float .tflite the plan's probe converted from the original's weights (`_probe_conversion`): the
     #: model_fp32.tflite itself when nothing changes those weights before conversion (`convert_step`)
     probe_fp32: bytes | None = None
-    #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
-    logs: dict[str, str] = field(default_factory=dict)
-    out: Path = Path(".")
     #: the original's other signatures, each with the rows it is judged on (`builder.optimize.signatures`)
     checks: tuple[Any, ...] = ()
+    #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
+    asked: Recipe | None = None
+
+    @property
+    def notes(self) -> Any:
+        """Append-only notes into the ledger (`Ledger.notes`)."""
+        return self.ledger.notes
+
+    @property
+    def logs(self) -> dict[str, str]:
+        return self.ledger.logs
 
     def log(self, name: str, text: str) -> Path:
         """Keep a full error text for OUT/logs/<name>.log; returns the path it will have."""
-        self.logs[name] = text
-        return Path(self.out) / "logs" / f"{name}.log"
+        return self.ledger.log(name, text)
 
     @functools.cached_property
     def gate_x(self) -> dict[str, np.ndarray]:
@@ -156,42 +195,53 @@ def make_plan(options: Options, say: Say) -> Plan:
         loaded = load_model(options.model, options.signature, options.imports)
     raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
     has_train = data_mod.has_training_data(raw, loaded.outputs)
-    recipe, notes = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
+    ledger = Ledger(options.out)
+    asked = recipe
+    recipe, skips = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
                                  loaded.tflite_path is not None)
-    if loaded.trainable_why_not and not notes:
-        notes.append(f"the model is {loaded.trainable_why_not}")
-    notes.extend(loaded.notes)
+    ledger.add(skips)
+    if loaded.trainable_why_not and not skips:
+        ledger.note(f"the model is {loaded.trainable_why_not}")
+    for note in loaded.notes:
+        ledger.note(note)
     unknown = sorted({name for name, _ in recipe.tasks} - {t.name for t in loaded.outputs})
     if unknown:
         from builder.errors import InputError
 
         raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
                          f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
-    plan = Plan(facts, recipe, reasons, notes, loaded, None, out=Path(options.out))
+    plan = Plan(facts, recipe, reasons, ledger, loaded, None, asked=asked)
     strings = [side for side, specs in (("inputs", loaded.inputs), ("outputs", loaded.outputs))
                if any(t.dtype == "string" for t in specs)]
     if strings and recipe.export.xla:
         recipe = replace(recipe, export=replace(recipe.export, xla=False))
-        notes.append(f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")
+        ledger.add([skip(XLA_SIGNATURE, f"string {' and '.join(strings)} have no XLA kernels",
+                         said=f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")])
     if loaded.saved_model_dir is not None:
         failure, plan.probe_fp32 = _probe_conversion(loaded)
         if failure is not None:
+            before = recipe
             recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
             plan.no_tflite = failure.cause
-            notes.append(note)
+            gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
+            ledger.add([skip(gone[0] if gone else FILE_NAMES["tflite_fp32"], failure.cause, said=note)]
+                       + [skip(step, failure.cause, said="") for step in gone[1:]])
     if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
+        before = recipe
         modes = tuple(m for m in recipe.quantization.modes if m != "int8")
         recipe = replace(recipe, quantization=replace(recipe.quantization, modes=modes),
                          choose="tflite_dynamic" if recipe.choose == "tflite_int8" else recipe.choose)
-        notes.append("int8 skipped: DATA has no x_calib or x_train rows to calibrate on (x_val is never used for "
-                     "that); dynamic-range needs none")
+        why = "DATA has no x_calib or x_train rows to calibrate on (x_val is never used for that)"
+        gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
+        ledger.add([skip(gone[0] if gone else "int8", why, said=f"int8 skipped: {why}; dynamic-range needs none")]
+                   + [skip(step, why, said="") for step in gone[1:]])
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
     need_train = recipe.pruning is not None or recipe.quantization.qat
     data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
                                   calib_samples=recipe.quantization.calibration_samples)
     leaked = data_mod.shared_rows(data.x_calib, data.x_val)
     if leaked:
-        notes.append(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
+        ledger.note(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
     plan.recipe, plan.data = recipe, data
     return plan
 

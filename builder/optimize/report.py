@@ -4,6 +4,7 @@ report.png (a plot)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from builder.report import REPORT_JSON, ArtifactResult, Candidate, Report
 
@@ -135,10 +136,30 @@ def write_markdown(report: Report, path: Path) -> None:
                          f"{'-' if c.p50_us is None else f'{c.p50_us:.1f}'} | "
                          f"{'-' if c.new_shape_us is None else f'+{c.new_shape_us / 1e3:.1f} ms'} | {c.error} |")
     lines += ["", "## Why", ""] + [f"- {r}" for r in report.reasons]
+    if report.attempts:
+        lines += ["", "## Steps beyond the SavedModel (each done, dropped with its cause, or skipped)", "",
+                  *attempt_rows(report)]
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     lines += ["", f"![size vs latency]({REPORT_PNG})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def attempt_rows(report: Report) -> list[str]:
+    """The ledger as a markdown table: each optional step, what became of it, its time and the process's
+    resident memory around it (before -> after, and its peak)."""
+
+    def memory(a: Any) -> str:
+        if a.rss_before_mib is None:
+            return "-"
+        return f"{a.rss_before_mib:.0f} -> {a.rss_after_mib:.0f} MiB (peak {a.peak_rss_mib:.0f})"
+
+    rows = ["| step | outcome | seconds | memory | why |", "|---|---|---|---|---|"]
+    for a in report.attempts:
+        timed = a.rss_before_mib is not None
+        rows.append(f"| {a.step} | {a.outcome} | {f'{a.seconds:.1f}' if timed else '-'} | {memory(a)} | "
+                    f"{(a.cause or '').replace('|', '/')} |")
+    return rows
 
 
 def write_plot(report: Report, path: Path) -> None:

@@ -1,5 +1,8 @@
-"""Steps 3-8 and 10: prune (kept only if it agrees), export, convert, QAT, evaluate every file against the
-original, time the candidates, write the samples. Each step is one function over the plan."""
+"""The steps after the plan, each a function `(Run, Made) -> Made` over the run's shared context
+(`builder.optimize.context`): prune (kept only if it agrees), export, convert, QAT, evaluate every file against
+the original, the baseline, the samples, time the candidates, select, and what one core serves. Every step
+beyond the model's own SavedModel goes through the ledger (`Run.ledger.attempt`): it may drop out, never the
+model, and says why in one line."""
 
 from __future__ import annotations
 
@@ -11,71 +14,60 @@ from typing import Any, Callable
 
 import numpy as np
 
+from builder.optimize.context import Made, Opened, Run
 from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments
 from builder.optimize.layout import FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
 from builder.optimize.options import Options, stage
-from builder.optimize.planning import Plan
+from builder.optimize.planning import PRUNING, QAT, Plan
 from builder.optimize.recipe import Recipe
-from builder.report import ArtifactResult, Candidate, Latency, ModelContract
+from builder.optimize.ledger import DONE
+from builder.report import ArtifactResult, Attempt, Candidate, Latency, ModelContract
 from builder.say import Say
 
-# --- step 3: prune (and keep it only if it still agrees) -----------------------------------------------
+# --- prune (and keep it only if it still agrees) ---------------------------------------------------------
 
 
-def prune_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray], options: Options,
-               say: Say) -> tuple[Any, Any, list[str]]:
-    """(model, sparsity, notes): the pruned model when it agrees with the original within the gate; the original
-    model back (and a note) when it does not, or when pruning fails: whatever the recipe, every file made from a
-    model that disagrees would fail the gate, and the model is always served.
+def prune_step(run: Run, made: Made) -> Made:
+    """The pruned model when it agrees with the original within the gate; the original model on (and the
+    ledger says why) when it does not, or when pruning fails: whatever the recipe, every file made from a model
+    that disagrees would fail the gate, and the model is always served.
 
     "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
     for classification outputs, relative error within --max-relative-error for regression outputs.
     """
-    from builder.optimize import prune, quality
-
-    recipe, data, loaded = plan.recipe, plan.data, plan.loaded
-    if not recipe.pruning or loaded.keras_model is None:
-        return loaded.keras_model, None, []
+    from builder.optimize import prune, quality, tfenv
     from builder.optimize.model_io import keras_serving_fn
 
-    from builder.optimize import tfenv
+    plan, contract, options = run.plan, run.contract, run.options
+    recipe, data, loaded = plan.recipe, plan.data, plan.loaded
+    if not recipe.pruning or loaded.keras_model is None:
+        return made
 
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
-        x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train, reference)
+        x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train,
+                                                 run.reference)
         model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
         serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
         return model, sparsity, _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
 
-    with stage(say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
-        done = optional(plan, "pruning", "prune", pruned_and_called)
+    with stage(run.say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning "
+                        "epochs"):
+        done = run.ledger.attempt(PRUNING, pruned_and_called, log="prune")
     if done is None:
-        return loaded.keras_model, None, []
+        return made
     model, sparsity, pruned_out = done
     # Judged on fidelity to the original (top-1 agreement / relative error), never on labels: accuracy can
     # rise while the answers change, and that is still a different model.
-    metrics, passed, why = quality.judge(pruned_out, reference, {}, contract.outputs,
+    metrics, passed, why = quality.judge(pruned_out, run.reference, {}, contract.outputs,
                                          max_accuracy_drop=options.max_accuracy_drop,
                                          max_relative_error=options.max_relative_error)
-    agreement = quality.agreement_summary(metrics)
     if passed:
-        return model, sparsity, [f"pruning kept: the pruned float model agrees with the original ({why})"]
-    return loaded.keras_model, None, [f"pruning dropped: the pruned float model changed the answers ({why}; "
-                                      f"agreement {agreement:.3f}); every file made from it would fail the gate "
-                                      "against the original, so the original's weights go on"]
-
-
-def optional(plan: Plan, step: str, log: str, work: Callable[[], Any]) -> Any:
-    """`work()`, or None and a note when it fails: every step beyond the original's own SavedModel (pruning,
-    QAT, a conversion, the IR) may drop out, never the model. The note keeps the library's own first error line
-    whole and names the log in OUT/logs that holds its full text."""
-    from builder.optimize.causes import cause, log_text
-
-    try:
-        return work()
-    except Exception as error:  # noqa: BLE001 - whatever a library raises, the run goes on without this step
-        path = plan.log(log, log_text(error, step))
-        plan.notes.append(f"{step} dropped: {cause(error)} (full text: {path})")
-        return None
+        run.ledger.kept(PRUNING, f"the pruned float model agrees with the original ({why})")
+        return replace(made, model=model, sparsity=sparsity)
+    run.ledger.dropped(PRUNING, f"the pruned float model changed the answers ({why}; agreement "
+                                f"{quality.agreement_summary(metrics):.3f}); every file made from it would fail the "
+                                "gate against the original, so the original's weights go on")
+    return made
 
 
 def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
@@ -84,72 +76,84 @@ def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-# --- steps 4-6: export, convert, QAT -------------------------------------------------------------------
+# --- export, convert, QAT ---------------------------------------------------------------------------
 
 
-def export_step(plan: Plan, model: Any, contract: ModelContract, staging: Path, say: Say) -> tuple[Path | None, Any]:
-    """The serving SavedModel (the optimized float model, the contract's signature) into staging, and the model
-    it holds: the original's own SavedModel when the pruned model (or the Keras export with `serving_xla`)
-    cannot be exported, with a note saying why."""
+def export_step(run: Run, made: Made) -> Made:
+    """The serving SavedModel (the optimized float model, the contract's signature) into staging: the original's
+    own SavedModel when the pruned model (or the Keras export with `serving_xla`) cannot be exported, the
+    ledger saying why (and the files are then made from the original's weights)."""
     from builder.optimize.model_io import export_keras
 
-    loaded, recipe = plan.loaded, plan.recipe
+    plan, contract = run.plan, run.contract
+    loaded, recipe, model = plan.loaded, plan.recipe, made.model
     if loaded.tflite_path is not None:
-        return None, model
-    target = staging / FILE_NAMES["saved_model"]
-    with stage(say, "exporting the serving SavedModel"):
+        return made
+    target = run.staging / FILE_NAMES["saved_model"]
+    with stage(run.say, "exporting the serving SavedModel"):
         # the original re-exported from Keras only to add serving_xla, and never a mixed-precision model's
         # float32 twin in its place: that one is only converted
-        if model is not None and (model is not loaded.keras_model or (recipe.export.xla and loaded.convert_from is None)):
+        if model is not None and (made.pruned or (recipe.export.xla and loaded.convert_from is None)):
             def exported() -> Any:
                 export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                              xla=recipe.export.xla)
                 return model
 
-            step = "pruning" if model is not loaded.keras_model else "the Keras export with serving_xla"
-            if optional(plan, step, "export", exported) is not None:
-                return target, model
+            step = "the pruned SavedModel" if made.pruned else XLA_SIGNATURE
+            failed = "pruning dropped" if made.pruned else "the Keras export with serving_xla dropped"
+            if run.ledger.attempt(step, exported, log="export", failed=failed) is not None:
+                if made.pruned and recipe.export.xla:  # serving_xla went into the pruned model's export
+                    run.ledger.add([Attempt(XLA_SIGNATURE, DONE)])
+                return replace(made, saved_model=target)
             shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(loaded.saved_model_dir, target)
         if recipe.export.xla:
-            _add_xla(plan, target)
-    return target, loaded.keras_model
+            _add_xla(run, target)
+    return replace(made, saved_model=target, model=loaded.keras_model, sparsity=None)
 
 
-def _add_xla(plan: Plan, target: Path) -> None:
+def _add_xla(run: Run, target: Path) -> None:
     """serving_xla beside the contract's signature, re-saved from the SavedModel itself (a Keras 3 export, a
-    tf.Module); when TensorFlow cannot re-save it, a note says why and the SavedModel stays as it was."""
-    from builder.optimize.causes import cause, log_text
+    tf.Module); when TensorFlow cannot re-save it, the ledger says why and the SavedModel stays as it was."""
     from builder.optimize.model_io import add_xla_signature
 
-    try:
-        add_xla_signature(target, plan.loaded.signature)
-    except Exception as error:  # noqa: BLE001 - the SavedModel without serving_xla still serves
-        shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
-        log = plan.log("export-xla", log_text(error, "adding serving_xla"))
-        plan.notes.append(f"xla: serving_xla not added: {cause(error)} (full text: {log})")
+    def added() -> None:
+        try:
+            add_xla_signature(target, run.plan.loaded.signature)
+        except Exception:
+            shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
+            raise
+
+    run.ledger.attempt(XLA_SIGNATURE, added, log="export-xla", failed="xla: serving_xla not added")
 
 
-def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, staging: Path, say: Say,
-                 original_weights: bool = False) -> list[tuple[str, Path]]:
-    """The served SavedModel, then each .tflite of the recipe and OpenVINO's IR, converted from `source` (the
-    served SavedModel, or a mixed-precision model's float32 twin); a conversion that fails is a note.
+def conversion_source(plan: Plan, made: Made) -> Path | None:
+    """The SavedModel the .tflite files and the IR are converted from: the served one, except for a
+    mixed-precision model not pruned, whose float32 twin converts where the original cannot."""
+    return made.saved_model if made.pruned else (plan.loaded.convert_from or made.saved_model)
 
-    `original_weights`: `source` holds the original's weights, unpruned; then the float .tflite is the one the
-    plan's probe already converted from them (the same converter, signature and weights; the gate judges it
-    like any other file), not a second conversion (4-5 CPU seconds for MobileNetV2)."""
+
+def convert_step(run: Run, made: Made) -> Made:
+    """The served SavedModel, then each .tflite of the recipe and OpenVINO's IR, converted from
+    `conversion_source`; each conversion is an attempt in the ledger (a failure is one line and its log).
+
+    Made from the original's unpruned weights, the float .tflite is the one the plan's probe already converted
+    from them (the same converter, signature and weights; the gate judges it like any other file), not a second
+    conversion (4-5 CPU seconds for MobileNetV2)."""
     from builder.optimize import loads, quantize
+    from builder.optimize import signatures as sigs
     from builder.optimize.model_io import copy_original
 
+    plan = run.plan
     if plan.loaded.tflite_path is not None:
-        path = staging / FILE_NAMES["tflite_original"]
+        path = run.staging / FILE_NAMES["tflite_original"]
         copy_original(plan.loaded, path)
-        return [("tflite_original", path)]
+        return replace(made, produced=(("tflite_original", path),))
+    source, saved_model = conversion_source(plan, made), made.saved_model
     assert saved_model is not None and source is not None
+    original_weights = not made.pruned and made.model is plan.loaded.keras_model
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
-    from builder.optimize import signatures as sigs
-
     others = tuple(plan.loaded.others)  # converted into the same file: every signature is kept
     other_calib = sigs.calibration(plan.checks, plan.data.x_calib)
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
@@ -159,96 +163,103 @@ def convert_step(plan: Plan, saved_model: Path | None, source: Path | None, stag
         for format in formats:
             mode = format.removeprefix("tflite_")
             probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
-            with stage(say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
-                path = staging / FILE_NAMES[format]
-                try:
-                    path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
-                                                                            signature=signature, others=others,
-                                                                            other_calib=other_calib))
-                except quantize.ConversionFailed as error:
-                    log = plan.log(f"convert-{mode}", error.full_text)
-                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {error.cause} "
-                                      f"(full text: {log})")
-                    continue
-                except Exception as error:  # noqa: BLE001 - any other failure drops this file, never the model
-                    from builder.optimize.causes import cause, log_text
+            path = run.staging / FILE_NAMES[format]
 
-                    log = plan.log(f"convert-{mode}", log_text(error, f"TFLite {mode} conversion"))
-                    plan.notes.append(f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed: {cause(error)} "
-                                      f"(full text: {log})")
-                    path.unlink(missing_ok=True)
-                    continue
+            def converted() -> Path:
+                path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
+                                                                        signature=signature, others=others,
+                                                                        other_calib=other_calib))
+                return path
+
+            with stage(run.say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
+                done = run.ledger.attempt(FILE_NAMES[format], converted, log=f"convert-{mode}",
+                                          failed=f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed")
+            if done is None:
+                path.unlink(missing_ok=True)
+                continue
             if format == "tflite_select_tf":
-                plan.notes.append(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
-                                  "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
-                                  "delegate, never on LiteRT")
+                run.ledger.note(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
+                                "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
+                                "delegate, never on LiteRT")
             produced.append((format, path))
         plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
-        return produced + ir_step(plan, source, staging, say, load)
+        produced += ir_files(run, source, load)
+    return replace(made, produced=tuple(produced))
 
 
-def ir_step(plan: Plan, saved_model: Path, staging: Path, say: Say, load: Any = None) -> list[tuple[str, Path]]:
+def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, Path]]:
     """OpenVINO's IR of the SavedModel (`builder.optimize.openvino_ir`): the float one, and the NNCF int8 one
     where the recipe quantizes to int8, calibrated on DATA's calibration rows here, at optimize time. Where
     OpenVINO is not installed, or refuses the model (its converter, NNCF, a model with several signatures),
-    one note says why and optimize goes on without it. `load`: the SavedModel loaded already
+    the ledger says why and optimize goes on without it. `load`: the SavedModel loaded already
     (`builder.optimize.loads.shared`), else it is loaded here."""
+    plan, ledger = run.plan, run.ledger
     wanted = [f for f in IR_FORMATS if f in plan.recipe.formats]
     if not wanted:
         return []
     names = ", ".join(FILE_NAMES[f] for f in wanted)
     if not openvino_available():
-        plan.notes.append(f"{names} not written: OpenVINO is not installed here (pip install 'tfsmith[bench]')")
+        for n, format in enumerate(wanted):
+            ledger.skipped(FILE_NAMES[format], "OpenVINO is not installed here",
+                           said="" if n else f"{names} not written: OpenVINO is not installed here "
+                                             "(pip install 'tfsmith[bench]')")
         return []
     from builder.optimize import openvino_ir
-    from builder.optimize.causes import log_text
 
     produced: list[tuple[str, Path]] = []
-    try:
-        with stage(say, "converting to OpenVINO's IR (float)"):
-            model = openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others),
-                                                    load=load)
-            produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, staging / FILE_NAMES["openvino_ir_fp32"])))
-        if "openvino_ir_int8" in wanted:
-            with stage(say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
-                rows = plan.recipe.quantization.calibration_samples
-                quantized = openvino_ir.quantize_int8(model, plan.data.x_calib, rows)
-                path = openvino_ir.write_ir(quantized, staging / FILE_NAMES["openvino_ir_int8"])
-                produced.append(("openvino_ir_int8", path))
-    except Exception as error:  # noqa: BLE001 - IRRefused says why in OpenVINO's words; anything else drops the IR too
-        from builder.optimize.causes import cause
+    fp32, int8 = FILE_NAMES["openvino_ir_fp32"], FILE_NAMES["openvino_ir_int8"]
 
-        missing = ", ".join(FILE_NAMES[f] for f in wanted if f not in dict(produced))
-        refused = isinstance(error, openvino_ir.IRRefused)
-        log = plan.log("convert-openvino", log_text(error.full_text if refused else error, "converting to OpenVINO's IR"))
-        plan.notes.append(f"{missing} not written: {error if refused else cause(error)} (full text: {log})")
+    def converted() -> Any:
+        return openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others),
+                                               load=load)
+
+    with stage(run.say, "converting to OpenVINO's IR (float)"):
+        model = ledger.attempt(fp32, converted, log="convert-openvino", failed=f"{names} not written")
+        if model is not None:
+            produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, run.staging / fp32)))
+    if "openvino_ir_int8" not in wanted:
+        return produced
+    if model is None:
+        ledger.skipped(int8, "the float IR it is quantized from was not written", said="")
+        return produced
+
+    def quantized() -> Path:
+        rows = plan.recipe.quantization.calibration_samples
+        return openvino_ir.write_ir(openvino_ir.quantize_int8(model, plan.data.x_calib, rows), run.staging / int8)
+
+    with stage(run.say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
+        path = ledger.attempt(int8, quantized, log="quantize-openvino", failed=f"{int8} not written")
+    if path is not None:
+        produced.append(("openvino_ir_int8", path))
     return produced
 
 
-def qat_step(plan: Plan, model: Any, pruned: bool, contract: ModelContract, reference: Mapping[str, np.ndarray],
-             staging: Path, scratch: Path, say: Say) -> list[tuple[str, Path]]:
+def qat_step(run: Run, made: Made) -> Made:
+    """Quantization-aware training of the float model (pruning-preserving where it was pruned), converted to
+    an int8 .tflite: an attempt in the ledger like every other step beyond the SavedModel."""
     from builder.optimize import quantize
 
+    plan, contract, model = run.plan, run.contract, made.model
     recipe = plan.recipe
     if not recipe.quantization.qat or model is None:
-        return []
-    path = staging / FILE_NAMES["tflite_qat_int8"]
+        return made
+    path = run.staging / FILE_NAMES["tflite_qat_int8"]
 
     def trained_and_converted() -> Path:
-        x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, reference)
+        x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, run.reference)
         qat_model = quantize.quantization_aware_train(
             model, x_train, y_train, losses,
-            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=pruned)
+            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=made.pruned)
         path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
-                                              plan.data.x_calib, scratch, like=model))
+                                              plan.data.x_calib, run.scratch, like=model))
         return path
 
-    with stage(say, f"quantization-aware training{' (pruning-preserving)' if pruned else ''}"):
-        done = optional(plan, "quantization-aware training", "qat", trained_and_converted)
-    return [] if done is None else [("tflite_qat_int8", done)]
+    with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.pruned else ''}"):
+        done = run.ledger.attempt(QAT, trained_and_converted, log="qat")
+    return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
 
 
-# --- step 7: evaluate --------------------------------------------------------------------------------
+# --- evaluate ------------------------------------------------------------------------------------------
 
 
 def openvino_available() -> bool:
@@ -290,11 +301,6 @@ def evaluate_artifact(format: str, path: Path, rel: str, runtime: str, plan: Pla
         inputs=runner.inputs, outputs=runner.outputs, metrics=metrics, contract_kept=kept,
         accepted=passed and kept and verdict.passed, reason=reason, variables_bytes=variables, extra=extra)
     return result, runner
-
-
-#: Runners the evaluation opened, by `runner_key`: the race takes each one over instead of loading its file
-#: again (MobileNetV2: the SavedModel on TensorFlow 0.9 s, the int8 IR 0.4 s, and their first calls).
-Opened = dict[tuple[str, str, "str | None"], Any]
 
 
 def runner_key(path: Path, runtime: str, signature: str | None) -> tuple[str, str, str | None]:
@@ -352,25 +358,23 @@ def evaluated_on(format: str) -> str:
     return registry.IR_DEFAULT if registry.is_ir(format) else registry.TFLITE_DEFAULT
 
 
-def evaluate_step(produced: list[tuple[str, Path]], staging: Path, plan: Plan, contract: ModelContract,
-                  reference: Mapping[str, np.ndarray], options: Options, say: Say,
-                  opened: Opened | None = None) -> list[ArtifactResult]:
-    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `opened` for the race."""
+def evaluate_step(run: Run, made: Made) -> Made:
+    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `Made.opened` for the race."""
+    plan, contract, options = run.plan, run.contract, run.options
     results = []
-    for format, path in produced:
-        with stage(say, f"evaluating {path.name}"):
+    for format, path in made.produced:
+        with stage(run.say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
             try:
-                result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract, reference,
+                result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract, run.reference,
                                                    options)
-                if opened is not None:
-                    opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
+                made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
                 if format == "saved_model":
                     raise
                 result = unrunnable(format, path, runtime, plan, error, options)
         results.append(result)
-    return results
+    return replace(made, results=tuple(results))
 
 
 def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseException,
@@ -392,27 +396,60 @@ def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseExc
         extra={"runnable_here": False})
 
 
-def baseline_step(plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray],
-                  options: Options) -> tuple[ArtifactResult | None, Any]:
-    """The unoptimized float model served as a SavedModel (the original's signature): the reference row."""
+def baseline_step(run: Run, made: Made) -> Made:
+    """The unoptimized float model served as a SavedModel (the original's signature): the reference row. Its
+    runner is the race's for the baseline."""
+    plan, contract = run.plan, run.contract
     if plan.loaded.saved_model_dir is None:
-        return None, None
-    return evaluate_artifact("saved_model", plan.loaded.saved_model_dir, "baseline", "tensorflow", plan, contract,
-                             reference, options)
+        return made
+    with stage(run.say, "the float baseline (SavedModel signature)"):
+        baseline, runner = evaluate_artifact("saved_model", plan.loaded.saved_model_dir, "baseline", TF, plan,
+                                             contract, run.reference, run.options)
+    made.opened[runner_key(plan.loaded.saved_model_dir, TF, contract.signature)] = runner
+    return replace(made, baseline=baseline)
 
 
-# --- step 8: measure candidates -------------------------------------------------------------------------
+# --- samples ---------------------------------------------------------------------------------------------
 
 
-def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contract: ModelContract,
-                 reference: Mapping[str, np.ndarray], baseline_dir: Path | None, options: Options,
-                 say: Say, opened: Opened | None = None) -> tuple[list[ArtifactResult], list[Candidate], dict[str, Latency]]:
+def samples_step(run: Run, made: Made) -> Made:
+    """samples.npz: `x/<input>` (original dtypes), `expected/<output>` (the ORIGINAL model's outputs),
+    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always.
+    Strings are fixed-width UTF-8 bytes (`S<n>`): np.load(allow_pickle=False) reads them back."""
+    plan, contract, reference = run.plan, run.contract, run.reference
+    from builder.optimize.data import as_bytes, numpy_dtype
+
+    def typed(values: np.ndarray, dtype: str) -> np.ndarray:
+        return as_bytes(values) if dtype == "string" else np.asarray(values, dtype=numpy_dtype(dtype))
+
+    arrays: dict[str, np.ndarray] = {}
+    for spec in contract.inputs:
+        arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
+    rows = min(SAMPLE_ROWS, len(next(iter(plan.data.x_val.values()))))  # the gate's zero row is not a sample
+    for spec in contract.outputs:
+        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:rows], spec.dtype)
+        if spec.name in plan.data.y_val:
+            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
+    np.savez(run.staging / SAMPLES_NAME, **arrays)
+    return made
+
+
+# --- time the candidates --------------------------------------------------------------------------------
+
+
+def measure_step(run: Run, made: Made) -> Made:
     """Time every artifact x runtime (x precision, x signature) in ONE interleaved loop, judge what runs
     differently from the evaluated path by the gate, and record each candidate's cost at a new input shape
     (`builder.optimize.candidates`); then rows/s of each artifact's own row. A runner the evaluation opened
-    (`opened`) is taken over by its candidate (once), not opened again: the same file on the same runtime
+    (`Made.opened`) is taken over by its candidate (once), not opened again: the same file on the same runtime
     at the same threads, and every candidate is still proved by one call at the data's shapes before it is
-    timed, each warmed up by the loop before its first sample."""
+    timed, each warmed up by the loop before its first sample. The baseline is timed beside them (never chosen)
+    unless the served SavedModel is the original's own, re-exported: then that row is its measurement."""
+    plan, contract, reference, options, say, staging = (run.plan, run.contract, run.reference, run.options,
+                                                         run.say, run.staging)
+    results, opened = list(made.results), made.opened
+    unpruned_export = not made.pruned and any(r.format == "saved_model" for r in results)
+    baseline_dir = None if unpruned_export else plan.loaded.saved_model_dir
     from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality
     from builder.optimize.causes import cause
@@ -459,18 +496,18 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     timed: dict[str, Any] = {}
     baseline_runner = make(TF, baseline_dir, contract.signature) if baseline_dir is not None else None
     named = FILE_NAMES.get(plan.recipe.choose, plan.recipe.choose) if plan.recipe.choose_named else None
-    candidates, latencies, made = cands.measure(
+    candidates, latencies, runners = cands.measure(
         results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
         timer, budget, cause, lambda text: stage(say, text), only=named)
     if timed:
         plan.notes.append(cands.race_line(timed, budget))
     if baseline_runner is not None:
-        made[baseline_key] = baseline_runner
+        runners[baseline_key] = baseline_runner
     updated = cands.primary_rows(results, latencies, contract)
     primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.format == "saved_model" else "")
                  for r in results}
     rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
-                                if k in made and k in latencies}, made, plan, budget, say)
+                                if k in runners and k in latencies}, runners, plan, budget, say)
     updated = [replace(r, throughput=rows_per_s.get(primaries[r.path], r.throughput)) for r in updated]
     extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
              if baseline_key in latencies else {})
@@ -478,11 +515,27 @@ def measure_step(results: list[ArtifactResult], staging: Path, plan: Plan, contr
     if line:
         plan.notes.append(line)
     plan.notes.extend(cands.cannot_run_lines(candidates))
-    return updated, candidates, extra
+    opened.clear()  # what the race did not take over is not held for the rest of the run
+    return replace(made, results=tuple(updated), candidates=tuple(candidates), baseline_timing=extra,
+                   baseline=_baseline_figures(made.baseline, updated, extra, made.pruned))
 
 
-def drop_unrunnable_xla(results: list[ArtifactResult], candidates: list[Candidate], staging: Path, plan: Plan
-                        ) -> list[ArtifactResult]:
+def _baseline_figures(baseline: ArtifactResult | None, results: list[ArtifactResult], extra: Mapping[str, Any],
+                      pruned: bool) -> ArtifactResult | None:
+    """The baseline row's timing: the served SavedModel's own where it is the original's weights re-exported
+    (one measurement of one model), else the race's timing of the original's SavedModel."""
+    same = next((r for r in results if r.format == "saved_model"), None) if not pruned else None
+    if baseline is not None and same is not None:
+        return replace(baseline, latency_us=same.latency_us, throughput=same.throughput,
+                       extra={**baseline.extra, "same_as": same.path})
+    if baseline is not None and "baseline" in extra:
+        return replace(baseline, latency_us=extra["baseline"], throughput=extra["baseline_throughput"])
+    return baseline
+
+
+
+
+def drop_unrunnable_xla(run: Run, made: Made) -> Made:
     """The SavedModel without its `serving_xla` when that signature could not make one call here (a model
     with ops XLA has no kernel for, `tf.image.combined_non_max_suppression`): the served folder keeps only
     signatures that answer, and a note says why (the candidate's note names the runtime's reason)."""
@@ -491,23 +544,25 @@ def drop_unrunnable_xla(results: list[ArtifactResult], candidates: list[Candidat
     from builder.optimize.causes import cause, log_text
     from builder.optimize.model_io import remove_signature
 
+    results, candidates, staging, plan = list(made.results), made.candidates, run.staging, run.plan
     broken = next((c for c in candidates if c.signature == XLA_SIGNATURE and c.error.startswith(CANNOT_RUN)), None)
     saved = next((r for r in results if r.format == "saved_model"), None)
     if broken is None or saved is None or XLA_SIGNATURE == plan.loaded.signature or XLA_SIGNATURE in plan.loaded.others:
-        return results
+        return made
     try:
         remove_signature(staging / saved.path, XLA_SIGNATURE)
     except Exception as error:  # noqa: BLE001 - the folder still serves every other signature
         log = plan.log("remove-xla", log_text(error, "removing serving_xla"))
         plan.notes.append(f"xla: serving_xla stays in {saved.path} although it cannot run here: re-saving without "
                           f"it failed: {cause(error)} (full text: {log})")
-        return results
+        return made
     plan.notes.append(f"xla: serving_xla taken out of {saved.path}: it cannot run on this host (its candidate says "
                       "why), so the served folder offers only signatures that answer")
     raw, packed = evaluate.file_sizes(staging / saved.path)
     signatures = [s for s in saved.extra.get("signatures", []) if s != XLA_SIGNATURE]
-    return [replace(r, size_bytes=raw, gzip_bytes=packed, extra={**r.extra, "signatures": signatures})
-            if r is saved else r for r in results]
+    return replace(made, results=tuple(replace(r, size_bytes=raw, gzip_bytes=packed,
+                                               extra={**r.extra, "signatures": signatures})
+                                       if r is saved else r for r in results))
 
 
 def allowed_precisions(recipe: Recipe) -> tuple[str, ...]:
@@ -551,14 +606,35 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
     return out
 
 
-# --- step 9b: what one core and this host serve -----------------------------------------------------------
+# --- select ------------------------------------------------------------------------------------------------
+
+
+def select_step(run: Run, made: Made) -> Made:
+    """The choice (`builder.optimize.select`): the fastest accepted candidate measured here, else by rule;
+    where the model has other signatures, a line on how the chosen file serves them."""
+    from builder.optimize import select
+    from builder.optimize import signatures as sigs
+
+    plan = run.plan
+    choice, lines = select.select_step(plan.recipe, plan.facts, list(made.results), list(made.candidates),
+                                       run.contract.signature)
+    for line in lines:
+        run.ledger.note(line)
+    if plan.checks:
+        chosen = next((r for r in made.results if r.path == choice.artifact), None)
+        run.ledger.note(sigs.served_note(choice.artifact, choice.runtime, run.contract.signature, plan.checks,
+                                         bool(chosen and chosen.accepted)))
+    return replace(made, choice=choice)
+
+
+# --- what one core and this host serve -------------------------------------------------------------
 
 
 #: Timing budget for the chosen candidate at one thread (a few hundred calls of a small model, dozens of a big one).
 CAPACITY_BUDGET_S = 3.0
 
 
-def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan: Plan, say: Say) -> Any:
+def capacity_step(run: Run, made: Made) -> Made:
     """The chosen artifact x runtime timed at batch 1 on ONE thread (the timing loop every candidate used, until
     its median is known: `builder.measure.race.PerRunner`), and what that bounds (`builder.report.capacity`):
     one core answers about 1e6 / p50 a second of model time, this host's usable cores at most that many times
@@ -568,38 +644,22 @@ def capacity_step(staging: Path, chosen: str, runtime: str, signature: str, plan
     from builder.optimize import evaluate
     from builder.report import capacity
 
-    path = staging / chosen
-    if not path.exists():
-        return None
-    with stage(say, "timing the chosen artifact on one thread (what one core serves)"):
+    plan, choice = run.plan, made.choice
+    chosen, runtime, signature = choice.artifact, choice.runtime, choice.signature
+    chosen_result = next((r for r in made.results if r.path == chosen), None)
+    path = run.staging / chosen
+    if not (choice.selection.measured and chosen_result and chosen_result.accepted) or not path.exists():
+        return made
+    with stage(run.say, "timing the chosen artifact on one thread (what one core serves)"):
         try:
             runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
             runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
             found = evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S,
                                           policy=PerRunner())["chosen"]
         except Exception:  # noqa: BLE001 - the choice was timed already; this line is only left out
-            return None
-    return capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)
+            return made
+    serving = capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)
+    run.ledger.note(serving.line())
+    return replace(made, serving=serving)
 
 
-# --- step 10: samples -----------------------------------------------------------------------------------
-
-
-def samples_step(staging: Path, plan: Plan, contract: ModelContract, reference: Mapping[str, np.ndarray]) -> None:
-    """samples.npz: `x/<input>` (original dtypes), `expected/<output>` (the ORIGINAL model's outputs),
-    `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always.
-    Strings are fixed-width UTF-8 bytes (`S<n>`): np.load(allow_pickle=False) reads them back."""
-    from builder.optimize.data import as_bytes, numpy_dtype
-
-    def typed(values: np.ndarray, dtype: str) -> np.ndarray:
-        return as_bytes(values) if dtype == "string" else np.asarray(values, dtype=numpy_dtype(dtype))
-
-    arrays: dict[str, np.ndarray] = {}
-    for spec in contract.inputs:
-        arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
-    rows = min(SAMPLE_ROWS, len(next(iter(plan.data.x_val.values()))))  # the gate's zero row is not a sample
-    for spec in contract.outputs:
-        arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:rows], spec.dtype)
-        if spec.name in plan.data.y_val:
-            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
-    np.savez(staging / SAMPLES_NAME, **arrays)

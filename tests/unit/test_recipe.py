@@ -171,7 +171,7 @@ def test_keras3_model_drops_pruning_and_qat_and_keeps_a_valid_choice() -> None:
     adapted, notes = adapt_recipe(recipe, "a Keras 3.15.1 model: ...", has_train=True)
     assert adapted.pruning is None and not adapted.quantization.qat
     assert adapted.choose == "tflite_int8"
-    assert any("pruning and QAT skipped" in n for n in notes)
+    assert any("pruning and QAT skipped" in n.line for n in notes)
 
 
 def test_auto_without_training_rows_skips_pruning() -> None:
