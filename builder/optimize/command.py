@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 from builder.errors import EXIT_GATE_FAILED
@@ -40,9 +41,23 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
                      + ": every one is kept in every artifact and judged against the original")
     for spec in contract.outputs:
         lines.append(f"quality of {spec.name}: {spec.task} ({spec.task_why})")
+    lines.append(steps_line(plan))
     lines += [f"note: {n}" for n in plan.ledger.lines()]
     plan.loaded.close()
     return lines
+
+
+def steps_line(plan: Any) -> str:
+    """Every step the recipe asked for beyond the SavedModel, as the plan's ledger has it before any work:
+    to be tried (each may still drop out with a note), or skipped and why."""
+    from builder.optimize.planning import planned_steps
+
+    said = []
+    for step in planned_steps(plan.asked or plan.recipe):
+        skipped = next((a for a in reversed(plan.ledger.attempts()) if a.step == step), None)
+        said.append(f"{step} (skipped: {skipped.cause})" if skipped is not None else step)
+    return ("steps: " + "; ".join(said) + " (each one tried may still drop out, with a note)") if said else \
+        "steps: none beyond the SavedModel"
 
 
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,

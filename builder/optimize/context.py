@@ -35,10 +35,8 @@ class Run:
     staging: Path
     scratch: Path
     say: Say
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.plan.ledger
+    #: the plan's ledger, where every step beyond the SavedModel records what became of it
+    ledger: Ledger
 
 
 @dataclass(frozen=True)
@@ -59,10 +57,6 @@ class Made:
     baseline_timing: Mapping[str, Any] = field(default_factory=dict)
     choice: Any = None  # select.Choice
     serving: Capacity | None = None
-
-    @property
-    def pruned(self) -> bool:
-        return self.sparsity is not None
 
 
 #: A step of the run.

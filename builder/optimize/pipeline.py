@@ -66,7 +66,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     scratch = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-"))
     try:
         with staged_dir(out) as staging:  # --out appears whole, or stays as it was
-            context = Run(options, plan, contract, reference, staging, scratch, say)
+            context = Run(options, plan, contract, reference, staging, scratch, say, plan.ledger)
             made = Made(model=loaded.keras_model)
             for step in STEPS:
                 made = step(context, made)

@@ -93,16 +93,16 @@ def export_step(run: Run, made: Made) -> Made:
     with stage(run.say, "exporting the serving SavedModel"):
         # the original re-exported from Keras only to add serving_xla, and never a mixed-precision model's
         # float32 twin in its place: that one is only converted
-        if model is not None and (made.pruned or (recipe.export.xla and loaded.convert_from is None)):
+        if model is not None and (made.sparsity is not None or (recipe.export.xla and loaded.convert_from is None)):
             def exported() -> Any:
                 export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                              xla=recipe.export.xla)
                 return model
 
-            step = "the pruned SavedModel" if made.pruned else XLA_SIGNATURE
-            failed = "pruning dropped" if made.pruned else "the Keras export with serving_xla dropped"
+            step = "the pruned SavedModel" if made.sparsity is not None else XLA_SIGNATURE
+            failed = "pruning dropped" if made.sparsity is not None else "the Keras export with serving_xla dropped"
             if run.ledger.attempt(step, exported, log="export", failed=failed) is not None:
-                if made.pruned and recipe.export.xla:  # serving_xla went into the pruned model's export
+                if made.sparsity is not None and recipe.export.xla:  # serving_xla went into the pruned model's export
                     run.ledger.add([Attempt(XLA_SIGNATURE, DONE)])
                 return replace(made, saved_model=target)
             shutil.rmtree(target, ignore_errors=True)
@@ -130,7 +130,7 @@ def _add_xla(run: Run, target: Path) -> None:
 def conversion_source(plan: Plan, made: Made) -> Path | None:
     """The SavedModel the .tflite files and the IR are converted from: the served one, except for a
     mixed-precision model not pruned, whose float32 twin converts where the original cannot."""
-    return made.saved_model if made.pruned else (plan.loaded.convert_from or made.saved_model)
+    return made.saved_model if made.sparsity is not None else (plan.loaded.convert_from or made.saved_model)
 
 
 def convert_step(run: Run, made: Made) -> Made:
@@ -151,7 +151,7 @@ def convert_step(run: Run, made: Made) -> Made:
         return replace(made, produced=(("tflite_original", path),))
     source, saved_model = conversion_source(plan, made), made.saved_model
     assert saved_model is not None and source is not None
-    original_weights = not made.pruned and made.model is plan.loaded.keras_model
+    original_weights = made.sparsity is None and made.model is plan.loaded.keras_model
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
     others = tuple(plan.loaded.others)  # converted into the same file: every signature is kept
@@ -249,12 +249,12 @@ def qat_step(run: Run, made: Made) -> Made:
         x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, run.reference)
         qat_model = quantize.quantization_aware_train(
             model, x_train, y_train, losses,
-            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=made.pruned)
+            recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=made.sparsity is not None)
         path.write_bytes(quantize.convert_qat(qat_model, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                                               plan.data.x_calib, run.scratch, like=model))
         return path
 
-    with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.pruned else ''}"):
+    with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.sparsity is not None else ''}"):
         done = run.ledger.attempt(QAT, trained_and_converted, log="qat")
     return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
 
@@ -448,7 +448,7 @@ def measure_step(run: Run, made: Made) -> Made:
     plan, contract, reference, options, say, staging = (run.plan, run.contract, run.reference, run.options,
                                                          run.say, run.staging)
     results, opened = list(made.results), made.opened
-    unpruned_export = not made.pruned and any(r.format == "saved_model" for r in results)
+    unpruned_export = made.sparsity is None and any(r.format == "saved_model" for r in results)
     baseline_dir = None if unpruned_export else plan.loaded.saved_model_dir
     from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality
@@ -500,7 +500,7 @@ def measure_step(run: Run, made: Made) -> Made:
         results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
         timer, budget, cause, lambda text: stage(say, text), only=named)
     if timed:
-        plan.notes.append(cands.race_line(timed, budget))
+        run.ledger.note(cands.race_line(timed, budget))
     if baseline_runner is not None:
         runners[baseline_key] = baseline_runner
     updated = cands.primary_rows(results, latencies, contract)
@@ -511,13 +511,12 @@ def measure_step(run: Run, made: Made) -> Made:
     updated = [replace(r, throughput=rows_per_s.get(primaries[r.path], r.throughput)) for r in updated]
     extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
              if baseline_key in latencies else {})
-    line = cands.shape_line(contract, candidates)
-    if line:
-        plan.notes.append(line)
-    plan.notes.extend(cands.cannot_run_lines(candidates))
+    run.ledger.note(cands.shape_line(contract, candidates))
+    for line in cands.cannot_run_lines(candidates):
+        run.ledger.note(line)
     opened.clear()  # what the race did not take over is not held for the rest of the run
     return replace(made, results=tuple(updated), candidates=tuple(candidates), baseline_timing=extra,
-                   baseline=_baseline_figures(made.baseline, updated, extra, made.pruned))
+                   baseline=_baseline_figures(made.baseline, updated, extra, made.sparsity is not None))
 
 
 def _baseline_figures(baseline: ArtifactResult | None, results: list[ArtifactResult], extra: Mapping[str, Any],
@@ -541,7 +540,6 @@ def drop_unrunnable_xla(run: Run, made: Made) -> Made:
     signatures that answer, and a note says why (the candidate's note names the runtime's reason)."""
     from builder.optimize import evaluate
     from builder.optimize.candidates import CANNOT_RUN
-    from builder.optimize.causes import cause, log_text
     from builder.optimize.model_io import remove_signature
 
     results, candidates, staging, plan = list(made.results), made.candidates, run.staging, run.plan
@@ -549,14 +547,12 @@ def drop_unrunnable_xla(run: Run, made: Made) -> Made:
     saved = next((r for r in results if r.format == "saved_model"), None)
     if broken is None or saved is None or XLA_SIGNATURE == plan.loaded.signature or XLA_SIGNATURE in plan.loaded.others:
         return made
-    try:
-        remove_signature(staging / saved.path, XLA_SIGNATURE)
-    except Exception as error:  # noqa: BLE001 - the folder still serves every other signature
-        log = plan.log("remove-xla", log_text(error, "removing serving_xla"))
-        plan.notes.append(f"xla: serving_xla stays in {saved.path} although it cannot run here: re-saving without "
-                          f"it failed: {cause(error)} (full text: {log})")
+    removed = run.ledger.attempt("serving_xla taken out", lambda: remove_signature(staging / saved.path, XLA_SIGNATURE) or True,
+                                 log="remove-xla", failed=f"xla: serving_xla stays in {saved.path} although it cannot "
+                                                          "run here: re-saving without it failed")
+    if removed is None:
         return made
-    plan.notes.append(f"xla: serving_xla taken out of {saved.path}: it cannot run on this host (its candidate says "
+    run.ledger.note(f"xla: serving_xla taken out of {saved.path}: it cannot run on this host (its candidate says "
                       "why), so the served folder offers only signatures that answer")
     raw, packed = evaluate.file_sizes(staging / saved.path)
     signatures = [s for s in saved.extra.get("signatures", []) if s != XLA_SIGNATURE]
@@ -650,14 +646,18 @@ def capacity_step(run: Run, made: Made) -> Made:
     path = run.staging / chosen
     if not (choice.selection.measured and chosen_result and chosen_result.accepted) or not path.exists():
         return made
+    def timed() -> Any:
+        runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
+        runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
+        return evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S,
+                                     policy=PerRunner())["chosen"]
+
     with stage(run.say, "timing the chosen artifact on one thread (what one core serves)"):
-        try:
-            runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
-            runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
-            found = evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S,
-                                          policy=PerRunner())["chosen"]
-        except Exception:  # noqa: BLE001 - the choice was timed already; this line is only left out
-            return made
+        # the choice was timed already: a failure here only leaves the serving line out, and says why
+        found = run.ledger.attempt("one-thread timing", timed, log="capacity",
+                                   failed="serving: the chosen artifact's one-thread timing dropped")
+    if found is None:
+        return made
     serving = capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)
     run.ledger.note(serving.line())
     return replace(made, serving=serving)

@@ -47,6 +47,25 @@ def _model(name: str, zoo_dir: pytest.TempPathFactory, built: dict[str, zoo.ZooM
     return built[name]
 
 
+def assert_every_step_said(report: object) -> None:
+    """The ledger's promise, read from the report as a user would: every step the recipe asked for beyond the
+    SavedModel has an entry (done, dropped or skipped), and each one that dropped out or was skipped has its
+    line among the notes, naming its cause (and its log in OUT/logs where the library said more)."""
+    from builder.optimize.ledger import DONE, DROPPED, SKIPPED, UNACCOUNTED
+
+    attempts = report.attempts  # type: ignore[attr-defined]
+    assert attempts, "the report has no attempts"
+    assert not [a.step for a in attempts if a.outcome == UNACCOUNTED], [a.line for a in attempts]
+    assert {a.outcome for a in attempts} <= {DONE, DROPPED, SKIPPED}
+    for attempt in attempts:
+        if attempt.outcome == DROPPED:
+            assert attempt.line in report.notes and attempt.cause and attempt.cause in attempt.line  # type: ignore[attr-defined]
+            if attempt.log:
+                assert (Path(attempt.log)).is_file(), attempt.log
+        if attempt.outcome == SKIPPED and attempt.line:
+            assert attempt.line in report.notes  # type: ignore[attr-defined]
+
+
 def _litert_signature(path: Path) -> tuple[dict, dict]:
     """{name: (dtype, shape with None for dynamic)} of a .tflite's serving signature, as LiteRT lists it."""
     from ai_edge_litert.interpreter import Interpreter
@@ -73,6 +92,7 @@ def test_auto_keeps_the_contract_and_judges_every_output(name: str, zoo_dir: pyt
     assert code == 0, stderr[-3000:]
     assert "Traceback" not in stderr
     report = Report.load(out)
+    assert_every_step_said(report)
 
     # The contract is the original's: names, dtypes, shapes, and the task of every output.
     want_in = {n: (dtype, shape) for n, (dtype, shape) in model.inputs.items()}
@@ -184,6 +204,7 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
     assert code == 0, stderr[-3000:]
     assert "Traceback" not in stderr
     report = Report.load(out)
+    assert_every_step_said(report)
     contract = report.contract
     assert {t.name: (t.dtype, t.shape) for t in contract.inputs} == model.inputs
     assert {t.name: (t.dtype, t.shape) for t in contract.outputs} == {n: (d, s) for n, (d, s, _) in model.outputs.items()}
