@@ -369,6 +369,23 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class MemoryUse:
+    """What the run could use and used: `budget_bytes` (--memory, or what the host or its cgroup allows),
+    `peak_bytes` (the process's highest resident set during the run) and `chosen_runner_bytes` (what opening
+    the chosen artifact on its runtime added to the resident set: the model's own share of a serving process;
+    None where it was not measured)."""
+
+    budget_bytes: int | None
+    peak_bytes: int | None
+    chosen_runner_bytes: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MemoryUse":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything `tfsmith optimize` decided and measured; `chosen` + `chosen_runtime` are what to serve."""
 
@@ -397,6 +414,8 @@ class Report:
     capacity: Capacity | None = None
     #: every optional step in the order it ran: what was tried, done, dropped (with its cause and log) or skipped
     attempts: tuple[Attempt, ...] = ()
+    #: the memory budget, the run's peak and the chosen runner's own share (None in reports before they existed)
+    memory: MemoryUse | None = None
 
     @property
     def contract(self) -> ModelContract:
@@ -441,7 +460,8 @@ class Report:
             selection=Selection.from_dict(data.get("selection") or {}), schema=SCHEMA,
             chosen_signature=str(data.get("chosen_signature") or "serving_default"),
             capacity=Capacity.from_dict(data["capacity"]) if data.get("capacity") else None,
-            attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts") or ()))
+            attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts") or ()),
+            memory=MemoryUse.from_dict(data["memory"]) if data.get("memory") else None)
 
     @classmethod
     def load(cls, path: Path) -> "Report":

@@ -73,6 +73,10 @@ def register(app: typer.Typer) -> None:
         signature: Optional[str] = typer.Option(None, "--signature",
                                                 help="SavedModel signature that is the contract and the served "
                                                      "default (default: serving_default), e.g. predict."),
+        memory: Optional[str] = typer.Option(None, "--memory", help="Memory optimize may use, e.g. 8G or 7.5GB "
+                                             "(default: what this host or its cgroup allows). A step that does not "
+                                             "fit drops out with a note; when not even the model's own SavedModel "
+                                             "fits, optimize stops at once, saying how much it needs."),
         imports: list[str] = typer.Option([], "--import", help="Python module to import before loading MODEL, so "
                                           "the custom layers/objects it registers load (repeatable; searched on "
                                           "sys.path and in the current directory)."),
@@ -83,12 +87,21 @@ def register(app: typer.Typer) -> None:
             _require_optimize_extra()
         from builder.optimize.command import run_optimize_command
 
+        memory_bytes = None
+        if memory is not None:
+            from builder.measure.memory import parse_size
+
+            try:
+                memory_bytes = parse_size(memory)
+            except ValueError as error:
+                raise typer.BadParameter(str(error), param_hint="--memory") from None
+
         # --cuda-cc none travels as it is: unset means the host's GPUs where `tfsmith build` would build for them
         # (builder.targets.choose_cuda), so `none` is the only way to say CPU-only
         code = run_optimize_command(model=model, data=data, recipe=recipe, target=target, out=out,
                                     max_accuracy_drop=max_accuracy_drop, explain=explain, threads=threads,
                                     cuda_cc=cuda_cc, latency_runs=latency_runs,
                                     max_relative_error=max_relative_error, signature=signature,
-                                    imports=tuple(imports))
+                                    imports=tuple(imports), memory=memory_bytes)
         if code:
             raise typer.Exit(code)

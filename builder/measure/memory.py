@@ -4,18 +4,18 @@ reset. Standard library only (Linux `/proc/self/status`; elsewhere every figure 
 Why the peak and not only before/after: a converter or a quantizer can hold several copies of a model's weights
 for a moment and give them back before it returns (TFLite's converter serializes a flatbuffer beside the MLIR
 module), so the figure that decides whether a step fits in a memory budget is what it reached, not what it
-left. Writing "5" to `/proc/self/clear_refs` resets the kernel's high-water mark (`VmHWM`) to the current
-resident set, so each step's own peak can be read; where that write is refused the peak is the process's
-lifetime peak, which is still an upper bound.
+left. The kernel keeps the process's lifetime peak (`VmHWM`, what GNU `time -v` reports); a step's own peak
+below it is read by a sampling thread (`_Sampler`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MIB = 1024 * 1024
 _STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 def _status_kib(field: str) -> int | None:
@@ -35,20 +35,73 @@ def rss_bytes() -> int | None:
     return None if kib is None else kib * 1024
 
 
-def peak_bytes() -> int | None:
-    """The highest resident set since the last `reset_peak` (or the process's start), in bytes."""
+def lifetime_peak_bytes() -> int | None:
+    """The highest resident set since the process started (VmHWM), in bytes."""
     kib = _status_kib("VmHWM")
     return None if kib is None else kib * 1024
 
 
-def reset_peak() -> bool:
-    """Start a new peak at the current resident set; False where the kernel refuses (the peak then stays the
-    process's lifetime one)."""
+class _Sampler:
+    """A daemon thread that, while a step is watched, reads the resident set every `INTERVAL_S` and keeps the
+    highest: a step's own peak, where the lifetime peak (VmHWM) says nothing because an earlier step went higher.
+    It sleeps while nothing is watched, so it never takes the interpreter from a timing loop.
+
+    Why not reset the kernel's high-water mark (`/proc/self/clear_refs`): the same mark is what the kernel
+    reports as the process's maximum resident set when it exits (`getrusage`, GNU `time -v`), so resetting it
+    would make those tools under-report the run's peak."""
+
+    INTERVAL_S = 0.02
+
+    def __init__(self) -> None:
+        import threading
+
+        self.highest = 0
+        self.watching = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfsmith-rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            self.watching.wait()
+            self.highest = max(self.highest, rss_bytes() or 0)
+            time.sleep(self.INTERVAL_S)
+
+
+_sampler: _Sampler | None = None
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[Callable[[], int | None]]:
+    """Watch a step's memory: yields a function giving its peak so far (exact where the process reached a new
+    lifetime peak meanwhile, as VmHWM says; else the sampler's highest reading, which can miss a spike shorter
+    than its interval). Outside `/proc` the peak is None."""
+    global _sampler
+    if rss_bytes() is None:
+        yield lambda: None
+        return
+    if _sampler is None:
+        _sampler = _Sampler()
+    lifetime_before = lifetime_peak_bytes() or 0
+    _sampler.highest = rss_bytes() or 0
+    _sampler.watching.set()
+
+    def peak() -> int | None:
+        now, lifetime = rss_bytes(), lifetime_peak_bytes()
+        if lifetime is not None and lifetime > lifetime_before:
+            return lifetime
+        return max(now or 0, _sampler.highest if _sampler is not None else 0)
+
     try:
-        _CLEAR_REFS.write_text("5", encoding="ascii")
-    except OSError:
-        return False
-    return True
+        yield peak
+    finally:
+        _sampler.watching.clear()
+
+
+def run_peak_bytes() -> int | None:
+    """The highest resident set of this process since it started (what GNU `time -v` reports at its exit)."""
+    return lifetime_peak_bytes()
 
 
 def mib(value: int | None) -> float | None:
@@ -60,3 +113,29 @@ def text(value: int | None) -> str:
     if value is None:
         return "?"
     return f"{value / MIB:.0f} MiB" if value < 1024 * MIB else f"{value / (1024 * MIB):.1f} GiB"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MIB, "mb": 10**6, "mib": MIB,
+          "g": 1024 * MIB, "gb": 10**9, "gib": 1024 * MIB, "t": 1024**4, "tb": 10**12, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """'8G', '8GiB', '7.5 GB', '512Mi', '1073741824' -> bytes (K/M/G/T alone and Ki/Mi/Gi/Ti are powers of 1024,
+    KB/MB/GB/TB powers of 1000, as Kubernetes and GNU tools spell them); ValueError with the text otherwise."""
+    import re
+
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text or "")
+    unit = found.group(2).lower() if found else ""
+    unit = unit + "b" if unit in ("ki", "mi", "gi", "ti") else unit
+    unit = unit[:-2] + "ib" if unit.endswith("ib") else unit
+    if not found or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (e.g. 8G, 7.5GB, 512Mi)")
+    return int(float(found.group(1)) * _UNITS[unit])
+
+
+def usable_bytes() -> int | None:
+    """The memory this process may use: the machine's, or its cgroup's limit where that is lower (the figure
+    `tfsmith detect` shows as usable, `builder.hardware.cpu`); None where the host cannot say."""
+    from builder.hardware.cpu import cgroup_memory_limit, mem_total, usable_memory
+
+    return usable_memory(mem_total(), cgroup_memory_limit())

@@ -241,6 +241,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             precisions: tuple[str, ...], make: Make, judge: Judge,
             timer: Timer, budget: float, cause: Callable[[BaseException], str],
             stage: Callable[[str], Any], only: str | None = None,
+            keep: Callable[[ArtifactResult, str, str], bool] | None = None,
             ) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
     """Time every candidate; returns (candidates, latency by key, runner by key).
 
@@ -248,7 +249,8 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     against the original (on the gate's rows, and every other signature), `timer` the race in the interleaved
     loop (`builder.measure.race`): each candidate is timed until it is slower than the best beyond noise, the
     choice is settled or `budget` is spent, and says so (`Candidate.timed_s`, `stopped`). `only`: the artifact
-    the recipe names, the only one that can be chosen.
+    the recipe names, the only one that can be chosen. `keep(result, runtime, signature)`: which of the pairs to
+    time (default all: a race in groups times the best so far beside each group only on its own runtime).
 
     Every candidate is proved to run before it is timed: one call at the data's shapes. One that cannot (an
     XLA `serving_xla` of a model whose ops have no XLA kernel, a runtime that cannot prepare the file) is a
@@ -259,7 +261,8 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     made: dict[str, Any] = {}
     errors: dict[tuple[str, str, str], str] = {}
     unjudged: list[tuple[str, str, str]] = []  # on a runtime other than the one its file was evaluated on
-    pairs = [(r, runtime, signature) for r in results for runtime, signature in candidate_pairs(r, contract, precisions)]
+    pairs = [(r, runtime, signature) for r in results for runtime, signature in candidate_pairs(r, contract, precisions)
+             if keep is None or keep(r, runtime, signature)]
     with stage(f"opening {len(pairs)} artifact x runtime pairs (each proved by one call at the data's shapes)"):
         for result, runtime, signature in pairs:
             trio = (result.path, runtime, signature)

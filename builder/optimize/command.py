@@ -18,7 +18,7 @@ from builder.optimize.planning import explain_lines, make_plan
 
 def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cuda_cc: str | None,
                  max_accuracy_drop: float, max_relative_error: float, threads: int, signature: str | None = None,
-                 imports: tuple[str, ...] = ()) -> list[str]:
+                 imports: tuple[str, ...] = (), memory: int | None = None) -> list[str]:
     """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
     from builder.optimize import tfenv
 
@@ -28,7 +28,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
     logs = Path(tempfile.mkdtemp(prefix="tfsmith-explain-"))
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=logs,
                       max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
-                      max_relative_error=max_relative_error, signature=signature, imports=imports)
+                      max_relative_error=max_relative_error, signature=signature, imports=imports, memory=memory)
     with tfenv.quiet_native_stderr():
         plan = make_plan(options, lambda _: None)
         for name, text in plan.ledger.logs.items():
@@ -63,7 +63,7 @@ def steps_line(plan: Any) -> str:
 def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | None, out: Path,
                          max_accuracy_drop: float, explain: bool, threads: int, cuda_cc: str | None = None,
                          latency_runs: int = 300, max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR,
-                         signature: str | None = None, imports: tuple[str, ...] = ()) -> int:
+                         signature: str | None = None, imports: tuple[str, ...] = (), memory: int | None = None) -> int:
     """What `tfsmith optimize` does; returns the exit status (0, or EXIT_GATE_FAILED). In the tfsmith process
     itself, that status ends the process once everything is written, without the interpreter's teardown
     (`builder.optimize.fast_exit`)."""
@@ -80,7 +80,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     if explain:
         for line in explain_plan(model=model, data=data, recipe=recipe, target=target, cuda_cc=cuda_cc,
                                  max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error,
-                                 threads=threads, signature=signature, imports=imports):
+                                 threads=threads, signature=signature, imports=imports, memory=memory):
             print(line)
         return done(0)
     # A handle on the real stderr, kept while native code's banners on fd 2 are silenced during the run.
@@ -88,7 +88,7 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
     options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=out,
                       max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
                       latency_runs=latency_runs, max_relative_error=max_relative_error, signature=signature,
-                      imports=imports)
+                      imports=imports, memory=memory)
     from builder.optimize import tfenv
 
     from builder.optimize.progress import step_say

@@ -15,7 +15,7 @@ import numpy as np
 
 from builder.optimize.ledger import Ledger
 from builder.optimize.options import Options
-from builder.report import ArtifactResult, Candidate, Capacity, Latency, ModelContract
+from builder.report import ArtifactResult, Candidate, Capacity, ModelContract
 from builder.say import Say
 
 #: Runners the evaluation opened, by `runner_key`: the race takes each one over instead of loading its file
@@ -57,9 +57,9 @@ class Made:
     baseline_timing: Mapping[str, Any] = field(default_factory=dict)
     choice: Any = None  # select.Choice
     serving: Capacity | None = None
+    #: what opening the chosen artifact on its runtime added to the resident set (`capacity_step`)
+    chosen_runner_bytes: int | None = None
 
 
 #: A step of the run.
 Step = Callable[[Run, Made], Made]
-#: How the race reports the baseline's timing (`Made.baseline_timing`).
-BaselineTiming = Mapping[str, "Latency | dict[str, float]"]

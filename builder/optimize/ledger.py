@@ -31,8 +31,10 @@ class Ledger:
     """What a run tried and noted, in order. Plain notes (facts the report states: the race, shapes, what
     serves) sit beside the attempts; `lines()` gives both as the report's notes."""
 
-    def __init__(self, out: Path | str = ".") -> None:
+    def __init__(self, out: Path | str = ".", budget: Any = None) -> None:
         self.out = Path(out)
+        #: the run's memory budget (`builder.optimize.budget.Budget`): an attempt that does not fit is skipped
+        self.budget = budget
         self._entries: list[Attempt | str] = []
         #: full texts of the libraries' errors, written to OUT/logs/<name>.log with the output
         self.logs: dict[str, str] = {}
@@ -53,24 +55,39 @@ class Ledger:
         if text:
             self._entries.append(text)
 
-    def attempt(self, step: str, work: Callable[[], T], *, log: str, failed: str | None = None) -> T | None:
+    def attempt(self, step: str, work: Callable[[], T], *, log: str, failed: str | None = None,
+                kind: str | None = None, size: int | None = None) -> T | None:
         """`work()`, recorded: its result, or None and a DROPPED entry when it raises anything (whatever a
         library raises, the run goes on without this step). The line is `<failed>: <cause> (full text: <log>)`,
         `failed` defaulting to "<step> dropped"; the cause is the error's own `cause` attribute where it carries
         one (the converter's cleaned diagnostic), else its first line (`builder.optimize.causes.cause`), and
-        the log its `full_text` where it has one, else the message and traceback."""
-        start, before = time.perf_counter(), memory.rss_bytes()
-        memory.reset_peak()
-        try:
-            result = work()
-        except Exception as error:  # noqa: BLE001 - a step beyond the floor drops out, never the model
-            from builder.optimize.causes import cause, log_text
+        the log its `full_text` where it has one, else the message and traceback.
 
-            said = getattr(error, "cause", None) or cause(error)
-            full = getattr(error, "full_text", None) or log_text(error, step)
-            self._record(step, DROPPED, said, f"{failed or step + ' dropped'}: {said}", log, full, start, before)
-            return None
-        self._record(step, DONE, "", "", None, None, start, before)
+        `kind` (and `size`, the bytes it reads; default the model's weights): what the memory budget knows the
+        step as. A step that does not fit in it is SKIPPED without running, its line giving what it needs and
+        what is usable; one that runs teaches the budget what its kind takes."""
+        if kind is not None and self.budget is not None:
+            refused = self.budget.refusal(kind, size)
+            if refused is not None:
+                self.skipped(step, f"not enough memory: {refused} (--memory)",
+                             said=f"{failed or step + ' dropped'}: not enough memory: {refused} (--memory)")
+                return None
+        start, before = time.perf_counter(), memory.rss_bytes()
+        with memory.watch() as peak:
+            try:
+                result = work()
+            except Exception as error:  # noqa: BLE001 - a step beyond the floor drops out, never the model
+                from builder.optimize.causes import cause, log_text
+
+                said = getattr(error, "cause", None) or cause(error)
+                full = getattr(error, "full_text", None) or log_text(error, step)
+                self._record(step, DROPPED, said, f"{failed or step + ' dropped'}: {said}", log, full, start, before,
+                             peak())
+                return None
+            finally:
+                if kind is not None and self.budget is not None:
+                    self.budget.learn(kind, before, peak(), size)
+            self._record(step, DONE, "", "", None, None, start, before, peak())
         return result
 
     def dropped(self, step: str, cause: str, *, failed: str | None = None, log: str | None = None,
@@ -100,13 +117,12 @@ class Ledger:
             self._entries.append(Attempt(step, outcome, line, cause, log))
 
     def _record(self, step: str, outcome: str, cause: str, line: str, log: str | None, full: str | None,
-                start: float, before: int | None) -> None:
+                start: float, before: int | None, peak: int | None = None) -> None:
         path = str(self.log(log, full)) if log is not None and full is not None else None
         if path is not None:
             line = f"{line} (full text: {path})"
         self._entries.append(Attempt(step, outcome, line, cause, path, round(time.perf_counter() - start, 3),
-                                     memory.mib(before), memory.mib(memory.rss_bytes()),
-                                     memory.mib(memory.peak_bytes())))
+                                     memory.mib(before), memory.mib(memory.rss_bytes()), memory.mib(peak)))
 
     # --- reading -------------------------------------------------------------------------------------------
 

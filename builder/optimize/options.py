@@ -32,6 +32,7 @@ class Options:
     max_relative_error: float = DEFAULT_MAX_RELATIVE_ERROR
     signature: str | None = None  # the SavedModel signature that is the contract (default serving_default)
     imports: tuple[str, ...] = ()  # the user's modules to import before loading (custom layers)
+    memory: int | None = None  # bytes optimize may use (--memory); None: what the host or its cgroup allows
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,13 @@ class Optimized:
 
 @contextlib.contextmanager
 def stage(say: Say, text: str) -> Iterator[None]:
+    """A step announced, and said done with its time and the memory the process holds after it (memory is a
+    budget like cores: the progress shows where it goes)."""
+    from builder.measure import memory
+
     start = time.perf_counter()
     say(f"... {text}")
     yield
-    say(f"ok  {text} ({time.perf_counter() - start:.1f} s)")
+    held = memory.rss_bytes()
+    said = f"{time.perf_counter() - start:.1f} s" + (f", {memory.text(held)} resident" if held is not None else "")
+    say(f"ok  {text} ({said})")

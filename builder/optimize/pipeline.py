@@ -25,7 +25,8 @@ from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan, planned_steps
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
-from builder.report import DataInfo, Gate, ModelInfo, Report
+from builder.measure import memory
+from builder.report import DataInfo, Gate, MemoryUse, ModelInfo, Report
 from builder.say import Say
 from builder.staging import staged_dir
 
@@ -108,7 +109,9 @@ def make_report(run: Run, made: Made) -> Report:
         gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
                   chosen_result.reason if chosen_result else f"{choice.artifact} was not produced"),
         selection=choice.selection, chosen_signature=choice.signature, capacity=made.serving,
-        attempts=plan.ledger.attempts())
+        attempts=plan.ledger.attempts(),
+        memory=MemoryUse(plan.ledger.budget.limit if plan.ledger.budget else None, memory.run_peak_bytes(),
+                         made.chosen_runner_bytes))
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from builder.optimize import recipe as recipes
+from builder.optimize.budget import Budget
 from builder.optimize.layout import FILE_NAMES, XLA_SIGNATURE
 from builder.optimize.ledger import SKIPPED, Ledger
 from builder.optimize.options import Options, stage
@@ -191,11 +192,17 @@ def make_plan(options: Options, say: Say) -> Plan:
     from builder.optimize.model_io import load_model
 
     tfenv.configure_threads(options.threads)
+    budget = memory_budget(options)
+    refuse_unless_fits(budget, "load", model_bytes(options.model), options.model, "to load it")
     with stage(say, f"loading {options.model}"):
         loaded = load_model(options.model, options.signature, options.imports)
+    budget.weights = weights_bytes(loaded, options.model)
+    if loaded.saved_model_dir is not None:  # the floor: the model's own SavedModel on TensorFlow
+        refuse_unless_fits(budget, "runner:tensorflow", None, options.model,
+                           "to run its SavedModel on TensorFlow (the least optimize serves)")
     raw = data_mod.load_data(options.data, loaded.inputs, loaded.outputs)
     has_train = data_mod.has_training_data(raw, loaded.outputs)
-    ledger = Ledger(options.out)
+    ledger = Ledger(options.out, budget)
     asked = recipe
     recipe, skips = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
                                  loaded.tflite_path is not None)
@@ -244,6 +251,40 @@ def make_plan(options: Options, say: Say) -> Plan:
         ledger.note(f"{leaked} calibration rows also appear in x_val: int8 quality on those rows is not held-out")
     plan.recipe, plan.data = recipe, data
     return plan
+
+
+def memory_budget(options: Options) -> Budget:
+    """The run's memory budget: --memory where given (never more than the host or its cgroup allows), else
+    what they allow."""
+    from builder.measure import memory
+
+    usable = memory.usable_bytes()
+    limit = min(v for v in (options.memory, usable) if v is not None) if (options.memory or usable) else None
+    return Budget(limit)
+
+
+def refuse_unless_fits(budget: Budget, kind: str, size: int | None, model: Path, what: str) -> None:
+    """Stop at once, in one line with both figures, when the floor does not fit: better than the OOM killer
+    ending the run midway with nothing said."""
+    why = budget.refusal(kind, size)
+    if why is not None:
+        from builder.errors import InputError
+
+        raise InputError(f"model {model}: not enough memory {what}: {why} (--memory, or a machine or container "
+                         "with more memory)")
+
+
+def model_bytes(path: Path) -> int:
+    """The model's size on disk: the file, or every file of a SavedModel folder."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
+def weights_bytes(loaded: Any, path: Path) -> int:
+    """The model's weights in bytes (float32 parameters), or its size on disk where the count is unknown."""
+    return int(loaded.params) * 4 if loaded.params else model_bytes(path)
 
 
 #: Output dtypes fine-tuning can take a loss on.

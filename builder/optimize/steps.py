@@ -52,7 +52,7 @@ def prune_step(run: Run, made: Made) -> Made:
 
     with stage(run.say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning "
                         "epochs"):
-        done = run.ledger.attempt(PRUNING, pruned_and_called, log="prune")
+        done = run.ledger.attempt(PRUNING, pruned_and_called, log="prune", kind="prune")
     if done is None:
         return made
     model, sparsity, pruned_out = done
@@ -101,7 +101,7 @@ def export_step(run: Run, made: Made) -> Made:
 
             step = "the pruned SavedModel" if made.sparsity is not None else XLA_SIGNATURE
             failed = "pruning dropped" if made.sparsity is not None else "the Keras export with serving_xla dropped"
-            if run.ledger.attempt(step, exported, log="export", failed=failed) is not None:
+            if run.ledger.attempt(step, exported, log="export", failed=failed, kind="export") is not None:
                 if made.sparsity is not None and recipe.export.xla:  # serving_xla went into the pruned model's export
                     run.ledger.add([Attempt(XLA_SIGNATURE, DONE)])
                 return replace(made, saved_model=target)
@@ -173,7 +173,8 @@ def convert_step(run: Run, made: Made) -> Made:
 
             with stage(run.say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
                 done = run.ledger.attempt(FILE_NAMES[format], converted, log=f"convert-{mode}",
-                                          failed=f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed")
+                                          failed=f"{FILE_NAMES[format]} not written: TFLite {mode} conversion failed",
+                                          kind=None if probed else "convert")
             if done is None:
                 path.unlink(missing_ok=True)
                 continue
@@ -214,7 +215,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
                                                load=load)
 
     with stage(run.say, "converting to OpenVINO's IR (float)"):
-        model = ledger.attempt(fp32, converted, log="convert-openvino", failed=f"{names} not written")
+        model = ledger.attempt(fp32, converted, log="convert-openvino", failed=f"{names} not written", kind="ir")
         if model is not None:
             produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, run.staging / fp32)))
     if "openvino_ir_int8" not in wanted:
@@ -228,7 +229,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
         return openvino_ir.write_ir(openvino_ir.quantize_int8(model, plan.data.x_calib, rows), run.staging / int8)
 
     with stage(run.say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
-        path = ledger.attempt(int8, quantized, log="quantize-openvino", failed=f"{int8} not written")
+        path = ledger.attempt(int8, quantized, log="quantize-openvino", failed=f"{int8} not written", kind="nncf")
     if path is not None:
         produced.append(("openvino_ir_int8", path))
     return produced
@@ -255,7 +256,7 @@ def qat_step(run: Run, made: Made) -> Made:
         return path
 
     with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.sparsity is not None else ''}"):
-        done = run.ledger.attempt(QAT, trained_and_converted, log="qat")
+        done = run.ledger.attempt(QAT, trained_and_converted, log="qat", kind="qat")
     return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
 
 
@@ -359,22 +360,60 @@ def evaluated_on(format: str) -> str:
 
 
 def evaluate_step(run: Run, made: Made) -> Made:
-    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `Made.opened` for the race."""
-    plan, contract, options = run.plan, run.contract, run.options
+    """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `Made.opened` for the race
+    while the memory budget has room for it (past half the budget it is closed, and the race opens it again when
+    its turn comes). A file whose runner does not fit in the budget is rejected with both figures."""
+    import gc
+
+    from builder.measure import memory
+
+    plan, contract, options, budget = run.plan, run.contract, run.options, run.ledger.budget
     results = []
     for format, path in made.produced:
         with stage(run.say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
-            try:
-                result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract, run.reference,
-                                                   options)
+            kind, size = runner_kind(runtime), file_bytes(path)
+            refused = budget.refusal(kind, size) if budget is not None and format != "saved_model" else None
+            if refused is not None:
+                results.append(unrunnable(format, path, runtime, plan, MemoryError(f"not enough memory: {refused} "
+                                                                                   "(--memory)"), options))
+                continue
+            before = memory.rss_bytes()
+            with memory.watch() as peak:
+                try:
+                    result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract,
+                                                       run.reference, options)
+                except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
+                    if format == "saved_model":
+                        raise
+                    result, runner = unrunnable(format, path, runtime, plan, error, options), None
+                if budget is not None:
+                    budget.learn(kind, before, peak(), size)
+            if runner is not None and (budget is None or budget.limit is None
+                                       or (memory.rss_bytes() or 0) < budget.limit // 2):
                 made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
-            except Exception as error:  # noqa: BLE001 - a file this host cannot run is rejected, with why
-                if format == "saved_model":
-                    raise
-                result = unrunnable(format, path, runtime, plan, error, options)
+            else:
+                del runner
+                gc.collect()
         results.append(result)
     return replace(made, results=tuple(results))
+
+
+def runner_kind(runtime: str) -> str:
+    """What the memory budget knows a runner of `runtime` as (`builder.optimize.budget.RULES`)."""
+    for family in ("tensorflow", "litert", "openvino"):
+        if runtime.startswith(family):
+            return f"runner:{family}"
+    return "runner:tensorflow"
+
+
+def file_bytes(path: Path) -> int:
+    """An artifact's size: the file, or the folder's files (a SavedModel), or the IR's .xml and .bin."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    extra = path.with_suffix(".bin") if path.suffix == ".xml" else None
+    return path.stat().st_size + (extra.stat().st_size if extra is not None and extra.exists() else 0)
 
 
 def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseException,
@@ -397,16 +436,29 @@ def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseExc
 
 
 def baseline_step(run: Run, made: Made) -> Made:
-    """The unoptimized float model served as a SavedModel (the original's signature): the reference row. Its
-    runner is the race's for the baseline."""
+    """The unoptimized float model served as a SavedModel (the original's signature): the reference row. Where
+    the served SavedModel holds the original's own weights (unpruned, re-exported or copied), its evaluation is
+    the baseline's (the same function on the same weights: one evaluation and one runner, not two); else the
+    original's SavedModel is evaluated, and its runner is the race's for the baseline."""
     plan, contract = run.plan, run.contract
     if plan.loaded.saved_model_dir is None:
         return made
+    served = next((r for r in made.results if r.format == "saved_model"), None)
+    if served is not None and made.sparsity is None:
+        raw, packed = evaluate_sizes(plan.loaded.saved_model_dir)
+        return replace(made, baseline=replace(served, path="baseline", size_bytes=raw, gzip_bytes=packed,
+                                              extra={**served.extra, "same_as": served.path}))
     with stage(run.say, "the float baseline (SavedModel signature)"):
         baseline, runner = evaluate_artifact("saved_model", plan.loaded.saved_model_dir, "baseline", TF, plan,
                                              contract, run.reference, run.options)
     made.opened[runner_key(plan.loaded.saved_model_dir, TF, contract.signature)] = runner
     return replace(made, baseline=baseline)
+
+
+def evaluate_sizes(path: Path) -> tuple[int, int]:
+    from builder.optimize import evaluate
+
+    return evaluate.file_sizes(path)
 
 
 # --- samples ---------------------------------------------------------------------------------------------
@@ -471,11 +523,28 @@ def measure_step(run: Run, made: Made) -> Made:
 
     loaded_folders: dict[str, Any] = {}  # a SavedModel's first runner on TensorFlow, by folder
 
+    held_to = run.ledger.budget  # the memory budget (`budget` below is the race's time)
+
+    def opened_within_budget(runtime: str, path: Path, asked: str | None, backend: Any) -> Any:
+        """A new runner, where the budget has room for it (one sharing a SavedModel's load needs no more)."""
+        from builder.measure import memory
+
+        kind, size = runner_kind(runtime), file_bytes(path)
+        refused = held_to.refusal(kind, size) if held_to is not None and backend is None else None
+        if refused is not None:
+            raise MemoryError(f"not opened: not enough memory: {refused} (--memory)")
+        before = memory.rss_bytes()
+        with memory.watch() as peak:
+            runner = evaluate.Runner(runtime, path, options.threads, asked, backend=backend)
+            if held_to is not None and backend is None:
+                held_to.learn(kind, before, peak(), size)
+        return runner
+
     def make(runtime: str, path: Path, signature: str | None) -> Any:
         # a file with several signatures is called by the contract's key, as a request without one gets it
         asked = signature or (contract.signature if plan.checks else None)
         return runner_for(runtime, path, asked, opened if opened is not None else {}, loaded_folders,
-                          lambda backend: evaluate.Runner(runtime, path, options.threads, asked, backend=backend))
+                          lambda backend: opened_within_budget(runtime, path, asked, backend))
 
     pairs = sum(len(cands.candidate_pairs(r, contract, allowed_precisions(plan.recipe))) for r in results)
     budget = min(60.0, max(0.5, (pairs + (baseline_dir is not None)) * min(3.0, max(0.1, options.latency_runs / 100))))
@@ -485,7 +554,7 @@ def measure_step(run: Run, made: Made) -> Made:
               ) -> tuple[dict[str, Latency], dict[str, Any]]:
         from builder.measure.race import Race
 
-        if baseline_dir is not None:  # the reference row: timed beside them, never chosen
+        if with_baseline[0]:  # the reference row: timed beside them (in the first group), never chosen
             calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
         with stage(say, f"timing {len(calls)} artifact x runtime pairs (interleaved, at most {share:.0f} s: each "
                         "until slower than the best beyond noise or the choice is settled)"):
@@ -494,29 +563,176 @@ def measure_step(run: Run, made: Made) -> Made:
         return latencies, stops
 
     timed: dict[str, Any] = {}
+    with_baseline = [baseline_dir is not None]
     baseline_runner = make(TF, baseline_dir, contract.signature) if baseline_dir is not None else None
     named = FILE_NAMES.get(plan.recipe.choose, plan.recipe.choose) if plan.recipe.choose_named else None
-    candidates, latencies, runners = cands.measure(
-        results, staging, contract, plan.data.x_val, allowed_precisions(plan.recipe), make, judge,
-        timer, budget, cause, lambda text: stage(say, text), only=named)
-    if timed:
-        run.ledger.note(cands.race_line(timed, budget))
-    if baseline_runner is not None:
-        runners[baseline_key] = baseline_runner
-    updated = cands.primary_rows(results, latencies, contract)
+    precisions = allowed_precisions(plan.recipe)
+    groups = race_groups(results, staging, contract, precisions, opened, held_to)
+    candidates: list[Candidate] = []
+    latencies: dict[str, Latency] = {}
+    rows_per_s: dict[str, dict[str, float]] = {}
     primaries = {r.path: cands.key(r.path, r.runtime, contract.signature if r.format == "saved_model" else "")
                  for r in results}
-    rows_per_s = _time_batches({k: latencies[k] for k in [*primaries.values(), baseline_key]
-                                if k in runners and k in latencies}, runners, plan, budget, say)
+    best_so_far: tuple[ArtifactResult, Candidate, Latency] | None = None  # the best so far, timed beside each group
+    for n, group in enumerate(groups):
+        members = group if best_so_far is None or best_so_far[0] in group else [*group, best_so_far[0]]
+        keep = None if best_so_far is None else _keeping(group, best_so_far[1])
+        share = budget * max(1, sum(len(cands.candidate_pairs(r, contract, precisions)) for r in group)) / max(1, pairs)
+        with_baseline[0] = n == 0 and baseline_runner is not None
+        found, timing, runners = cands.measure(
+            members, staging, contract, plan.data.x_val, precisions, make, judge, timer, max(0.5, share), cause,
+            lambda text: stage(say, text if len(groups) == 1 else f"group {n + 1}/{len(groups)}: {text}"),
+            only=named, keep=keep)
+        if with_baseline[0]:
+            runners[baseline_key] = baseline_runner
+        if best_so_far is not None:  # this group's figures on the scale of the first: the best so far is in both
+            found, timing = _on_reference_scale(found, timing, best_so_far, contract)
+        candidates += found
+        latencies |= timing
+        rows_per_s |= _time_batches({k: timing[k] for k in [*primaries.values(), baseline_key]
+                                     if k in runners and k in timing}, runners, plan, share, say)
+        best_so_far = _best_so_far(candidates, results, latencies, contract, named) or best_so_far
+        if n + 1 < len(groups):  # close this group's runners but the best so far's: the next group takes it over
+            kept = runners.get(cands.key(best_so_far[1].artifact, best_so_far[1].runtime, _own(best_so_far[1], contract))) \
+                if best_so_far is not None else None
+            runners.clear()
+            opened.clear()
+            loaded_folders.clear()
+            if kept is not None:
+                path = staging / best_so_far[1].artifact
+                opened[runner_key(path, best_so_far[1].runtime, _asked(best_so_far[1], contract, plan))] = kept
+            import gc
+
+            gc.collect()
+    if timed:
+        run.ledger.note(cands.race_line(timed, budget))
+    if len(groups) > 1:
+        run.ledger.note(f"memory: the {sum(len(g) for g in groups)} artifacts were raced in {len(groups)} groups, each "
+                        f"beside the best so far, so that the runners open at once fit in half the budget "
+                        f"({held_to.describe() if held_to is not None else 'unknown'}); each group's timings are on "
+                        "the first group's scale through that shared candidate")
+    updated = cands.primary_rows(results, latencies, contract)
     updated = [replace(r, throughput=rows_per_s.get(primaries[r.path], r.throughput)) for r in updated]
     extra = ({"baseline": latencies[baseline_key], "baseline_throughput": rows_per_s.get(baseline_key, {})}
              if baseline_key in latencies else {})
     run.ledger.note(cands.shape_line(contract, candidates))
     for line in cands.cannot_run_lines(candidates):
         run.ledger.note(line)
+    for c in candidates:  # a runner the memory budget had no room for: the candidate drops out, and says so
+        if "not enough memory" in c.error:
+            run.ledger.note(f"{c.artifact} on {c.runtime} is not a candidate: {c.error.removeprefix('MemoryError: ')}")
     opened.clear()  # what the race did not take over is not held for the rest of the run
     return replace(made, results=tuple(updated), candidates=tuple(candidates), baseline_timing=extra,
                    baseline=_baseline_figures(made.baseline, updated, extra, made.sparsity is not None))
+
+
+#: The share of the memory budget the race's runners may hold at once: the runtimes grow while they are timed
+#: (LiteRT's arenas, oneDNN's caches) and the steps after the race need room too.
+RACE_SHARE = 0.5
+
+
+def race_groups(results: list[ArtifactResult], staging: Path, contract: ModelContract, precisions: tuple[str, ...],
+                opened: Opened, budget: Any) -> list[list[ArtifactResult]]:
+    """The artifacts in groups whose runners fit at once in the race's share of the memory budget beside what
+    is resident now (in order; a group holds at least one artifact). One group where everything fits, or where
+    the budget is unknown: one race, as on a host with room to spare."""
+    from builder.measure import memory
+    from builder.optimize import candidates as cands
+
+    if budget is None or budget.limit is None:
+        return [list(results)]
+    room = budget.limit * RACE_SHARE - (memory.rss_bytes() or 0)
+    held = {key[0] for key in opened}
+
+    def need(result: ArtifactResult) -> int:
+        path = staging / result.path
+        if str(path.resolve()) in held or not path.exists():
+            return 0
+        runtimes = {runner_kind(runtime) for runtime, _ in cands.candidate_pairs(result, contract, precisions)}
+        size = file_bytes(path)
+        # a SavedModel's TensorFlow runtimes share one load; every other runtime loads its own copy
+        return sum(budget.need(kind, size) * (1 if kind == "runner:tensorflow" else
+                                              sum(1 for rt, _ in cands.candidate_pairs(result, contract, precisions)
+                                                  if runner_kind(rt) == kind))
+                   for kind in runtimes)
+
+    groups: list[list[ArtifactResult]] = [[]]
+    used = 0
+    for result in results:
+        cost = need(result)
+        if groups[-1] and used + cost > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(result)
+        used += cost
+    return groups
+
+
+def _own(candidate: Candidate, contract: ModelContract) -> str:
+    """A candidate's signature as its key spells it: "" for a file's own, the name for a SavedModel's."""
+    from builder.optimize.layout import FILE_NAMES as names
+
+    return candidate.signature if candidate.artifact == names["saved_model"] else ""
+
+
+def _asked(candidate: Candidate, contract: ModelContract, plan: Plan) -> str | None:
+    """The signature a runner of this candidate was opened asking for (`measure_step.make`)."""
+    own = _own(candidate, contract)
+    return own or (contract.signature if plan.checks else None)
+
+
+def _keeping(group: list[ArtifactResult], reference: Candidate) -> Callable[[ArtifactResult, str, str], bool]:
+    """The pairs a later group times: all of its own, and the best so far on its own runtime only."""
+    paths = {r.path for r in group}
+
+    def keep(result: ArtifactResult, runtime: str, signature: str) -> bool:
+        if result.path in paths:
+            return True
+        return runtime == reference.runtime and (signature or reference.signature) == reference.signature
+
+    return keep
+
+
+def _on_reference_scale(found: list[Candidate], timing: dict[str, Latency],
+                        reference: tuple[ArtifactResult, Candidate, Latency], contract: ModelContract
+                        ) -> tuple[list[Candidate], dict[str, Latency]]:
+    """A later group's candidates and latencies scaled by the ratio of the best so far's median in the group
+    where it was first timed to its median in this one (the two races share that candidate), without its own
+    second row. Where it could not be timed again, the figures stay as they were measured."""
+    from builder.optimize import candidates as cands
+
+    _, best, first = reference
+    k = cands.key(best.artifact, best.runtime, _own(best, contract))
+    again = timing.get(k)
+    ratio = first.p50 / again.p50 if again is not None and again.p50 > 0 else 1.0
+
+    def scaled(c: Candidate) -> Candidate:
+        if c.p50_us is None:
+            return c
+        return replace(c, p50_us=c.p50_us * ratio,
+                       ci_low_us=None if c.ci_low_us is None else c.ci_low_us * ratio,
+                       ci_high_us=None if c.ci_high_us is None else c.ci_high_us * ratio)
+
+    rows = [scaled(c) for c in found if cands.key(c.artifact, c.runtime, _own(c, contract)) != k]
+    times = {name: Latency(t.p50 * ratio, t.p99 * ratio, t.runs, t.ci_low * ratio, t.ci_high * ratio)
+             for name, t in timing.items() if name != k}
+    return rows, times
+
+
+def _best_so_far(candidates: list[Candidate], results: list[ArtifactResult], latencies: Mapping[str, Latency],
+                 contract: ModelContract, named: str | None) -> tuple[ArtifactResult, Candidate, Latency] | None:
+    """The fastest candidate that could be chosen so far (an accepted file, no error, timed): the next group's
+    reference."""
+    from builder.optimize import candidates as cands
+    from builder.optimize.select import pick_fastest
+
+    accepted = {r.path: r for r in results if r.accepted and (named is None or r.path == named)}
+    eligible = [c for c in candidates if c.artifact in accepted and not c.error and c.p50_us is not None
+                and cands.key(c.artifact, c.runtime, _own(c, contract)) in latencies]
+    if not eligible:
+        return None
+    best = pick_fastest(eligible, contract.signature)
+    return accepted[best.artifact], best, latencies[cands.key(best.artifact, best.runtime, _own(best, contract))]
 
 
 def _baseline_figures(baseline: ArtifactResult | None, results: list[ArtifactResult], extra: Mapping[str, Any],
@@ -635,6 +851,7 @@ def capacity_step(run: Run, made: Made) -> Made:
     its median is known: `builder.measure.race.PerRunner`), and what that bounds (`builder.report.capacity`):
     one core answers about 1e6 / p50 a second of model time, this host's usable cores at most that many times
     it. None where the choice was not measured here or cannot run."""
+    from builder.measure import memory
     from builder.measure.cores import read_cores
     from builder.measure.race import PerRunner
     from builder.optimize import evaluate
@@ -646,9 +863,15 @@ def capacity_step(run: Run, made: Made) -> Made:
     path = run.staging / chosen
     if not (choice.selection.measured and chosen_result and chosen_result.accepted) or not path.exists():
         return made
+    resident: list[int] = []
+
     def timed() -> Any:
+        before = memory.rss_bytes()
         runner = evaluate.Runner(runtime, path, 1, signature if path.is_dir() or plan.checks else None)
         runner.predict({k: v[:1] for k, v in plan.data.x_val.items()})
+        after = memory.rss_bytes()
+        if before is not None and after is not None:  # the chosen model's own share of a serving process
+            resident.append(max(0, after - before))
         return evaluate.time_runners({"chosen": runner.row_caller(plan.data.x_val)}, CAPACITY_BUDGET_S,
                                      policy=PerRunner())["chosen"]
 
@@ -660,6 +883,6 @@ def capacity_step(run: Run, made: Made) -> Made:
         return made
     serving = capacity(chosen, runtime, signature, found.p50, found.ci_low, found.ci_high, read_cores().count)
     run.ledger.note(serving.line())
-    return replace(made, serving=serving)
+    return replace(made, serving=serving, chosen_runner_bytes=resident[0] if resident else None)
 
 

@@ -1,0 +1,75 @@
+"""Memory is a budget, like cores: how much optimize may hold, and whether the next step fits in it.
+
+The budget is the memory this process may use (`tfsmith detect`'s usable figure: the machine's, or its cgroup's
+limit where lower), or less where `--memory` says so. A step beyond the model's own SavedModel (a conversion,
+a quantizer, pruning, a runner in the race) is tried only where what is resident now plus what the step needs
+fits; one that does not fit drops out with a note giving both figures, and the model is still served. When not
+even the floor fits (the model loaded and its SavedModel on TensorFlow), optimize stops at once with one line
+saying what it needs and what it may use, instead of being killed by the kernel's OOM killer midway.
+
+What a step needs is measured where it can be: each step's resident memory is read before it and at its peak
+(`builder.measure.memory`), and the next step of the same kind is expected to need what the last one took. The
+first of each kind has no measurement yet, so it is expected to need `RULES[kind]` times the size of what it
+reads (the model's float32 weights, or the file a runner opens): multiples measured on this toolchain (a
+BERT-base-sized classifier, 436 MB of float32 weights, and the digits CNN; TensorFlow 2.21, LiteRT, OpenVINO
+2025-2026 on x86-64), and only a rule on any other stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from builder.measure import memory
+
+#: What the first step of a kind is expected to need, in multiples of the size of what it reads.
+RULES: dict[str, float] = {
+    "load": 3.0,  # reading the user's file, and the SavedModel made from a Keras model to serve it
+    "prune": 4.0,  # a second model, its optimizer's two moments and the masks, while fine-tuning
+    "export": 2.0,  # the SavedModel written from the Keras model
+    "convert": 3.0,  # TFLite's converter: the graph's constants, the MLIR module and the flatbuffer
+    "ir": 2.0,  # OpenVINO's converter: the graph and the IR's weights
+    "nncf": 3.0,  # NNCF's int8: the float IR, the calibration statistics and the quantized copy
+    "qat": 4.0,  # like pruning, with fake-quantization layers
+    "runner:tensorflow": 2.0,  # a SavedModel on TensorFlow: its variables and the traced functions' constants
+    "runner:litert": 1.3,  # a .tflite read into memory, and its tensor arena
+    "runner:openvino": 2.0,  # the IR or .tflite read, and the compiled model's own copy of its weights
+}
+
+
+@dataclass
+class Budget:
+    """The memory a run may use (`limit`, bytes; None: unknown, nothing is held back) and what each kind of step
+    was measured to take so far (`taken`: by kind, its peak over what was resident before it, in multiples of
+    the size it read)."""
+
+    limit: int | None
+    #: the model's float32 weights in bytes: what the first step of each kind that reads the model is sized by
+    weights: int = 0
+    taken: dict[str, float] = field(default_factory=dict)
+
+    def need(self, kind: str, size: int | None = None) -> int:
+        """What a step of `kind` reading `size` bytes (default: the model's weights) is expected to need."""
+        base = size if size is not None else self.weights
+        return int(self.taken.get(kind, RULES.get(kind, 2.0)) * base)
+
+    def refusal(self, kind: str, size: int | None = None) -> str | None:
+        """Why a step of `kind` does not fit now, in one line with both figures; None when it fits."""
+        if self.limit is None:
+            return None
+        held = memory.rss_bytes() or 0
+        need = self.need(kind, size)
+        if held + need <= self.limit:
+            return None
+        return (f"it needs about {memory.text(need)} beside the {memory.text(held)} in use, and "
+                f"{memory.text(self.limit)} is usable")
+
+    def learn(self, kind: str, before: int | None, peak: int | None, size: int | None = None) -> None:
+        """What a step of `kind` that read `size` bytes (default: the weights) took: its peak over what was
+        resident before it. A step that took almost nothing (a file read while planning, a runner sharing a
+        load) teaches nothing: the rule stays."""
+        base = size if size is not None else self.weights
+        if before is not None and peak is not None and base > 0 and peak - before > base * 0.05:
+            self.taken[kind] = (peak - before) / base
+
+    def describe(self) -> str:
+        return "unknown" if self.limit is None else memory.text(self.limit)
