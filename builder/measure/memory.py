@@ -131,11 +131,3 @@ def parse_size(text: str) -> int:
     if not found or unit not in _UNITS:
         raise ValueError(f"{text!r} is not a size (e.g. 8G, 7.5GB, 512Mi)")
     return int(float(found.group(1)) * _UNITS[unit])
-
-
-def usable_bytes() -> int | None:
-    """The memory this process may use: the machine's, or its cgroup's limit where that is lower (the figure
-    `tfsmith detect` shows as usable, `builder.hardware.cpu`); None where the host cannot say."""
-    from builder.hardware.cpu import cgroup_memory_limit, mem_total, usable_memory
-
-    return usable_memory(mem_total(), cgroup_memory_limit())

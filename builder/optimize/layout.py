@@ -7,7 +7,8 @@ from __future__ import annotations
 from builder.model.registry import IR_FORMATS
 from builder.report import SAMPLES_NPZ
 
-__all__ = ["FILE_NAMES", "IR_FORMATS", "RULE_ORDER", "SAMPLES_NAME", "SAMPLE_ROWS", "TF", "TF_FORMATS", "XLA_SIGNATURE"]
+__all__ = ["FILE_NAMES", "IR_FORMATS", "RULE_ORDER", "SAMPLES_NAME", "SAMPLE_ROWS", "TF", "TF_FORMATS", "XLA_SIGNATURE",
+           "evaluated_on"]
 
 SAMPLES_NAME = SAMPLES_NPZ
 SAMPLE_ROWS = 32
@@ -31,3 +32,13 @@ TF = "tensorflow"
 XLA_SIGNATURE = "serving_xla"
 #: rule order when nothing was measured (int8 first: 4x smaller; the recipe's own choice goes first anyway)
 RULE_ORDER = ("tflite_qat_int8", "tflite_int8", "tflite_dynamic", "tflite_fp32", "tflite_float16", "tflite_original")
+
+
+def evaluated_on(format: str) -> str:
+    """The runtime an artifact is evaluated on (its table row): TensorFlow for what only TensorFlow runs,
+    OpenVINO at f32 for its IR (int8 where the file is), LiteRT for every other .tflite."""
+    from builder.model import registry
+
+    if format in TF_FORMATS:
+        return TF
+    return registry.IR_DEFAULT if registry.is_ir(format) else registry.TFLITE_DEFAULT

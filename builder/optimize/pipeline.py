@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from builder.optimize import steps
+from builder.optimize import select, steps
 from builder.optimize.context import Made, Run, Step
 from builder.optimize.contract import check_repeatable, original_answers, settle_contract
 from builder.optimize.layout import SAMPLES_NAME
@@ -41,7 +41,7 @@ STEPS: tuple[Step, ...] = (
     steps.samples_step,  # samples.npz: the original's requests and answers, for the smoke test
     steps.measure_step,  # the race: every artifact x runtime x precision in one interleaved loop
     steps.drop_unrunnable_xla,  # serving_xla out of the served folder where it cannot run here
-    steps.select_step,  # the fastest accepted candidate measured here, else by rule
+    select.choice_step,  # the fastest accepted candidate measured here, else by rule
     steps.capacity_step,  # the choice at one thread: what one core and this host serve
 )
 

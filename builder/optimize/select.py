@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -11,6 +11,7 @@ from builder.optimize import recipe as recipes
 from builder.optimize.layout import FILE_NAMES, RULE_ORDER, TF, XLA_SIGNATURE
 from builder.optimize.recipe import Recipe
 from builder.optimize.target import TargetFacts, measured_note, rule_reason
+from builder.optimize.context import Made, Run
 from builder.report import ArtifactResult, Candidate, Selection
 
 # --- step 9: select -----------------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def select_step(recipe: Recipe, facts: TargetFacts, results: list[ArtifactResult
         else:
             chosen_path = FILE_NAMES.get(recipe.choose, recipe.choose)
     format = next((r.format for r in results if r.path == chosen_path), "")
-    from builder.optimize.steps import evaluated_on
+    from builder.optimize.layout import evaluated_on
 
     runtime = TF if chosen_path == FILE_NAMES["saved_model"] else evaluated_on(format or "tflite_fp32")
     how = rule_reason(facts)
@@ -109,3 +110,20 @@ def describe_pick(chosen: Candidate, candidates: list[Candidate], contract_signa
         text += (f" (fastest: {best.name} {best.p50:.1f} us [95% CI {best.ci_low:.1f}-{best.ci_high:.1f}], within "
                  "noise of it; the smaller file / smaller runtime / the contract's signature wins the tie)")
     return text + f"; {len(candidates)} accepted candidates timed in one interleaved loop"
+
+
+def choice_step(run: Run, made: Made) -> Made:
+    """The choice (`builder.optimize.select`): the fastest accepted candidate measured here, else by rule;
+    where the model has other signatures, a line on how the chosen file serves them."""
+    from builder.optimize import signatures as sigs
+
+    plan = run.plan
+    choice, lines = select_step(plan.recipe, plan.facts, list(made.results), list(made.candidates),
+                                       run.contract.signature)
+    for line in lines:
+        run.ledger.note(line)
+    if plan.checks:
+        chosen = next((r for r in made.results if r.path == choice.artifact), None)
+        run.ledger.note(sigs.served_note(choice.artifact, choice.runtime, run.contract.signature, plan.checks,
+                                         bool(chosen and chosen.accepted)))
+    return replace(made, choice=choice)

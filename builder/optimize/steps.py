@@ -16,7 +16,8 @@ import numpy as np
 
 from builder.optimize.context import Made, Opened, Run
 from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments
-from builder.optimize.layout import FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, TF_FORMATS, XLA_SIGNATURE
+from builder.optimize.layout import (FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, XLA_SIGNATURE,
+                                     evaluated_on)
 from builder.optimize.options import Options, stage
 from builder.optimize.planning import PRUNING, QAT, Plan
 from builder.optimize.recipe import Recipe
@@ -347,16 +348,6 @@ def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Option
         return passed, why
 
     return sigs.judge(runner.signature_of, runner.call, checks, judge_outputs, contract_signature)
-
-
-def evaluated_on(format: str) -> str:
-    """The runtime an artifact is evaluated on (its table row): TensorFlow for what only TensorFlow runs,
-    OpenVINO at f32 for its IR (int8 where the file is), LiteRT for every other .tflite."""
-    from builder.model import registry
-
-    if format in TF_FORMATS:
-        return TF
-    return registry.IR_DEFAULT if registry.is_ir(format) else registry.TFLITE_DEFAULT
 
 
 def evaluate_step(run: Run, made: Made) -> Made:
@@ -816,27 +807,6 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
         out |= {k: evaluate.throughput_from(batches[k], per_call[k], settled=stops[k].why == SETTLED)
                 for k in calls if k in per_call and k not in failed}
     return out
-
-
-# --- select ------------------------------------------------------------------------------------------------
-
-
-def select_step(run: Run, made: Made) -> Made:
-    """The choice (`builder.optimize.select`): the fastest accepted candidate measured here, else by rule;
-    where the model has other signatures, a line on how the chosen file serves them."""
-    from builder.optimize import select
-    from builder.optimize import signatures as sigs
-
-    plan = run.plan
-    choice, lines = select.select_step(plan.recipe, plan.facts, list(made.results), list(made.candidates),
-                                       run.contract.signature)
-    for line in lines:
-        run.ledger.note(line)
-    if plan.checks:
-        chosen = next((r for r in made.results if r.path == choice.artifact), None)
-        run.ledger.note(sigs.served_note(choice.artifact, choice.runtime, run.contract.signature, plan.checks,
-                                         bool(chosen and chosen.accepted)))
-    return replace(made, choice=choice)
 
 
 # --- what one core and this host serve -------------------------------------------------------------
