@@ -17,6 +17,8 @@ BERT-base-sized classifier, 436 MB of float32 weights, and the digits CNN; Tenso
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from builder.measure import memory
@@ -63,6 +65,12 @@ class Budget:
         return (f"it needs about {memory.text(need)} beside the {memory.text(held)} in use, and "
                 f"{memory.text(self.limit)} is usable")
 
+    def room(self, share: float = 1.0) -> int | None:
+        """What is left of `share` of the budget beside what is resident now (None: no limit known)."""
+        if self.limit is None:
+            return None
+        return int(self.limit * share) - (memory.rss_bytes() or 0)
+
     def learn(self, kind: str, before: int | None, peak: int | None, size: int | None = None) -> None:
         """What a step of `kind` that read `size` bytes (default: the weights) took: its peak over what was
         resident before it. A step that took almost nothing (a file read while planning, a runner sharing a
@@ -70,6 +78,17 @@ class Budget:
         base = size if size is not None else self.weights
         if before is not None and peak is not None and base > 0 and peak - before > base * 0.05:
             self.taken[kind] = (peak - before) / base
+
+    @contextlib.contextmanager
+    def measured(self, kind: str, size: int | None = None) -> Iterator[None]:
+        """Run a step of `kind` (reading `size` bytes) and learn what it took: its peak over what was resident
+        before it."""
+        before = memory.rss_bytes()
+        with memory.watch() as peak:
+            try:
+                yield
+            finally:
+                self.learn(kind, before, peak(), size)
 
     def describe(self) -> str:
         return "unknown" if self.limit is None else memory.text(self.limit)

@@ -6,6 +6,7 @@ model, and says why in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Mapping
 from dataclasses import replace
@@ -352,11 +353,9 @@ def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Option
 
 def evaluate_step(run: Run, made: Made) -> Made:
     """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `Made.opened` for the race
-    while the memory budget has room for it (past half the budget it is closed, and the race opens it again when
-    its turn comes). A file whose runner does not fit in the budget is rejected with both figures."""
+    while the memory budget has room for it (past the race's share of the budget, `RACE_SHARE`, it is closed, and
+    the race opens it again when its turn comes). A file whose runner does not fit in the budget is rejected with both figures."""
     import gc
-
-    from builder.measure import memory
 
     plan, contract, options, budget = run.plan, run.contract, run.options, run.ledger.budget
     results = []
@@ -369,8 +368,7 @@ def evaluate_step(run: Run, made: Made) -> Made:
                 results.append(unrunnable(format, path, runtime, plan, MemoryError(f"not enough memory: {refused} "
                                                                                    "(--memory)"), options))
                 continue
-            before = memory.rss_bytes()
-            with memory.watch() as peak:
+            with budget.measured(kind, size) if budget is not None else contextlib.nullcontext():
                 try:
                     result, runner = evaluate_artifact(format, path, path.name, runtime, plan, contract,
                                                        run.reference, options)
@@ -378,10 +376,7 @@ def evaluate_step(run: Run, made: Made) -> Made:
                     if format == "saved_model":
                         raise
                     result, runner = unrunnable(format, path, runtime, plan, error, options), None
-                if budget is not None:
-                    budget.learn(kind, before, peak(), size)
-            if runner is not None and (budget is None or budget.limit is None
-                                       or (memory.rss_bytes() or 0) < budget.limit // 2):
+            if runner is not None and (budget is None or (budget.room(RACE_SHARE) or 1) > 0):
                 made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             else:
                 del runner
@@ -518,18 +513,12 @@ def measure_step(run: Run, made: Made) -> Made:
 
     def opened_within_budget(runtime: str, path: Path, asked: str | None, backend: Any) -> Any:
         """A new runner, where the budget has room for it (one sharing a SavedModel's load needs no more)."""
-        from builder.measure import memory
-
         kind, size = runner_kind(runtime), file_bytes(path)
         refused = held_to.refusal(kind, size) if held_to is not None and backend is None else None
         if refused is not None:
             raise MemoryError(f"not opened: not enough memory: {refused} (--memory)")
-        before = memory.rss_bytes()
-        with memory.watch() as peak:
-            runner = evaluate.Runner(runtime, path, options.threads, asked, backend=backend)
-            if held_to is not None and backend is None:
-                held_to.learn(kind, before, peak(), size)
-        return runner
+        with held_to.measured(kind, size) if held_to is not None and backend is None else contextlib.nullcontext():
+            return evaluate.Runner(runtime, path, options.threads, asked, backend=backend)
 
     def make(runtime: str, path: Path, signature: str | None) -> Any:
         # a file with several signatures is called by the contract's key, as a request without one gets it
@@ -627,12 +616,11 @@ def race_groups(results: list[ArtifactResult], staging: Path, contract: ModelCon
     """The artifacts in groups whose runners fit at once in the race's share of the memory budget beside what
     is resident now (in order; a group holds at least one artifact). One group where everything fits, or where
     the budget is unknown: one race, as on a host with room to spare."""
-    from builder.measure import memory
     from builder.optimize import candidates as cands
 
-    if budget is None or budget.limit is None:
+    room = budget.room(RACE_SHARE) if budget is not None else None
+    if room is None:
         return [list(results)]
-    room = budget.limit * RACE_SHARE - (memory.rss_bytes() or 0)
     held = {key[0] for key in opened}
 
     def need(result: ArtifactResult) -> int:
