@@ -39,11 +39,14 @@ from builder.errors import InputError
 from builder.optimize import tfenv
 from builder.optimize.qat_models import QAT_WHY, is_quantization_aware
 from builder.report import TensorSpec
+from builder.wire.tensors import TF_DTYPES
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 TFLITE_MAGIC = b"TFL3"
-#: dtypes a signature's edge may have: the TFLite converter and LiteRT take all but `string`, TensorFlow all
-SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool", "string"})
+#: dtypes a signature's edge may have: every one the wire carries (TF Serving's TensorProto, `builder.wire`),
+#: strings spelled as the contract does. TensorFlow serves them all from the original's own SavedModel; a
+#: converter that cannot take one (the TFLite builtins and float64, say) drops out with a note, never the model.
+SUPPORTED_DTYPES = frozenset({"string" if name == "object" else name for name in TF_DTYPES})
 DEFAULT_SIGNATURE = "serving_default"
 Arrays = Mapping[str, np.ndarray]
 
