@@ -21,11 +21,15 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     """The original's signature plus a task per output (inferred, or the recipe's override), with why.
 
     `quantized`: (scale, zero point) of the outputs a full-integer model answers in uint8/int8 (scores)."""
-    from builder.optimize.quality import infer_task
+    from builder.optimize.quality import answered_rows, infer_task
 
+    kept = answered_rows(reference)  # a row the original answers NaN shows nothing of what the output is
     specs = []
     for t in outputs:
-        task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name),
+        answers = np.asarray(reference[t.name])
+        if answers.ndim and len(answers) == len(kept) and not kept.all():
+            answers = answers[kept]
+        task, why = infer_task(t.name, answers, labels.get(t.name), overrides.get(t.name),
                                (quantized or {}).get(t.name))
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
     return ModelContract(tuple(inputs), tuple(specs), signature)
