@@ -38,6 +38,7 @@ import numpy as np
 from builder.errors import InputError
 from builder.optimize import tfenv
 from builder.optimize.qat_models import QAT_WHY, is_quantization_aware
+from builder.model.rows import call_rows, fixed_batch, row_count, take
 from builder.report import TensorSpec
 from builder.wire.tensors import TF_DTYPES
 
@@ -144,24 +145,30 @@ class LoadedModel:
     loaded_saved_model: Any = field(default=None, repr=False)
 
     def predict(self, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
-        """The original model's outputs by output name, in batches (fixed-batch models: their batch size)."""
-        fixed = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else None
-        step = fixed or batch
-        rows = len(next(iter(x.values())))
-        parts = [self._predict({k: v[i : i + step] for k, v in x.items()}) for i in range(0, rows, step)]
-        return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+        """The original model's outputs by output name, in batches (fixed-batch models: their batch size).
+
+        Inputs that take no batch (a scalar beside the batch) come in row form (`builder.model.rows`)."""
+        return _in_batches(self.inputs, x, self._predict, fixed_batch(self.inputs) or batch)
 
     def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
         """The original's outputs of another of its signatures (`others`), in batches."""
         assert self._predict_other is not None, "the original has no other signatures"
-        rows = len(next(iter(x.values())))
-        parts = [self._predict_other(name, {k: v[i : i + batch] for k, v in x.items()}) for i in range(0, rows, batch)]
-        return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+        predict_other = self._predict_other
+        return _in_batches(self.others[name][0], x, lambda feed: predict_other(name, feed), batch)
 
     def close(self) -> None:
         for item in self._keep:
             if isinstance(item, tempfile.TemporaryDirectory):
                 item.cleanup()
+
+
+def _in_batches(inputs: tuple[TensorSpec, ...], x: Arrays, call: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+                step: int) -> dict[str, np.ndarray]:
+    """`call` over every row of `x`, `step` rows a call; unbatched inputs in row form are called as declared."""
+    rows = row_count(inputs, x)
+    parts = [call_rows(inputs, take(inputs, x, i, i + step), call)
+             for i in range(0, rows, step)]
+    return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
 
 def _one_line(error: BaseException, log: str = "load-model") -> str:
