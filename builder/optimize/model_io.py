@@ -228,6 +228,8 @@ def keras_inputs(model: Any) -> list[tuple[str, Any]]:
     structure = input_structure(model)
     if structure is not None:
         return [(str(name), tensor) for name, tensor in structure.items()]
+    if _is_subclassed_keras3(model):
+        return _subclassed_inputs(model)
     in_names = list(getattr(model, "input_names", None) or [t.name.split(":")[0] for t in model.inputs])
     return list(zip(in_names, model.inputs))
 
@@ -239,11 +241,59 @@ def keras_outputs(model: Any) -> list[tuple[str, Any]]:
                       if found is not None), None)
     if isinstance(structure, Mapping):
         return [(str(name), tensor) for name, tensor in structure.items()]
+    if _is_subclassed_keras3(model):
+        return _subclassed_outputs(model)
     tensors = list(model.outputs)
     names = list(getattr(model, "output_names", None) or [])
     if len(names) != len(tensors):
         names = [f"output_{i}" for i in range(len(tensors))]
     return list(zip(unique_names(names), tensors))
+
+
+def _is_subclassed_keras3(model: Any) -> bool:
+    """A Keras 3 subclassed model: no symbolic inputs (`model.inputs` raises), only the shapes it was built at."""
+    try:
+        getattr(model, "inputs")
+    except AttributeError:
+        return hasattr(model, "_build_shapes_dict")
+    return False
+
+
+def _subclassed_inputs(model: Any) -> list[tuple[str, Any]]:
+    """A Keras 3 subclassed model's inputs as `model.export` serves them: from the shapes it was built at, any
+    batch, named `args_<i>` by position (a dict argument by its keys)."""
+    import keras  # type: ignore[import-not-found]
+
+    shapes = getattr(model, "_build_shapes_dict", None) or {}
+    dtype = getattr(model, "input_dtype", None) or "float32"
+    if not shapes:
+        raise InputError(f"a subclassed {type(model).__name__} saved before it was built or called: there is no "
+                         "input shape to serve; call the model once on an input, then save it")
+
+    def symbolic(shape: Any) -> Any:
+        return keras.KerasTensor((None, *tuple(shape)[1:]), dtype=dtype)
+
+    found: list[tuple[str, Any]] = []
+    for i, shape in enumerate(shapes.values()):
+        if isinstance(shape, Mapping):
+            found.extend((str(key), symbolic(value)) for key, value in shape.items())
+        else:
+            found.append((f"args_{i}", symbolic(shape)))
+    return found
+
+
+def _subclassed_outputs(model: Any) -> list[tuple[str, Any]]:
+    """A Keras 3 subclassed model's outputs as `model.export` names them (a dict's keys, else `output_<i>`),
+    with the shapes and dtypes it computes for its inputs."""
+    inputs = _subclassed_inputs(model)
+    args = [tensor for _, tensor in inputs]
+    keyed = any(not name.startswith("args_") for name, _ in inputs)
+    result = model.compute_output_spec({name: t for name, t in inputs} if keyed else args[0] if len(args) == 1
+                                       else args)
+    if isinstance(result, Mapping):
+        return [(str(name), tensor) for name, tensor in result.items()]
+    tensors = list(result) if isinstance(result, (list, tuple)) else [result]
+    return [(f"output_{i}", tensor) for i, tensor in enumerate(tensors)]
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -682,7 +732,10 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
         staging = tempfile.TemporaryDirectory(prefix="tfsmith-keras3-")
         keep.append(staging)
         exported = Path(staging.name) / "saved_model"
-        inputs, outputs = keras_specs(model3)
+        try:
+            inputs, outputs = keras_specs(model3)
+        except InputError as error:
+            raise InputError(f"model {facts.path}: {error}") from error
         check_supported(facts.path, inputs, outputs)
         try:
             export_keras(model3, exported, inputs, outputs, keras3=True)
