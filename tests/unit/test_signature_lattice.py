@@ -177,3 +177,36 @@ def test_the_gate_fails_a_file_that_answers_nan_where_the_original_answers() -> 
     metrics, passed, _ = judge({"value": broken}, {"value": original}, {}, specs, max_accuracy_drop=0.01,
                                max_relative_error=0.05)
     assert not passed and "set aside" not in metrics[0].why
+
+
+class Original:
+    """An original model that refuses id 0 (a lookup without it) and answers NaN for an all-zero float row."""
+
+    def predict(self, x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids, values = np.asarray(x["ids"]), np.asarray(x["values"], dtype=np.float64)
+        if np.any(ids == 0) and np.any(values != 0):
+            raise ValueError("id 0 is not in the table")
+        with np.errstate(invalid="ignore"):
+            return {"mean": values.sum(axis=1, keepdims=True) / (values != 0).sum(axis=1, keepdims=True)}
+
+
+def test_the_gates_own_rows_are_kept_only_where_the_original_answers_them() -> None:
+    from builder.optimize.contract import answered_gate
+
+    x = {"ids": np.array([1, 2, 3, 0]), "values": np.array([[1.0, 2.0], [3.0, 0.0], [0.0, 4.0], [0.0, 0.0]])}
+    kept, answers, note = answered_gate(Original(), x, held_out=3, path="m")
+    assert len(kept["ids"]) == 3 and list(answers["mean"][:, 0]) == [1.5, 3.0, 4.0]
+    assert note and "row after the held-out ones" in note and "set aside" in note
+    failing = {"ids": np.array([1, 2, 0]), "values": np.array([[1.0, 2.0], [3.0, 1.0], [5.0, 5.0]])}
+    kept, answers, note = answered_gate(Original(), failing, held_out=2, path="m")
+    assert len(kept["ids"]) == 2 and len(answers["mean"]) == 2 and note
+    whole, answers, note = answered_gate(Original(), {k: v[:3] for k, v in x.items()}, held_out=2, path="m")
+    assert len(whole["ids"]) == 3 and note is None
+
+
+def test_a_held_out_row_the_original_refuses_is_one_line() -> None:
+    from builder.optimize.contract import answered_gate
+
+    x = {"ids": np.array([0, 2, 0]), "values": np.array([[1.0, 2.0], [3.0, 1.0], [0.0, 0.0]])}
+    with pytest.raises(InputError, match="cannot be called with DATA's x_val rows"):
+        answered_gate(Original(), x, held_out=2, path="m")
