@@ -172,7 +172,7 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
         return bytes(converter.convert())
 
     try:
-        return attempt(True)
+        return with_declared_shapes(attempt(True), saved_model_dir, keys)
     except TfsmithError:
         raise
     except Exception as error:
@@ -189,7 +189,67 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
         raise _failed(mode, error, "drop int8 from the recipe's quantization.modes") from error
     if notes is not None:
         notes.append(f"{mode}: some ops have no int8 kernel ({strict_error}); they run in float inside the int8 file")
-    return blob
+    return with_declared_shapes(blob, saved_model_dir, keys)
+
+
+def declared_shapes(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Each signature's input and output shapes as the SavedModel declares them (-1 for a dimension of any
+    size), read from its saved_model.pb without loading it."""
+    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+
+    signatures = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+    found: dict[str, dict[str, tuple[int, ...]]] = {}
+    for key in keys:
+        if key not in signatures:
+            continue
+        tensors = {**dict(signatures[key].inputs), **dict(signatures[key].outputs)}
+        found[key] = {name: tuple(int(d.size) for d in info.tensor_shape.dim)
+                      for name, info in tensors.items() if not info.tensor_shape.unknown_rank}
+    return found
+
+
+def fill_shape(shape_signature: Any, declared: tuple[int, ...]) -> list[int] | None:
+    """The file's shape signature with each dimension it lost (-1) that the SavedModel declares filled in; None
+    when there is none to fill (ranks differ, or nothing was lost). A known dimension is never changed."""
+    current = [int(d) for d in shape_signature]
+    if len(current) != len(declared):
+        return None
+    filled = [want if have == -1 and want >= 0 else have for have, want in zip(current, declared)]
+    return filled if filled != current else None
+
+
+def with_declared_shapes(blob: bytes, saved_model_dir: Path, keys: list[str]) -> bytes:
+    """The .tflite with the dimensions its signatures lost in conversion declared as the SavedModel declares them.
+
+    Why: the converter's shape inference may lose static dimensions that the original's signature knows (Keras
+    3's `UpSampling2D` leaves height and width unknown: an output [-1, 8, 8, 1] becomes [-1, -1, 8, 1]); the
+    file computes the same shapes, but its metadata would no longer be the contract the client was given, and
+    the gate rejects a signature that differs. Only a -1 is ever filled, and only where the SavedModel has a
+    size; a file that lost nothing is returned byte for byte."""
+    try:
+        from tensorflow.lite.tools import flatbuffer_utils  # type: ignore[import-not-found]
+
+        declared = declared_shapes(saved_model_dir, keys)
+        model = flatbuffer_utils.convert_bytearray_to_object(bytearray(blob))
+    except Exception:  # noqa: BLE001 - without the tools, the file stays as converted (the gate judges it)
+        return blob
+    changed = False
+    for signature in model.signatureDefs or []:
+        key = signature.signatureKey.decode() if isinstance(signature.signatureKey, bytes) else signature.signatureKey
+        shapes = declared.get(key, {})
+        subgraph = model.subgraphs[signature.subgraphIndex]
+        for tensor_map in [*(signature.inputs or []), *(signature.outputs or [])]:
+            name = tensor_map.name.decode() if isinstance(tensor_map.name, bytes) else tensor_map.name
+            tensor = subgraph.tensors[tensor_map.tensorIndex]
+            if name not in shapes or tensor.shapeSignature is None:
+                continue
+            filled = fill_shape(tensor.shapeSignature, shapes[name])
+            if filled is not None:
+                tensor.shapeSignature = np.asarray(filled, dtype=np.int32)
+                tensor.shape = np.asarray([d if d >= 0 else max(int(s), 1) for d, s in zip(filled, tensor.shape)],
+                                          dtype=np.int32)
+                changed = True
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model)) if changed else blob
 
 
 def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarray, loss: Any, epochs: int,

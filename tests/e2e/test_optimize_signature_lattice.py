@@ -1,6 +1,7 @@
 """`tfsmith optimize` on signatures beyond float32 rows, as a user runs it: a float64 regression network, a
 `tf.Module` with a scalar `temperature` beside the batch, a masked text model whose all-padding row the
-original answers NaN, and a Keras 3 subclassed model saved as `.keras` (its module passed with --import).
+original answers NaN, a conditional generator whose `UpSampling2D` the converter loses static dimensions of,
+and a Keras 3 subclassed model saved as `.keras` (its module passed with --import).
 Each goes through, its own SavedModel at least accepted; DATA that does not fit is one line."""
 
 from __future__ import annotations
@@ -51,12 +52,6 @@ import numpy as np, keras, tensorflow as tf
 rng = np.random.default_rng(0)
 keras.utils.set_random_seed(0)
 
-keras.config.set_floatx("float64")  # a scientist's regression network
-state = keras.Input((4,), name="state", dtype="float64")
-keras.Model(state, keras.layers.Dense(1, name="value")(keras.layers.Dense(8, activation="tanh")(state))
-            ).save(f"{out}/regression64.keras")
-np.savez(f"{out}/regression64.npz", x_val=rng.normal(size=(24, 4)))
-keras.config.set_floatx("float32")
 
 class Tempered(tf.Module):
     def __init__(self):
@@ -81,6 +76,14 @@ tokens = rng.integers(1, 30, (24, 12)).astype("int32")
 tokens[:, 8:] = 0  # zero-padded, never all padding
 np.savez(f"{out}/masked.npz", x_val=tokens)
 
+latent, label = keras.Input((8,), name="latent"), keras.Input((1,), dtype="int32", name="class_id")
+h = keras.layers.Multiply()([latent, keras.layers.Flatten()(keras.layers.Embedding(3, 8)(label))])
+h = keras.layers.UpSampling2D()(keras.layers.Reshape((4, 4, 16))(keras.layers.Dense(4 * 4 * 16)(h)))
+keras.Model([latent, label], keras.layers.Conv2D(1, 3, padding="same", activation="tanh", name="image")(h)
+            ).save(f"{out}/generator.keras")
+np.savez(f"{out}/generator.npz", **{"x_val/latent": rng.normal(size=(16, 8)).astype("float32"),
+                                    "x_val/class_id": rng.integers(0, 3, (16, 1)).astype("int32")})
+
 from lattice_subclassed import LatticeSubclassed
 model = LatticeSubclassed()
 x = rng.random((24, 6)).astype("float32")
@@ -88,6 +91,13 @@ model(x[:1])
 model.save(f"{out}/subclassed.keras")
 np.savez(f"{out}/subclassed.npz", x_val=x)
 np.save(f"{out}/subclassed_expected.npy", np.asarray(model(x)))
+
+keras.config.set_floatx("float64")  # a scientist's regression network (last: the settings outlive it)
+keras.config.set_dtype_policy("float64")
+state = keras.Input((4,), name="state", dtype="float64")
+keras.Model(state, keras.layers.Dense(1, name="value")(keras.layers.Dense(8, activation="tanh")(state))
+            ).save(f"{out}/regression64.keras")
+np.savez(f"{out}/regression64.npz", x_val=rng.normal(size=(24, 4)))
 '''
 
 
@@ -173,3 +183,17 @@ def test_a_keras3_subclassed_model_saved_as_keras_goes_through_with_its_module(o
     assert [t["name"] for t in contract["inputs"]] == ["args_0"]  # what Keras's own model.export serves
     assert [t["shape"] for t in contract["outputs"]] == [[None, 3]]
     assert accepted(report)["saved_model"] and accepted(report)["model_fp32.tflite"]
+
+
+def test_a_tflite_declares_the_dimensions_its_conversion_lost_as_the_original_does(optimize, models: Path) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    code, out, stderr = optimize("generator.keras", "generator.npz")
+    assert code == 0, stderr[-3000:]
+    verdicts = accepted(report_of(out))
+    assert verdicts.get("model_fp32.tflite"), [a["reason"] for a in report_of(out)["artifacts"]]
+    runner = Interpreter(str(out / "model_fp32.tflite")).get_signature_runner()
+    assert list(runner.get_output_details()["image"]["shape_signature"]) == [-1, 8, 8, 1]
+    rng = np.random.default_rng(3)
+    answers = runner(latent=rng.normal(size=(5, 8)).astype("float32"), class_id=np.zeros((5, 1), "int32"))
+    assert answers["image"].shape == (5, 8, 8, 1)

@@ -210,3 +210,12 @@ def test_a_held_out_row_the_original_refuses_is_one_line() -> None:
     x = {"ids": np.array([0, 2, 0]), "values": np.array([[1.0, 2.0], [3.0, 1.0], [0.0, 0.0]])}
     with pytest.raises(InputError, match="cannot be called with DATA's x_val rows"):
         answered_gate(Original(), x, held_out=2, path="m")
+
+
+def test_a_converted_file_gets_back_only_the_dimensions_it_lost() -> None:
+    from builder.optimize.quantize import fill_shape
+
+    assert fill_shape([-1, -1, 8, 1], (-1, 8, 8, 1)) == [-1, 8, 8, 1]
+    assert fill_shape([-1, 8, 8, 1], (-1, 8, 8, 1)) is None  # nothing lost: the file stays as converted
+    assert fill_shape([-1, 4], (-1, 8)) is None  # a known dimension is never changed
+    assert fill_shape([-1, -1], (-1, 8, 1)) is None  # another rank: not this tensor's declaration
