@@ -368,5 +368,20 @@ def shared_rows(a: Arrays | None, b: Arrays | None) -> int:
     return sum(k in seen for k in keys(a))
 
 
+def sample_rows(inputs: tuple[TensorSpec, ...], x: Arrays, rows: int) -> tuple[Arrays, int]:
+    """(the first held-out rows as one request carries them, how many rows that is): batched inputs their
+    first rows, an input that takes no batch as the signature declares it (its row-form value of those rows).
+    Rows are cut where that value changes, so one request holds them all. What samples.npz keeps: a client
+    sends a scalar `temperature` as a scalar, never one per row."""
+    free = unbatched(inputs)
+    count = min(rows, _rows(x))
+    for spec in inputs:
+        if spec.name in free:
+            values = np.asarray(x[spec.name])[:count]
+            same = [i for i in range(1, count) if not np.array_equal(values[i], values[0])]
+            count = same[0] if same else count
+    return ({name: np.asarray(v)[0] if name in free else np.asarray(v)[:count] for name, v in x.items()}, count)
+
+
 def head(arrays: Arrays, rows: int) -> Arrays:
     return {k: v[:rows] for k, v in arrays.items()}

@@ -219,3 +219,17 @@ def test_a_converted_file_gets_back_only_the_dimensions_it_lost() -> None:
     assert fill_shape([-1, 8, 8, 1], (-1, 8, 8, 1)) is None  # nothing lost: the file stays as converted
     assert fill_shape([-1, 4], (-1, 8)) is None  # a known dimension is never changed
     assert fill_shape([-1, -1], (-1, 8, 1)) is None  # another rank: not this tensor's declaration
+
+
+def test_samples_carry_an_unbatched_input_as_declared_and_only_the_rows_one_request_holds() -> None:
+    from builder.optimize.data import sample_rows
+
+    x = as_rows(SCALED, {"features": np.arange(60.0).reshape(6, 10), "temperature": np.array(2.0)}, 6)
+    inputs, rows = sample_rows(SCALED, x, 4)
+    assert rows == 4 and inputs["features"].shape == (4, 10) and inputs["temperature"].shape == ()
+    x["temperature"][2:] = 3.0
+    inputs, rows = sample_rows(SCALED, x, 4)
+    assert rows == 2 and inputs["features"].shape == (2, 10) and float(inputs["temperature"]) == 2.0
+    plain = {"features": np.zeros((5, 10))}
+    inputs, rows = sample_rows((FEATURES,), plain, 32)
+    assert rows == 5 and inputs["features"].shape == (5, 10)
