@@ -233,3 +233,15 @@ def test_samples_carry_an_unbatched_input_as_declared_and_only_the_rows_one_requ
     plain = {"features": np.zeros((5, 10))}
     inputs, rows = sample_rows((FEATURES,), plain, 32)
     assert rows == 5 and inputs["features"].shape == (5, 10)
+
+
+def test_a_dataset_gives_a_scalar_per_batch_or_per_example() -> None:
+    from builder.optimize.data import _dataset_arrays
+
+    batches = [({"features": np.ones((3, 10)), "temperature": np.array(2.0)},),
+               ({"features": np.zeros((2, 10)), "temperature": np.array(4.0)},)]
+    x, _ = _dataset_arrays(batches, "val", SCALED, PROBS, "data:fn")
+    assert x["features"].shape == (5, 10) and list(x["temperature"]) == [2.0] * 3 + [4.0] * 2
+    examples = [({"features": np.ones(10), "temperature": np.array(float(i))},) for i in range(4)]
+    x, _ = _dataset_arrays(examples, "val", SCALED, PROBS, "data:fn")
+    assert x["features"].shape == (4, 10) and list(x["temperature"]) == [0.0, 1.0, 2.0, 3.0]
