@@ -48,25 +48,32 @@ def _rows(calib: Calibration) -> int:
     return len(calib)
 
 
-def representative_rows(calib: Calibration) -> Iterator[Any]:
-    """One calibration row at a time in its own dtype (ids stay ints): a dict by input name, or [array]."""
+def representative_rows(calib: Calibration, ranks: Mapping[str, int] | None = None) -> Iterator[Any]:
+    """One calibration row at a time in its own dtype (ids stay ints): a dict by input name, or [array].
+
+    `ranks`: each input's declared rank; an input that takes no batch, carried one value per row (one rank
+    more, `builder.model.rows`), is given as declared (a scalar `temperature` as a scalar)."""
+    ranks = ranks or {}
     for i in range(_rows(calib)):
         if isinstance(calib, Mapping):
-            yield {name: np.asarray(values[i : i + 1]) for name, values in calib.items()}
+            yield {name: np.asarray(values[i] if ranks.get(name) == np.ndim(values) - 1 else values[i : i + 1])
+                   for name, values in calib.items()}
         else:
             yield [np.asarray(calib[i : i + 1])]  # type: ignore[index]
 
 
-def representative_by_signature(calibs: Mapping[str, Mapping[str, np.ndarray]]) -> Iterator[Any]:
+def representative_by_signature(calibs: Mapping[str, Mapping[str, np.ndarray]],
+                                ranks: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[Any]:
     """Calibration rows of a file converted from several signatures: `(signature, {input: row})` for each
     signature's rows in turn (the converter calibrates each signature's subgraph on its own rows)."""
     for key, rows in calibs.items():
-        for sample in representative_rows(rows):
+        for sample in representative_rows(rows, (ranks or {}).get(key)):
             yield key, sample
 
 
 def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = True,
-               by_signature: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> None:
+               by_signature: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+               ranks: Mapping[str, Mapping[str, int]] | None = None, signature: str = "serving_default") -> None:
     tf = tfenv.tensorflow()
     if mode == "fp32":
         return
@@ -82,8 +89,8 @@ def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = Tru
     elif mode in ("int8", "qat_int8"):
         if _rows(calib) == 0:
             raise TfsmithError("int8 conversion needs calibration rows and none were given")
-        converter.representative_dataset = ((lambda: representative_by_signature(by_signature)) if by_signature
-                                            else (lambda: representative_rows(calib)))
+        converter.representative_dataset = ((lambda: representative_by_signature(by_signature, ranks)) if by_signature
+                                            else (lambda: representative_rows(calib, (ranks or {}).get(signature))))
         converter.target_spec.supported_ops = ([tf.lite.OpsSet.TFLITE_BUILTINS_INT8] if strict else
                                                [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS])
         # inference_input_type / inference_output_type stay float32: float I/O (see the module docstring)
@@ -166,9 +173,12 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
              calibs: Mapping[str, Mapping[str, np.ndarray]] | None) -> bytes:
     tf = tfenv.tensorflow()
 
+    ranks = declared_ranks(saved_model_dir, keys) if mode in ("int8", "qat_int8") else None
+
     def attempt(strict: bool) -> bytes:
         converter = _converter(tf, saved_model_dir, keys)
-        _configure(converter, mode, x_calib, strict=strict, by_signature=calibs if len(keys) > 1 else None)
+        _configure(converter, mode, x_calib, strict=strict, by_signature=calibs if len(keys) > 1 else None,
+                   ranks=ranks, signature=keys[0])
         return bytes(converter.convert())
 
     try:
@@ -206,6 +216,15 @@ def declared_shapes(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[st
         found[key] = {name: tuple(int(d.size) for d in info.tensor_shape.dim)
                       for name, info in tensors.items() if not info.tensor_shape.unknown_rank}
     return found
+
+
+def declared_ranks(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[str, int]]:
+    """Each signature's input ranks as declared ({} where they cannot be read: rows are then fed as they are)."""
+    try:
+        return {key: {name: len(shape) for name, shape in shapes.items()}
+                for key, shapes in declared_shapes(saved_model_dir, keys).items()}
+    except Exception:  # noqa: BLE001 - a folder whose proto is not readable here: the converter says what it finds
+        return {}
 
 
 def fill_shape(shape_signature: Any, declared: tuple[int, ...]) -> list[int] | None:

@@ -245,3 +245,12 @@ def test_a_dataset_gives_a_scalar_per_batch_or_per_example() -> None:
     examples = [({"features": np.ones(10), "temperature": np.array(float(i))},) for i in range(4)]
     x, _ = _dataset_arrays(examples, "val", SCALED, PROBS, "data:fn")
     assert x["features"].shape == (4, 10) and list(x["temperature"]) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_calibration_rows_give_an_unbatched_input_as_declared() -> None:
+    from builder.optimize.quantize import representative_rows
+
+    calib = as_rows(SCALED, {"features": np.ones((3, 10), np.float32), "temperature": np.float32(2.0)}, 3)
+    rows = list(representative_rows(calib, {"features": 2, "temperature": 0}))
+    assert len(rows) == 3 and rows[0]["features"].shape == (1, 10) and rows[0]["temperature"].shape == ()
+    assert list(representative_rows(calib))[0]["temperature"].shape == (1,)  # without the ranks: as they are
