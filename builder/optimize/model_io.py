@@ -327,7 +327,9 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
     in_names = [s.name for s in own_in]
     own_out_names = [s.name for s in own_out]
     out_names = [s.name for s in outputs]
-    by_name = input_structure(like if like is not None else model) is not None
+    own = like if like is not None else model
+    by_name = input_structure(own) is not None or (_is_subclassed_keras3(own)
+                                                   and any(not n.startswith("args_") for n in in_names))
 
     def serve(feed: dict[str, Any]) -> dict[str, Any]:
         if by_name:  # a model built on a dict of inputs is called with that dict

@@ -41,6 +41,19 @@ class LatticeSubclassed(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), "units": self.units}
+
+
+@keras.saving.register_keras_serializable(package="lattice")
+class LatticeKeyed(keras.Model):
+    """Called with a dict of inputs, answering a dict."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.age = keras.layers.Dense(4)
+        self.head = keras.layers.Dense(2)
+
+    def call(self, inputs):
+        return {"score": self.head(keras.ops.concatenate([self.age(inputs["age"]), inputs["bmi"]], axis=-1))}
 '''
 
 MODELS = r'''
@@ -84,7 +97,12 @@ keras.Model([latent, label], keras.layers.Conv2D(1, 3, padding="same", activatio
 np.savez(f"{out}/generator.npz", **{"x_val/latent": rng.normal(size=(16, 8)).astype("float32"),
                                     "x_val/class_id": rng.integers(0, 3, (16, 1)).astype("int32")})
 
-from lattice_subclassed import LatticeSubclassed
+from lattice_subclassed import LatticeKeyed, LatticeSubclassed
+keyed = LatticeKeyed()
+people = {"age": rng.random((24, 3)).astype("float32"), "bmi": rng.random((24, 1)).astype("float32")}
+keyed({k: v[:1] for k, v in people.items()})
+keyed.save(f"{out}/keyed.keras")
+np.savez(f"{out}/keyed.npz", **{f"x_val/{k}": v for k, v in people.items()})
 model = LatticeSubclassed()
 x = rng.random((24, 6)).astype("float32")
 model(x[:1])
@@ -197,3 +215,12 @@ def test_a_tflite_declares_the_dimensions_its_conversion_lost_as_the_original_do
     rng = np.random.default_rng(3)
     answers = runner(latent=rng.normal(size=(5, 8)).astype("float32"), class_id=np.zeros((5, 1), "int32"))
     assert answers["image"].shape == (5, 8, 8, 1)
+
+
+def test_a_keras3_subclassed_model_called_with_a_dict_is_served_by_its_keys(optimize) -> None:
+    code, out, stderr = optimize("keyed.keras", "keyed.npz", "--import", "lattice_subclassed")
+    assert code == 0, stderr[-3000:]
+    contract = report_of(out)["model"]["contract"]
+    assert sorted(t["name"] for t in contract["inputs"]) == ["age", "bmi"]
+    assert [t["name"] for t in contract["outputs"]] == ["score"]
+    assert accepted(report_of(out))["model_fp32.tflite"]
