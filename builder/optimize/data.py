@@ -11,6 +11,11 @@ Two forms:
   a `tf.data.Dataset` (or any iterable) of `(x, y)` or `x` elements, batched or not, where `x` is a dict keyed by
   input name (or one array for a one-input model) and `y` a dict keyed by output name (or one array).
 
+Each array is read as the signature declares its input: a batched input is rows (N, ...); an input that takes
+no batch (a scalar `temperature` beside the batch, a fixed table, a signature of scalars) is one value as
+declared, used for every row, or one value per row with a leading axis. Inside, such an input is carried one
+value per row (`builder.model.rows`), and a model is called with it as declared.
+
 Dtypes are kept: token ids stay integers everywhere, calibration included (they are cast to the model's input
 dtype, never to float). Calibration rows are `x_calib`, or else the first training rows: never `x_val`.
 """
