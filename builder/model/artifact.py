@@ -277,12 +277,12 @@ class Samples:
 
     @property
     def rows(self) -> int:
-        return min((len(v) for v in self.inputs.values()), default=0)
+        return min((len(v) for v in self.inputs.values() if np.ndim(v)), default=1 if self.inputs else 0)
 
     def head(self, count: int) -> Samples:
-        """The first `count` rows of every array."""
+        """The first `count` rows of every array (a scalar input, one value for every row, as it is)."""
         def cut(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return {k: v[:count] for k, v in arrays.items()}
+            return {k: v[:count] if np.ndim(v) else v for k, v in arrays.items()}
 
         return Samples(cut(self.inputs), cut(self.expected), cut(self.labels))
 

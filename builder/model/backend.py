@@ -20,6 +20,7 @@ import numpy as np
 
 from builder.errors import InputError
 from builder.model.failures import ModelInputError, clean_message, fresh_report
+from builder.model.rows import call_rows, contiguous, fixed_batch, in_row_form, unbatched
 from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
 
 #: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
@@ -64,14 +65,18 @@ class Backend(ABC):
         """Run a batch; models with a fixed batch size take it one fixed-size slice at a time. A model that
         refuses the inputs' values or shapes while it computes raises `ModelInputError` (the client's fault)."""
         spec = self.signatures[signature]
-        batch = next(iter(inputs.values())).shape[0]
-        fixed = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else None
+        if in_row_form(spec.inputs, inputs):  # rows whose unbatched inputs come one value per row
+            return call_rows(spec.inputs, inputs, lambda feed: self.predict(signature, feed))
+        free = unbatched(spec.inputs)
+        fixed = fixed_batch(spec.inputs)
+        batch = next((np.shape(v)[0] for k, v in inputs.items() if k not in free and np.ndim(v)), fixed)
         if fixed is None or fixed == batch:
             return self._invoke(spec, inputs)
         if batch % fixed:
             raise ValueError(f"batch {batch} is not a multiple of the model's fixed batch size {fixed}")
         parts = [
-            self._invoke(spec, {k: v[i : i + fixed] for k, v in inputs.items()}) for i in range(0, batch, fixed)
+            self._invoke(spec, {k: v if k in free else v[i : i + fixed] for k, v in inputs.items()})
+            for i in range(0, batch, fixed)
         ]
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
@@ -233,7 +238,7 @@ class LiteRTBackend(Backend):
                 self._allocate(subgraph=subgraph)
                 self._ready.add(subgraph)
             for name, value in inputs.items():
-                self._native.SetTensor(index[name], np.ascontiguousarray(value), subgraph)  # type: ignore[attr-defined]
+                self._native.SetTensor(index[name], contiguous(value), subgraph)  # type: ignore[attr-defined]
             self._native.Invoke(subgraph)  # type: ignore[attr-defined]
         except (ModelInputError, RuntimeError, ValueError) as error:  # the kernels refusing these values or shapes
             self._shapes = {k: v for k, v in self._shapes.items() if k[0] != subgraph}  # resize again next time

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from builder.errors import InputError
+from builder.model.rows import unbatched
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 
 
@@ -51,11 +52,16 @@ def example_inputs(signature: SignatureSpec, samples_path: Path | None, batch: i
             samples = None
         if samples is not None and samples.rows >= batch:
             found = {}
+            free = unbatched(signature.inputs)
             for spec in signature.inputs:
                 rows = samples.inputs.get(spec.name)
+                if rows is not None and spec.name in free and rows.ndim == len(spec.shape) + 1:
+                    rows = rows[0]  # one value per row (`builder.model.rows`): the first row's, as declared
+                elif rows is not None and spec.name not in free:
+                    rows = rows[:batch]
                 if rows is None or rows.ndim != len(spec.shape):
                     break
-                found[spec.name] = as_input(rows[:batch], spec)
+                found[spec.name] = as_input(rows, spec)
             else:
                 return found
     return sample_inputs(signature, batch)

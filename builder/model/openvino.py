@@ -36,6 +36,7 @@ import numpy as np
 from builder.errors import InputError
 from builder.model.backend import Backend, _litert_signatures, _open_litert, litert_subgraphs
 from builder.model.failures import ModelInputError, clean_message
+from builder.model.rows import contiguous
 from builder.model.signature import DEFAULT_SIGNATURE, SignatureSpec, TensorSpec
 
 #: Where the IR keeps its serving signature (`ov.Model.get_rt_info([RT_INFO, key])`).
@@ -84,7 +85,7 @@ class OpenVINOBackend(Backend):
 
     def _invoke(self, signature: SignatureSpec, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         pos = self._positions[signature.name]
-        feed = {pos[name]: np.ascontiguousarray(value) for name, value in inputs.items()}
+        feed = {pos[name]: contiguous(value) for name, value in inputs.items()}
         shapes = tuple(feed[i].shape for i in sorted(feed))
         request = self._requests.get(shapes) or self._requests[None]
         try:

@@ -21,11 +21,15 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
     """The original's signature plus a task per output (inferred, or the recipe's override), with why.
 
     `quantized`: (scale, zero point) of the outputs a full-integer model answers in uint8/int8 (scores)."""
-    from builder.optimize.quality import infer_task
+    from builder.optimize.quality import answered_rows, infer_task
 
+    kept = answered_rows(reference)  # a row the original answers NaN shows nothing of what the output is
     specs = []
     for t in outputs:
-        task, why = infer_task(t.name, reference[t.name], labels.get(t.name), overrides.get(t.name),
+        answers = np.asarray(reference[t.name])
+        if answers.ndim and len(answers) == len(kept) and not kept.all():
+            answers = answers[kept]
+        task, why = infer_task(t.name, answers, labels.get(t.name), overrides.get(t.name),
                                (quantized or {}).get(t.name))
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
     return ModelContract(tuple(inputs), tuple(specs), signature)
@@ -43,6 +47,50 @@ def original_answers(loaded: Any, x: Mapping[str, np.ndarray], path: object) -> 
         raise InputError(f"model {path}: it cannot be called with DATA's x_val rows: "
                          f"{logged('call-original', error, 'calling the original model on x_val')}; check that "
                          "DATA's arrays have the model's input names, dtypes and shapes") from error
+
+
+def answered_gate(loaded: Any, x: Mapping[str, np.ndarray], held_out: int, path: object
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str | None]:
+    """(the gate's rows, the original's answers on them, a note or None): the rows the gate adds after the
+    held-out ones (an all-zero input) kept only where the original answers them with finite values.
+
+    Why: a row the gate makes up is a question, not the user's data; where the original itself fails on it (a
+    lookup refusing the id 0, an int8-unfriendly division by a zero temperature) or answers NaN (masked pooling
+    over nothing), there is no answer to keep, and asking the files would only fail them for the original's
+    own gap. The held-out rows are the user's: the original must take them (one line when it cannot), and a
+    held-out row it answers NaN is set aside by the gate (`quality.judge`)."""
+    from builder.optimize.quality import answered_rows
+
+    rows = len(next(iter(x.values()))) if x else 0
+    added = range(held_out, rows)
+    try:
+        answers = original_answers(loaded, x, path)
+    except Exception:  # noqa: BLE001 - maybe only a made-up row fails: the held-out rows decide
+        if not added:
+            raise
+        answers = None
+    if answers is None:
+        answers = original_answers(loaded, {k: v[:held_out] for k, v in x.items()}, path)
+        keep = list(range(held_out))
+        for i in added:
+            try:
+                one = loaded.predict({k: v[i : i + 1] for k, v in x.items()})
+            except Exception:  # noqa: BLE001 - the original refuses this made-up row: it is not asked
+                continue
+            answers = {k: np.concatenate([answers[k], np.asarray(one[k])]) for k in answers}
+            keep.append(i)
+    else:
+        keep = list(range(rows))
+    finite = answered_rows(answers)
+    keep_at = [j for j, i in enumerate(keep) if i < held_out or finite[j]]
+    dropped = rows - len(keep_at)
+    if not dropped:
+        return dict(x), answers, None
+    index = np.asarray([keep[j] for j in keep_at], dtype=np.int64)
+    note = (f"the gate's own {'row' if dropped == 1 else f'{dropped} rows'} after the held-out ones (an all-zero "
+            f"input) set aside: the original itself fails or answers NaN there, so there is no answer to keep")
+    return ({k: np.asarray(v)[index] for k, v in x.items()},
+            {k: np.asarray(v)[np.asarray(keep_at, dtype=np.int64)] for k, v in answers.items()}, note)
 
 
 #: Rows called twice to see that the original answers the same rows the same way.

@@ -11,6 +11,11 @@ Two forms:
   a `tf.data.Dataset` (or any iterable) of `(x, y)` or `x` elements, batched or not, where `x` is a dict keyed by
   input name (or one array for a one-input model) and `y` a dict keyed by output name (or one array).
 
+Each array is read as the signature declares its input: a batched input is rows (N, ...); an input that takes
+no batch (a scalar `temperature` beside the batch, a fixed table, a signature of scalars) is one value as
+declared, used for every row, or one value per row with a leading axis. Inside, such an input is carried one
+value per row (`builder.model.rows`), and a model is called with it as declared.
+
 Dtypes are kept: token ids stay integers everywhere, calibration included (they are cast to the model's input
 dtype, never to float). Calibration rows are `x_calib`, or else the first training rows: never `x_val`.
 """
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
+from builder.model.rows import as_rows, unbatched
 from builder.report import TensorSpec
 
 SPLITS = ("train", "val", "calib")
@@ -140,13 +146,19 @@ def _dataset_arrays(ds: Any, part: str, inputs: tuple[TensorSpec, ...], outputs:
     if not xs:
         return {}, {}
     rank = {s.name: len(s.shape) for s in inputs}
-    first = next(iter(xs[0]))
-    batched = xs[0][first].ndim == rank.get(first, -1)
+    free = unbatched(inputs)
+    first = next((name for name in xs[0] if name not in free), None)
+    batched = first is not None and xs[0][first].ndim == rank.get(first, -1)
+
+    def rows_of(chunk: Arrays) -> int:
+        return len(chunk[first]) if batched and first in chunk and np.ndim(chunk[first]) else 1
 
     def join(chunks: list[Arrays]) -> Arrays:
         out: Arrays = {}
         for name in chunks[0]:
             parts = [c[name] for c in chunks]
+            if batched and name in free and all(np.ndim(p) == rank[name] for p in parts):  # one value a batch
+                parts = [np.broadcast_to(p, (rows_of(c), *np.shape(p))) for p, c in zip(parts, chunks)]
             try:
                 out[name] = np.concatenate(parts) if batched else np.stack(parts)
             except ValueError as error:
@@ -247,7 +259,21 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
     return x.astype(want, copy=False)
 
 
+def _fits(got: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    return len(got) == len(expected) and all(e is None or e == g for e, g in zip(expected, got))
+
+
+def _shown(dims: tuple[int | None, ...], rows: bool) -> str:
+    parts = (["N"] if rows else []) + ["?" if d is None else str(d) for d in dims]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
 def _check_x(split: str, arrays: Arrays, inputs: tuple[TensorSpec, ...], source: str) -> Arrays:
+    """x arrays in the model's dtypes, read as the signature declares each input: a batched input is rows
+    (N, *its other dimensions); an input that takes no batch (`builder.model.rows`: a scalar beside the batch,
+    a fixed table, a signature of scalars) is one value as declared, used for every row, or one value per row
+    with a leading axis. Returned in row form: every input with one leading row axis."""
+    free = unbatched(inputs)
     out: Arrays = {}
     for spec in inputs:
         key = f"x_{split}/{spec.name}" if len(inputs) > 1 else f"x_{split}"
@@ -255,16 +281,23 @@ def _check_x(split: str, arrays: Arrays, inputs: tuple[TensorSpec, ...], source:
             raise InputError(f"data {source}: {key} is missing (the model's inputs: "
                              f"{', '.join(s.name for s in inputs)})")
         x = np.asarray(arrays[spec.name])
-        expected = tuple(spec.shape[1:])
-        got = tuple(x.shape[1:])
-        if len(got) != len(expected) or any(e is not None and e != g for e, g in zip(expected, got)):
-            shown = "(N, " + ", ".join("?" if e is None else str(e) for e in expected) + ")"
-            raise InputError(f"data {source}: {key} has shape {x.shape}, input {spec.name!r} is {shown}")
+        if spec.name in free:
+            if not (_fits(x.shape, spec.shape) or _fits(x.shape[1:], spec.shape)):
+                raise InputError(f"data {source}: {key} has shape {x.shape}, input {spec.name!r} takes no batch: "
+                                 f"{_shown(spec.shape, False)} (one value for every row) or "
+                                 f"{_shown(spec.shape, True)} (one value per row)")
+        elif x.ndim == 0 or not _fits(x.shape[1:], tuple(spec.shape[1:])):
+            raise InputError(f"data {source}: {key} has shape {x.shape}, input {spec.name!r} is "
+                             f"{_shown(tuple(spec.shape[1:]), True)}")
         out[spec.name] = _cast(spec.name, key, x, spec, source)
-    counts = {len(v) for v in out.values()}
+    counts = {len(v) for k, v in out.items() if k not in free or v.ndim == len(_spec(inputs, k).shape) + 1}
     if len(counts) > 1:
         raise InputError(f"data {source}: the x_{split} arrays have different row counts ({sorted(counts)})")
-    return out
+    return as_rows(inputs, out, counts.pop() if counts else 1)
+
+
+def _spec(inputs: tuple[TensorSpec, ...], name: str) -> TensorSpec:
+    return next(s for s in inputs if s.name == name)
 
 
 def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: int, source: str) -> Arrays:
@@ -282,6 +315,8 @@ def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: 
         elif y.dtype.kind not in "fiub":
             expected = "strings or numbers" if spec.dtype == STRING else "numbers (class ids or values)"
             raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected {expected}")
+        if y.ndim == 0:
+            raise InputError(f"data {source}: {key} has shape (): labels are one per row, ({rows}, ...)")
         if len(y) != rows:
             raise InputError(f"data {source}: {key} has {len(y)} labels for {rows} inputs")
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
@@ -336,6 +371,21 @@ def shared_rows(a: Arrays | None, b: Arrays | None) -> int:
 
     seen = set(keys(b))
     return sum(k in seen for k in keys(a))
+
+
+def sample_rows(inputs: tuple[TensorSpec, ...], x: Arrays, rows: int) -> tuple[Arrays, int]:
+    """(the first held-out rows as one request carries them, how many rows that is): batched inputs their
+    first rows, an input that takes no batch as the signature declares it (its row-form value of those rows).
+    Rows are cut where that value changes, so one request holds them all. What samples.npz keeps: a client
+    sends a scalar `temperature` as a scalar, never one per row."""
+    free = unbatched(inputs)
+    count = min(rows, _rows(x))
+    for spec in inputs:
+        if spec.name in free:
+            values = np.asarray(x[spec.name])[:count]
+            same = [i for i in range(1, count) if not np.array_equal(values[i], values[0])]
+            count = same[0] if same else count
+    return ({name: np.asarray(v)[0] if name in free else np.asarray(v)[:count] for name, v in x.items()}, count)
 
 
 def head(arrays: Arrays, rows: int) -> Arrays:

@@ -38,12 +38,16 @@ import numpy as np
 from builder.errors import InputError
 from builder.optimize import tfenv
 from builder.optimize.qat_models import QAT_WHY, is_quantization_aware
+from builder.model.rows import call_rows, fixed_batch, row_count, take
 from builder.report import TensorSpec
+from builder.wire.tensors import TF_DTYPES
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 TFLITE_MAGIC = b"TFL3"
-#: dtypes a signature's edge may have: the TFLite converter and LiteRT take all but `string`, TensorFlow all
-SUPPORTED_DTYPES = frozenset({"float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool", "string"})
+#: dtypes a signature's edge may have: every one the wire carries (TF Serving's TensorProto, `builder.wire`),
+#: strings spelled as the contract does. TensorFlow serves them all from the original's own SavedModel; a
+#: converter that cannot take one (the TFLite builtins and float64, say) drops out with a note, never the model.
+SUPPORTED_DTYPES = frozenset({"string" if name == "object" else name for name in TF_DTYPES})
 DEFAULT_SIGNATURE = "serving_default"
 Arrays = Mapping[str, np.ndarray]
 
@@ -141,24 +145,30 @@ class LoadedModel:
     loaded_saved_model: Any = field(default=None, repr=False)
 
     def predict(self, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
-        """The original model's outputs by output name, in batches (fixed-batch models: their batch size)."""
-        fixed = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else None
-        step = fixed or batch
-        rows = len(next(iter(x.values())))
-        parts = [self._predict({k: v[i : i + step] for k, v in x.items()}) for i in range(0, rows, step)]
-        return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+        """The original model's outputs by output name, in batches (fixed-batch models: their batch size).
+
+        Inputs that take no batch (a scalar beside the batch) come in row form (`builder.model.rows`)."""
+        return _in_batches(self.inputs, x, self._predict, fixed_batch(self.inputs) or batch)
 
     def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
         """The original's outputs of another of its signatures (`others`), in batches."""
         assert self._predict_other is not None, "the original has no other signatures"
-        rows = len(next(iter(x.values())))
-        parts = [self._predict_other(name, {k: v[i : i + batch] for k, v in x.items()}) for i in range(0, rows, batch)]
-        return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+        predict_other = self._predict_other
+        return _in_batches(self.others[name][0], x, lambda feed: predict_other(name, feed), batch)
 
     def close(self) -> None:
         for item in self._keep:
             if isinstance(item, tempfile.TemporaryDirectory):
                 item.cleanup()
+
+
+def _in_batches(inputs: tuple[TensorSpec, ...], x: Arrays, call: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+                step: int) -> dict[str, np.ndarray]:
+    """`call` over every row of `x`, `step` rows a call; unbatched inputs in row form are called as declared."""
+    rows = row_count(inputs, x)
+    parts = [call_rows(inputs, take(inputs, x, i, i + step), call)
+             for i in range(0, rows, step)]
+    return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
 
 def _one_line(error: BaseException, log: str = "load-model") -> str:
@@ -218,6 +228,8 @@ def keras_inputs(model: Any) -> list[tuple[str, Any]]:
     structure = input_structure(model)
     if structure is not None:
         return [(str(name), tensor) for name, tensor in structure.items()]
+    if _is_subclassed_keras3(model):
+        return _subclassed_inputs(model)
     in_names = list(getattr(model, "input_names", None) or [t.name.split(":")[0] for t in model.inputs])
     return list(zip(in_names, model.inputs))
 
@@ -229,11 +241,59 @@ def keras_outputs(model: Any) -> list[tuple[str, Any]]:
                       if found is not None), None)
     if isinstance(structure, Mapping):
         return [(str(name), tensor) for name, tensor in structure.items()]
+    if _is_subclassed_keras3(model):
+        return _subclassed_outputs(model)
     tensors = list(model.outputs)
     names = list(getattr(model, "output_names", None) or [])
     if len(names) != len(tensors):
         names = [f"output_{i}" for i in range(len(tensors))]
     return list(zip(unique_names(names), tensors))
+
+
+def _is_subclassed_keras3(model: Any) -> bool:
+    """A Keras 3 subclassed model: no symbolic inputs (`model.inputs` raises), only the shapes it was built at."""
+    try:
+        getattr(model, "inputs")
+    except AttributeError:
+        return hasattr(model, "_build_shapes_dict")
+    return False
+
+
+def _subclassed_inputs(model: Any) -> list[tuple[str, Any]]:
+    """A Keras 3 subclassed model's inputs as `model.export` serves them: from the shapes it was built at, any
+    batch, named `args_<i>` by position (a dict argument by its keys)."""
+    import keras  # type: ignore[import-not-found]
+
+    shapes = getattr(model, "_build_shapes_dict", None) or {}
+    dtype = getattr(model, "input_dtype", None) or "float32"
+    if not shapes:
+        raise InputError(f"a subclassed {type(model).__name__} saved before it was built or called: there is no "
+                         "input shape to serve; call the model once on an input, then save it")
+
+    def symbolic(shape: Any) -> Any:
+        return keras.KerasTensor((None, *tuple(shape)[1:]), dtype=dtype)
+
+    found: list[tuple[str, Any]] = []
+    for i, shape in enumerate(shapes.values()):
+        if isinstance(shape, Mapping):
+            found.extend((str(key), symbolic(value)) for key, value in shape.items())
+        else:
+            found.append((f"args_{i}", symbolic(shape)))
+    return found
+
+
+def _subclassed_outputs(model: Any) -> list[tuple[str, Any]]:
+    """A Keras 3 subclassed model's outputs as `model.export` names them (a dict's keys, else `output_<i>`),
+    with the shapes and dtypes it computes for its inputs."""
+    inputs = _subclassed_inputs(model)
+    args = [tensor for _, tensor in inputs]
+    keyed = any(not name.startswith("args_") for name, _ in inputs)
+    result = model.compute_output_spec({name: t for name, t in inputs} if keyed else args[0] if len(args) == 1
+                                       else args)
+    if isinstance(result, Mapping):
+        return [(str(name), tensor) for name, tensor in result.items()]
+    tensors = list(result) if isinstance(result, (list, tuple)) else [result]
+    return [(f"output_{i}", tensor) for i, tensor in enumerate(tensors)]
 
 
 def unique_names(names: list[str]) -> list[str]:
@@ -267,7 +327,9 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
     in_names = [s.name for s in own_in]
     own_out_names = [s.name for s in own_out]
     out_names = [s.name for s in outputs]
-    by_name = input_structure(like if like is not None else model) is not None
+    own = like if like is not None else model
+    by_name = input_structure(own) is not None or (_is_subclassed_keras3(own)
+                                                   and any(not n.startswith("args_") for n in in_names))
 
     def serve(feed: dict[str, Any]) -> dict[str, Any]:
         if by_name:  # a model built on a dict of inputs is called with that dict
@@ -672,7 +734,10 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
         staging = tempfile.TemporaryDirectory(prefix="tfsmith-keras3-")
         keep.append(staging)
         exported = Path(staging.name) / "saved_model"
-        inputs, outputs = keras_specs(model3)
+        try:
+            inputs, outputs = keras_specs(model3)
+        except InputError as error:
+            raise InputError(f"model {facts.path}: {error}") from error
         check_supported(facts.path, inputs, outputs)
         try:
             export_keras(model3, exported, inputs, outputs, keras3=True)

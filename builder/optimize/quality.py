@@ -415,13 +415,59 @@ def _answers_metric(spec: OutputSpec, what: str, agreeing: str, answers: np.ndar
                         f"{'<=' if passed else '>'} {max_accuracy_drop:.4f})", **common)
 
 
+def answered_rows(original: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Per row: True where the original answers every float output with finite values.
+
+    Why: a row where the original itself answers NaN or infinity (an all-padding row into masked pooling divides
+    by zero) has no answer to keep; no file can be judged against it, the original's own SavedModel included."""
+    rows: np.ndarray | None = None
+    for values in original.values():
+        values = np.asarray(values)
+        if values.ndim == 0:
+            continue
+        if rows is None:
+            rows = np.ones(len(values), dtype=bool)
+        if values.dtype.kind == "f" and len(values) == len(rows):
+            rows &= np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    return rows if rows is not None else np.ones(0, dtype=bool)
+
+
+def set_aside_note(kept: np.ndarray) -> str:
+    """The note for rows the original answers with NaN or infinity ('' when there are none)."""
+    dropped = int(len(kept) - np.count_nonzero(kept))
+    if not dropped:
+        return ""
+    return (f"{dropped} of {len(kept)} row{'s' if len(kept) != 1 else ''} set aside: the original answers NaN or "
+            "infinity there, so there is no answer to keep")
+
+
+def _answered(arrays: Mapping[str, np.ndarray], kept: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of each array that `kept` keeps (labels cover the first rows only)."""
+    out = {}
+    for name, values in arrays.items():
+        values = np.asarray(values)
+        out[name] = values if values.ndim == 0 else values[kept[: len(values)]]
+    return out
+
+
 def judge(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],
           labels: Mapping[str, np.ndarray], specs: tuple[OutputSpec, ...], *, max_accuracy_drop: float,
           max_relative_error: float) -> tuple[tuple[OutputMetric, ...], bool, str]:
-    """Every output's metric; (metrics, all passed, one-line reason naming the failing outputs)."""
+    """Every output's metric; (metrics, all passed, one-line reason naming the failing outputs).
+
+    Judged only on the rows where the original answers (`answered_rows`); the others are set aside, and each
+    metric's reason says how many."""
+    kept = answered_rows(original)
+    note = set_aside_note(kept)
+    if note:
+        outputs, original, labels = _answered(outputs, kept), _answered(original, kept), _answered(labels, kept)
     metrics = tuple(output_metric(spec, outputs[spec.name], original[spec.name], labels.get(spec.name),
                                   max_accuracy_drop=max_accuracy_drop, max_relative_error=max_relative_error)
                     for spec in specs)
+    if note:
+        from dataclasses import replace
+
+        metrics = tuple(replace(m, why=f"{m.why}; {note}") for m in metrics)
     failed = [m for m in metrics if not m.passed]
     if failed:
         return metrics, False, "; ".join(f"{m.output}: {m.metric} {m.value:.4f} > {m.limit:.4f}" for m in failed)

@@ -48,25 +48,32 @@ def _rows(calib: Calibration) -> int:
     return len(calib)
 
 
-def representative_rows(calib: Calibration) -> Iterator[Any]:
-    """One calibration row at a time in its own dtype (ids stay ints): a dict by input name, or [array]."""
+def representative_rows(calib: Calibration, ranks: Mapping[str, int] | None = None) -> Iterator[Any]:
+    """One calibration row at a time in its own dtype (ids stay ints): a dict by input name, or [array].
+
+    `ranks`: each input's declared rank; an input that takes no batch, carried one value per row (one rank
+    more, `builder.model.rows`), is given as declared (a scalar `temperature` as a scalar)."""
+    ranks = ranks or {}
     for i in range(_rows(calib)):
         if isinstance(calib, Mapping):
-            yield {name: np.asarray(values[i : i + 1]) for name, values in calib.items()}
+            yield {name: np.asarray(values[i] if ranks.get(name) == np.ndim(values) - 1 else values[i : i + 1])
+                   for name, values in calib.items()}
         else:
             yield [np.asarray(calib[i : i + 1])]  # type: ignore[index]
 
 
-def representative_by_signature(calibs: Mapping[str, Mapping[str, np.ndarray]]) -> Iterator[Any]:
+def representative_by_signature(calibs: Mapping[str, Mapping[str, np.ndarray]],
+                                ranks: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[Any]:
     """Calibration rows of a file converted from several signatures: `(signature, {input: row})` for each
     signature's rows in turn (the converter calibrates each signature's subgraph on its own rows)."""
     for key, rows in calibs.items():
-        for sample in representative_rows(rows):
+        for sample in representative_rows(rows, (ranks or {}).get(key)):
             yield key, sample
 
 
 def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = True,
-               by_signature: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> None:
+               by_signature: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+               ranks: Mapping[str, Mapping[str, int]] | None = None, signature: str = "serving_default") -> None:
     tf = tfenv.tensorflow()
     if mode == "fp32":
         return
@@ -82,8 +89,8 @@ def _configure(converter: Any, mode: str, calib: Calibration, strict: bool = Tru
     elif mode in ("int8", "qat_int8"):
         if _rows(calib) == 0:
             raise TfsmithError("int8 conversion needs calibration rows and none were given")
-        converter.representative_dataset = ((lambda: representative_by_signature(by_signature)) if by_signature
-                                            else (lambda: representative_rows(calib)))
+        converter.representative_dataset = ((lambda: representative_by_signature(by_signature, ranks)) if by_signature
+                                            else (lambda: representative_rows(calib, (ranks or {}).get(signature))))
         converter.target_spec.supported_ops = ([tf.lite.OpsSet.TFLITE_BUILTINS_INT8] if strict else
                                                [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS])
         # inference_input_type / inference_output_type stay float32: float I/O (see the module docstring)
@@ -166,13 +173,16 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
              calibs: Mapping[str, Mapping[str, np.ndarray]] | None) -> bytes:
     tf = tfenv.tensorflow()
 
+    ranks = declared_ranks(saved_model_dir, keys) if mode in ("int8", "qat_int8") else None
+
     def attempt(strict: bool) -> bytes:
         converter = _converter(tf, saved_model_dir, keys)
-        _configure(converter, mode, x_calib, strict=strict, by_signature=calibs if len(keys) > 1 else None)
+        _configure(converter, mode, x_calib, strict=strict, by_signature=calibs if len(keys) > 1 else None,
+                   ranks=ranks, signature=keys[0])
         return bytes(converter.convert())
 
     try:
-        return attempt(True)
+        return with_declared_shapes(attempt(True), saved_model_dir, keys)
     except TfsmithError:
         raise
     except Exception as error:
@@ -189,7 +199,76 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
         raise _failed(mode, error, "drop int8 from the recipe's quantization.modes") from error
     if notes is not None:
         notes.append(f"{mode}: some ops have no int8 kernel ({strict_error}); they run in float inside the int8 file")
-    return blob
+    return with_declared_shapes(blob, saved_model_dir, keys)
+
+
+def declared_shapes(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Each signature's input and output shapes as the SavedModel declares them (-1 for a dimension of any
+    size), read from its saved_model.pb without loading it."""
+    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+
+    signatures = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+    found: dict[str, dict[str, tuple[int, ...]]] = {}
+    for key in keys:
+        if key not in signatures:
+            continue
+        tensors = {**dict(signatures[key].inputs), **dict(signatures[key].outputs)}
+        found[key] = {name: tuple(int(d.size) for d in info.tensor_shape.dim)
+                      for name, info in tensors.items() if not info.tensor_shape.unknown_rank}
+    return found
+
+
+def declared_ranks(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[str, int]]:
+    """Each signature's input ranks as declared ({} where they cannot be read: rows are then fed as they are)."""
+    try:
+        return {key: {name: len(shape) for name, shape in shapes.items()}
+                for key, shapes in declared_shapes(saved_model_dir, keys).items()}
+    except Exception:  # noqa: BLE001 - a folder whose proto is not readable here: the converter says what it finds
+        return {}
+
+
+def fill_shape(shape_signature: Any, declared: tuple[int, ...]) -> list[int] | None:
+    """The file's shape signature with each dimension it lost (-1) that the SavedModel declares filled in; None
+    when there is none to fill (ranks differ, or nothing was lost). A known dimension is never changed."""
+    current = [int(d) for d in shape_signature]
+    if len(current) != len(declared):
+        return None
+    filled = [want if have == -1 and want >= 0 else have for have, want in zip(current, declared)]
+    return filled if filled != current else None
+
+
+def with_declared_shapes(blob: bytes, saved_model_dir: Path, keys: list[str]) -> bytes:
+    """The .tflite with the dimensions its signatures lost in conversion declared as the SavedModel declares them.
+
+    Why: the converter's shape inference may lose static dimensions that the original's signature knows (Keras
+    3's `UpSampling2D` leaves height and width unknown: an output [-1, 8, 8, 1] becomes [-1, -1, 8, 1]); the
+    file computes the same shapes, but its metadata would no longer be the contract the client was given, and
+    the gate rejects a signature that differs. Only a -1 is ever filled, and only where the SavedModel has a
+    size; a file that lost nothing is returned byte for byte."""
+    try:
+        from tensorflow.lite.tools import flatbuffer_utils  # type: ignore[import-not-found]
+
+        declared = declared_shapes(saved_model_dir, keys)
+        model = flatbuffer_utils.convert_bytearray_to_object(bytearray(blob))
+    except Exception:  # noqa: BLE001 - without the tools, the file stays as converted (the gate judges it)
+        return blob
+    changed = False
+    for signature in model.signatureDefs or []:
+        key = signature.signatureKey.decode() if isinstance(signature.signatureKey, bytes) else signature.signatureKey
+        shapes = declared.get(key, {})
+        subgraph = model.subgraphs[signature.subgraphIndex]
+        for tensor_map in [*(signature.inputs or []), *(signature.outputs or [])]:
+            name = tensor_map.name.decode() if isinstance(tensor_map.name, bytes) else tensor_map.name
+            tensor = subgraph.tensors[tensor_map.tensorIndex]
+            if name not in shapes or tensor.shapeSignature is None:
+                continue
+            filled = fill_shape(tensor.shapeSignature, shapes[name])
+            if filled is not None:
+                tensor.shapeSignature = np.asarray(filled, dtype=np.int32)
+                tensor.shape = np.asarray([d if d >= 0 else max(int(s), 1) for d, s in zip(filled, tensor.shape)],
+                                          dtype=np.int32)
+                changed = True
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model)) if changed else blob
 
 
 def quantization_aware_train(model: Any, x_train: np.ndarray, y_train: np.ndarray, loss: Any, epochs: int,

@@ -420,37 +420,39 @@ def build_module(spec: ModelSpec, folder: Path, x: dict[str, np.ndarray], y: dic
     name = next(iter(x))
     text = spec.variant == "text"
 
+    floats = np.dtype(spec.dtype)  # float64: a scientist's network, weights and answers in double
+
     class Classifier(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="classifier")
             width = 8 if text else gen.TABULAR
-            self.w = tf.Variable(rng.normal(0, 0.1, size=(width, gen.CLASSES)).astype(np.float32), name="w")
-            self.b = tf.Variable(np.zeros(gen.CLASSES, np.float32), name="b")
+            self.w = tf.Variable(rng.normal(0, 0.1, size=(width, gen.CLASSES)).astype(floats), name="w")
+            self.b = tf.Variable(np.zeros(gen.CLASSES, floats), name="b")
 
         def featurize(self, value: Any) -> Any:
             if not text:
                 return value
             buckets = tf.strings.to_hash_bucket_fast(tf.strings.split(value), 8)  # ragged: words per row
-            return tf.reduce_sum(tf.ragged.map_flat_values(tf.one_hot, buckets, 8), axis=1)
+            return tf.cast(tf.reduce_sum(tf.ragged.map_flat_values(tf.one_hot, buckets, 8), axis=1), floats)
 
         def logits(self, value: Any) -> Any:
             return tf.matmul(self.featurize(value), self.w) + self.b
 
         @tf.function(input_signature=[tf.TensorSpec([None] if text else [None, gen.TABULAR],
-                                                    tf.string if text else tf.float32, name=name)])
+                                                    tf.string if text else tf.as_dtype(floats), name=name)])
         def serve(self, value: Any) -> dict[str, Any]:
             logits = self.logits(value)
             return {"probs": tf.nn.softmax(logits), "logits": logits}
 
     module = Classifier()
     if spec.variant == "signatures":  # only here: saving traces every tf.function the module holds
-        @tf.function(input_signature=[tf.TensorSpec([None, gen.TABULAR], tf.float32, name="features")])
+        @tf.function(input_signature=[tf.TensorSpec([None, gen.TABULAR], tf.as_dtype(floats), name="features")])
         def flags(features: Any) -> dict[str, Any]:
             positive = features > 0
             return {"positive": positive, "count": tf.reduce_sum(tf.cast(positive, tf.int64), axis=1, keepdims=True)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, gen.TABULAR], tf.float32, name="a"),
-                                      tf.TensorSpec([None, gen.TABULAR], tf.float32, name="b")])
+        @tf.function(input_signature=[tf.TensorSpec([None, gen.TABULAR], tf.as_dtype(floats), name="a"),
+                                      tf.TensorSpec([None, gen.TABULAR], tf.as_dtype(floats), name="b")])
         def pair(a: Any, b: Any) -> dict[str, Any]:
             return {"similarity": tf.reduce_sum(tf.nn.softmax(module.logits(a)) * tf.nn.softmax(module.logits(b)),
                                                 axis=-1, keepdims=True)}
@@ -586,6 +588,8 @@ def build_one(spec: ModelSpec, folder: Path) -> dict[str, Any]:
         modality = "text"
     variant = spec.variant
     x = gen.main_input(modality, variant, rng)
+    if spec.dtype != "float32":  # the main input in the model's float dtype
+        x = {n: v.astype(spec.dtype) if v.dtype.kind == "f" else v for n, v in x.items()}
     main_name = next(iter(x)) if spec.family != "preprocessing" else "city"
     y_train = {HEAD_NAMES[spec.task]: gen.labels_for(spec.task, x[main_name], spec.seed)}
     if spec.aux_input != "none":

@@ -72,6 +72,8 @@ class Family:
     precisions: tuple[str, ...] = (FLOAT32, MIXED, MIXED_HALF_OUT)
     #: fixed-size batch: a stateful RNN is built for batches of exactly this many rows (None: any)
     fixed_batch: int | None = None
+    #: the float dtype of the main input, the weights and the answers (a scientist's float64 network)
+    dtypes: tuple[str, ...] = ("float32",)
 
 
 #: any_length: the time axis is None (sequences of any length; DATA has one length)
@@ -105,7 +107,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("subclassed", "tabular", ("Model subclass", "Dense"), formats=(SAVED_MODEL,)),
     Family("tf_module", "tabular", ("tf.Module", "tf.function"), kerases=(NO_KERAS,), formats=(SAVED_MODEL,),
            variants=("one_signature", "signatures", "text"), input_forms=(SINGLE,), output_forms=(DICT,),
-           precisions=(FLOAT32,), tasks=(CLASSIFICATION,)),
+           precisions=(FLOAT32,), tasks=(CLASSIFICATION,), dtypes=("float32", "float64")),
     Family("user_tflite", "image", ("Conv2D", "TFLiteConverter"), formats=(TFLITE, TFLITE_UINT8, TFLITE_INT8),
            tasks=(CLASSIFICATION,), input_forms=(SINGLE,), output_forms=(SINGLE,), precisions=(FLOAT32,)),
     # QAT as .keras is left out: tf_keras cannot load its own file back, in quantize_scope or not ("Layer
@@ -148,6 +150,8 @@ class ModelSpec:
     data_form: str = "named"
     #: a Keras model saved as a SavedModel with a second signature of its own (`scores`: the main head alone)
     signatures: int = 1
+    #: the float dtype of the main input, weights and answers (`Family.dtypes`)
+    dtype: str = "float32"
 
     @property
     def id(self) -> str:
@@ -156,7 +160,8 @@ class ModelSpec:
         return (f"s{self.seed}-{self.index:03d}-{self.family}-{self.variant}-{flavour}-{self.fmt}-"
                 f"{self.inputs}{'+' + self.aux_input if self.aux_input != 'none' else ''}-"
                 f"{self.outputs}{'+' + self.aux_output if self.aux_output != 'none' else ''}-"
-                f"{self.task}-{self.labels}{mixed}{'-sigs' + str(self.signatures) if self.signatures > 1 else ''}")
+                f"{self.task}-{self.labels}{mixed}{'-sigs' + str(self.signatures) if self.signatures > 1 else ''}"
+                f"{'-' + self.dtype if self.dtype != 'float32' else ''}")
 
     @property
     def fixed_batch(self) -> int | None:
@@ -173,6 +178,8 @@ class ModelSpec:
             parts.append(self.precision)
         if self.signatures > 1:
             parts.append(f"{self.signatures} signatures")
+        if self.dtype != "float32":
+            parts.append(self.dtype)
         return ", ".join(parts)
 
     def as_dict(self) -> dict[str, object]:

@@ -18,6 +18,8 @@ from tests.modelgen.catalog import (AUX_INPUTS, AUX_OUTPUTS, DICT, FAMILIES, FAM
 MIXED_SHARE = 0.25
 #: share of Keras SavedModels saved with a second signature of the user's own
 SECOND_SIGNATURE_SHARE = 0.4
+#: share of models drawn in another float dtype than float32 where the family allows one (float64)
+OTHER_DTYPE_SHARE = 0.5
 
 
 def family_order(seed: int) -> list[Family]:
@@ -77,9 +79,15 @@ def compose_one(seed: int, index: int) -> ModelSpec:
     if fmt == SAVED_MODEL and keras != NO_KERAS and family.name not in ("subclassed", "qat"):
         # drawn apart, so adding this choice left every earlier draw of a seed as it was
         signatures = 2 if random.Random(f"signatures-{seed}-{index}").random() < SECOND_SIGNATURE_SHARE else 1
+    dtype = "float32"
+    others = [d for d in family.dtypes if d != "float32"]
+    if others and variant != "text":  # drawn apart too: every earlier draw of a seed stays as it was
+        draw = random.Random(f"dtype-{seed}-{index}")
+        dtype = draw.choice(others) if draw.random() < OTHER_DTYPE_SHARE else "float32"
     return ModelSpec(seed=seed, index=index, family=family.name, variant=variant, keras=keras, fmt=fmt,
                      inputs=inputs, outputs=outputs, task=task, labels=labels, precision=precision,
-                     aux_input=aux_input, aux_output=aux_output, data_form=data_form, signatures=signatures)
+                     aux_input=aux_input, aux_output=aux_output, data_form=data_form, signatures=signatures,
+                     dtype=dtype)
 
 
 def keras3_h5_cannot_reload(variant: str, aux_input: str, aux_output: str) -> bool:
@@ -110,5 +118,5 @@ def check_family(spec: ModelSpec) -> None:
     assert spec.variant in family.variants and spec.keras in family.kerases and spec.fmt in family.formats
     assert spec.inputs in family.input_forms and spec.outputs in family.output_forms
     assert spec.task in family.tasks and spec.labels in LABELS_FOR[spec.task]
-    assert spec.precision in family.precisions
+    assert spec.precision in family.precisions and spec.dtype in family.dtypes
     assert spec.data_form == "named" or (spec.inputs == SINGLE and spec.outputs == SINGLE)

@@ -1,0 +1,50 @@
+"""A seeded sample of the generator's lattice cells beyond float32 (`Family.dtypes`: a float64 `tf.Module`, one
+signature and several), each built by tests/modelgen and run as a user does: `tfsmith optimize` -> `tfsmith
+serve` -> clients over REST rows and columns, gRPC and v2, every answer and the metadata compared with the
+original's (`tests.modelgen.runner`).
+
+`LATTICE_SEED` and `LATTICE_COUNT` choose another sample; reproduce one model with `-k <model id>`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.modelgen.catalog import ModelSpec
+from tests.modelgen.composer import compose
+from tests.modelgen.runner import Built, build_models, run_model
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "ai_edge_litert", "grpc")):
+    pytest.skip("needs the optimize and serve extras", allow_module_level=True)
+
+SEED = int(os.environ.get("LATTICE_SEED", "1"))
+COUNT = int(os.environ.get("LATTICE_COUNT", "2"))
+#: how far into a seed the sample looks for its cells (the families come round-robin)
+SEARCH = 120
+
+SPECS = [spec for spec in compose(SEED, SEARCH) if spec.dtype != "float32"][:COUNT]
+
+
+def test_the_sample_holds_cells_beyond_float32() -> None:
+    assert len(SPECS) == COUNT, f"seed {SEED} composes {len(SPECS)} models beyond float32 in {SEARCH}"
+    assert {spec.dtype for spec in SPECS} == {"float64"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
+    return build_models(SPECS, tmp_path_factory.mktemp("lattice") / "models")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[spec.id for spec in SPECS])
+def test_a_lattice_model_is_served_as_the_original(spec: ModelSpec, built: dict[str, Built], tmp_path: Path) -> None:
+    model = built[spec.id]
+    assert model.build_error is None, f"the generator could not build {spec.id}:\n{model.build_error[-3000:]}"
+    outcome = run_model(model, tmp_path)
+    assert outcome.ok, (f"seed {SEED}, model {spec.id} ({spec.describe()}):\n{outcome.failure}\n"
+                        f"reproduce: {outcome.repro}\n{outcome.detail[-4000:]}")
+    assert outcome.checks == ["metadata", "answers"]
