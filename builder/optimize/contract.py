@@ -157,8 +157,11 @@ def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | 
     recipe = plan.recipe
     if recipe.pruning or recipe.quantization.qat:
         plan.recipe = replace(recipe, pruning=None, quantization=replace(recipe.quantization, qat=False))
-        plan.notes.append(f"pruning and QAT skipped: fine-tuning needs a label for every output, and those of "
-                          f"{', '.join(sorted(dropped))} are set aside")
+        why = f"fine-tuning needs a label for every output, and those of {', '.join(sorted(dropped))} are set aside"
+        skipped = [step for step, asked in (("pruning", recipe.pruning), ("quantization-aware training",
+                                                                           recipe.quantization.qat)) if asked]
+        for n, step in enumerate(skipped):
+            plan.ledger.skipped(step, why, said="" if n else f"pruning and QAT skipped: {why}")
     return contract_with(keep(y_val))
 
 

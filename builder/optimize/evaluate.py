@@ -19,6 +19,7 @@ import numpy as np
 
 from builder.model import registry
 from builder.optimize import tfenv
+from builder.model.rows import fixed_batch
 from builder.report import Latency, TensorSpec
 
 Arrays = Mapping[str, np.ndarray]
@@ -122,7 +123,7 @@ class Runner:
         return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
     def predict_all(self, x: Arrays, batch: int = 64) -> dict[str, np.ndarray]:
-        fixed = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else None
+        fixed = fixed_batch(self.inputs)
         step = fixed or batch
         rows = len(next(iter(x.values())))
         parts = [self.predict({k: v[i : i + step] for k, v in x.items()}) for i in range(0, rows, step)]
@@ -176,7 +177,7 @@ BATCH_CALL_S = 0.25
 def batch_for(runner: Runner, x: Arrays, row_p50_us: float | None = None, batch: int = THROUGHPUT_BATCH) -> int:
     """The batch size rows/s is measured at: `batch`, fewer when one call would take over BATCH_CALL_S at the
     batch-1 pace `row_p50_us`, all rows when fewer; the model's fixed batch when it has one."""
-    fixed = runner.inputs[0].shape[0] if runner.inputs and runner.inputs[0].shape else None
+    fixed = fixed_batch(runner.inputs)
     if fixed:
         return int(fixed)
     if row_p50_us:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from builder.optimize import select, steps
 from builder.optimize.context import Made, Run, Step
-from builder.optimize.contract import check_repeatable, original_answers, settle_contract
+from builder.optimize.contract import answered_gate, check_repeatable, settle_contract
 from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan, planned_steps
@@ -54,8 +54,9 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     plan = make_plan(options, say)
     loaded = plan.loaded
     with stage(say, "the original model's outputs on the held-out rows"):
-        reference = original_answers(loaded, plan.gate_x, options.model)
+        plan.gate_x, reference, gate_note = answered_gate(loaded, plan.gate_x, plan.data.held_out_rows, options.model)
         check_repeatable(loaded, plan.gate_x, reference, options.model)
+    plan.ledger.note(gate_note)
     contract = settle_contract(plan, reference)
     if loaded.others:  # every other signature is kept and judged too, on rows of its own
         from builder.optimize import signatures as sigs

@@ -455,19 +455,20 @@ def samples_step(run: Run, made: Made) -> Made:
     `y/<output>` (labels where DATA has them); the first SAMPLE_ROWS held-out rows, named keys always.
     Strings are fixed-width UTF-8 bytes (`S<n>`): np.load(allow_pickle=False) reads them back."""
     plan, contract, reference = run.plan, run.contract, run.reference
-    from builder.optimize.data import as_bytes, numpy_dtype
+    from builder.optimize.data import as_bytes, numpy_dtype, sample_rows
 
     def typed(values: np.ndarray, dtype: str) -> np.ndarray:
         return as_bytes(values) if dtype == "string" else np.asarray(values, dtype=numpy_dtype(dtype))
 
     arrays: dict[str, np.ndarray] = {}
+    # one request's rows (an input that takes no batch as declared); the gate's added rows are not samples
+    inputs, rows = sample_rows(contract.inputs, plan.data.x_val, SAMPLE_ROWS)
     for spec in contract.inputs:
-        arrays[f"x/{spec.name}"] = typed(plan.data.x_val[spec.name][:SAMPLE_ROWS], spec.dtype)
-    rows = min(SAMPLE_ROWS, len(next(iter(plan.data.x_val.values()))))  # the gate's zero row is not a sample
+        arrays[f"x/{spec.name}"] = typed(inputs[spec.name], spec.dtype)
     for spec in contract.outputs:
         arrays[f"expected/{spec.name}"] = typed(reference[spec.name][:rows], spec.dtype)
         if spec.name in plan.data.y_val:
-            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:SAMPLE_ROWS])
+            arrays[f"y/{spec.name}"] = np.asarray(plan.data.y_val[spec.name][:rows])
     np.savez(run.staging / SAMPLES_NAME, **arrays)
     return made
 
