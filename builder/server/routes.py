@@ -90,7 +90,7 @@ ROUTES: tuple[Route, ...] = (
           "Open Inference Protocol: inference (version)"),
     # the server's own
     Route("GET", "/healthz", "protocols.health.healthz", "Liveness and what is served", front=True),
-    Route("GET", "/monitoring/prometheus/metrics", "core.metrics.scrape",
+    Route("GET", "/monitoring/prometheus/metrics", "protocols.monitoring.scrape",
           "Prometheus metrics (TensorFlow Serving's names and ours)", front=True),
     Route("GET", "/openapi.json", "protocols.openapi.openapi_json", "This document"),
     Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (one page, nothing fetched from elsewhere)"),

@@ -9,7 +9,7 @@ import pytest
 
 from builder.model.failures import ModelInputError, clean_message, fresh_report
 from builder.server.protocols.answers import failure
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.call import RequestError
 
 #: A Keras 3 STFTSpectrogram model's SavedModel called with a waveform shorter than one frame.
 TF_RESHAPE = ("Graph execution error:\n\nDetected at node functional_1/stft_1/Reshape_1 defined at (most recent call "

@@ -16,9 +16,9 @@ import uvloop
 from builder.server.protocols import jsoncodec
 from builder.model.failures import ModelInputError
 from builder.server.core.batching import BatchingConfig, DynamicBatcher
-from builder.server.core.dataplane import Address, DataPlane, Provisional
+from builder.server.core.call import Address, Call, RequestError
+from builder.server.core.dataplane import DataPlane, Provisional
 from builder.server.core.metrics import Metrics, status_label
-from builder.server.protocols.tfs_json import PredictCall, RequestError
 from builder.server.core.repository import ModelSet, ServedModel
 
 
@@ -140,9 +140,9 @@ class _Provisionally:
     def size(self, body: bytes) -> int:
         return 4096
 
-    def _call(self, value: float) -> tuple[PredictCall, None]:
+    def _call(self, value: float) -> tuple[Call, None]:
         x = np.full((1, 2), value, dtype=np.float32)
-        return PredictCall(signature="serving_default", inputs={"x": x}, row_format=True, batch=1), None
+        return Call(signature="serving_default", inputs={"x": x}, batch=1), None
 
     def confirm(self) -> bool:
         self.model_had_run.append(bool(self.model.calls))
@@ -151,7 +151,7 @@ class _Provisionally:
     def decode(self, served: ServedModel, body: bytes) -> Provisional[None]:
         return Provisional(self._call(1.0), self.confirm, lambda: self._call(2.0))
 
-    def encode(self, served: ServedModel, call: PredictCall, request: None, outputs: dict[str, np.ndarray]) -> float:
+    def encode(self, served: ServedModel, call: Call, request: None, outputs: dict[str, np.ndarray]) -> float:
         return float(outputs["y"][0, 0])
 
 

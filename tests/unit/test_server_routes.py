@@ -25,7 +25,7 @@ from builder.server.core.dataplane import DataPlane
 from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.routes import Context, Router
 from builder.server.core.metrics import Metrics
-from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.call import Call, RequestError
 from builder.server.core.repository import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
@@ -41,7 +41,7 @@ class SumBatcher:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+    async def predict(self, call: Call, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         self.calls += 1
         return {"y": call.inputs["x"].sum(axis=1, keepdims=True).astype(np.float32)}
 

@@ -8,7 +8,7 @@ translate between their wire formats and what these return.
   in TF Serving) and label, in TF Serving's wording (`ModelSet.get`); `resolve` also refuses a version that
   is not ready (503). Status (`status`), readiness (`model_ready`) and metadata (`metadata`) all start here.
 - Inference (`infer`): read the body, resolve, decode (off the event loop when large), run the batcher and
-  encode; each protocol brings only its `Codec` (decode its request into a `PredictCall`, encode the answer).
+  encode; each protocol brings only its `Codec` (decode its request into a `Call`, encode the answer).
   A codec may decode provisionally (`Provisional`: a fast decode, the check that proves it, and the sure
   decode to fall back on); the check runs before the model does.
 - Bookkeeping (`request`): every route of every protocol is counted (in-flight gauge, request counter and
@@ -30,7 +30,8 @@ import numpy as np
 
 from builder.model.failures import ModelInputError
 from builder.server.core.metrics import Metrics, Timer
-from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
+from builder.model.signature import SignatureSpec
+from builder.server.core.call import Address, Call, RequestError, choose_signature, parse_version
 from builder.server.core.repository import ModelSet, ServedModel
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ class ModelMetadata:
 
     def signature(self, name: str = "") -> SignatureSpec:
         """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
-        return choose_signature({"signature_name": name or None}, self.signatures, self.default_signature)
+        return choose_signature(name, self.signatures, self.default_signature)
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,9 @@ class Provisional(Generic[D]):
     """A decode that is right only if `confirm()` says so (a check that reads the whole body once more); when
     it says no, `fallback()` decodes the body the sure way (`settle`)."""
 
-    decoded: tuple[PredictCall, D]
+    decoded: tuple[Call, D]
     confirm: Callable[[], bool]
-    fallback: Callable[[], tuple[PredictCall, D]]
+    fallback: Callable[[], tuple[Call, D]]
 
 
 class Codec(Protocol[B, D, R]):
@@ -90,20 +91,11 @@ class Codec(Protocol[B, D, R]):
     def size(self, body: B) -> int:
         """How many bytes of text decoding `body` reads (large ones are decoded off the event loop)."""
 
-    def decode(self, served: ServedModel, body: B) -> tuple[PredictCall, D] | Provisional[D]:
+    def decode(self, served: ServedModel, body: B) -> tuple[Call, D] | Provisional[D]:
         """The validated call, and what the answer needs of the request; RequestError for a bad one."""
 
-    def encode(self, served: ServedModel, call: PredictCall, request: D, outputs: Mapping[str, np.ndarray]) -> R:
+    def encode(self, served: ServedModel, call: Call, request: D, outputs: Mapping[str, np.ndarray]) -> R:
         """The protocol's answer to `call`."""
-
-
-@dataclass(frozen=True)
-class Address:
-    """Which model a request names: its name, and a version (a number, or a URL path segment) or a label."""
-
-    name: str
-    version: int | str | None = None
-    label: str | None = None
 
 
 class DataPlane:
@@ -220,7 +212,7 @@ class DataPlane:
         self._decoder.shutdown(wait=False)
 
 
-def settle(decoded: tuple[PredictCall, D] | Provisional[D]) -> tuple[PredictCall, D]:
+def settle(decoded: tuple[Call, D] | Provisional[D]) -> tuple[Call, D]:
     """A decode made sure: a provisional one checked here, and replaced by its fallback when the check fails."""
     if not isinstance(decoded, Provisional):
         return decoded

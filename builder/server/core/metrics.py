@@ -20,8 +20,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from builder.server.process.messages import Answer, Request
-
 PATH = "/monitoring/prometheus/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Microsecond buckets from 10 us to 10 s: the digits CNN answers in ~100 us, MobileNetV2 JSON in ~100 ms.
@@ -99,13 +97,6 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-async def scrape(context: Any, request: Request) -> Answer:
-    """The route table's handler (`context` is its `routes.Context`, untyped here: the data plane imports this
-    module): the metrics of this process's models (with model processes the front sums every process's: its own
-    answer to this route, `model_processes`)."""
-    return Answer(200, context.plane.metrics.exposition(), CONTENT_TYPE_HEADERS)
 
 
 class Timer:

@@ -230,7 +230,7 @@ class ModelProcesses:
     async def respond(self, request: Request) -> Answer:
         if request.kind == HTTP and request.method in ("GET", "HEAD"):
             answered_here = FRONT_ROUTES.get(request.path)
-            if answered_here == "core.metrics.scrape":
+            if answered_here == "protocols.monitoring.scrape":
                 return await self._metrics(request)
             if answered_here is not None:
                 return self._health(request.path)

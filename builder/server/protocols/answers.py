@@ -5,7 +5,7 @@ computing (`builder.model.failures.ModelInputError`: an id beyond the vocabulary
 frame) answers 400 with the runtime's own message, cleaned, as TF Serving answers a graph's
 `InvalidArgumentError` (gRPC: INVALID_ARGUMENT); a client that went away (`dataplane.ClientGone`)
 answers nothing; anything else is the server's own failure: logged with its traceback and answered 500
-with `tfs_json.internal_error_message`, and the server keeps serving. REST writes the answer as
+with `internal_error_message`, and the server keeps serving. REST writes the answer as
 `{"error": "..."}` (TF Serving's shape, `error_body`), gRPC as a status code (`GRPC_CODE_OF_HTTP`). The route
 table's router (`routes.Router`) is the one caller of `error_answer`: handlers only raise.
 """
@@ -20,7 +20,7 @@ from builder.model.failures import ModelInputError
 from builder.server.protocols import jsoncodec
 from builder.server.core.dataplane import CLIENT_GONE, ClientGone
 from builder.server.process.messages import GRPC, Answer, Headers, Kind
-from builder.server.protocols.tfs_json import RequestError, internal_error_message
+from builder.server.core.call import RequestError
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -36,6 +36,11 @@ class Failure:
 
     status: int
     message: str
+
+
+def internal_error_message(error: BaseException) -> str:
+    """What every protocol answers for a failure of the server's own (HTTP 500, gRPC INTERNAL)."""
+    return f"internal error: {type(error).__name__}: {error}"
 
 
 def failure(error: BaseException) -> Failure:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from builder.server.process.messages import Request
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.call import RequestError
 
 ENCODINGS = ("identity", "gzip", "x-gzip")
 

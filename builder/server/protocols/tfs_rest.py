@@ -25,7 +25,7 @@ from builder.server.protocols.bodies import reader
 from builder.server.core.dataplane import Address, Provisional
 from builder.server.process.messages import Answer, Request
 from builder.server.protocols.tfs_json import (
-    PredictCall,
+    TfsCall,
     format_outputs,
     may_hold_booleans,
     model_metadata,
@@ -50,12 +50,12 @@ class PredictCodec:
     def size(self, body: bytes) -> int:
         return len(body)
 
-    def decode(self, served: ServedModel, body: bytes) -> tuple[PredictCall, None] | Provisional[None]:
+    def decode(self, served: ServedModel, body: bytes) -> tuple[TfsCall, None] | Provisional[None]:
         """The fast path's call, provisional until its structure check agrees; else the general path's."""
         fast = tensor_json.read_predict_unconfirmed(body, served.signatures, self.max_request_batch,
                                                     served.default_signature)
 
-        def general(left: tensor_json.Left = tensor_json.Left.PARSED) -> tuple[PredictCall, None]:
+        def general(left: tensor_json.Left = tensor_json.Left.PARSED) -> tuple[TfsCall, None]:
             return decode_general(body, left, served.signatures, self.max_request_batch,
                                   served.default_signature), None
 
@@ -63,13 +63,13 @@ class PredictCodec:
             return general(fast)
         return Provisional((fast.value, None), fast.confirmed, general)
 
-    def encode(self, served: ServedModel, call: PredictCall, request: None,
+    def encode(self, served: ServedModel, call: TfsCall, request: None,
                outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
         return format_outputs(outputs, served.signatures[call.signature], call.row_format)
 
 
 def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,
-                   default: str | None) -> PredictCall:
+                   default: str | None) -> TfsCall:
     """The call of a predict body `tensor_json` left to the general path: decoded once by the decoder it
     names and validated by `tfs_json.parse_predict` (RequestError 400)."""
     document = parse_json(body, standard=left is tensor_json.Left.UNREADABLE)

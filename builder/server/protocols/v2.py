@@ -29,8 +29,10 @@ from builder.server.protocols.answers import json_answer
 from builder.server.protocols.bodies import reader
 from builder.server.core.dataplane import Address, ModelMetadata, Provisional
 from builder.server.process.messages import Answer, Request
-from builder.server.protocols.tfs_json import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
-from builder.server.core.repository import ServedModel, check_output_names
+from builder.server.core.call import Call, RequestError, check_output_names, make_call
+from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
+from builder.wire.tensors import wire_shape
+from builder.server.core.repository import ServedModel
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
@@ -227,7 +229,7 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
 
 #: What an infer answer needs of its request: the document, the outputs in order, those sent as binary.
 Kept = tuple[Any, list[str], set[str]]
-Decoded = tuple[PredictCall, Kept]
+Decoded = tuple[Call, Kept]
 
 
 @dataclass(frozen=True)
@@ -269,9 +271,9 @@ class InferCodec:
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         check_output_names(signature, order)
-        return served.call(signature, arrays), (document, order, binary)
+        return make_call(signature, arrays, served.max_request_batch), (document, order, binary)
 
-    def encode(self, served: ServedModel, call: PredictCall, request: Kept,
+    def encode(self, served: ServedModel, call: Call, request: Kept,
                outputs: Mapping[str, np.ndarray]) -> InferAnswer:
         document, order, binary = request
         return infer_response(served, served.version, document, outputs, order, binary)
