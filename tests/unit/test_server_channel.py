@@ -12,7 +12,7 @@ import pytest
 
 from builder.server.process.channel import ChannelClosed, FrontEnd, HostEnd
 from builder.server.process.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
-from builder.server.core.metrics import merge_expositions
+from builder.server.front.metrics_sum import merge_expositions
 
 
 def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, HostEnd]:

@@ -87,7 +87,7 @@ def test_the_openapi_document_is_derived_from_the_table() -> None:
 
 
 def test_the_front_answers_only_routes_of_the_table() -> None:
-    assert FRONT_ROUTES == {"/v2/health/live": "protocols.v2.live", "/v2/health/ready": "protocols.v2.ready",
+    assert {r.path: r.handler for r in FRONT_ROUTES} == {"/v2/health/live": "protocols.health.live", "/v2/health/ready": "protocols.health.ready",
                             "/healthz": "protocols.health.healthz", "/monitoring/prometheus/metrics": "protocols.monitoring.scrape"}
 
 

@@ -8,7 +8,6 @@ the general path's; where the general path refuses a body, the fast path must no
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -291,12 +290,8 @@ def test_a_body_left_to_the_general_path_says_which_decoder_reads_it(body: bytes
 def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """A body the fast path leaves is decoded exactly once more: by msgspec when simdjson read it, by the
     standard library when simdjson refused it; refusals keep the standard library's message."""
-    from builder.server.protocols import jsoncodec, tfs_rest
-    from builder.server.core.dataplane import settle
-
-    def decode_predict(body: bytes, sigs: Any, max_batch: int, default: str | None) -> Any:
-        served = SimpleNamespace(signatures=sigs, default_signature=default)
-        return settle(tfs_rest.PredictCodec(max_batch).decode(served, body))[0]  # type: ignore[arg-type]
+    from builder.server.protocols import jsoncodec
+    from builder.server.protocols.tfs_rest import decode_predict
 
     reads: list[bool] = []
     loads = jsoncodec.loads

@@ -32,12 +32,14 @@ import asyncio
 import email.utils
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
-from builder.server.process.messages import HTTP, Answer, Request
+from builder.server.core.outcome import Outcome, outcome
+from builder.server.process.messages import HTTP, Answer, Request, refusal
 from builder.server.front.framing import CHUNKED, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")
@@ -75,19 +77,14 @@ class _Date:
         return cls.value
 
 
-def error_answer(status: int, message: str) -> Answer:
-    """An answer in the server's error shape (`answers.error_body`)."""
-    from builder.server.protocols.answers import error_body
-
-    return Answer(status, error_body(message), ((b"content-type", b"application/json"),))
-
-
 class HttpFront:
     """HTTP/1.1 on a listening socket, each complete request answered by `respond`."""
 
     def __init__(self, respond: Any, max_body_bytes: int, scheme: str = "http", keepalive_s: float = 5.0,
-                 ssl: Any = None) -> None:
+                 ssl: Any = None, refused: Callable[[Outcome, str, str, str], None] | None = None) -> None:
         self.respond = respond  # async (Request) -> Answer
+        #: told of every request the front refuses itself (its outcome, method, path, client): counted, logged
+        self.refused = refused
         self.max_body_bytes = max_body_bytes
         self.scheme = scheme
         self.keepalive_s = keepalive_s
@@ -358,7 +355,7 @@ class _Connection(asyncio.BufferedProtocol):
             answer = await self.front.respond(request)
         except Exception as error:  # noqa: BLE001 - the responder answers its own failures; this is the last resort
             log.error("answering %s %s failed", request.method, request.path, exc_info=error)
-            answer = error_answer(500, "internal error")
+            answer = refusal(outcome(500, "internal error"), HTTP)
         if isinstance(request.body, memoryview):
             try:
                 request.body.release()
@@ -378,9 +375,12 @@ class _Connection(asyncio.BufferedProtocol):
         connection, and a client still sending could lose the answer."""
         self.state = LINGER
         self.start = self.end
+        result = outcome(status, message)
+        if self.front.refused is not None:
+            self.front.refused(result, self.method, self.url.decode("latin-1"), self.client)
         if self.transport is None:
             return
-        self._send(error_answer(status, message), False, close=True, linger=True)
+        self._send(refusal(result, HTTP), False, close=True, linger=True)
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._close)

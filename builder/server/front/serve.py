@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from builder.measure.cores import keep_request_memory
 from builder.server.front import access_log, grpc_front, ports
 from builder.server.config import ServerConfig
+from builder.server.core.outcome import Outcome
 from builder.server.process.messages import Answer, Request
 from builder.server.front.model_processes import ModelProcesses, spawner
 
@@ -82,6 +83,7 @@ class LocalHosts:
         from builder.server.model_host import ModelHost
 
         self.host = ModelHost(config)
+        self.metrics = self.host.plane.metrics  # the front's own refusals are counted with the host's requests
         self.died = asyncio.Event()  # never set: nothing to lose
 
     async def start(self) -> None:
@@ -147,8 +149,16 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     respond: Callable[[Request], Awaitable[Answer]] = hosts.respond
     if config.access_log:  # one line per request, whichever protocol and wherever the models run
         respond = access_log.logged(respond)
+
+    def refused(result: Outcome, method: str, path: str, client: str) -> None:
+        """A request the front refused itself (malformed, a head or body too large, a coding it does not
+        read): counted like any other, and logged when access lines are asked for."""
+        hosts.metrics.request("", "", "REST", result.label, 0.0)
+        if config.access_log:
+            access_log.log_refusal(result, method, path, client)
+
     tls = _tls_context(config)
-    http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls)
+    http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
     grpc_server = None
     try:
         await http.start(sock)

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from builder.server.core.outcome import outcome
 from builder.server.process.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
-                                     Stop, pack_answer, pack_control, pack_request, unpack_answer, unpack_control,
+                                     Stop, pack_answer, pack_control, refusal, pack_request, unpack_answer, unpack_control,
                                      unpack_request)
 
 NOTICE = struct.Struct("<BBHIIQ")  # kind, flags, slot, sequence, meta length, body length
@@ -418,7 +419,7 @@ class HostEnd:
         try:
             answer: Answer = await self._answer(request)
         except Exception:  # noqa: BLE001 - a host answers its own failures; never leave the front waiting
-            answer = Answer(500 if request.kind != GRPC else 13, b"", (), "internal error")
+            answer = refusal(outcome(500, "internal error"), request.kind)
         finally:
             self.in_flight -= 1
         meta, body = pack_answer(answer), answer.body

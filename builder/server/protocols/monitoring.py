@@ -15,5 +15,6 @@ if TYPE_CHECKING:
 
 
 async def scrape(context: Context, request: Request) -> Answer:
-    """The metrics of this process's models."""
-    return Answer(200, context.plane.metrics.exposition(), CONTENT_TYPE_HEADERS)
+    """The metrics of this process's models (with model processes, in the front: every process's, summed)."""
+    assert context.health is not None
+    return Answer(200, await context.health.exposition(), CONTENT_TYPE_HEADERS)
