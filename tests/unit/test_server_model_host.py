@@ -140,8 +140,8 @@ def test_the_same_answers_behind_the_channel_to_a_model_process(loop: asyncio.Ab
         model_side.hello()
         serving = asyncio.ensure_future(model_side.serve(host.answer))
         answers = await asyncio.gather(
-            front.exchange(post("/v1/models/tiny:predict", {"instances": X.tolist()})),
-            front.exchange(Request(GRPC, PREDICT, predict_call("tiny"))))
+            front.answer(post("/v1/models/tiny:predict", {"instances": X.tolist()})),
+            front.answer(Request(GRPC, PREDICT, predict_call("tiny"))))
         assert model_side.stopped is not None
         model_side.stopped.set()
         await serving

@@ -182,23 +182,23 @@ def supervised(scenario: Callable[[Fleet, ModelProcesses, Clock], Awaitable[Any]
 def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_requests_fail() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         first, second = fleet.process(0), fleet.process(1)
-        on_first = asyncio.ensure_future(processes.respond(post(HOLD)))  # ties go in turn: 0, then 1
-        on_second = asyncio.ensure_future(processes.respond(post(HOLD)))
+        on_first = asyncio.ensure_future(processes.answer(post(HOLD)))  # ties go in turn: 0, then 1
+        on_second = asyncio.ensure_future(processes.answer(post(HOLD)))
         await until(lambda: processes.balancer.out == [1, 1], "one request held by each process")
         first.kill()
         lost = await on_first
         assert lost.status == 503 and LOST.encode() in bytes(lost.body)
         assert "\n" not in LOST
         assert not on_second.done()  # the other process's request is untouched
-        assert (await processes.respond(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200  # one process still answers
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200  # one process still answers
         await until(lambda: processes.restarts == 1, "the replacement serving")
         index, config_json, replacement = fleet.spawned[2]
         assert index == 0 and config_from_json(config_json) == config_from_json(fleet.spawned[0][1])
         fleet.hold.set()
         assert (await on_second).status == 200 and (await on_second).body == str(second.pid).encode()
-        answers = await asyncio.gather(*(processes.respond(post()) for _ in range(4)))
+        answers = await asyncio.gather(*(processes.answer(post()) for _ in range(4)))
         assert {bytes(a.body) for a in answers} == {str(replacement.pid).encode(), str(second.pid).encode()}
-        text = bytes((await processes.respond(get("/monitoring/prometheus/metrics"))).body)
+        text = bytes((await processes.answer(get("/monitoring/prometheus/metrics"))).body)
         assert metric(text, "tfsmith_model_process_restarts_total") == 1
         assert metric(text, "tfsmith_model_processes_live") == 2
         assert not processes.died.is_set()
@@ -208,7 +208,7 @@ def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_r
 
 def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
-        held = asyncio.ensure_future(processes.respond(Request(GRPC, "/hold", b"")))
+        held = asyncio.ensure_future(processes.answer(Request(GRPC, "/hold", b"")))
         await until(lambda: sum(processes.balancer.out) == 1, "the call held")
         fleet.process(0).kill()
         answer = await held
@@ -220,20 +220,20 @@ def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
 def test_requests_waiting_for_room_are_answered_by_the_replacement() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         window = processes.balancer.windows[0]
-        held = [asyncio.ensure_future(processes.respond(post(HOLD))) for _ in range(window)]
-        waiting = asyncio.ensure_future(processes.respond(post()))
+        held = [asyncio.ensure_future(processes.answer(post(HOLD))) for _ in range(window)]
+        waiting = asyncio.ensure_future(processes.answer(post()))
         await until(lambda: processes.balancer.queued == 1, "a request waiting for room")
         fleet.gate.clear()  # the replacement loads until told
         fleet.process(0).kill()
         assert [(await h).status for h in held] == [503] * window
         await until(lambda: len(fleet.spawned) == 2, "a replacement started")
-        assert (await processes.respond(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 503  # no process can answer now
-        assert (await processes.respond(Request(HTTP, "GET", b"", "/v2/health/live"))).status == 200
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 503  # no process can answer now
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/live"))).status == 200
         assert not waiting.done()  # not held by the dead process: it waits for the replacement
         fleet.gate.set()
         answer = await waiting
         assert answer.status == 200 and answer.body == str(fleet.process(1).pid).encode()
-        assert (await processes.respond(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200
 
     supervised(scenario, count=1)
 
@@ -313,15 +313,15 @@ def test_the_front_answers_404_405_and_health_itself_with_the_tables_handlers_an
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         seen = fleet.seen
         seen.clear()  # what start-up asked the processes (/healthz)
-        missing = await processes.respond(get("/nothing/here"))
-        wrong = await processes.respond(get("/v2/models/digits/infer"))
-        live = await processes.respond(get("/v2/health/live"))
-        healthz = await processes.respond(get("/healthz"))
+        missing = await processes.answer(get("/nothing/here"))
+        wrong = await processes.answer(get("/v2/models/digits/infer"))
+        live = await processes.answer(get("/v2/health/live"))
+        healthz = await processes.answer(get("/healthz"))
         assert missing.status == 404 and json.loads(bytes(missing.body)) == {"error": "Not Found"}
         assert wrong.status == 405 and dict(wrong.headers)[b"allow"] == b"POST"
         assert live.status == 200 and json.loads(bytes(healthz.body))["processes_live"] == 2
         assert seen == []  # none of them crossed to a model process
-        assert (await processes.respond(post())).status == 200 and seen == [PREDICT]
+        assert (await processes.answer(post())).status == 200 and seen == [PREDICT]
         assert processes.metrics.counts == {("", "NOT_FOUND"): 1, ("", "UNIMPLEMENTED"): 1, ("", "OK"): 2}
 
     supervised(scenario)

@@ -124,7 +124,7 @@ def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatc
         await front.start()
         far.hello()
         serving = asyncio.ensure_future(far.serve(table.answer))
-        behind = await front.exchange(Request(HTTP, "GET", b"", "/v1/models/m/versions/2"))
+        behind = await front.answer(Request(HTTP, "GET", b"", "/v1/models/m/versions/2"))
         assert far.stopped is not None
         far.stopped.set()
         await serving

@@ -1,6 +1,6 @@
 """Structured access logs: one JSON object per answered request, on the `tfsmith.access` logger (stderr).
 
-Written in one place: the front wraps the responder every request reaches (`logged`), so each request of
+Written in one place: the front wraps what answers every request (`logged`), so each request of
 every protocol gets one line in either layout (the models in the front's process or in model processes).
 Opt-in (`--access-log json`): a log line per request costs more than the digits CNN's inference, so nothing
 is wrapped unless asked for. Lines are machine-readable on purpose: log shippers (Fluent Bit, Vector, Loki)
@@ -42,16 +42,16 @@ def log_request(**fields: Any) -> None:
     access.info(json.dumps({"time": round(time.time(), 6), **fields}, separators=(",", ":")))
 
 
-Respond = Callable[[Request], Awaitable[Answer]]
+Answering = Callable[[Request], Awaitable[Answer]]
 
 
-def logged(respond: Respond) -> Respond:
-    """`respond`, writing one access record for each request it answers."""
+def logged(answer: Answering) -> Answering:
+    """`answer`, writing one access record for each request it answers."""
     _configure()
 
-    async def answer(request: Request) -> Answer:
+    async def logged_answer(request: Request) -> Answer:
         start = time.perf_counter()
-        answered = await respond(request)
+        answered = await answer(request)
         grpc = request.kind == GRPC
         ended = of_grpc(answered.status) if grpc else outcome(answered.status)
         log_request(protocol="grpc" if grpc else "http", method="POST" if grpc else request.method,
@@ -60,10 +60,10 @@ def logged(respond: Respond) -> Respond:
                     remote=request.client or None)
         return answered
 
-    return answer
+    return logged_answer
 
 
 def log_refusal(result: Outcome, method: str, path: str, client: str) -> None:
-    """The record of a request the front refused before any responder saw it (`http_front`)."""
+    """The record of a request the front refused before it was handed over (`http_front`)."""
     log_request(protocol="http", method=method or None, path=path or None, status=result.http, outcome=result.label,
                 bytes_out=len(result.body), duration_ms=0.0, remote=client or None, reason=result.reason)

@@ -1,5 +1,5 @@
 """The front's HTTP/1.1: each request read off its connection into a buffer that connection keeps, and handed
-whole to a responder.
+whole to what answers it.
 
 Why not uvicorn: its ASGI machinery costs ~75 us of CPU a request on top of parsing, and it hands a body
 over as fresh `bytes` pieces that are then joined, each a new allocation whose pages the kernel must fault
@@ -8,7 +8,7 @@ httptools 117 us a request (a 600 KB body: 1,160 us, 359 page faults); an asynci
 40 us (a 600 KB body: 890 us, 282 page faults); reading into a buffer the connection keeps, 120 us for the
 600 KB body and no page faults. So the front reads with `asyncio.BufferedProtocol` straight into its
 connection's buffer, parses each request head with `httptools` (the request line and headers, validated),
-frames the body itself (Content-Length or chunked) and hands the responder a view of the buffer: the bytes
+frames the body itself (Content-Length or chunked) and hands over a view of the buffer: the bytes
 of a tensor are copied once from the kernel, and once more only into a model process's shared memory.
 
 What it does with each connection:
@@ -78,11 +78,11 @@ class _Date:
 
 
 class HttpFront:
-    """HTTP/1.1 on a listening socket, each complete request answered by `respond`."""
+    """HTTP/1.1 on a listening socket, each complete request answered by `answer`."""
 
-    def __init__(self, respond: Any, max_body_bytes: int, scheme: str = "http", keepalive_s: float = 5.0,
+    def __init__(self, answer: Any, max_body_bytes: int, scheme: str = "http", keepalive_s: float = 5.0,
                  ssl: Any = None, refused: Callable[[Outcome, str, str, str], None] | None = None) -> None:
-        self.respond = respond  # async (Request) -> Answer
+        self.answer = answer  # async (Request) -> Answer
         #: told of every request the front refuses itself (its outcome, method, path, client): counted, logged
         self.refused = refused
         self.max_body_bytes = max_body_bytes
@@ -352,8 +352,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     async def _answer(self, request: Request) -> None:
         try:
-            answer = await self.front.respond(request)
-        except Exception as error:  # noqa: BLE001 - the responder answers its own failures; this is the last resort
+            answer = await self.front.answer(request)
+        except Exception as error:  # noqa: BLE001 - what answers answers its own failures; this is the last resort
             log.error("answering %s %s failed", request.method, request.path, exc_info=error)
             answer = refusal(outcome(500, "internal error"), HTTP)
         if isinstance(request.body, memoryview):

@@ -230,7 +230,7 @@ class ModelProcesses:
 
     # --- answering -----------------------------------------------------------------------------------------
 
-    async def respond(self, request: Request) -> Answer:
+    async def answer(self, request: Request) -> Answer:
         """The answer to `request`: from the front's own router for a route the front answers (or a path no
         route takes), else from the least busy model process."""
         if request.kind == HTTP:
@@ -242,7 +242,7 @@ class ModelProcesses:
         except ChannelClosed:  # none will: the server stops
             return refusal(LOST_OUTCOME, request.kind)
         try:
-            return await self.balancer.hosts[index].exchange(request)
+            return await self.balancer.hosts[index].answer(request)
         except ChannelClosed:  # the process died holding it
             return refusal(LOST_OUTCOME, request.kind)
         finally:
@@ -269,7 +269,7 @@ class ModelProcesses:
         """Every live process's metrics summed with the front's own (counters, histograms, in flight;
         readiness as the least ready), plus what only the front knows (`metrics_sum`)."""
         scrape = Request(HTTP, "GET", b"", "/monitoring/prometheus/metrics")
-        answers = await asyncio.gather(*(self.balancer.run_on(i, lambda end: end.exchange(scrape))
+        answers = await asyncio.gather(*(self.balancer.run_on(i, lambda end: end.answer(scrape))
                                          for i in self.live()), return_exceptions=True)
         texts = [bytes(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
         texts.append(self.metrics.exposition())
@@ -283,7 +283,7 @@ class ModelProcesses:
         """What /healthz says of the models (a live process's answer), kept for the front to answer with."""
         for index in self.live()[:1]:
             answer = await self.balancer.run_on(
-                index, lambda end: end.exchange(Request(HTTP, "GET", b"", "/healthz")))
+                index, lambda end: end.answer(Request(HTTP, "GET", b"", "/healthz")))
             if answer.status == 200:
                 self._healthz = json.loads(bytes(answer.body))
 

@@ -89,7 +89,7 @@ class LocalHosts:
     async def start(self) -> None:
         await self.host.start()
 
-    async def respond(self, request: Request) -> Answer:
+    async def answer(self, request: Request) -> Answer:
         return await self.host.answer(request)
 
     def describe(self) -> str:
@@ -146,9 +146,9 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     except BaseException:
         hosts.kill()
         raise
-    respond: Callable[[Request], Awaitable[Answer]] = hosts.respond
+    answer: Callable[[Request], Awaitable[Answer]] = hosts.answer
     if config.access_log:  # one line per request, whichever protocol and wherever the models run
-        respond = access_log.logged(respond)
+        answer = access_log.logged(answer)
 
     def refused(result: Outcome, method: str, path: str, client: str) -> None:
         """A request the front refused itself (malformed, a head or body too large, a coding it does not
@@ -158,12 +158,12 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
             access_log.log_refusal(result, method, path, client)
 
     tls = _tls_context(config)
-    http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
+    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
     grpc_server = None
     try:
         await http.start(sock)
         if config.grpc_port:
-            grpc_server, _ = await grpc_front.start(respond, config.host, config.grpc_port, config.max_body_bytes,
+            grpc_server, _ = await grpc_front.start(answer, config.host, config.grpc_port, config.max_body_bytes,
                                                       config.tls)
     except BaseException:
         await hosts.stop()
