@@ -282,7 +282,7 @@ def test_a_process_stopped_with_the_server_is_not_replaced() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         processes.stopping = True  # as `stop` sets it before telling the processes to exit
         fleet.process(0).kill()
-        await until(lambda: processes.balancer.hosts[0].closed, "the channel closed")
+        await until(lambda: processes.balancer.ends[0].closed, "the channel closed")
         assert not processes._tasks and processes.balancer.live == 2  # nothing mourned, nothing started
         assert len(fleet.spawned) == 2 and processes.restarts == 0
 

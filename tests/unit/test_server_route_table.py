@@ -101,7 +101,7 @@ def test_an_unknown_rpc_is_unimplemented() -> None:
 
 
 def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One handler, reached from the front's own process (the router answering directly, as `LocalHosts`
+    """One handler, reached from the front's own process (the router answering directly, as `LocalModels`
     has it) and from a model process (the router serving the channel's far end)."""
     from builder.server.protocols import tfs_rest
 

@@ -242,7 +242,7 @@ class ModelProcesses:
         except ChannelClosed:  # none will: the server stops
             return refusal(LOST_OUTCOME, request.kind)
         try:
-            return await self.balancer.hosts[index].answer(request)
+            return await self.balancer.ends[index].answer(request)
         except ChannelClosed:  # the process died holding it
             return refusal(LOST_OUTCOME, request.kind)
         finally:
