@@ -1,5 +1,6 @@
-"""The data plane's own vocabulary: the call a request makes of a model, the errors a request can have, and the
-rules a call must satisfy (which signature, which inputs, their dtypes and shapes).
+"""The data plane's own vocabulary: the call a request makes of a model version, the errors a request can have, and
+the rules a call must satisfy (which signature, which inputs, their dtypes and shapes). Which model and version a
+request names is given to the data plane as (name, version or URL path segment, label): `DataPlane.resolve`.
 
 Every protocol (`protocols/`) decodes its wire form into these terms and encodes its answer from them; nothing
 here knows any wire format, so `core/` imports no protocol. A model's signature is `builder.model.signature`'s
@@ -27,15 +28,6 @@ class RequestError(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Address:
-    """Which model a request names: its name, and a version (a number, or a URL path segment) or a label."""
-
-    name: str
-    version: int | str | None = None
-    label: str | None = None
 
 
 @dataclass(frozen=True)

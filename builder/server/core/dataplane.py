@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from builder.model.signature import SignatureSpec
-from builder.server.core.call import Address, RequestError, choose_signature, parse_version
+from builder.server.core.call import RequestError, choose_signature, parse_version
 from builder.server.core.metrics import Metrics
 from builder.server.core.repository import ModelSet, ServedModel
 

@@ -37,7 +37,7 @@ from enum import IntEnum
 from typing import Any
 
 from builder.server.core.outcome import outcome
-from builder.server.process.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
+from builder.server.process.messages import (Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
                                      Stop, pack_answer, pack_control, refusal, pack_request, unpack_answer, unpack_control,
                                      unpack_request)
 
