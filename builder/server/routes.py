@@ -17,6 +17,7 @@ with `Allow` for a wrong method.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import re
@@ -291,14 +292,18 @@ class Router:
                             entrypoint, result.label, start)
 
 
-def not_routed(path: str) -> Answer:
-    """The answer to a path no route takes (404), or a method no route at that path serves (405 + Allow)."""
+@functools.cache
+def _unrouted(status: int, allow: str) -> Answer:
     from builder.server.core.outcome import outcome
 
+    reason = "Not Found" if status == 404 else "Method Not Allowed"
+    return refusal(outcome(status, reason), HTTP, ((b"allow", allow.encode()),) if allow else ())
+
+
+def not_routed(path: str) -> Answer:
+    """The answer to a path no route takes (404), or a method no route at that path serves (405 + Allow)."""
     methods = allowed(path)
-    if not methods:
-        return refusal(outcome(404, "Not Found"), HTTP)
-    return refusal(outcome(405, "Method Not Allowed"), HTTP, ((b"allow", ", ".join(methods).encode()),))
+    return _unrouted(405, ", ".join(methods)) if methods else _unrouted(404, "")
 
 
 def not_served(method: str) -> Answer:

@@ -64,6 +64,9 @@ class Outcome:
         return json.dumps({"error": self.reason}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+OK = Outcome(200, 0, "OK")
+
+
 def outcome(http: int, reason: str = "") -> Outcome:
     """The outcome of an HTTP status (its gRPC code and label from the one table)."""
     code, label = _CODES.get(http) or (_SERVERS if http >= 500 else _CLIENTS)
@@ -72,11 +75,12 @@ def outcome(http: int, reason: str = "") -> Outcome:
 
 def of_grpc(code: int, reason: str = "") -> Outcome:
     """The outcome of a gRPC status code (a call answered by a model process: its HTTP twin for the log)."""
-    http = _HTTP_OF_GRPC.get(code, 500 if code else 200)
+    if not code:
+        return OK
+    http = _HTTP_OF_GRPC.get(code, 500)
     return Outcome(http, code, _CODES.get(http, _SERVERS)[1], reason)
 
 
-OK = outcome(200)
 GONE = outcome(CLIENT_GONE, "client disconnected")
 
 
