@@ -204,6 +204,44 @@ class Health(Protocol):
     async def exposition(self) -> bytes: ...
 
 
+class HostHealth:
+    """Health as a model host knows it: its data plane's readiness, its models, its metrics."""
+
+    def __init__(self, plane: DataPlane, config: ServerConfig) -> None:
+        self.plane, self.config = plane, config
+
+    @property
+    def ready(self) -> bool:
+        return self.plane.ready
+
+    def served(self) -> dict[str, Any]:
+        """What `/healthz` says of the models served here."""
+        plane, config = self.plane, self.config
+        models = plane.models
+        primary = plane.lookup(next(iter(models.models)))
+        p50 = primary.model_p50_us
+        interpreters = None if primary.pool is None else primary.pool.size
+        return {
+            "status": "ok",
+            "model": primary.name,
+            "version": str(primary.version),
+            "runtime": primary.runtime,
+            "runtime_reason": config.runtime_reason,
+            "interpreters": interpreters,
+            "workers": interpreters,  # the same count under its first name, for readers written before
+            "max_batch_size": config.batching.max_batch_size,
+            "inline": primary.batcher.inline,
+            "dispatch": primary.batcher.mode,
+            "model_p50_us": None if p50 is None else round(p50, 1),
+            "ready": models.ready,
+            "grpc_port": config.grpc_port or None,
+            "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},
+        }
+
+    async def exposition(self) -> bytes:
+        return self.plane.metrics.exposition()
+
+
 @dataclass
 class Context:
     """What every handler is given: the data plane (None in the front, which answers only `Route.front` routes),
@@ -218,8 +256,6 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.plane is not None:
-            from builder.server.protocols.health import HostHealth
-
             self.health = self.health or HostHealth(self.plane, self.config)
             self.metrics = self.metrics or self.plane.metrics
 

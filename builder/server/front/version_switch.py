@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from builder.server.core import reload
 from builder.server.core.model_config import ModelSource, version_folders
 from builder.server.process.channel import ChannelClosed
 from builder.server.process.messages import Activate, Load, Loaded
 
-if TYPE_CHECKING:
-    from builder.server.front.model_processes import ModelProcesses
-
 log = logging.getLogger("tfsmith.serve")
+
+
+class ModelProcesses(Protocol):
+    """What a switch needs of the front's model processes (`model_processes.ModelProcesses`)."""
+
+    processes: Sequence[Any]  # each with `process` (its pid) and `end` (the front's end of its channel)
+    changing: asyncio.Lock  # held by a switch and by a replacement, so that they never overlap
+
+    def live(self) -> list[int]: ...
+
+    async def refresh_healthz(self) -> None: ...
 
 
 class VersionSwitch:

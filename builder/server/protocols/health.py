@@ -2,14 +2,14 @@
 `/healthz` (liveness and what is served).
 
 The route table's handlers (`live`, `ready`, `healthz`, and the metrics scrape) answer from the
-context's `Health`: in a model host, `HostHealth` (its data plane); with model processes the front's own
+context's `Health`: in a model host, `routes.HostHealth` (its data plane); with model processes the front's own
 router answers the same routes with the same handlers (`Route.front`) from the front's view of its processes
 (`front/model_processes`), since a process may be inside a long model call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from builder.server.core.outcome import outcome
 from builder.server.process.messages import HTTP, JSON, Answer, Request, refusal
@@ -17,8 +17,6 @@ from builder.server.protocols import jsoncodec
 from builder.server.protocols.answers import json_answer
 
 if TYPE_CHECKING:
-    from builder.server.config import ServerConfig
-    from builder.server.core.dataplane import DataPlane
     from builder.server.routes import Context
 
 NOT_READY = "model is not ready (loading, or the server is draining)"
@@ -40,44 +38,6 @@ async def ready(context: Context, request: Request) -> Answer:
     """Readiness (`/v2/health/ready`): loaded and warmed, not draining; else 503."""
     assert context.health is not None
     return Answer(200, READY, JSON) if context.health.ready else not_ready()
-
-
-class HostHealth:
-    """Health as a model host knows it: its data plane's readiness, its models, its metrics."""
-
-    def __init__(self, plane: DataPlane, config: ServerConfig) -> None:
-        self.plane, self.config = plane, config
-
-    @property
-    def ready(self) -> bool:
-        return self.plane.ready
-
-    def served(self) -> dict[str, Any]:
-        """What `/healthz` says of the models served here."""
-        plane, config = self.plane, self.config
-        models = plane.models
-        primary = plane.lookup(next(iter(models.models)))
-        p50 = primary.model_p50_us
-        interpreters = None if primary.pool is None else primary.pool.size
-        return {
-            "status": "ok",
-            "model": primary.name,
-            "version": str(primary.version),
-            "runtime": primary.runtime,
-            "runtime_reason": config.runtime_reason,
-            "interpreters": interpreters,
-            "workers": interpreters,  # the same count under its first name, for readers written before
-            "max_batch_size": config.batching.max_batch_size,
-            "inline": primary.batcher.inline,
-            "dispatch": primary.batcher.mode,
-            "model_p50_us": None if p50 is None else round(p50, 1),
-            "ready": models.ready,
-            "grpc_port": config.grpc_port or None,
-            "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},
-        }
-
-    async def exposition(self) -> bytes:
-        return self.plane.metrics.exposition()
 
 
 async def healthz(context: Context, request: Request) -> Answer:
