@@ -6,26 +6,33 @@ answering (`Router`, the same in the front's own process and in each model proce
 in processes of their own (`Route.front`), and the gRPC methods the front accepts (`grpc_front`).
 
 A handler is `async (Context, Request, **path parameters) -> Answer` over the data plane; it lives in the module
-of its protocol (`tfs_rest`, `v2`, `tfs_grpc`) or of what it answers (`health`, `metrics`, `openapi`) and is
+of its protocol (`tfs_rest`, `v2`, `tfs_grpc`) or of what it answers (`health`, `monitoring`, `openapi`) and is
 named here as "module.function", resolved when a `Router` is built, so this table imports nothing of the
-model stack and the front can read it. A handler raises what went wrong; the router writes every failure
-(`answers.error_answer`: `{"error": ...}` with the status, or the gRPC code), 404 for an unknown path and
-405 with `Allow` for a wrong method.
+model stack and the front can read it. A gRPC method also names how its serialized message is read (`read`:
+the model it names, and the message). A handler raises what went wrong; the router is where every request
+ends: its outcome (`core.outcome`: HTTP status, gRPC code, metric label, reason) counted under the route's
+`api` and `entrypoint`, and a failure answered from it (`messages.refusal`), 404 for an unknown path and 405
+with `Allow` for a wrong method.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from builder.server.process.messages import GRPC, Answer, Request
+from builder.server.process.messages import GRPC, HTTP, Answer, Request, refusal
 
 if TYPE_CHECKING:
     from builder.server.config import ServerConfig
     from builder.server.core.dataplane import DataPlane
+    from builder.server.core.metrics import Metrics
+
+log = logging.getLogger("tfsmith.serve")
 
 #: TF Serving's gRPC services (`builder.wire.tfs_proto` names them the same; kept here so the table imports no
 #: protobuf).
@@ -42,11 +49,18 @@ class Route:
     path: str
     handler: str  # "module.function" under builder.server
     summary: str
+    api: str | None  # what the metrics count it as (TF Serving's `API` label: predict, metadata, status...);
+    #                  None: not counted (the metrics scrape itself, the API document)
     front: bool = False  # answered by the front itself when the models run in processes of their own
 
     @property
     def pattern(self) -> re.Pattern[str]:
         return _compile(self.path)
+
+    @property
+    def entrypoint(self) -> str:
+        """The metrics' `entrypoint` label: the Open Inference Protocol's routes V2, every other REST."""
+        return "V2" if self.path.startswith("/v2") else "REST"
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,10 @@ class Rpc:
 
     service: str
     method: str
-    handler: str
+    read: str  # "module.function": the serialized message -> (the model it names, the message)
+    handler: str  # "module.function": (context, request, message) -> Answer
+    api: str
+    entrypoint = "GRPC"
 
     @property
     def name(self) -> str:
@@ -65,41 +82,43 @@ class Rpc:
 
 ROUTES: tuple[Route, ...] = (
     # TensorFlow Serving's REST API
-    Route("GET", "/v1/models/{name}", "protocols.tfs_rest.status", "Model status: every served version"),
-    Route("GET", "/v1/models/{name}/versions/{version}", "protocols.tfs_rest.status", "Model version status"),
-    Route("GET", "/v1/models/{name}/labels/{label}", "protocols.tfs_rest.status", "Status of a labelled version"),
-    Route("GET", "/v1/models/{name}/metadata", "protocols.tfs_rest.metadata", "Signatures: inputs, outputs, dtypes, shapes"),
-    Route("GET", "/v1/models/{name}/versions/{version}/metadata", "protocols.tfs_rest.metadata", "Signatures of a version"),
+    Route("GET", "/v1/models/{name}", "protocols.tfs_rest.status", "Model status: every served version", "status"),
+    Route("GET", "/v1/models/{name}/versions/{version}", "protocols.tfs_rest.status", "Model version status", "status"),
+    Route("GET", "/v1/models/{name}/labels/{label}", "protocols.tfs_rest.status", "Status of a labelled version", "status"),
+    Route("GET", "/v1/models/{name}/metadata", "protocols.tfs_rest.metadata", "Signatures: inputs, outputs, dtypes, shapes", "metadata"),
+    Route("GET", "/v1/models/{name}/versions/{version}/metadata", "protocols.tfs_rest.metadata", "Signatures of a version", "metadata"),
     Route("GET", "/v1/models/{name}/labels/{label}/metadata", "protocols.tfs_rest.metadata",
-          "Signatures of a labelled version"),
-    Route("POST", "/v1/models/{name}:predict", "protocols.tfs_rest.predict", "Predict (row or columnar)"),
-    Route("POST", "/v1/models/{name}/versions/{version}:predict", "protocols.tfs_rest.predict", "Predict with a version"),
-    Route("POST", "/v1/models/{name}/labels/{label}:predict", "protocols.tfs_rest.predict", "Predict with a version label"),
+          "Signatures of a labelled version", "metadata"),
+    Route("POST", "/v1/models/{name}:predict", "protocols.tfs_rest.predict", "Predict (row or columnar)", "predict"),
+    Route("POST", "/v1/models/{name}/versions/{version}:predict", "protocols.tfs_rest.predict", "Predict with a version", "predict"),
+    Route("POST", "/v1/models/{name}/labels/{label}:predict", "protocols.tfs_rest.predict", "Predict with a version label", "predict"),
     # the Open Inference Protocol (KServe v2)
-    Route("GET", "/v2/health/live", "protocols.v2.live", "Open Inference Protocol: server liveness", front=True),
-    Route("GET", "/v2/health/ready", "protocols.v2.ready", "Open Inference Protocol: server readiness", front=True),
-    Route("GET", "/v2", "protocols.v2.server_metadata", "Open Inference Protocol: server metadata"),
-    Route("GET", "/v2/models/{name}", "protocols.v2.metadata", "Open Inference Protocol: model metadata"),
+    Route("GET", "/v2/health/live", "protocols.health.live", "Open Inference Protocol: server liveness", "live", front=True),
+    Route("GET", "/v2/health/ready", "protocols.health.ready", "Open Inference Protocol: server readiness", "ready", front=True),
+    Route("GET", "/v2", "protocols.v2.server_metadata", "Open Inference Protocol: server metadata", "metadata"),
+    Route("GET", "/v2/models/{name}", "protocols.v2.metadata", "Open Inference Protocol: model metadata", "metadata"),
     Route("GET", "/v2/models/{name}/versions/{version}", "protocols.v2.metadata",
-          "Open Inference Protocol: model version metadata"),
-    Route("GET", "/v2/models/{name}/ready", "protocols.v2.model_ready", "Open Inference Protocol: model readiness"),
+          "Open Inference Protocol: model version metadata", "metadata"),
+    Route("GET", "/v2/models/{name}/ready", "protocols.v2.model_ready", "Open Inference Protocol: model readiness", "ready"),
     Route("GET", "/v2/models/{name}/versions/{version}/ready", "protocols.v2.model_ready",
-          "Open Inference Protocol: model version readiness"),
-    Route("POST", "/v2/models/{name}/infer", "protocols.v2.infer", "Open Inference Protocol: inference"),
+          "Open Inference Protocol: model version readiness", "ready"),
+    Route("POST", "/v2/models/{name}/infer", "protocols.v2.infer", "Open Inference Protocol: inference", "predict"),
     Route("POST", "/v2/models/{name}/versions/{version}/infer", "protocols.v2.infer",
-          "Open Inference Protocol: inference (version)"),
+          "Open Inference Protocol: inference (version)", "predict"),
     # the server's own
-    Route("GET", "/healthz", "protocols.health.healthz", "Liveness and what is served", front=True),
-    Route("GET", "/monitoring/prometheus/metrics", "core.metrics.scrape",
-          "Prometheus metrics (TensorFlow Serving's names and ours)", front=True),
-    Route("GET", "/openapi.json", "protocols.openapi.openapi_json", "This document"),
-    Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (one page, nothing fetched from elsewhere)"),
+    Route("GET", "/healthz", "protocols.health.healthz", "Liveness and what is served", "health", front=True),
+    Route("GET", "/monitoring/prometheus/metrics", "protocols.monitoring.scrape",
+          "Prometheus metrics (TensorFlow Serving's names and ours)", None, front=True),
+    Route("GET", "/openapi.json", "protocols.openapi.openapi_json", "This document", None),
+    Route("GET", "/docs", "protocols.openapi.docs", "The API, browsable (one page, nothing fetched from elsewhere)", None),
 )
 
 RPCS: tuple[Rpc, ...] = (
-    Rpc(PREDICTION_SERVICE, "Predict", "protocols.tfs_grpc.predict"),
-    Rpc(PREDICTION_SERVICE, "GetModelMetadata", "protocols.tfs_grpc.get_model_metadata"),
-    Rpc(MODEL_SERVICE, "GetModelStatus", "protocols.tfs_grpc.get_model_status"),
+    Rpc(PREDICTION_SERVICE, "Predict", "protocols.tfs_grpc.read_predict", "protocols.tfs_grpc.predict", "predict"),
+    Rpc(PREDICTION_SERVICE, "GetModelMetadata", "protocols.tfs_grpc.read_metadata",
+        "protocols.tfs_grpc.get_model_metadata", "metadata"),
+    Rpc(MODEL_SERVICE, "GetModelStatus", "protocols.tfs_grpc.read_status", "protocols.tfs_grpc.get_model_status",
+        "status"),
 )
 
 #: Routes left out of the OpenAPI document (the document itself and its browser), as FastAPI left them out.
@@ -124,10 +143,8 @@ def _methods(route: Route) -> tuple[str, ...]:
 
 def find(method: str, path: str) -> Route | None:
     """The route that answers `method` at `path` (HEAD: the GET route), or None."""
-    for route, pattern in _COMPILED:
-        if method in _methods(route) and pattern.fullmatch(path):
-            return route
-    return None
+    found = INDEX.match(method, path)
+    return None if found is None else found[0]
 
 
 def allowed(path: str) -> list[str]:
@@ -140,14 +157,111 @@ _COMPILED = tuple((route, route.pattern) for route in ROUTES)
 Handler = Callable[..., Awaitable[Answer]]
 
 
+class Index:
+    """Per method, one regular expression matching every route's path: one search a request, whichever route.
+    Each route is an alternative whose groups are named `p<i>_<parameter>`, closed by an empty group `r<i>` (the
+    last group a match closes, so `lastgroup` says which route matched)."""
+
+    def __init__(self, routes: tuple[Route, ...]) -> None:
+        by_method: dict[str, list[Route]] = {}
+        for route in routes:
+            for method in _methods(route):
+                by_method.setdefault(method, []).append(route)
+        self._by_method = {method: self._alternation(taking) for method, taking in by_method.items()}
+
+    @staticmethod
+    def _alternation(taking: list[Route]) -> tuple[re.Pattern[str], dict[str | None, tuple[Route, tuple[tuple[str, str], ...]]]]:
+        alternatives, found = [], {}
+        for index, route in enumerate(taking):
+            parts = re.split(r"\{(\w+)\}", route.path)
+            alternatives.append("".join(re.escape(part) if i % 2 == 0 else f"(?P<p{index}_{part}>{SEGMENT})"
+                                        for i, part in enumerate(parts)) + f"(?P<r{index}>)")
+            found[f"r{index}"] = (route, tuple((name, f"p{index}_{name}") for name in parameters(route.path)))
+        return re.compile("|".join(alternatives)), found
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route that takes `method` at `path` and its path parameters, or None."""
+        table = self._by_method.get(method)
+        match = None if table is None else table[0].fullmatch(path)
+        if match is None:
+            return None
+        route, names = table[1][match.lastgroup]  # type: ignore[index]
+        return route, {name: match.group(group) for name, group in names}
+
+
+INDEX = Index(ROUTES)
+
+
+class Health(Protocol):
+    """What the health and metrics routes answer from: a model host's own state, or (model processes) the
+    front's view of every process (`front/model_processes`)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def served(self) -> dict[str, Any]: ...
+
+    async def exposition(self) -> bytes: ...
+
+
+class HostHealth:
+    """Health as a model host knows it: its data plane's readiness, its models, its metrics."""
+
+    def __init__(self, plane: DataPlane, config: ServerConfig) -> None:
+        self.plane, self.config = plane, config
+
+    @property
+    def ready(self) -> bool:
+        return self.plane.ready
+
+    def served(self) -> dict[str, Any]:
+        """What `/healthz` says of the models served here."""
+        plane, config = self.plane, self.config
+        models = plane.models
+        primary = plane.lookup(next(iter(models.models)))
+        p50 = primary.model_p50_us
+        interpreters = None if primary.pool is None else primary.pool.size
+        return {
+            "status": "ok",
+            "model": primary.name,
+            "version": str(primary.version),
+            "runtime": primary.runtime,
+            "runtime_reason": config.runtime_reason,
+            "interpreters": interpreters,
+            "workers": interpreters,  # the same count under its first name, for readers written before
+            "max_batch_size": config.batching.max_batch_size,
+            "inline": primary.batcher.inline,
+            "dispatch": primary.batcher.mode,
+            "model_p50_us": None if p50 is None else round(p50, 1),
+            "ready": models.ready,
+            "grpc_port": config.grpc_port or None,
+            "models": {name: [str(v) for v in sorted(versions)] for name, versions in models.models.items()},
+        }
+
+    async def exposition(self) -> bytes:
+        return self.plane.metrics.exposition()
+
+
 @dataclass
 class Context:
-    """What every handler is given: the data plane, the configuration, and the OpenAPI document once built
-    (None again after a version switch: versions are path parameter values in it)."""
+    """What every handler is given: the data plane (None in the front, which answers only `Route.front` routes),
+    the configuration, what health is answered from, the metrics requests are counted in, and the OpenAPI
+    document once built (None again after a version switch: versions are path parameter values in it)."""
 
-    plane: DataPlane
+    plane: DataPlane | None
     config: ServerConfig
+    health: Health | None = None
+    metrics: Metrics | None = None
     document: dict[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.plane is not None:
+            self.health = self.health or HostHealth(self.plane, self.config)
+            self.metrics = self.metrics or self.plane.metrics
+
+    def known(self, name: str) -> bool:
+        """Whether model `name` is served (the metrics count other names as "unknown")."""
+        return self.plane is None or name in self.plane.models.models
 
 
 def resolve(handler: str) -> Handler:
@@ -157,58 +271,79 @@ def resolve(handler: str) -> Handler:
 
 
 class Router:
-    """The table bound to its handlers: answers every request the front hands over, in either layout. Always
-    answers: a failure becomes its error answer (500 / INTERNAL for the server's own), never an exception."""
+    """The table bound to its handlers: answers every request handed to it, in either layout, and counts it. Always
+    answers: a failure becomes its outcome's answer (`core.outcome`: 500 / INTERNAL for the server's own, logged
+    with its traceback), never an exception. `routes`: the routes this router answers (the front's own router
+    answers only `Route.front` ones)."""
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, routes: tuple[Route, ...] = ROUTES) -> None:
+        from builder.server.core import outcome  # here, not at import: the table imports no model stack
+
         self.context = context
-        by_method: dict[str, list[Route]] = {}
-        for route in ROUTES:
-            for method in _methods(route):
-                by_method.setdefault(method, []).append(route)
-        #: Per method, one regex matching every route's path (one search a request, whichever route), and for each
-        #: alternative its handler and (parameter, group) names.
-        self._http = {method: _alternation(taking) for method, taking in by_method.items()}
-        self._rpcs = {rpc.name: resolve(rpc.handler) for rpc in RPCS}
-        from builder.server.protocols.answers import error_answer  # here, not at import: it needs the data plane
-
-        self._error_answer = error_answer
+        self.metrics = context.metrics
+        self._outcome = outcome
+        self._index = Index(routes)
+        self._handlers = {route: resolve(route.handler) for route in routes}
+        self._rpcs = {rpc.name: (rpc, resolve(rpc.read), resolve(rpc.handler)) for rpc in RPCS} if routes is ROUTES else {}
 
     async def answer(self, request: Request) -> Answer:
+        outcomes = self._outcome
+        model, entrypoint, counted, parameters = "", "REST", "", {}
+        handler: Handler | None = None
+        if request.kind == GRPC:
+            entrypoint = "GRPC"
+            found = self._rpcs.get(request.method)
+            if found is not None:
+                counted = found[0].api
+        else:
+            match = self._index.match(request.method, request.path)
+            if match is not None:
+                route, parameters = match
+                counted, entrypoint, model = route.api, route.entrypoint, parameters.get("name", "")
+                handler = self._handlers[route]
+        metrics = self.metrics if counted is not None else None  # not counted: not in flight either
+        start = metrics.begin() if metrics is not None else 0.0
+        result = outcomes.GONE  # unless the request is answered: a client gone, its task cancelled
         try:
             if request.kind == GRPC:
-                rpc = self._rpcs.get(request.method)
-                if rpc is None:
-                    return Answer(12, message=f"method {request.method} is not served")  # UNIMPLEMENTED
-                return await rpc(self.context, request)
-            table = self._http.get(request.method)
-            match = None if table is None else table[0].fullmatch(request.path)
-            if match is None:
-                return not_routed(request.path)
-            handler, names = table[1][match.lastgroup]
-            return await handler(self.context, request, **{name: match.group(group) for name, group in names})
+                if found is None:
+                    answer = not_served(request.method)
+                else:
+                    model, message = found[1](request.body)
+                    answer = await found[2](self.context, request, message)
+                result = outcomes.of_grpc(answer.status, answer.message)
+                return answer
+            answer = not_routed(request.path) if handler is None else await handler(self.context, request,
+                                                                                     **parameters)
+            result = outcomes.OK if answer.status == 200 else outcomes.outcome(answer.status)
+            return answer
         except Exception as error:  # noqa: BLE001 - every failure is answered; the server keeps serving
-            return self._error_answer(error, request.kind)
+            result = outcomes.outcome_of(error)
+            if result.http >= 500:
+                log.error("request failed", exc_info=error)
+            return refusal(result, request.kind)
+        finally:
+            if metrics is not None:
+                metrics.end(model if not model or self.context.known(model) else "unknown", counted or "",
+                            entrypoint, result.label, start)
 
 
-def _alternation(taking: list[Route]) -> tuple[re.Pattern[str], dict[str | None, tuple[Handler, tuple[tuple[str, str], ...]]]]:
-    """One regex for these routes: each an alternative whose groups are named `p<i>_<parameter>`, closed by an
-    empty group `r<i>` (the last group a match closes, so `lastgroup` says which route matched)."""
-    alternatives, found = [], {}
-    for index, route in enumerate(taking):
-        parts = re.split(r"\{(\w+)\}", route.path)
-        alternatives.append("".join(re.escape(part) if i % 2 == 0 else f"(?P<p{index}_{part}>{SEGMENT})"
-                                    for i, part in enumerate(parts)) + f"(?P<r{index}>)")
-        found[f"r{index}"] = (resolve(route.handler),
-                              tuple((name, f"p{index}_{name}") for name in parameters(route.path)))
-    return re.compile("|".join(alternatives)), found
+@functools.cache
+def _unrouted(status: int, allow: str) -> Answer:
+    from builder.server.core.outcome import outcome
+
+    reason = "Not Found" if status == 404 else "Method Not Allowed"
+    return refusal(outcome(status, reason), HTTP, ((b"allow", allow.encode()),) if allow else ())
 
 
 def not_routed(path: str) -> Answer:
     """The answer to a path no route takes (404), or a method no route at that path serves (405 + Allow)."""
-    from builder.server.protocols.answers import json_error
-
     methods = allowed(path)
-    if not methods:
-        return json_error(404, "Not Found")
-    return json_error(405, "Method Not Allowed", ((b"allow", ", ".join(methods).encode()),))
+    return _unrouted(405, ", ".join(methods)) if methods else _unrouted(404, "")
+
+
+def not_served(method: str) -> Answer:
+    """The answer to a gRPC method the table does not hold: UNIMPLEMENTED."""
+    from builder.server.core.outcome import outcome
+
+    return refusal(outcome(501, f"method {method} is not served"), GRPC)

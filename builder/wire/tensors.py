@@ -15,6 +15,17 @@ from typing import Any
 
 import numpy as np
 
+#: How the wire formats spell a dimension of any size (TF Serving's metadata, v2 metadata, TensorShapeProto);
+#: a model's signature says None (`builder.model.signature`).
+WIRE_DYNAMIC = -1
+
+
+def wire_shape(spec: Any) -> list[int]:
+    """A signature tensor's shape (`builder.model.signature.TensorSpec`) as the wire formats write it: -1 for a
+    dimension of any size."""
+    return [WIRE_DYNAMIC if d is None else d for d in spec.shape]
+
+
 # numpy dtype name -> TensorFlow DataType enum name and number (tensorflow/core/framework/types.proto).
 TF_DTYPES: dict[str, tuple[str, int]] = {
     "float32": ("DT_FLOAT", 1),

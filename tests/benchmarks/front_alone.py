@@ -28,7 +28,7 @@ async def serve(http_port: int, grpc_port: int, gap_s: float, answer_bytes: int)
     body = b"0" * answer_bytes
     answers = {HTTP: Answer(200, body, ((b"content-type", b"application/json"),)), GRPC: Answer(0, body)}
 
-    async def respond(request: Request) -> Answer:
+    async def answer(request: Request) -> Answer:
         if gap_s:
             await asyncio.sleep(gap_s)
         return answers[request.kind]  # a gRPC answer's status is gRPC's: 0 is OK
@@ -36,9 +36,9 @@ async def serve(http_port: int, grpc_port: int, gap_s: float, answer_bytes: int)
     listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listening.bind(("127.0.0.1", http_port))
-    front = HttpFront(respond, MAX_BODY_BYTES)
+    front = HttpFront(answer, MAX_BODY_BYTES)
     await front.start(listening)
-    server, _ = await grpc_front.start(respond, "127.0.0.1", grpc_port, MAX_BODY_BYTES)
+    server, _ = await grpc_front.start(answer, "127.0.0.1", grpc_port, MAX_BODY_BYTES)
     try:
         await asyncio.Event().wait()
     finally:

@@ -67,6 +67,15 @@ class Mixed(tf.Module):
                 "blob": tf.strings.join([tf.constant(b"\xff"), tf.strings.as_string(ids)])}
 mixed = Mixed()
 tf.saved_model.save(mixed, os.path.join(out, "mixed"), signatures={"predict": mixed.predict})
+class Tempered(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(9, dtype=tf.float64) / 10.0, (3, 3)))
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float64, name="features"),
+                                  tf.TensorSpec([], tf.float64, name="temperature")])
+    def serve(self, features, temperature):
+        return {"probs": tf.nn.softmax(tf.matmul(features, self.w) / temperature)}
+tempered = Tempered()
+tf.saved_model.save(tempered, os.path.join(out, "tempered"), signatures={"serving_default": tempered.serve})
 converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(out, "gru"))
 converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
 converter._experimental_lower_tensor_list_ops = False
@@ -147,9 +156,14 @@ def mixed_server(tf_models: Path) -> Iterator[TFServer]:
 
 
 @pytest.fixture(scope="module")
+def tempered_server(tf_models: Path) -> Iterator[TFServer]:
+    yield from _serve(str(tf_models / "tempered"))
+
+
+@pytest.fixture(scope="module")
 def loaded(tf_models: Path) -> dict[str, Any]:
     """The same SavedModels, loaded in this process: what every answer is compared with."""
-    return {name: tf.saved_model.load(str(tf_models / name)) for name in ("gru", "text", "mixed")}
+    return {name: tf.saved_model.load(str(tf_models / name)) for name in ("gru", "text", "mixed", "tempered")}
 
 
 def local(model: Any, signature: str, **inputs: Any) -> dict[str, np.ndarray]:
@@ -344,6 +358,32 @@ def test_mixed_dtypes_over_v2_json(mixed_server: TFServer, loaded: dict[str, Any
     result = client.infer("mixed", tensors, outputs=wanted)
     got = {name: result.as_numpy(name) for name in ("total", "half", "big", "any", "label", "raw_bytes", "blob")}
     _check_mixed(got, local(loaded["mixed"], "predict", **x))
+
+
+# --- float64 and a scalar input beside a batched one ---------------------------------------------------------
+
+
+def test_a_float64_signature_with_a_scalar_input_is_served_on_every_protocol_rows_refused(
+        tempered_server: TFServer, loaded: dict[str, Any]) -> None:
+    features = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0], [0.25, -1.0, 2.0]])
+    want = local(loaded["tempered"], "serving_default", features=tf.constant(features),
+                 temperature=tf.constant(0.5, tf.float64))["probs"]
+    columns = predict(tempered_server, "tempered", {"inputs": {"features": features.tolist(), "temperature": 0.5}})
+    assert columns.status_code == 200, columns.text
+    np.testing.assert_allclose(np.array(columns.json()["outputs"]), want, rtol=RTOL, atol=ATOL)
+    rows = predict(tempered_server, "tempered", {"instances": [{"features": [1.0, 2.0, 3.0], "temperature": 0.5}]})
+    assert rows.status_code == 400 and "temperature" in rows.json()["error"] and "'inputs'" in rows.json()["error"]
+    answer = stub(tempered_server).Predict(grpc_request("tempered", features=features, temperature=np.float64(0.5)),
+                                           timeout=60)
+    assert answer.outputs["probs"].dtype == tf.float64.as_datatype_enum
+    np.testing.assert_allclose(tf.make_ndarray(answer.outputs["probs"]), want, rtol=RTOL, atol=ATOL)
+    v2 = HTTP.post(f"{tempered_server.url}/v2/models/tempered/infer", json={"inputs": [
+        {"name": "features", "shape": [3, 3], "datatype": "FP64", "data": features.ravel().tolist()},
+        {"name": "temperature", "shape": [], "datatype": "FP64", "data": [0.5]}]})
+    assert v2.status_code == 200, v2.text
+    output = v2.json()["outputs"][0]
+    assert output["datatype"] == "FP64" and output["shape"] == [3, 3]
+    np.testing.assert_allclose(np.array(output["data"]).reshape(3, 3), want, rtol=RTOL, atol=ATOL)
 
 
 # --- start-up refusals: one line, non-zero, no traceback ---------------------------------------------------

@@ -8,8 +8,8 @@ import pickle
 import pytest
 
 from builder.model.failures import ModelInputError, clean_message, fresh_report
-from builder.server.protocols.answers import failure
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.outcome import outcome_of
+from builder.server.core.call import RequestError
 
 #: A Keras 3 STFTSpectrogram model's SavedModel called with a waveform shorter than one frame.
 TF_RESHAPE = ("Graph execution error:\n\nDetected at node functional_1/stft_1/Reshape_1 defined at (most recent call "
@@ -66,11 +66,11 @@ def test_litert_reporter_text_of_earlier_failures_is_not_this_failures() -> None
 
 
 def test_a_model_refusing_the_request_is_answered_400_and_the_servers_own_faults_500() -> None:
-    refused = failure(ModelInputError("gather index out of bounds. Node number 3 (GATHER) failed to invoke."))
-    assert (refused.status, refused.message) == (400, "gather index out of bounds. Node number 3 (GATHER) failed to invoke.")
-    assert failure(RequestError("no such model", 404)).status == 404
-    own = failure(RuntimeError("gather index out of bounds"))  # the same words, not typed as the client's: ours
-    assert own.status == 500 and own.message.startswith("internal error: RuntimeError")
+    refused = outcome_of(ModelInputError("gather index out of bounds. Node number 3 (GATHER) failed to invoke."))
+    assert (refused.http, refused.reason) == (400, "gather index out of bounds. Node number 3 (GATHER) failed to invoke.")
+    assert outcome_of(RequestError("no such model", 404)).http == 404
+    own = outcome_of(RuntimeError("gather index out of bounds"))  # the same words, not typed as the client's: ours
+    assert own.http == 500 and own.reason.startswith("internal error: RuntimeError")
 
 
 def test_the_refusal_crosses_a_process_boundary_whole() -> None:

@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from builder.server.core.batching import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
                                      take_count)
 from builder.server.protocols.tfs_json import (
-    PredictCall,
-    RequestError,
     SignatureSpec,
     TensorSpec,
     format_outputs,
@@ -22,8 +20,8 @@ from builder.server.protocols.tfs_json import (
     model_status,
     parse_json,
     parse_predict,
-    parse_version,
 )
+from builder.server.core.call import Call, RequestError, parse_version
 
 IMAGE = SignatureSpec(
     "serving_default",
@@ -158,8 +156,8 @@ def test_status_and_metadata_documents() -> None:
 # --- batching -------------------------------------------------------------------------------------------
 
 
-def _call(n: int, width: int = 2, signature: str = "pair") -> PredictCall:
-    return PredictCall(signature, {"a": np.full((n, width), n, dtype=np.float32)}, True, n)
+def _call(n: int, width: int = 2, signature: str = "pair") -> Call:
+    return Call(signature, {"a": np.full((n, width), n, dtype=np.float32)}, n)
 
 
 def test_take_count_fills_up_to_the_max_but_always_takes_one() -> None:

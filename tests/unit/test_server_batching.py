@@ -12,7 +12,7 @@ import uvloop
 
 from builder.model.failures import ModelInputError
 from builder.server.core.batching import BatchingConfig, DynamicBatcher
-from builder.server.protocols.tfs_json import PredictCall
+from builder.server.core.call import Call
 
 
 class _Lookup:
@@ -32,12 +32,12 @@ class _Lookup:
         return {"y": ids.astype(np.float32) * 2.0}
 
 
-def _call(*ids: int) -> PredictCall:
+def _call(*ids: int) -> Call:
     x = np.array([[i] for i in ids], dtype=np.int32)
-    return PredictCall(signature="serving_default", inputs={"ids": x}, row_format=True, batch=len(ids))
+    return Call(signature="serving_default", inputs={"ids": x}, batch=len(ids))
 
 
-def _answer_all(model: _Lookup, calls: list[PredictCall]) -> list[np.ndarray | BaseException]:
+def _answer_all(model: _Lookup, calls: list[Call]) -> list[np.ndarray | BaseException]:
     executor = ThreadPoolExecutor(max_workers=1)
     # the first request waits up to 2 s for company, so the others join its batch however slow the machine
     batcher = DynamicBatcher(model, BatchingConfig(max_batch_size=8, timeout_us=2_000_000), executor,  # type: ignore[arg-type]

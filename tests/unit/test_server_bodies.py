@@ -8,7 +8,7 @@ import gzip
 import pytest
 
 from builder.server.protocols.bodies import decoded, gunzip_limited
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.call import RequestError
 
 
 def test_identity_bodies_are_used_as_they_are() -> None:

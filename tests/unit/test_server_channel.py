@@ -12,7 +12,7 @@ import pytest
 
 from builder.server.process.channel import ChannelClosed, FrontEnd, HostEnd
 from builder.server.process.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
-from builder.server.core.metrics import merge_expositions
+from builder.server.front.metrics_sum import merge_expositions
 
 
 def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, HostEnd]:
@@ -40,7 +40,7 @@ def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -
         call = Request(GRPC, "/tensorflow.serving.PredictionService/Predict", b"\x01\x02", client="ipv4:1")
         answers = []
         for group in ([small, call], [large, small]):  # two slots, two at a time
-            answers += await asyncio.gather(*(front.exchange(r) for r in group))
+            answers += await asyncio.gather(*(front.answer(r) for r in group))
         await front.tell(Drain())  # told, nothing to answer
         host.stopped.set()  # type: ignore[union-attr]
         await serving
@@ -91,7 +91,7 @@ def test_a_closed_end_fails_what_waits_on_it() -> None:
         front.on_closed = lambda: closed.append(True)
         await front.start()
         host.hello()
-        waiting = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/")))
+        waiting = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/")))
         for _ in range(1000):  # until the request is sent and its answer awaited
             if front._waiting:
                 break
@@ -143,8 +143,8 @@ def test_an_exchange_beyond_the_slots_waits_for_one_instead_of_failing() -> None
         await front.start()
         host.hello()
         serving = asyncio.ensure_future(host.serve(held))
-        first = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/hold")))
-        second = asyncio.ensure_future(front.exchange(Request(HTTP, "GET", b"", "/metrics")))
+        first = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/hold")))
+        second = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/metrics")))
         for _ in range(1000):  # until the second is waiting for the one slot
             if front._slot_waiters:
                 break

@@ -1,5 +1,5 @@
-"""The data plane's bookkeeping, its provisional decodes and the JSON codec, without a server (real Metrics, real
-msgspec, the real batcher over a stand-in interpreter)."""
+"""The data plane's lookup and decoding thread, the one outcome type, and the JSON codec, without a server (real
+Metrics, real msgspec)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,16 @@ import asyncio
 import json
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
-import uvloop
 
-from builder.server.protocols import jsoncodec
 from builder.model.failures import ModelInputError
-from builder.server.core.batching import BatchingConfig, DynamicBatcher
-from builder.server.core.dataplane import Address, DataPlane, Provisional
-from builder.server.core.metrics import Metrics, status_label
-from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.call import RequestError
+from builder.server.core.dataplane import DataPlane
+from builder.server.core.metrics import Metrics
+from builder.server.core.outcome import ClientGone, Outcome, of_grpc, outcome, outcome_of
 from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.protocols import jsoncodec
 
 
 def _plane(ready: bool = True) -> DataPlane:
@@ -30,29 +27,24 @@ def _plane(ready: bool = True) -> DataPlane:
     return DataPlane(models, Metrics(), offload_bytes=1024)
 
 
-async def _fail(plane: DataPlane, name: str, error: Exception) -> None:
-    async with plane.request("REST", "predict", name):
-        raise error
+def test_every_outcome_is_one_http_status_grpc_code_label_and_reason() -> None:
+    assert outcome_of(RequestError("unknown", status=404)) == Outcome(404, 5, "NOT_FOUND", "unknown")
+    assert outcome_of(ModelInputError("gather index out of bounds.")) == Outcome(400, 3, "INVALID_ARGUMENT",
+                                                                                "gather index out of bounds.")
+    assert outcome_of(ClientGone()) == Outcome(499, 1, "CANCELLED", "client disconnected")
+    own = outcome_of(ZeroDivisionError("boom"))
+    assert (own.http, own.grpc, own.label, own.reason) == (500, 13, "INTERNAL", "internal error: ZeroDivisionError: boom")
+    assert json.loads(outcome(413, "too large").body) == {"error": "too large"}
+    assert outcome(431).label == "RESOURCE_EXHAUSTED" and outcome(418).label == "INVALID_ARGUMENT"
+    assert of_grpc(14).http == 503 and of_grpc(0) == outcome(200) and of_grpc(12).label == "UNIMPLEMENTED"
 
 
-def test_every_request_is_counted_with_the_status_its_exception_carries() -> None:
-    plane = _plane()
-
-    async def scenario() -> None:
-        async with plane.request("REST", "predict", "m") as outcome:
-            assert plane.metrics.in_flight._value.get() == 1  # counted while inside
-        assert outcome.status == 200
-        with pytest.raises(RequestError):
-            await _fail(plane, "nope", RequestError("unknown", status=404))
-        with pytest.raises(ZeroDivisionError):
-            await _fail(plane, "m", ZeroDivisionError("boom"))
-        with pytest.raises(ModelInputError):  # the model refused what the client sent: answered 400
-            await _fail(plane, "m", ModelInputError("gather index out of bounds."))
-
-    asyncio.run(scenario())
-    assert plane.metrics.counts == {("m", "OK"): 1, ("unknown", "NOT_FOUND"): 1, ("m", status_label(500)): 1,
-                                    ("m", "INVALID_ARGUMENT"): 1}
-    assert plane.metrics.in_flight._value.get() == 0
+def test_requests_in_flight_are_counted_while_inside() -> None:
+    metrics = Metrics()
+    start = metrics.begin()
+    assert metrics.in_flight._value.get() == 1 and metrics.active == 1
+    metrics.end("m", "predict", "REST", "OK", start)
+    assert metrics.counts == {("m", "OK"): 1} and metrics.active == 0 and metrics.in_flight._value.get() == 0
 
 
 def test_a_version_that_is_not_ready_is_refused_with_503_and_unknown_ones_with_404() -> None:
@@ -74,17 +66,20 @@ def test_large_bodies_are_decoded_off_the_event_loop_only_while_others_are_in_fl
     here = lambda: threading.current_thread().name  # noqa: E731
 
     async def scenario() -> tuple[str, str, str, str]:
-        async with plane.request("REST", "predict", "m"):
-            alone = await plane.decode(10_000, here)  # nobody to keep waiting: no hop to a thread and back
-            async with plane.request("V2", "predict", "m"):
-                small = await plane.decode(10, here)
-                large = await plane.decode(10_000, here)
+        metrics = plane.metrics
+        first = metrics.begin()
+        alone = await plane.decode(10_000, here)  # nobody to keep waiting: no hop to a thread and back
+        second = metrics.begin()
+        small = await plane.decode(10, here)
+        large = await plane.decode(10_000, here)
+        metrics.end("m", "predict", "V2", "OK", second)
+        metrics.end("m", "predict", "REST", "OK", first)
         return alone, small, large, threading.current_thread().name
 
     alone, small, large, loop = asyncio.run(scenario())
     plane.close()
     assert alone == small == loop and large.startswith("tfsmith-decode")
-    assert plane.in_flight == 0
+    assert plane.metrics.active == 0
 
 
 @pytest.mark.parametrize("body", [
@@ -113,76 +108,3 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
-
-
-# --- a provisional decode: checked before the model runs ---------------------------------------------------
-
-class _Model:
-    """A pool of one interpreter that answers y = sum(x) per example and says when it ran."""
-
-    size = 1
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def predict(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.calls.append(float(inputs["x"].sum()))
-        return {"y": inputs["x"].sum(axis=1, keepdims=True)}
-
-
-class _Provisionally:
-    """A codec whose decode is provisional: x = [[1, 1]], unless its check says no; then x = [[2, 2]]."""
-
-    def __init__(self, model: _Model, holds: bool) -> None:
-        self.model, self.holds = model, holds
-        self.model_had_run: list[bool] = []
-
-    def size(self, body: bytes) -> int:
-        return 4096
-
-    def _call(self, value: float) -> tuple[PredictCall, None]:
-        x = np.full((1, 2), value, dtype=np.float32)
-        return PredictCall(signature="serving_default", inputs={"x": x}, row_format=True, batch=1), None
-
-    def confirm(self) -> bool:
-        self.model_had_run.append(bool(self.model.calls))
-        return self.holds
-
-    def decode(self, served: ServedModel, body: bytes) -> Provisional[None]:
-        return Provisional(self._call(1.0), self.confirm, lambda: self._call(2.0))
-
-    def encode(self, served: ServedModel, call: PredictCall, request: None, outputs: dict[str, np.ndarray]) -> float:
-        return float(outputs["y"][0, 0])
-
-
-def _infer(model: _Model, codec: _Provisionally, batching: BatchingConfig) -> float:
-    executor = ThreadPoolExecutor(max_workers=1)
-    batcher = DynamicBatcher(model, batching, executor, batchable=True)  # type: ignore[arg-type]
-    models = ModelSet()
-    models.set("m", {1: ServedModel(name="m", version=1, signatures={}, batcher=batcher, runtime="litert",
-                                    ready=True)})
-    plane = DataPlane(models, Metrics(), offload_bytes=1024)
-
-    async def body() -> bytes:
-        return b"{}"
-
-    try:
-        return uvloop.run(plane.infer("REST", Address("m"), body, codec))
-    finally:
-        plane.close()
-        executor.shutdown(wait=False)
-
-
-@pytest.mark.parametrize("batching", [BatchingConfig(), BatchingConfig(max_batch_size=8)], ids=["alone", "batched"])
-def test_a_provisional_decode_is_checked_before_the_model_runs_on_it(batching: BatchingConfig) -> None:
-    model = _Model()
-    codec = _Provisionally(model, holds=True)
-    assert _infer(model, codec, batching) == 2.0  # sum of the provisional x = [1, 1]
-    assert codec.model_had_run == [False] and model.calls == [2.0]
-
-
-def test_a_provisional_decode_whose_check_fails_is_answered_from_its_fallback_alone() -> None:
-    model = _Model()
-    codec = _Provisionally(model, holds=False)
-    assert _infer(model, codec, BatchingConfig()) == 4.0  # the fallback's x = [2, 2]
-    assert codec.model_had_run == [False] and model.calls == [4.0]  # the model ran once, on the sure decode

@@ -6,6 +6,8 @@ body handed over as a view of the connection's buffer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import re
 from collections.abc import Sequence
@@ -56,7 +58,8 @@ class Transport:
         return ("127.0.0.1", 50000) if name == "peername" else None
 
 
-def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK) -> tuple[list[Request], bytes, bool]:
+def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK,
+             refused: list[tuple[Any, ...]] | None = None) -> tuple[list[Request], bytes, bool]:
     """Feed `pieces` to one connection (each as one read); the requests the responder got (bodies copied out),
     what was written back, and whether the connection closed (for writing at least)."""
     seen: list[Request] = []
@@ -67,7 +70,7 @@ def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK) -> tuple
         return answer
 
     async def scenario() -> tuple[bytes, bool]:
-        front = HttpFront(respond, max_body)
+        front = HttpFront(respond, max_body, refused=None if refused is None else lambda *said: refused.append(said))
         connection = _Connection(front)
         transport = Transport()
         connection.connection_made(transport)
@@ -198,6 +201,21 @@ def test_a_transfer_coding_the_server_does_not_decode_is_refused_501_even_over_t
 def test_huge_headers_are_refused_431_and_closed() -> None:
     _, out, closed = exchange(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
     assert statuses(out) == [431] and closed
+
+
+def test_every_refusal_of_the_front_is_told_with_its_one_outcome() -> None:
+    """What the front refuses itself reaches no responder, so the front tells whoever counts and logs requests:
+    the same outcome its answer was written from (status, gRPC twin, metric label, reason)."""
+    refused: list[tuple[Any, ...]] = []
+    _, out, _ = exchange(b"POST /big HTTP/1.1\r\nContent-Length: 50000000\r\n\r\n", refused=refused)
+    exchange(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", refused=refused)
+    exchange(b"POST /g HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", refused=refused)
+    exchange(b"GET / HTTP/1.1\r\nHost: a\r\nbroken header\r\n\r\n", refused=refused)
+    assert [(o.http, o.grpc, o.label) for o, *_ in refused] == [
+        (413, 8, "RESOURCE_EXHAUSTED"), (431, 8, "RESOURCE_EXHAUSTED"), (501, 12, "UNIMPLEMENTED"),
+        (400, 3, "INVALID_ARGUMENT")]
+    first, method, path, client = refused[0]
+    assert (method, path, client) == ("POST", "/big", "127.0.0.1:50000") and first.body in out
 
 
 def test_transfer_codings_are_tokens_over_every_line() -> None:

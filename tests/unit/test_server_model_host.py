@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
+from builder.server.core.repository import ServedModel
 from builder.server.process.channel import FrontEnd, HostEnd
 from builder.server.config import ServerConfig
 from builder.server.process.messages import GRPC, HTTP, Answer, Request
@@ -123,7 +124,7 @@ def test_a_failure_of_its_own_is_answered_500_or_internal(loop: asyncio.Abstract
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug of ours")
 
-    monkeypatch.setattr(host.plane, "infer", broken)
+    monkeypatch.setattr(ServedModel, "predict", broken)
     rest = answer(loop, host, post("/v1/models/tiny:predict", {"instances": X.tolist()}))
     assert rest.status == 500 and json.loads(bytes(rest.body)) == {"error": "internal error: RuntimeError: a bug of ours"}
     call = answer(loop, host, Request(GRPC, PREDICT, predict_call("tiny")))
@@ -139,8 +140,8 @@ def test_the_same_answers_behind_the_channel_to_a_model_process(loop: asyncio.Ab
         model_side.hello()
         serving = asyncio.ensure_future(model_side.serve(host.answer))
         answers = await asyncio.gather(
-            front.exchange(post("/v1/models/tiny:predict", {"instances": X.tolist()})),
-            front.exchange(Request(GRPC, PREDICT, predict_call("tiny"))))
+            front.answer(post("/v1/models/tiny:predict", {"instances": X.tolist()})),
+            front.answer(Request(GRPC, PREDICT, predict_call("tiny"))))
         assert model_side.stopped is not None
         model_side.stopped.set()
         await serving

@@ -11,6 +11,7 @@ as the kernel does when a process dies. No process is started; every wait is for
 from __future__ import annotations
 
 import asyncio
+import json
 import itertools
 import logging
 import os
@@ -32,6 +33,8 @@ from builder.server.front.supervision import CrashLoop, exit_reason
 CONFIG = ServerConfig(model_path=Path("/models/digits.tflite"), model_name="digits", workers=1)
 DEADLINE_S = 30.0
 PREDICT = "/v1/models/digits:predict"
+#: A route of the table whose requests the stand-ins hold until told (`Fleet.hold`): the front hands it over.
+HOLD = "/v2/models/hold/infer"
 
 
 class StandIn:
@@ -100,6 +103,7 @@ class Fleet:
         self.gate = asyncio.Event()
         self.gate.set()
         self.refuse_from = refuse_from
+        self.seen: list[str] = []  # the path (gRPC: method) of every request a stand-in answered
 
     def spawn(self, index: int, config_json: str) -> tuple[StandIn, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -110,7 +114,8 @@ class Fleet:
         return process, ours
 
     async def answer(self, request: Request, pid: int) -> Answer:
-        if request.path == "/hold" or request.method == "/hold":
+        self.seen.append(request.path or request.method)
+        if request.path == HOLD or request.method == "/hold":
             await self.hold.wait()
         if request.path == "/monitoring/prometheus/metrics":
             return Answer(200, b"# TYPE tfsmith_x_total counter\ntfsmith_x_total 1.0\n")
@@ -177,23 +182,23 @@ def supervised(scenario: Callable[[Fleet, ModelProcesses, Clock], Awaitable[Any]
 def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_requests_fail() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         first, second = fleet.process(0), fleet.process(1)
-        on_first = asyncio.ensure_future(processes.respond(post("/hold")))  # ties go in turn: 0, then 1
-        on_second = asyncio.ensure_future(processes.respond(post("/hold")))
+        on_first = asyncio.ensure_future(processes.answer(post(HOLD)))  # ties go in turn: 0, then 1
+        on_second = asyncio.ensure_future(processes.answer(post(HOLD)))
         await until(lambda: processes.balancer.out == [1, 1], "one request held by each process")
         first.kill()
         lost = await on_first
         assert lost.status == 503 and LOST.encode() in bytes(lost.body)
         assert "\n" not in LOST
         assert not on_second.done()  # the other process's request is untouched
-        assert processes._health("/v2/health/ready").status == 200  # one process still answers
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200  # one process still answers
         await until(lambda: processes.restarts == 1, "the replacement serving")
         index, config_json, replacement = fleet.spawned[2]
         assert index == 0 and config_from_json(config_json) == config_from_json(fleet.spawned[0][1])
         fleet.hold.set()
         assert (await on_second).status == 200 and (await on_second).body == str(second.pid).encode()
-        answers = await asyncio.gather(*(processes.respond(post()) for _ in range(4)))
+        answers = await asyncio.gather(*(processes.answer(post()) for _ in range(4)))
         assert {bytes(a.body) for a in answers} == {str(replacement.pid).encode(), str(second.pid).encode()}
-        text = bytes((await processes.respond(get("/monitoring/prometheus/metrics"))).body)
+        text = bytes((await processes.answer(get("/monitoring/prometheus/metrics"))).body)
         assert metric(text, "tfsmith_model_process_restarts_total") == 1
         assert metric(text, "tfsmith_model_processes_live") == 2
         assert not processes.died.is_set()
@@ -203,7 +208,7 @@ def test_a_killed_process_is_replaced_with_the_same_configuration_and_only_its_r
 
 def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
-        held = asyncio.ensure_future(processes.respond(Request(GRPC, "/hold", b"")))
+        held = asyncio.ensure_future(processes.answer(Request(GRPC, "/hold", b"")))
         await until(lambda: sum(processes.balancer.out) == 1, "the call held")
         fleet.process(0).kill()
         answer = await held
@@ -215,20 +220,20 @@ def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
 def test_requests_waiting_for_room_are_answered_by_the_replacement() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         window = processes.balancer.windows[0]
-        held = [asyncio.ensure_future(processes.respond(post("/hold"))) for _ in range(window)]
-        waiting = asyncio.ensure_future(processes.respond(post()))
+        held = [asyncio.ensure_future(processes.answer(post(HOLD))) for _ in range(window)]
+        waiting = asyncio.ensure_future(processes.answer(post()))
         await until(lambda: processes.balancer.queued == 1, "a request waiting for room")
         fleet.gate.clear()  # the replacement loads until told
         fleet.process(0).kill()
         assert [(await h).status for h in held] == [503] * window
         await until(lambda: len(fleet.spawned) == 2, "a replacement started")
-        assert processes._health("/v2/health/ready").status == 503  # no process can answer now
-        assert processes._health("/v2/health/live").status == 200
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 503  # no process can answer now
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/live"))).status == 200
         assert not waiting.done()  # not held by the dead process: it waits for the replacement
         fleet.gate.set()
         answer = await waiting
         assert answer.status == 200 and answer.body == str(fleet.process(1).pid).encode()
-        assert processes._health("/v2/health/ready").status == 200
+        assert (await processes.answer(Request(HTTP, "GET", b"", "/v2/health/ready"))).status == 200
 
     supervised(scenario, count=1)
 
@@ -277,7 +282,7 @@ def test_a_process_stopped_with_the_server_is_not_replaced() -> None:
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         processes.stopping = True  # as `stop` sets it before telling the processes to exit
         fleet.process(0).kill()
-        await until(lambda: processes.balancer.hosts[0].closed, "the channel closed")
+        await until(lambda: processes.balancer.ends[0].closed, "the channel closed")
         assert not processes._tasks and processes.balancer.live == 2  # nothing mourned, nothing started
         assert len(fleet.spawned) == 2 and processes.restarts == 0
 
@@ -299,3 +304,24 @@ def test_an_exit_is_said_as_a_signal_or_a_status() -> None:
     assert exit_reason(-9) == "was killed by SIGKILL"
     assert exit_reason(1) == "exited with status 1"
     assert exit_reason(None) == "stopped answering"
+
+
+def test_the_front_answers_404_405_and_health_itself_with_the_tables_handlers_and_counts_them() -> None:
+    """No model process sees a path no route takes, a wrong method, or a health probe: the front's own router
+    answers them with the route table's handlers (the same `Route.front` handlers a model host uses), and its
+    metrics count them beside the processes' counts."""
+    async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
+        seen = fleet.seen
+        seen.clear()  # what start-up asked the processes (/healthz)
+        missing = await processes.answer(get("/nothing/here"))
+        wrong = await processes.answer(get("/v2/models/digits/infer"))
+        live = await processes.answer(get("/v2/health/live"))
+        healthz = await processes.answer(get("/healthz"))
+        assert missing.status == 404 and json.loads(bytes(missing.body)) == {"error": "Not Found"}
+        assert wrong.status == 405 and dict(wrong.headers)[b"allow"] == b"POST"
+        assert live.status == 200 and json.loads(bytes(healthz.body))["processes_live"] == 2
+        assert seen == []  # none of them crossed to a model process
+        assert (await processes.answer(post())).status == 200 and seen == [PREDICT]
+        assert processes.metrics.counts == {("", "NOT_FOUND"): 1, ("", "UNIMPLEMENTED"): 1, ("", "OK"): 2}
+
+    supervised(scenario)

@@ -9,7 +9,7 @@ import pytest
 
 from builder.errors import InputError
 from builder.server.core.model_config import ModelSource, read_config_file, version_folders
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.call import RequestError
 from builder.server.core.repository import ModelSet, ServedModel
 
 

@@ -87,8 +87,8 @@ def test_the_openapi_document_is_derived_from_the_table() -> None:
 
 
 def test_the_front_answers_only_routes_of_the_table() -> None:
-    assert FRONT_ROUTES == {"/v2/health/live": "protocols.v2.live", "/v2/health/ready": "protocols.v2.ready",
-                            "/healthz": "protocols.health.healthz", "/monitoring/prometheus/metrics": "core.metrics.scrape"}
+    assert {r.path: r.handler for r in FRONT_ROUTES} == {"/v2/health/live": "protocols.health.live", "/v2/health/ready": "protocols.health.ready",
+                            "/healthz": "protocols.health.healthz", "/monitoring/prometheus/metrics": "protocols.monitoring.scrape"}
 
 
 def test_an_unknown_rpc_is_unimplemented() -> None:
@@ -101,7 +101,7 @@ def test_an_unknown_rpc_is_unimplemented() -> None:
 
 
 def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One handler, reached from the front's own process (the router answering directly, as `LocalHosts`
+    """One handler, reached from the front's own process (the router answering directly, as `LocalModels`
     has it) and from a model process (the router serving the channel's far end)."""
     from builder.server.protocols import tfs_rest
 
@@ -124,7 +124,7 @@ def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatc
         await front.start()
         far.hello()
         serving = asyncio.ensure_future(far.serve(table.answer))
-        behind = await front.exchange(Request(HTTP, "GET", b"", "/v1/models/m/versions/2"))
+        behind = await front.answer(Request(HTTP, "GET", b"", "/v1/models/m/versions/2"))
         assert far.stopped is not None
         far.stopped.set()
         await serving

@@ -25,7 +25,7 @@ from builder.server.core.dataplane import DataPlane
 from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.routes import Context, Router
 from builder.server.core.metrics import Metrics
-from builder.server.protocols.tfs_json import PredictCall, RequestError
+from builder.server.core.call import Call, RequestError
 from builder.server.core.repository import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
@@ -41,7 +41,7 @@ class SumBatcher:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def predict(self, call: PredictCall, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+    async def predict(self, call: Call, on_start: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         self.calls += 1
         return {"y": call.inputs["x"].sum(axis=1, keepdims=True).astype(np.float32)}
 
@@ -215,17 +215,16 @@ def test_errors_are_written_alike_by_every_route(plane: DataPlane) -> None:
     assert bad.status_code == 400 and bad.json()["error"].startswith("malformed JSON body")
 
 
-def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(plane: DataPlane) -> None:
-    from builder.server.core.dataplane import Address, ClientGone
+def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(
+        plane: DataPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.server.core.outcome import ClientGone
 
-    async def gone() -> bytes:
+    def gone(*args: Any) -> bytes:
         raise ClientGone()
 
-    async def scenario() -> None:
-        with pytest.raises(ClientGone):
-            await plane.infer("V2", Address("m"), gone, v2.InferCodec(None))
-
-    asyncio.run(scenario())
+    monkeypatch.setattr(v2, "content", gone)
+    with Client(plane) as client:
+        client.post("/v2/models/m/infer", json={"inputs": []})
     assert plane.metrics.counts == {("m", "CANCELLED"): 1}
 
 

@@ -15,7 +15,6 @@ import pytest
 from builder.wire import tfs_proto as ours
 from builder.server.protocols.openapi import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
 from builder.server.protocols.tfs_json import (
-    RequestError,
     SignatureSpec,
     TensorSpec,
     format_outputs,
@@ -26,6 +25,7 @@ from builder.server.protocols.tfs_json import (
     to_string_array,
     to_typed_array,
 )
+from builder.server.core.call import RequestError
 from builder.wire.tensors import fill_proto, to_array
 from builder.server.protocols.v2 import DATATYPE_OF, json_data, parse_inputs
 from builder.wire.tensors import WireError

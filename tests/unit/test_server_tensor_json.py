@@ -8,7 +8,6 @@ the general path's; where the general path refuses a body, the fast path must no
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,8 @@ from hypothesis import strategies as st
 
 from builder.report import TensorSpec
 from builder.server.protocols import tensor_json
-from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, parse_json, parse_predict
+from builder.server.core.call import RequestError
+from builder.server.protocols.tfs_json import SignatureSpec, TfsCall, parse_json, parse_predict
 
 
 def signatures(dtype: str = "float32", shape: tuple[int | None, ...] = (None, 2, 3), *, inputs: int = 1,
@@ -28,14 +28,14 @@ def signatures(dtype: str = "float32", shape: tuple[int | None, ...] = (None, 2,
     return {name: SignatureSpec(name, specs, out), "other": SignatureSpec("other", specs, out)}
 
 
-def general(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> PredictCall | RequestError:
+def general(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> TfsCall | RequestError:
     try:
         return parse_predict(parse_json(body), sigs, max_batch)
     except RequestError as error:
         return error
 
 
-def assert_same(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> PredictCall | None:
+def assert_same(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> TfsCall | None:
     fast = tensor_json.parse_predict(body, sigs, max_batch)
     slow = general(body, sigs, max_batch)
     if fast is None:
@@ -155,7 +155,7 @@ def test_integers_beyond_a_narrower_float_are_refused_not_made_infinite() -> Non
     answer = general(b'{"instances": [70000, 1]}', signatures("float16", (None,)))
     assert isinstance(answer, RequestError) and "out of range for float16" in str(answer)
     taken = general(b'{"instances": [60000, 1]}', signatures("float16", (None,)))
-    assert isinstance(taken, PredictCall) and np.isfinite(taken.inputs["x0"]).all()
+    assert isinstance(taken, TfsCall) and np.isfinite(taken.inputs["x0"]).all()
 
 
 # --- v2 (Open Inference Protocol) JSON bodies --------------------------------------------------------------
@@ -290,12 +290,8 @@ def test_a_body_left_to_the_general_path_says_which_decoder_reads_it(body: bytes
 def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """A body the fast path leaves is decoded exactly once more: by msgspec when simdjson read it, by the
     standard library when simdjson refused it; refusals keep the standard library's message."""
-    from builder.server.protocols import jsoncodec, tfs_rest
-    from builder.server.core.dataplane import settle
-
-    def decode_predict(body: bytes, sigs: Any, max_batch: int, default: str | None) -> Any:
-        served = SimpleNamespace(signatures=sigs, default_signature=default)
-        return settle(tfs_rest.PredictCodec(max_batch).decode(served, body))[0]  # type: ignore[arg-type]
+    from builder.server.protocols import jsoncodec
+    from builder.server.protocols.tfs_rest import decode_predict
 
     reads: list[bool] = []
     loads = jsoncodec.loads

@@ -12,7 +12,8 @@ from builder.server import options
 from builder.server.__main__ import needed_runtime
 from builder.server.config import configure
 from builder.model.artifact import Artifact, model_name_for, resolve_artifact
-from builder.server.protocols.tfs_json import RequestError, SignatureSpec, TensorSpec, choose_signature, default_signature
+from builder.model.signature import SignatureSpec, TensorSpec
+from builder.server.core.call import RequestError, choose_signature, default_signature
 from builder.model.tensorflow import device_line
 from tests.report_fixture import write_report
 
@@ -42,10 +43,10 @@ def test_default_signature_order_of_preference() -> None:
 
 def test_requests_get_the_servers_default_and_unknown_names_list_the_real_ones() -> None:
     both = signatures("serving_default", "serving_xla")
-    assert choose_signature({}, both, "serving_xla").name == "serving_xla"
-    assert choose_signature({"signature_name": "serving_default"}, both, "serving_xla").name == "serving_default"
+    assert choose_signature(None, both, "serving_xla").name == "serving_xla"
+    assert choose_signature("serving_default", both, "serving_xla").name == "serving_default"
     with pytest.raises(RequestError, match="unknown signature_name 'x'; this model has: serving_default, serving_xla"):
-        choose_signature({"signature_name": "x"}, both, "serving_xla")
+        choose_signature("x", both, "serving_xla")
 
 
 def test_a_saved_model_folder_serves_on_tensorflow(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from builder.model.failures import ModelInputError
 from builder.server.core.interpreters import BackendPool
-from builder.server.protocols.tfs_json import PredictCall
+from builder.server.core.call import Call
 
 BatchKey = tuple[object, ...]
 
@@ -45,7 +45,7 @@ class BatchingConfig:
         return self.max_batch_size > 1
 
 
-def batch_key(call: PredictCall) -> BatchKey:
+def batch_key(call: Call) -> BatchKey:
     """Calls can share a batch only with the same signature and the same per-example shapes and dtypes."""
     return (call.signature, *sorted((k, v.shape[1:], v.dtype.str) for k, v in call.inputs.items()))
 
@@ -61,7 +61,7 @@ def take_count(sizes: Sequence[int], max_batch_size: int) -> int:
     return count
 
 
-def merge_inputs(calls: Sequence[PredictCall]) -> dict[str, np.ndarray]:
+def merge_inputs(calls: Sequence[Call]) -> dict[str, np.ndarray]:
     """One batched input per name, the calls' examples in order."""
     if len(calls) == 1:
         return dict(calls[0].inputs)
@@ -118,7 +118,7 @@ def dispatch_mode(model_p50_us: float | None, batching: BatchingConfig, interpre
 class Queued(NamedTuple):
     """A call waiting for a batch."""
 
-    call: PredictCall
+    call: Call
     answer: asyncio.Future[dict[str, np.ndarray]]
     since: float  # perf_counter when it queued
 
@@ -153,7 +153,7 @@ class DynamicBatcher:
         """Where this batcher's calls run: `INLINE`, `TURNS` or `THREADS`."""
         return INLINE if self.inline else TURNS if self.turns else THREADS
 
-    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def predict(self, call: Call) -> dict[str, np.ndarray]:
         """The call's outputs."""
         loop = asyncio.get_running_loop()
         if not (self._config.enabled and self._batchable):
@@ -221,7 +221,7 @@ class DynamicBatcher:
         finally:
             self._slots.release()
 
-    async def _on_a_turn(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def _on_a_turn(self, call: Call) -> dict[str, np.ndarray]:
         """One call on the event loop, once no other has run in this turn of the loop: calls take turns in the
         order they came, and the loop polls its sockets between any two."""
         loop = asyncio.get_running_loop()
@@ -249,7 +249,7 @@ class DynamicBatcher:
                 return
         self._turn_taken = False
 
-    async def _alone(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def _alone(self, call: Call) -> dict[str, np.ndarray]:
         """One call, unmerged, on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._pool.predict, call.signature,
                                                                 dict(call.inputs))

@@ -1,61 +1,37 @@
-"""The protocol-neutral data plane: what every request does, whichever protocol it arrived by.
+"""The protocol-neutral data plane: what every request does, whichever protocol it arrived by, in its own terms
+(`call`: the call, the address, request errors).
 
-Shaped as MLServer's `handlers/dataplane.py`: lookup, readiness, metadata and inference are written once
-here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`tfs_grpc`) only
-translate between their wire formats and what these return.
+Shaped as MLServer's `handlers/dataplane.py`: lookup, readiness, metadata and the decoding thread are written
+once here, and TF Serving REST (`tfs_rest`), the Open Inference Protocol (`v2`) and gRPC (`tfs_grpc`) decode
+their wire forms into a `Call` and encode the outputs themselves; nothing here knows a wire format.
 
 - Lookup (`lookup`): a model by name, version (a number, or a URL path segment: a malformed one is a 404 as
   in TF Serving) and label, in TF Serving's wording (`ModelSet.get`); `resolve` also refuses a version that
   is not ready (503). Status (`status`), readiness (`model_ready`) and metadata (`metadata`) all start here.
-- Inference (`infer`): read the body, resolve, decode (off the event loop when large), run the batcher and
-  encode; each protocol brings only its `Codec` (decode its request into a `PredictCall`, encode the answer).
-  A codec may decode provisionally (`Provisional`: a fast decode, the check that proves it, and the sure
-  decode to fall back on); the check runs before the model does.
-- Bookkeeping (`request`): every route of every protocol is counted (in-flight gauge, request counter and
-  latency histogram by entrypoint and API, the gRPC access line); the status recorded is the one the
-  exception leaving the block carries (`RequestError.status`, 499 for a client that went away, 500 for
-  anything else), so an adapter cannot forget to count a failure nor count a hang-up as the server's.
+- Inference: a protocol resolves the model, decodes its body against the model's signatures (`decode` moves
+  a large body's decoding off the event loop) and runs the call (`ServedModel.predict`: the batcher).
+- Counting is the route table's router's (`routes.Router`, `core.outcome`): every request of every route,
+  with the outcome it ended as.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TypeVar
 
-import numpy as np
-
-from builder.model.failures import ModelInputError
-from builder.server.core.metrics import Metrics, Timer
-from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature, parse_version
+from builder.model.signature import SignatureSpec
+from builder.server.core.call import RequestError, choose_signature, parse_version
+from builder.server.core.metrics import Metrics
 from builder.server.core.repository import ModelSet, ServedModel
 
 T = TypeVar("T")
-B = TypeVar("B", contravariant=True)  # a protocol's request as read (REST: bytes; gRPC: a message)
-D = TypeVar("D")  # what a protocol keeps of its request for the answer (v2: the document; gRPC: the filter)
-R = TypeVar("R", covariant=True)  # a protocol's answer
 
 #: Bodies at least this large are decoded off the event loop (a thread hop costs ~50 us; decoding 64 KiB
 #: of JSON numbers costs about as much, so smaller bodies are decoded where they are).
 OFFLOAD_BYTES = 64 * 1024
-#: The status a request is counted with when its client went away before the answer (nginx's 499, which
-#: the metrics label CANCELLED as gRPC does): not the server's failure, and no one receives an answer.
-CLIENT_GONE = 499
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer: nobody is left to answer."""
-
-
-@dataclass
-class Outcome:
-    """What one request ended as; `status` is set by `DataPlane.request` from the exception, if any, or by
-    an adapter that answers a non-200 without raising (a readiness probe's 503)."""
-
-    status: int = 200
 
 
 @dataclass(frozen=True)
@@ -71,39 +47,7 @@ class ModelMetadata:
 
     def signature(self, name: str = "") -> SignatureSpec:
         """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
-        return choose_signature({"signature_name": name or None}, self.signatures, self.default_signature)
-
-
-@dataclass(frozen=True)
-class Provisional(Generic[D]):
-    """A decode that is right only if `confirm()` says so (a check that reads the whole body once more); when
-    it says no, `fallback()` decodes the body the sure way (`settle`)."""
-
-    decoded: tuple[PredictCall, D]
-    confirm: Callable[[], bool]
-    fallback: Callable[[], tuple[PredictCall, D]]
-
-
-class Codec(Protocol[B, D, R]):
-    """One protocol's side of an inference: how its request becomes a call and the outputs its answer."""
-
-    def size(self, body: B) -> int:
-        """How many bytes of text decoding `body` reads (large ones are decoded off the event loop)."""
-
-    def decode(self, served: ServedModel, body: B) -> tuple[PredictCall, D] | Provisional[D]:
-        """The validated call, and what the answer needs of the request; RequestError for a bad one."""
-
-    def encode(self, served: ServedModel, call: PredictCall, request: D, outputs: Mapping[str, np.ndarray]) -> R:
-        """The protocol's answer to `call`."""
-
-
-@dataclass(frozen=True)
-class Address:
-    """Which model a request names: its name, and a version (a number, or a URL path segment) or a label."""
-
-    name: str
-    version: int | str | None = None
-    label: str | None = None
+        return choose_signature(name, self.signatures, self.default_signature)
 
 
 class DataPlane:
@@ -114,7 +58,6 @@ class DataPlane:
         self.models = models
         self.metrics = metrics
         self.offload_bytes = offload_bytes
-        self.in_flight = 0  # requests of any route being answered now (`request`)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfsmith-decode")
 
     # --- lookup, readiness, status, metadata ---------------------------------------------------------
@@ -162,66 +105,15 @@ class DataPlane:
         for name in self.models.models:
             self.metrics.ready.labels(name).set(1 if ready else 0)
 
-    # --- inference -----------------------------------------------------------------------------------
-
-    async def infer(self, entrypoint: str, address: Address, read: Callable[[], Awaitable[T]],
-                    codec: Codec[T, D, R]) -> R:
-        """One inference, whichever protocol: the body read (first: an unread body resets the socket), the
-        model resolved, the body decoded by the protocol's codec, the batcher run and the answer encoded;
-        counted as `predict` under `entrypoint`."""
-        async with self.request(entrypoint, "predict", address.name):
-            body = await read()
-            served = self.resolve(address.name, address.version, address.label)
-            size = codec.size(body)
-            call, request = await self.decode(size, lambda: settle(codec.decode(served, body)))
-            outputs = await served.predict(call)
-            return codec.encode(served, call, request, outputs)
+    # --- inference ---------------------------------------------------------------------------------------
 
     async def decode(self, size: int, parse: Callable[[], T]) -> T:
-        """`parse()`, which decodes `size` bytes of JSON: on a worker thread when large and other requests
+        """`parse()`, which decodes `size` bytes of a request: on a worker thread when large and other requests
         are in flight (a 3 MB image body takes milliseconds, which they would otherwise wait through), else
         right here: alone in flight, the hop to the thread and back only adds to this request's time."""
-        if size < self.offload_bytes or self.in_flight <= 1:
+        if size < self.offload_bytes or self.metrics.active <= 1:
             return parse()
         return await asyncio.get_running_loop().run_in_executor(self._decoder, parse)
 
-    # --- bookkeeping ---------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def request(self, entrypoint: str, api: str, name: str = "") -> AsyncIterator[Outcome]:
-        """Count one call of any route (in flight while inside; then its status and latency under
-        `entrypoint`/`api`, for model `name`: "" for server-wide routes such as health, "unknown" for a
-        name not served). Access lines are the front's (`access_log.logged`)."""
-        timer, outcome = Timer(), Outcome()
-        self.metrics.in_flight.inc()
-        self.in_flight += 1
-        try:
-            yield outcome
-        except RequestError as error:
-            outcome.status = error.status
-            raise
-        except ModelInputError:  # the model refused what the client sent: answered 400 (`answers.failure`)
-            outcome.status = 400
-            raise
-        except (ClientGone, asyncio.CancelledError):
-            outcome.status = CLIENT_GONE
-            raise
-        except BaseException:
-            outcome.status = 500
-            raise
-        finally:
-            elapsed = timer.elapsed()
-            self.metrics.in_flight.dec()
-            self.in_flight -= 1
-            model = name if not name or name in self.models.models else "unknown"
-            self.metrics.request(model, api, entrypoint, outcome.status, elapsed)
-
     def close(self) -> None:
         self._decoder.shutdown(wait=False)
-
-
-def settle(decoded: tuple[PredictCall, D] | Provisional[D]) -> tuple[PredictCall, D]:
-    """A decode made sure: a provisional one checked here, and replaced by its fallback when the check fails."""
-    if not isinstance(decoded, Provisional):
-        return decoded
-    return decoded.decoded if decoded.confirm() else decoded.fallback()

@@ -18,7 +18,8 @@ from builder.server.config import ServerConfig
 from builder.server.core.metrics import Metrics
 from builder.server.core.model_config import ModelSource, served_folders
 from builder.server.core.interpreters import BackendPool, measure_pool
-from builder.server.protocols.tfs_json import SignatureSpec, batched, default_signature
+from builder.model.signature import SignatureSpec, batched
+from builder.server.core.call import default_signature
 from builder.server.core.repository import ModelSet, ServedModel
 
 
@@ -28,7 +29,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
     default = served_signature(config, pool.signatures)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
-    batchable = all(s.inputs and batched(s.inputs[0]) for s in pool.signatures.values())
+    batchable = all(s.inputs and all(batched(spec) for spec in s.inputs) for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
     pool.on_model_cpu = metrics.model_cpu.labels(config.model_name).inc  # after the self-test: requests only
     cores = read_cores().count

@@ -20,8 +20,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from builder.server.process.messages import Answer, Request
-
 PATH = "/monitoring/prometheus/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Microsecond buckets from 10 us to 10 s: the digits CNN answers in ~100 us, MobileNetV2 JSON in ~100 ms.
@@ -31,15 +29,7 @@ REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 QUEUING_LATENCY = ":tensorflow:serving:batching_session:queuing_latency"
 
-#: HTTP status -> the status label TF Serving writes (a tensorflow.error.Code name); 499 is a client that went
-#: away before its answer (`dataplane.CLIENT_GONE`), CANCELLED as gRPC names it.
 CONTENT_TYPE_HEADERS = ((b"content-type", CONTENT_TYPE.encode()),)
-STATUS_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED",
-                  415: "INVALID_ARGUMENT", 499: "CANCELLED", 503: "UNAVAILABLE"}
-
-
-def status_label(http_status: int) -> str:
-    return STATUS_OF_HTTP.get(http_status, "INTERNAL" if http_status >= 500 else "INVALID_ARGUMENT")
 
 
 class _RequestCount:
@@ -82,10 +72,24 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         self._children: dict[tuple[str, str, str], Any] = {}
         self._queue_child = self._queuing.labels("tfsmith_batch_threads")
+        self.active = 0  # requests of any route being answered now (`begin`, `end`)
 
-    def request(self, model: str, api: str, entrypoint: str, http_status: int, seconds: float) -> None:
-        """Count one request and its latency (api: predict, metadata, status, ready...; entrypoint: REST/V2/GRPC)."""
-        self.counts[(model, status_label(http_status))] += 1
+    def begin(self) -> float:
+        """One more request in flight; its start time, for `end`."""
+        self.in_flight.inc()
+        self.active += 1
+        return time.perf_counter()
+
+    def end(self, model: str, api: str, entrypoint: str, label: str, start: float) -> None:
+        """The request begun at `start` answered: counted under its outcome's `label` (`core.outcome`)."""
+        self.in_flight.dec()
+        self.active -= 1
+        self.request(model, api, entrypoint, label, time.perf_counter() - start)
+
+    def request(self, model: str, api: str, entrypoint: str, label: str, seconds: float) -> None:
+        """Count one request and its latency (api: predict, metadata, status, ready...; entrypoint: REST/V2/GRPC;
+        label: its outcome's status label, OK, INVALID_ARGUMENT...)."""
+        self.counts[(model, label)] += 1
         key = (model, api, entrypoint)
         child = self._children.get(key)
         if child is None:
@@ -99,69 +103,3 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-async def scrape(context: Any, request: Request) -> Answer:
-    """The route table's handler (`context` is its `routes.Context`, untyped here: the data plane imports this
-    module): the metrics of this process's models (with model processes the front sums every process's: its own
-    answer to this route, `model_processes`)."""
-    return Answer(200, context.plane.metrics.exposition(), CONTENT_TYPE_HEADERS)
-
-
-class Timer:
-    """Start time of a request; `metrics.request(..., timer.elapsed())` when it is answered."""
-
-    __slots__ = ("start",)
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-
-#: Gauges that are not summed across model processes: readiness is the least ready process's, a load time
-#: the slowest one's.
-MERGED_BY = {"tfsmith_model_ready": min, "tfsmith_model_load_seconds": max, "process_start_time_seconds": min,
-             "process_max_fds": max}
-
-
-def merge_expositions(texts: list[bytes]) -> bytes:
-    """One exposition from several processes' (`--model-processes N`): samples with the same name and labels are
-    summed (counters, histograms, requests in flight), except the gauges of `MERGED_BY`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    families: dict[str, tuple[str, str]] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]] = {}
-    for text in texts:
-        for family in text_string_to_metric_families(text.decode("utf-8")):
-            families.setdefault(family.name, (family.type, family.documentation))
-            samples = values.setdefault(family.name, {})
-            for sample in family.samples:
-                samples.setdefault((sample.name, tuple(sorted(sample.labels.items()))), []).append(sample.value)
-    lines: list[str] = []
-    for name, (kind, documentation) in families.items():
-        lines.append(f"# HELP {name} {_escape_help(documentation)}")
-        lines.append(f"# TYPE {name} {'untyped' if kind == 'unknown' else kind}")
-        combine = MERGED_BY.get(name, sum)
-        for (sample, labels), found in values[name].items():
-            value = min(found) if sample.endswith("_created") else combine(found)
-            text = ",".join(f'{key}="{_escape_label(label)}"' for key, label in labels)
-            lines.append(f"{sample}{{{text}}} {_number(value)}" if text else f"{sample} {_number(value)}")
-    return ("\n".join(lines) + "\n").encode() if lines else b""
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n")
-
-
-def _escape_label(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _number(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if value != int(value) else f"{value:.1f}"

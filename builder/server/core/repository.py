@@ -2,26 +2,20 @@
 
 REST (TF Serving's and the Open Inference Protocol's) and gRPC all answer from one `ServedModel`, so a
 request means the same thing whichever door it comes through: the same name/version rules, the same
-validation (`protocols.tfs_json`), the same batcher and interpreter pool.
+validation (`call`), the same batcher and interpreter pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from builder.server.core.batching import DynamicBatcher
-from builder.server.protocols.tfs_json import (
-    PredictCall,
-    RequestError,
-    SignatureSpec,
-    TensorSpec,
-    check_shape,
-    choose_signature,
-)
+from builder.model.signature import SignatureSpec
+from builder.server.core.call import Call, RequestError, choose_signature
 
 
 @dataclass
@@ -43,30 +37,9 @@ class ServedModel:
 
     def signature(self, name: str) -> SignatureSpec:
         """The named signature, or the default one for an empty name (RequestError 400 otherwise)."""
-        return choose_signature({"signature_name": name or None}, self.signatures, self.default_signature)
+        return choose_signature(name, self.signatures, self.default_signature)
 
-    def call(self, signature: SignatureSpec, arrays: Mapping[str, np.ndarray], row_format: bool = False) -> PredictCall:
-        """A predict call from named, already-typed arrays (gRPC and v2): names, dtypes and shapes checked."""
-        names = [spec.name for spec in signature.inputs]
-        missing, extra = sorted(set(names) - set(arrays)), sorted(set(arrays) - set(names))
-        if missing or extra:
-            parts = ([f"missing input(s) {', '.join(missing)}"] if missing else []) + (
-                [f"unknown input(s) {', '.join(extra)}"] if extra else [])
-            raise RequestError(f"inputs: {'; '.join(parts)} (this signature takes {', '.join(names)})")
-        inputs: dict[str, np.ndarray] = {}
-        for spec in signature.inputs:
-            array = arrays[spec.name]
-            _check_dtype(array, spec)
-            check_shape(array, spec, f"inputs.{spec.name}", batched=True)
-            if array.shape[0] > self.max_request_batch:
-                raise RequestError(f"inputs.{spec.name}: batch {array.shape[0]} > {self.max_request_batch}")
-            inputs[spec.name] = array
-        if len({a.shape[0] for a in inputs.values()}) > 1:
-            raise RequestError("inputs have different batch sizes")
-        batch = next(iter(inputs.values())).shape[0]
-        return PredictCall(signature=signature.name, inputs=inputs, row_format=row_format, batch=batch)
-
-    async def predict(self, call: PredictCall) -> dict[str, np.ndarray]:
+    async def predict(self, call: Call) -> dict[str, np.ndarray]:
         """The call's outputs."""
         self.active += 1
         try:
@@ -128,31 +101,3 @@ class ModelSet:
         """Every configured model has a loaded, warmed version, and the server is not draining."""
         return not self.draining and bool(self.models) and all(
             any(s.ready for s in versions.values()) for versions in self.models.values())
-
-
-_DTYPES: dict[str, np.dtype] = {}
-
-
-def _check_dtype(array: np.ndarray, spec: TensorSpec) -> None:
-    expected = _DTYPES.get(spec.dtype)
-    if expected is None:
-        expected = _DTYPES[spec.dtype] = np.dtype(spec.dtype)
-    if array.dtype != expected:
-        raise RequestError(f"inputs.{spec.name}: expects {spec.dtype}, got {array.dtype.name}")
-
-
-def pick_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec,
-                 wanted: Sequence[str]) -> dict[str, np.ndarray]:
-    """The requested outputs (all when none are named); RequestError 400 for a name the signature lacks."""
-    if not wanted:
-        return {spec.name: outputs[spec.name] for spec in signature.outputs}
-    return {name: outputs[name] for name in check_output_names(signature, wanted)}
-
-
-def check_output_names(signature: SignatureSpec, wanted: Sequence[str]) -> list[str]:
-    """`wanted` when every name is an output of the signature; RequestError 400 naming the others."""
-    known = {spec.name for spec in signature.outputs}
-    unknown = sorted(set(wanted) - known)
-    if unknown:
-        raise RequestError(f"unknown output(s) {', '.join(unknown)}; this signature has {', '.join(sorted(known))}")
-    return list(wanted)

@@ -1,11 +1,13 @@
 """Structured access logs: one JSON object per answered request, on the `tfsmith.access` logger (stderr).
 
-Written in one place: the front wraps the responder every request reaches (`logged`), so each request of
+Written in one place: the front wraps what answers every request (`logged`), so each request of
 every protocol gets one line in either layout (the models in the front's process or in model processes).
 Opt-in (`--access-log json`): a log line per request costs more than the digits CNN's inference, so nothing
 is wrapped unless asked for. Lines are machine-readable on purpose: log shippers (Fluent Bit, Vector, Loki)
 parse JSON lines without a regex per field. A gRPC call is logged as the HTTP/2 POST it is: its path the
-method's name, its status gRPC's code (0 OK).
+method's name, its status gRPC's code (0 OK). Every record also names its outcome (`core.outcome`: OK,
+INVALID_ARGUMENT, NOT_FOUND...), the label the metrics count it under; the front's own refusals (a malformed
+request, a head or body too large) are logged too (`log_refusal`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from builder.server.core.outcome import Outcome, of_grpc, outcome
 from builder.server.process.messages import GRPC, Answer, Request
 
 access = logging.getLogger("tfsmith.access")
@@ -39,21 +42,28 @@ def log_request(**fields: Any) -> None:
     access.info(json.dumps({"time": round(time.time(), 6), **fields}, separators=(",", ":")))
 
 
-Respond = Callable[[Request], Awaitable[Answer]]
+Answering = Callable[[Request], Awaitable[Answer]]
 
 
-def logged(respond: Respond) -> Respond:
-    """`respond`, writing one access record for each request it answers."""
+def logged(answer: Answering) -> Answering:
+    """`answer`, writing one access record for each request it answers."""
     _configure()
 
-    async def answer(request: Request) -> Answer:
+    async def logged_answer(request: Request) -> Answer:
         start = time.perf_counter()
-        answered = await respond(request)
+        answered = await answer(request)
         grpc = request.kind == GRPC
+        ended = of_grpc(answered.status) if grpc else outcome(answered.status)
         log_request(protocol="grpc" if grpc else "http", method="POST" if grpc else request.method,
-                    path=request.method if grpc else request.path, status=answered.status,
+                    path=request.method if grpc else request.path, status=answered.status, outcome=ended.label,
                     bytes_out=len(answered.body), duration_ms=round((time.perf_counter() - start) * 1e3, 3),
                     remote=request.client or None)
         return answered
 
-    return answer
+    return logged_answer
+
+
+def log_refusal(result: Outcome, method: str, path: str, client: str) -> None:
+    """The record of a request the front refused before it was handed over (`http_front`)."""
+    log_request(protocol="http", method=method or None, path=path or None, status=result.http, outcome=result.label,
+                bytes_out=len(result.body), duration_ms=0.0, remote=client or None, reason=result.reason)

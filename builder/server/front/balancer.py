@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-H = TypeVar("H")
+H = TypeVar("H")  # what answers on a process's behalf (the front's end of its channel)
 T = TypeVar("T")
 
 
@@ -40,14 +40,14 @@ def window(interpreters: int, max_batch: int) -> int:
 
 
 class Balancer(Generic[H]):
-    """Hands each call to the least busy of `hosts` (`choose`), or queues it until a window frees."""
+    """Hands each call to the least busy of `ends` (`choose`), or queues it until a window frees."""
 
-    def __init__(self, hosts: Sequence[H], windows: Sequence[int]) -> None:
-        self.hosts = list(hosts)
+    def __init__(self, ends: Sequence[H], windows: Sequence[int]) -> None:
+        self.ends = list(ends)
         self.windows = list(windows)
-        self._full = list(windows)  # each window while its host is live
-        self.out = [0] * len(hosts)
-        self.answered = [0] * len(hosts)  # requests each host has answered (metrics, balance checks)
+        self._full = list(windows)  # each window while its end is live
+        self.out = [0] * len(ends)
+        self.answered = [0] * len(ends)  # requests each end has answered (metrics, balance checks)
         self._next = 0
         self._queue: deque[asyncio.Future[int]] = deque()
 
@@ -64,40 +64,40 @@ class Balancer(Generic[H]):
         return self.windows[index] > 0
 
     def pause(self, index: int) -> None:
-        """Nothing new goes to host `index` (it died); what it holds fails on its own."""
+        """Nothing new goes to end `index` (it died); what it holds fails on its own."""
         self.windows[index] = 0
 
-    def resume(self, index: int, host: H) -> None:
-        """`host` takes the place of the paused host `index`, and requests waiting for room go to it."""
-        self.hosts[index] = host
+    def resume(self, index: int, end: H) -> None:
+        """`end` takes the place of the paused end `index`, and requests waiting for room go to it."""
+        self.ends[index] = end
         self.windows[index] = self._full[index]
         self._wake()
 
     def abandon(self, error: BaseException) -> None:
-        """Every request waiting for room fails with `error` (no host will take it: the server stops)."""
+        """Every request waiting for room fails with `error` (no end will take it: the server stops)."""
         while self._queue:
             waiter = self._queue.popleft()
             if not waiter.done():
                 waiter.set_exception(error)
 
     async def run(self, call: Callable[[H], Awaitable[T]]) -> T:
-        """`call(host)` on the least busy host, once one has room."""
+        """`call(end)` on the least busy end, once one has room."""
         index = await self.acquire()
         try:
-            return await call(self.hosts[index])
+            return await call(self.ends[index])
         finally:
             self.release(index)
 
     async def run_on(self, index: int, call: Callable[[H], Awaitable[T]]) -> T:
-        """`call` on one named host, counted in its window but not waiting for room (metrics, control)."""
+        """`call` on one named end, counted in its window but not waiting for room (metrics, control)."""
         self.out[index] += 1
         try:
-            return await call(self.hosts[index])
+            return await call(self.ends[index])
         finally:
             self.out[index] -= 1
 
     async def acquire(self) -> int:
-        """The index of the host to take the next request (waiting for room when every window is full);
+        """The index of the end to take the next request (waiting for room when every window is full);
         `release` it once answered."""
         index = choose(self.out, self.windows, self._next) if not self._queue else None
         if index is None:
@@ -115,7 +115,7 @@ class Balancer(Generic[H]):
 
     def _take(self, index: int) -> None:
         self.out[index] += 1
-        self._next = (index + 1) % len(self.hosts)
+        self._next = (index + 1) % len(self.ends)
 
     def release(self, index: int) -> None:
         self.out[index] -= 1

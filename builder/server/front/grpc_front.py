@@ -1,5 +1,5 @@
 """The front's gRPC: TensorFlow Serving's RPCs received (`grpc.aio`, on the same event loop as the front's HTTP)
-and each call's serialized message handed whole to a model host (`respond`); nothing is decoded here, so the
+and each call's serialized message handed whole to a model host (`answer`); nothing is decoded here, so the
 front needs neither the data plane nor the model stack. The methods are the route table's (`routes.RPCS`); the
 model host's side is `tfs_grpc`.
 The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`).
@@ -25,16 +25,16 @@ for _rpc in routes.RPCS:
 CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def front_handlers(respond: Callable[[Request], Awaitable[Answer]]) -> list[grpc.GenericRpcHandler]:
-    """The RPCs as the front receives them: the serialized message handed whole to a model host (`respond`),
+def front_handlers(answer: Callable[[Request], Awaitable[Answer]]) -> list[grpc.GenericRpcHandler]:
+    """The RPCs as the front receives them: the serialized message handed whole to a model host (`answer`),
     its serialized reply or status code given back; nothing is decoded in the front."""
 
     def handler(name: str) -> grpc.RpcMethodHandler:
         async def behavior(message: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            answer = await respond(Request(GRPC, name, message, client=context.peer()))
-            if answer.status:
-                await context.abort(CODES.get(answer.status, grpc.StatusCode.INTERNAL), answer.message)
-            return bytes(answer.body)
+            answered = await answer(Request(GRPC, name, message, client=context.peer()))
+            if answered.status:
+                await context.abort(CODES.get(answered.status, grpc.StatusCode.INTERNAL), answered.message)
+            return bytes(answered.body)
 
         return grpc.unary_unary_rpc_method_handler(behavior)
 
@@ -43,14 +43,14 @@ def front_handlers(respond: Callable[[Request], Awaitable[Answer]]) -> list[grpc
             for service, methods in RPCS.items()]
 
 
-async def start(respond: Callable[[Request], Awaitable[Answer]], host: str, port: int, max_message_bytes: int,
+async def start(answer: Callable[[Request], Awaitable[Answer]], host: str, port: int, max_message_bytes: int,
                 tls: tuple[Path, Path] | None = None) -> tuple[grpc.aio.Server, int]:
     """The front's gRPC server, started on the running loop, and its bound port; `tls` is (certificate,
     key) files. The port is ours alone: SO_REUSEPORT is off, so no other process can join it (see `ports`)."""
     options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(front_handlers(respond))
+    server.add_generic_rpc_handlers(front_handlers(answer))
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         if tls is None:

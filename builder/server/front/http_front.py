@@ -1,5 +1,5 @@
 """The front's HTTP/1.1: each request read off its connection into a buffer that connection keeps, and handed
-whole to a responder.
+whole to what answers it.
 
 Why not uvicorn: its ASGI machinery costs ~75 us of CPU a request on top of parsing, and it hands a body
 over as fresh `bytes` pieces that are then joined, each a new allocation whose pages the kernel must fault
@@ -8,7 +8,7 @@ httptools 117 us a request (a 600 KB body: 1,160 us, 359 page faults); an asynci
 40 us (a 600 KB body: 890 us, 282 page faults); reading into a buffer the connection keeps, 120 us for the
 600 KB body and no page faults. So the front reads with `asyncio.BufferedProtocol` straight into its
 connection's buffer, parses each request head with `httptools` (the request line and headers, validated),
-frames the body itself (Content-Length or chunked) and hands the responder a view of the buffer: the bytes
+frames the body itself (Content-Length or chunked) and hands over a view of the buffer: the bytes
 of a tensor are copied once from the kernel, and once more only into a model process's shared memory.
 
 What it does with each connection:
@@ -32,12 +32,14 @@ import asyncio
 import email.utils
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
-from builder.server.process.messages import HTTP, Answer, Request
+from builder.server.core.outcome import Outcome, outcome
+from builder.server.process.messages import HTTP, Answer, Request, refusal
 from builder.server.front.framing import CHUNKED, Refusal, body_framing
 
 log = logging.getLogger("tfsmith.serve")
@@ -75,19 +77,14 @@ class _Date:
         return cls.value
 
 
-def error_answer(status: int, message: str) -> Answer:
-    """An answer in the server's error shape (`answers.error_body`)."""
-    from builder.server.protocols.answers import error_body
-
-    return Answer(status, error_body(message), ((b"content-type", b"application/json"),))
-
-
 class HttpFront:
-    """HTTP/1.1 on a listening socket, each complete request answered by `respond`."""
+    """HTTP/1.1 on a listening socket, each complete request answered by `answer`."""
 
-    def __init__(self, respond: Any, max_body_bytes: int, scheme: str = "http", keepalive_s: float = 5.0,
-                 ssl: Any = None) -> None:
-        self.respond = respond  # async (Request) -> Answer
+    def __init__(self, answer: Any, max_body_bytes: int, scheme: str = "http", keepalive_s: float = 5.0,
+                 ssl: Any = None, refused: Callable[[Outcome, str, str, str], None] | None = None) -> None:
+        self.answer = answer  # async (Request) -> Answer
+        #: told of every request the front refuses itself (its outcome, method, path, client): counted, logged
+        self.refused = refused
         self.max_body_bytes = max_body_bytes
         self.scheme = scheme
         self.keepalive_s = keepalive_s
@@ -355,10 +352,10 @@ class _Connection(asyncio.BufferedProtocol):
 
     async def _answer(self, request: Request) -> None:
         try:
-            answer = await self.front.respond(request)
-        except Exception as error:  # noqa: BLE001 - the responder answers its own failures; this is the last resort
+            answer = await self.front.answer(request)
+        except Exception as error:  # noqa: BLE001 - what answers answers its own failures; this is the last resort
             log.error("answering %s %s failed", request.method, request.path, exc_info=error)
-            answer = error_answer(500, "internal error")
+            answer = refusal(outcome(500, "internal error"), HTTP)
         if isinstance(request.body, memoryview):
             try:
                 request.body.release()
@@ -378,9 +375,12 @@ class _Connection(asyncio.BufferedProtocol):
         connection, and a client still sending could lose the answer."""
         self.state = LINGER
         self.start = self.end
+        result = outcome(status, message)
+        if self.front.refused is not None:
+            self.front.refused(result, self.method, self.url.decode("latin-1"), self.client)
         if self.transport is None:
             return
-        self._send(error_answer(status, message), False, close=True, linger=True)
+        self._send(refusal(result, HTTP), False, close=True, linger=True)
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._close)

@@ -1,5 +1,8 @@
-"""The front's side of `--model-processes N`: N model processes started, handed requests (`balancer`), supervised,
-their metrics summed and the versions they serve switched together.
+"""The front's side of `--model-processes N`: N model processes started, handed requests (`balancer`) and
+supervised. Their metrics are summed by `metrics_sum` and the versions they serve switched together by
+`version_switch`; the routes the front answers itself (health, metrics, and a path or method no route takes:
+404/405) are answered by the route table's own handlers through the front's own router, from the front's view
+of its processes (this class is that view: `routes.Health`), so none of them crosses to a model process.
 
 Supervision (`supervision`): a model process's channel closing unasked means the process died. At once
 nothing new goes to it (its window is paused) and the requests it held fail with 503 / UNAVAILABLE and a
@@ -22,31 +25,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-
 from builder.errors import TfsmithError
-from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
-from builder.server.config import ServerConfig, config_to_json
-from builder.server.front.balancer import Balancer, window
-from builder.server.process.messages import HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Refused, Request, Stop
-from builder.server.core.metrics import CONTENT_TYPE, merge_expositions
-from builder.server.core import reload
 from builder.server import routes
-from builder.server.core.model_config import ModelSource, version_folders
+from builder.server.config import ServerConfig, config_to_json
+from builder.server.core.metrics import Metrics
+from builder.server.core.outcome import outcome
+from builder.server.front.balancer import Balancer, window
+from builder.server.front.metrics_sum import front_only, merge_expositions
 from builder.server.front.supervision import CrashLoop, exit_reason
+from builder.server.front.version_switch import VersionSwitch
+from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
+from builder.server.process.messages import HTTP, Answer, Drain, Ready, Refused, Request, Stop, refusal
 
 log = logging.getLogger("tfsmith.serve")
 
 #: The routes the front answers itself when the models run in processes of their own (`routes.Route.front`:
-#: health, never queued behind a long model call; metrics, every process's summed), by path -> handler.
-FRONT_ROUTES = {route.path: route.handler for route in routes.ROUTES if route.front}
-JSON = ((b"content-type", b"application/json"),)
+#: health, never queued behind a long model call; metrics, every process's summed).
+FRONT_ROUTES = tuple(route for route in routes.ROUTES if route.front)
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
 #: How long a process whose channel closed gets to finish exiting before it is killed (its exit status is read).
 EXIT_SECONDS = 5.0
 #: What a request held by a process that died is told.
 LOST = "the model process answering this request stopped; the server is starting another"
+LOST_OUTCOME = outcome(503, LOST)
 
 
 class ModelRefused(TfsmithError):
@@ -109,14 +111,13 @@ class ModelProcesses:
         self.config = config
         self.died = asyncio.Event()  # set when the server must stop: a crash loop, or a replacement refused
         self.stopping = False
-        self.ready = False
+        self._serving = False
         self.restarts = 0
         self.slot_count = window(config.workers, config.batching.max_batch_size)
         self.slot_bytes = config.max_body_bytes + META_ROOM
-        self.sources = config.sources if config.poll_seconds > 0 else ()
-        self.active: dict[str, tuple[int, ...]] = {}
-        if self.sources:  # the front decides which versions every process serves, and when they switch
-            self.active = {s.name: tuple(s.wanted(list(version_folders(s.base_path)))) for s in self.sources}
+        sources = config.sources if config.poll_seconds > 0 else ()
+        #: the front decides which versions every process serves, and when they switch (None: not polled)
+        self.versions = VersionSwitch(sources) if sources else None
         if config.dispatch == "auto" and config.workers == 1 and not config.batching.enabled:
             # one interpreter and nothing to batch: the process has nothing else to do while its model runs,
             # so it runs the model on its event loop and saves a thread hand-off (~140 us a request on a
@@ -126,22 +127,24 @@ class ModelProcesses:
         self._spawn, self._crash_loop, self._clock = spawn, crash_loop, clock
         self._deaths: tuple[float, ...] = ()
         self._supervising = False
-        self._changing = asyncio.Lock()  # a version switch and a replacement never overlap
+        self.changing = asyncio.Lock()  # a version switch and a replacement never overlap
         self._tasks: set[asyncio.Future[Any]] = set()
         self._poller: asyncio.Future[None] | None = None
         self._healthz: dict[str, Any] = {}
         self.processes = [self._start_process(index) for index in range(count)]
-        self._own_metrics = CollectorRegistry()
-        ProcessCollector(registry=self._own_metrics)
+        #: what the front answers itself is counted here, and summed with the processes' counts when scraped
+        self.metrics = Metrics()
+        self.router = routes.Router(routes.Context(None, config, health=self, metrics=self.metrics), FRONT_ROUTES)
         self.balancer: Balancer[FrontEnd] = Balancer([p.end for p in self.processes],
                                                            [self.slot_count] * count)
 
     def _start_process(self, index: int) -> _Process:
         """Model process `index` started with the versions served now (a replacement loads what the others serve)."""
         config = self._process_config
-        if self.sources:
+        if self.versions is not None:
+            active = self.versions.active
             config = replace(config, poll_seconds=0.0, sources=tuple(
-                replace(s, policy="specific", specific=self.active[s.name]) for s in config.sources))
+                replace(s, policy="specific", specific=active[s.name]) for s in config.sources))
         process, sock = self._spawn(index, config_to_json(config))
         return _Process(process, FrontEnd(sock, self.slot_count, self.slot_bytes))
 
@@ -155,11 +158,11 @@ class ModelProcesses:
             if isinstance(outcome, BaseException):
                 self.kill()
                 raise outcome
-        await self._refresh_healthz()
-        if self.sources:
-            self._poller = asyncio.ensure_future(self._poll())
+        await self.refresh_healthz()
+        if self.versions is not None:
+            self._poller = asyncio.ensure_future(self.versions.poll(self, self.config.poll_seconds))
         self._supervising = True
-        self.ready = True
+        self._serving = True
 
     async def _ready(self, entry: _Process) -> None:
         try:
@@ -201,7 +204,7 @@ class ModelProcesses:
                               f"{self._crash_loop.window_s:.0f} s, a crash loop; stopping the server")
             return
         log.warning("%s; starting another with the same models (requests it held were answered 503)", how)
-        async with self._changing:
+        async with self.changing:
             if self.stopping:
                 return
             replacement = self.processes[index] = self._start_process(index)
@@ -227,126 +230,71 @@ class ModelProcesses:
 
     # --- answering -----------------------------------------------------------------------------------------
 
-    async def respond(self, request: Request) -> Answer:
-        if request.kind == HTTP and request.method in ("GET", "HEAD"):
-            answered_here = FRONT_ROUTES.get(request.path)
-            if answered_here == "core.metrics.scrape":
-                return await self._metrics(request)
-            if answered_here is not None:
-                return self._health(request.path)
+    async def answer(self, request: Request) -> Answer:
+        """The answer to `request`: from the front's own router for a route the front answers (or a path no
+        route takes), else from the least busy model process."""
+        if request.kind == HTTP:
+            match = routes.INDEX.match(request.method, request.path)
+            if match is None or match[0].front:
+                return await self.router.answer(request)
         try:
             index = await self.balancer.acquire()  # the least busy live process, once one has room
         except ChannelClosed:  # none will: the server stops
-            return _unavailable(request)
+            return refusal(LOST_OUTCOME, request.kind)
         try:
-            return await self.balancer.hosts[index].exchange(request)
+            return await self.balancer.ends[index].answer(request)
         except ChannelClosed:  # the process died holding it
-            return _unavailable(request)
+            return refusal(LOST_OUTCOME, request.kind)
         finally:
             self.balancer.release(index)
+
+    # --- health, as the front sees it (`routes.Health`: what its router's health and metrics routes answer) ----
+
+    @property
+    def ready(self) -> bool:
+        """Ready: loaded, not draining, and at least one process can answer."""
+        return self.answering
 
     @property
     def answering(self) -> bool:
         """Ready: loaded, not draining, and at least one process can answer."""
-        return self.ready and self.balancer.live > 0
+        return self._serving and self.balancer.live > 0
 
-    def _live(self) -> list[int]:
+    def served(self) -> dict[str, Any]:
+        """What a process said of its models (`/healthz`), with the server's own readiness and processes."""
+        return {**self._healthz, "ready": self.answering, "processes": len(self.processes),
+                "processes_live": self.balancer.live}
+
+    async def exposition(self) -> bytes:
+        """Every live process's metrics summed with the front's own (counters, histograms, in flight;
+        readiness as the least ready), plus what only the front knows (`metrics_sum`)."""
+        scrape = Request(HTTP, "GET", b"", "/monitoring/prometheus/metrics")
+        answers = await asyncio.gather(*(self.balancer.run_on(i, lambda end: end.answer(scrape))
+                                         for i in self.live()), return_exceptions=True)
+        texts = [bytes(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
+        texts.append(self.metrics.exposition())
+        return merge_expositions(texts) + front_only(self.balancer.answered, self.balancer.queued, self.restarts,
+                                                     self.balancer.live)
+
+    def live(self) -> list[int]:
         return [i for i in range(len(self.processes)) if self.balancer.is_live(i)]
 
-    async def _refresh_healthz(self) -> None:
+    async def refresh_healthz(self) -> None:
         """What /healthz says of the models (a live process's answer), kept for the front to answer with."""
-        for index in self._live()[:1]:
+        for index in self.live()[:1]:
             answer = await self.balancer.run_on(
-                index, lambda end: end.exchange(Request(HTTP, "GET", b"", "/healthz")))
+                index, lambda end: end.answer(Request(HTTP, "GET", b"", "/healthz")))
             if answer.status == 200:
                 self._healthz = json.loads(bytes(answer.body))
-
-    async def _metrics(self, request: Request) -> Answer:
-        """Every live process's metrics summed (counters, histograms, in flight; readiness as the least ready),
-        plus how many requests each process answered, restarts and live processes."""
-        answers = await asyncio.gather(*(self.balancer.run_on(i, lambda end: end.exchange(request))
-                                         for i in self._live()), return_exceptions=True)
-        texts = [bytes(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
-        texts.append(generate_latest(self._own_metrics))  # the front's own CPU and memory, summed in
-        counts = "".join(f'tfsmith_process_requests_total{{process="{i}"}} {n}\n'
-                         for i, n in enumerate(self.balancer.answered))
-        front = os.times()
-        extra = ("# HELP tfsmith_process_requests_total Requests each model process answered.\n"
-                 "# TYPE tfsmith_process_requests_total counter\n" + counts +
-                 "# HELP tfsmith_front_cpu_seconds_total CPU time of the front alone (one process, which every "
-                 "request passes through: near 1 second a second, it is what limits the server).\n"
-                 "# TYPE tfsmith_front_cpu_seconds_total counter\n"
-                 f"tfsmith_front_cpu_seconds_total {front.user + front.system}\n" +
-                 "# HELP tfsmith_model_process_queue Requests waiting for a model process with room (the balancer's one queue).\n"
-                 f"# TYPE tfsmith_model_process_queue gauge\ntfsmith_model_process_queue {self.balancer.queued}\n"
-                 "# HELP tfsmith_model_process_restarts_total Model processes that died unasked and were replaced.\n"
-                 "# TYPE tfsmith_model_process_restarts_total counter\n"
-                 f"tfsmith_model_process_restarts_total {self.restarts}\n"
-                 "# HELP tfsmith_model_processes_live Model processes answering requests now.\n"
-                 f"# TYPE tfsmith_model_processes_live gauge\ntfsmith_model_processes_live {self.balancer.live}\n")
-        return Answer(200, merge_expositions(texts) + extra.encode(), ((b"content-type", CONTENT_TYPE.encode()),))
-
-    def _health(self, path: str) -> Answer:
-        """The server's liveness, and its readiness: the processes have loaded and warmed their models, one at
-        least can answer, and the server is not draining (the answers of the routes' own handlers, `health`,
-        answered here: a process may be in a model call)."""
-        from builder.server.protocols import health, jsoncodec
-
-        handler = FRONT_ROUTES[path]
-        if handler == "protocols.health.healthz":  # what a process said of its models, with the server's own readiness
-            return Answer(200, jsoncodec.dumps({**self._healthz, "ready": self.answering,
-                                                "processes": len(self.processes),
-                                                "processes_live": self.balancer.live}), JSON)
-        status, body = health.live() if handler == "protocols.v2.live" else health.readiness(self.answering)
-        return Answer(status, body, JSON)
 
     def describe(self) -> str:
         pids = ", ".join(str(p.ready.pid if p.ready else p.process.pid) for p in self.processes)
         return f"in {len(self.processes)} model processes (pids {pids})"
 
-    # --- versions ------------------------------------------------------------------------------------------
-
-    async def _poll(self) -> None:
-        """Every poll interval (`reload.poll`): a version set on disk that differs from the one served is staged
-        in every process, then served by all at once (or by none, when one cannot load it: tried again next
-        time)."""
-
-        async def bring(source: ModelSource, wanted: tuple[int, ...]) -> None:
-            async with self._changing:
-                await self._switch(source.name, wanted)
-
-        await reload.poll(self.sources, self.config.poll_seconds, lambda name: self.active.get(name, ()), bring)
-
-    async def _switch(self, name: str, versions: tuple[int, ...]) -> None:
-        """Every live process stages `versions`, then all serve them, or none (a process that dies meanwhile
-        counts as one that could not load them; its replacement loads what is served after)."""
-        taking = [self.processes[i] for i in self._live()]
-        await asyncio.gather(*(p.end.tell(Load(name, versions)) for p in taking))
-        failures = []
-        for entry in taking:
-            try:
-                said = await entry.end.control()
-            except ChannelClosed:
-                failures.append(f"model process (pid {entry.process.pid}) stopped")
-                continue
-            if not isinstance(said, Loaded):
-                failures.append(f"model process (pid {entry.process.pid}) said {type(said).__name__}")
-            elif not said.ok or said.versions != versions:
-                failures.append(said.error or f"versions {list(said.versions)} staged")
-        commit = not failures
-        await asyncio.gather(*(p.end.tell(Activate(name, versions, commit)) for p in taking))
-        if commit:
-            self.active[name] = versions
-            await self._refresh_healthz()
-            log.info("%s: every model process serves versions %s", name, list(versions))
-        else:
-            log.warning("%s: versions %s not served: %s; still serving %s", name, list(versions), failures[0],
-                        list(self.active.get(name, ())))
-
     # --- stopping ------------------------------------------------------------------------------------------
 
     async def drain(self) -> None:
-        self.ready = False
+        self._serving = False
         await asyncio.gather(*(p.end.tell(Drain()) for p in self.processes))
 
     async def stop(self) -> None:
@@ -388,11 +336,3 @@ async def _exited(process: ModelProcess, timeout: float) -> None:
         finally:
             loop.remove_reader(process.sentinel)
     process.join(STOP_SECONDS)
-
-
-def _unavailable(request: Request) -> Answer:
-    if request.kind == HTTP:
-        from builder.server.protocols.answers import error_body
-
-        return Answer(503, error_body(LOST), JSON)
-    return Answer(14, message=LOST)  # UNAVAILABLE

@@ -11,12 +11,12 @@ before any model loads (a taken port is refused at once) and the gRPC port is ou
 so no other process can join either (`ports`).
 
 Lifecycle:
-- start: the model hosts load and warm their models; the front listens once every one is ready. A model
+- start: the models load and warm; the front listens once every one is ready. A model
   process that refuses its model hands its one-line reason to the front, which prints it and exits with
   its code (the same line one process would print).
 - SIGTERM/SIGINT: every host reports not-ready, the front keeps answering for `shutdown_delay_seconds` (load
   balancers see the readiness change; a second signal skips the wait), then stops taking connections and
-  calls, lets the requests in flight finish (up to `drain_seconds`) and stops the hosts.
+  calls, lets the requests in flight finish (up to `drain_seconds`) and stops the models.
 - A model process that dies is replaced with the same models; only the requests it held fail. Several deaths
   within a minute stop the server with status 1 and the cause (`model_processes`, `supervision`).
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from builder.measure.cores import keep_request_memory
 from builder.server.front import access_log, grpc_front, ports
 from builder.server.config import ServerConfig
+from builder.server.core.outcome import Outcome
 from builder.server.process.messages import Answer, Request
 from builder.server.front.model_processes import ModelProcesses, spawner
 
@@ -72,22 +73,23 @@ def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_lev
         raise SystemExit(status)
 
 
-# --- model hosts --------------------------------------------------------------------------------------------
+# --- where the models run ---------------------------------------------------------------------------------------
 
 
-class LocalHosts:
+class LocalModels:
     """The models in this process: one host, answering directly."""
 
     def __init__(self, config: ServerConfig) -> None:
         from builder.server.model_host import ModelHost
 
         self.host = ModelHost(config)
+        self.metrics = self.host.plane.metrics  # the front's own refusals are counted with the host's requests
         self.died = asyncio.Event()  # never set: nothing to lose
 
     async def start(self) -> None:
         await self.host.start()
 
-    async def respond(self, request: Request) -> Answer:
+    async def answer(self, request: Request) -> Answer:
         return await self.host.answer(request)
 
     def describe(self) -> str:
@@ -130,43 +132,51 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    hosts: LocalHosts | ModelProcesses = (LocalHosts(config) if layout.processes == 0
+    models: LocalModels | ModelProcesses = (LocalModels(config) if layout.processes == 0
                                           else ModelProcesses(config, layout.processes,
                                                               spawner(log_level, layout.cpus)))
     try:
-        starting = asyncio.ensure_future(hosts.start())
+        starting = asyncio.ensure_future(models.start())
         await asyncio.wait([starting, asyncio.ensure_future(asked.wait())], return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():  # asked to stop while loading
-            hosts.kill()
+            models.kill()
             starting.cancel()
             return 0
         starting.result()
     except BaseException:
-        hosts.kill()
+        models.kill()
         raise
-    respond: Callable[[Request], Awaitable[Answer]] = hosts.respond
+    answer: Callable[[Request], Awaitable[Answer]] = models.answer
     if config.access_log:  # one line per request, whichever protocol and wherever the models run
-        respond = access_log.logged(respond)
+        answer = access_log.logged(answer)
+
+    def refused(result: Outcome, method: str, path: str, client: str) -> None:
+        """A request the front refused itself (malformed, a head or body too large, a coding it does not
+        read): counted like any other, and logged when access lines are asked for."""
+        models.metrics.request("", "", "REST", result.label, 0.0)
+        if config.access_log:
+            access_log.log_refusal(result, method, path, client)
+
     tls = _tls_context(config)
-    http = HttpFront(respond, config.max_body_bytes, "https" if tls else "http", ssl=tls)
+    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
     grpc_server = None
     try:
         await http.start(sock)
         if config.grpc_port:
-            grpc_server, _ = await grpc_front.start(respond, config.host, config.grpc_port, config.max_body_bytes,
+            grpc_server, _ = await grpc_front.start(answer, config.host, config.grpc_port, config.max_body_bytes,
                                                       config.tls)
     except BaseException:
-        await hosts.stop()
+        await models.stop()
         raise
     for line in banner:
         log.info("%s", line)
     log.info("serving %s v%s from %s on http%s://%s:%d%s, models %s", config.model_name, config.version,
              config.model_path, "s" if tls else "", host, sock.getsockname()[1],
-             f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "", hosts.describe())
-    await asyncio.wait([asyncio.ensure_future(asked.wait()), asyncio.ensure_future(hosts.died.wait())],
+             f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "", models.describe())
+    await asyncio.wait([asyncio.ensure_future(asked.wait()), asyncio.ensure_future(models.died.wait())],
                        return_when=asyncio.FIRST_COMPLETED)
     status = 0 if asked.is_set() else 1
-    await hosts.drain()
+    await models.drain()
     if asked.is_set() and config.shutdown_delay_seconds > 0:
         try:
             await asyncio.wait_for(hurry.wait(), config.shutdown_delay_seconds)
@@ -176,5 +186,5 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     if grpc_server is not None:
         stopping.append(grpc_server.stop(config.drain_seconds))
     await asyncio.gather(*stopping)
-    await hosts.stop()
+    await models.stop()
     return status

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from builder.server.process.messages import (GRPC, Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
-                                     Stop, pack_answer, pack_control, pack_request, unpack_answer, unpack_control,
+from builder.server.core.outcome import outcome
+from builder.server.process.messages import (Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
+                                     Stop, pack_answer, pack_control, refusal, pack_request, unpack_answer, unpack_control,
                                      unpack_request)
 
 NOTICE = struct.Struct("<BBHIIQ")  # kind, flags, slot, sequence, meta length, body length
@@ -214,7 +215,7 @@ class _AsyncEnd:
 
 
 class FrontEnd:
-    """The front's end of one model process's channel: `exchange` sends a request into a free slot and
+    """The front's end of one model process's channel: `answer` sends a request into a free slot and
     returns the answer. The balancer (`balancer.Balancer`) keeps its requests within the slots; a call beside
     it (a metrics scrape, `Balancer.run_on`) that finds none free waits for one, never takes one a request
     was promised."""
@@ -225,7 +226,7 @@ class FrontEnd:
         self.area_fd = new_area(slots * slot_bytes)
         self.slots = Slots(self.area_fd, slots, slot_bytes)
         self._free = list(range(slots))
-        self._slot_waiters: deque[asyncio.Future[None]] = deque()  # exchanges waiting for a free slot
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()  # requests waiting for a free slot
         self._waiting: dict[int, asyncio.Future[Answer]] = {}
         self._sequence = 0
         self._end: _AsyncEnd | None = None
@@ -246,7 +247,7 @@ class FrontEnd:
             raise ChannelClosed()
         return unpack_control(CONTROL_TYPES[NoticeKind(notice.kind)], extra)
 
-    async def exchange(self, request: Request) -> Answer:
+    async def answer(self, request: Request) -> Answer:
         assert self._end is not None
         if self._end.closed:
             raise ChannelClosed()
@@ -418,7 +419,7 @@ class HostEnd:
         try:
             answer: Answer = await self._answer(request)
         except Exception:  # noqa: BLE001 - a host answers its own failures; never leave the front waiting
-            answer = Answer(500 if request.kind != GRPC else 13, b"", (), "internal error")
+            answer = refusal(outcome(500, "internal error"), request.kind)
         finally:
             self.in_flight -= 1
         meta, body = pack_answer(answer), answer.body

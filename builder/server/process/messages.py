@@ -18,7 +18,10 @@ from __future__ import annotations
 import marshal
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from builder.server.core.outcome import Outcome
 
 
 class Kind(IntEnum):
@@ -69,6 +72,17 @@ class Answer:
     body: Body = b""
     headers: Headers = ()
     message: str = ""
+
+
+JSON: Headers = ((b"content-type", b"application/json"),)
+
+
+def refusal(outcome: Outcome, kind: Kind, headers: Headers = ()) -> Answer:
+    """The answer to a request that failed (`core.outcome`): its error body and HTTP status, or its gRPC code and
+    reason; the one way a failure is written, wherever it happened (the front, a router, the channel)."""
+    if kind == GRPC:
+        return Answer(outcome.grpc, message=outcome.reason)
+    return Answer(outcome.http, outcome.body, JSON + headers)
 
 
 def pack_request(request: Request) -> bytes:

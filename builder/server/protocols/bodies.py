@@ -9,11 +9,10 @@ limited again as decoded, so that a small bomb cannot expand to gigabytes.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from builder.server.process.messages import Request
-from builder.server.protocols.tfs_json import RequestError
+from builder.server.core.call import RequestError
 
 ENCODINGS = ("identity", "gzip", "x-gzip")
 
@@ -27,17 +26,12 @@ def decoded(body: bytes, limit: int, content_encoding: str | None = None) -> byt
     return body if encoding == "identity" else gunzip_limited(body, limit)
 
 
-def reader(request: Request, body: Any, limit: int) -> Callable[[], Awaitable[Any]]:
-    """What the data plane reads a request's body with (`DataPlane.infer`): `body` as it lies, or decoded
-    from its Content-Encoding."""
+def content(request: Request, body: Any, limit: int) -> Any:
+    """A request's body as the handler reads it: as it lies, or decoded from its Content-Encoding."""
     encoding = request.header(b"content-encoding")
-
-    async def read() -> Any:
-        if encoding is None:
-            return body
-        return decoded(bytes(body), limit, encoding.decode("latin-1"))
-
-    return read
+    if encoding is None:
+        return body
+    return decoded(bytes(body), limit, encoding.decode("latin-1"))
 
 
 def gunzip_limited(data: bytes, limit: int) -> bytes:

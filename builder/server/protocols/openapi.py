@@ -15,7 +15,7 @@ from builder.server.protocols import jsoncodec
 
 from builder.server import routes
 from builder.server.process.messages import Answer, Request
-from builder.server.protocols.tfs_json import wire_shape
+from builder.wire.tensors import wire_shape
 
 if TYPE_CHECKING:
     from builder.server.routes import Context

@@ -44,7 +44,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from builder.server.protocols.tfs_json import PredictCall, RequestError, SignatureSpec, choose_signature
+from builder.model.signature import SignatureSpec
+from builder.server.core.call import RequestError, choose_signature
+from builder.server.protocols.tfs_json import TfsCall
 
 try:
     import simdjson
@@ -92,7 +94,7 @@ def skeleton(body: bytes) -> bytes:
 
 
 def read_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
-                 default: str | None = None) -> PredictCall | Left:
+                 default: str | None = None) -> TfsCall | Left:
     """A TF Serving predict body's one numeric input as an array of its dtype, or why the general path must
     decide."""
     reading = read_predict_unconfirmed(body, signatures, max_batch, default)
@@ -102,7 +104,7 @@ def read_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch
 
 
 def read_predict_unconfirmed(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
-                             default: str | None = None) -> Unconfirmed[PredictCall] | Left:
+                             default: str | None = None) -> Unconfirmed[TfsCall] | Left:
     """`read_predict` without its last pass over the text: the call, to be confirmed before it is answered."""
     if simdjson is None:
         return Left.UNREADABLE
@@ -121,7 +123,7 @@ def read_predict_unconfirmed(body: bytes, signatures: Mapping[str, SignatureSpec
 
 
 def parse_predict(body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
-                  default: str | None = None) -> PredictCall | None:
+                  default: str | None = None) -> TfsCall | None:
     """`read_predict`'s call, or None where the general path must decide."""
     call = read_predict(body, signatures, max_batch, default)
     return None if isinstance(call, Left) else call
@@ -156,7 +158,7 @@ def _exact(flat: np.ndarray) -> bool:
 
 
 def _parse(document: Any, body: bytes, signatures: Mapping[str, SignatureSpec], max_batch: int,
-           default: str | None) -> Unconfirmed[PredictCall] | None:
+           default: str | None) -> Unconfirmed[TfsCall] | None:
     try:
         if not isinstance(document, simdjson.Object):
             return None
@@ -166,7 +168,7 @@ def _parse(document: Any, body: bytes, signatures: Mapping[str, SignatureSpec], 
         envelope = {"signature_name": document["signature_name"]} if "signature_name" in keys else {}
         if not isinstance(envelope.get("signature_name", ""), str):
             return None
-        signature = choose_signature(envelope, signatures, default)
+        signature = choose_signature(envelope.get("signature_name"), signatures, default)
         numeric = numeric_input(signature)
         if numeric is None:
             return None
@@ -210,10 +212,9 @@ def _batch(flat: np.ndarray, dims: tuple[int, ...], want: np.dtype, max_batch: i
 
 
 def _call(signature: SignatureSpec, spec: Any, flat: np.ndarray, batch: int, dims: tuple[int, ...], want: np.dtype,
-          key: str) -> PredictCall:
+          key: str) -> TfsCall:
     array = flat.reshape((batch, *dims)).astype(want, copy=False)
-    return PredictCall(signature=signature.name, inputs={spec.name: array}, row_format=key == "instances",
-                       batch=batch)
+    return TfsCall(signature=signature.name, inputs={spec.name: array}, batch=batch, row_format=key == "instances")
 
 
 def _holds(flat: np.ndarray, want: np.dtype) -> bool:

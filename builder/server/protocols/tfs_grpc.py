@@ -4,7 +4,7 @@ The front listens (`grpc_front`) and hands each call's serialized message to a m
 handlers (declared in `routes`, as every REST route is) answer it through the same data plane, batcher and
 interpreters as a REST request, over our own message classes (`tfs_proto`): no generated stubs, no
 TensorFlow. Errors are raised and written by the router as gRPC status codes as TF Serving uses them
-(`answers.GRPC_CODE_OF_HTTP`): INVALID_ARGUMENT for a bad request, NOT_FOUND for an unknown model or version.
+(`core.outcome`): INVALID_ARGUMENT for a bad request, NOT_FOUND for an unknown model or version.
 Replies carry `tensor_content` (raw bytes) when the request did, else the typed value fields, so clients
 that read `float_val` directly keep working and `tf.make_ndarray` reads either.
 """
@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from builder.server.core.dataplane import Address
 from builder.server.process.messages import Answer, Request
-from builder.server.protocols.tfs_json import PREDICT_METHOD, PredictCall, RequestError, wire_shape
-from builder.server.core.repository import ServedModel, check_output_names, pick_outputs
+from builder.server.core.call import Call, RequestError, check_output_names, make_call, pick_outputs
+from builder.server.protocols.tfs_json import PREDICT_METHOD
+from builder.wire.tensors import wire_shape
+from builder.server.core.repository import ServedModel
 from builder.wire import tfs_proto as pb
 from builder.wire.predict_split import parse_predict
 from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tensor
@@ -28,12 +29,9 @@ from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tens
 if TYPE_CHECKING:
     from builder.server.routes import Context
 
-ENTRYPOINT = "GRPC"
-
-
-def _address(spec: Any) -> Address:
-    """The model a ModelSpec names (its version is a wrapped integer, set or not)."""
-    return Address(spec.name, spec.version.value if spec.HasField("version") else None, spec.version_label or None)
+def _address(spec: Any) -> tuple[str, int | None, str | None]:
+    """The model a ModelSpec names: its name, version (a wrapped integer, set or not) and label."""
+    return spec.name, spec.version.value if spec.HasField("version") else None, spec.version_label or None
 
 
 @dataclass(frozen=True)
@@ -44,10 +42,7 @@ class PredictCodec:
 
     contents: Mapping[str, Any] = field(default_factory=dict)
 
-    def size(self, body: Any) -> int:
-        return 0  # protobuf has decoded it: the tensors are views of its bytes
-
-    def decode(self, served: ServedModel, body: Any) -> tuple[PredictCall, tuple[list[str], bool]]:
+    def decode(self, served: ServedModel, body: Any) -> tuple[Call, tuple[list[str], bool]]:
         """The call, and what its reply needs: the outputs asked for, and whether every input came as raw
         `tensor_content` (decided here, where each tensor's bytes are read once: every read of a protobuf
         bytes field copies it, ~16 µs for a 600 KB image on a warm cache)."""
@@ -58,10 +53,10 @@ class PredictCodec:
         except WireError as error:
             raise RequestError(str(error)) from None
         raw = bool(read) and all(content for _, content in read.values())
-        call = served.call(signature, {name: array for name, (array, _) in read.items()})
+        call = make_call(signature, {name: array for name, (array, _) in read.items()}, served.max_request_batch)
         return call, (check_output_names(signature, list(body.output_filter)), raw)
 
-    def encode(self, served: ServedModel, call: PredictCall, wanted_raw: tuple[list[str], bool],
+    def encode(self, served: ServedModel, call: Call, wanted_raw: tuple[list[str], bool],
                outputs: Mapping[str, np.ndarray]) -> Any:
         signature = served.signatures[call.signature]
         wanted, content = wanted_raw
@@ -79,53 +74,61 @@ def _message(kind: Any, body: Any) -> Any:
         raise RequestError("malformed request message") from None
 
 
-async def predict(context: Context, request: Request) -> Answer:
-    """PredictionService.Predict: its large tensors read where they lie (`predict_split`)."""
+def read_predict(body: Any) -> tuple[str, tuple[Any, Mapping[str, Any]]]:
+    """A PredictRequest as the route table reads it: the model it names, and the message with its large
+    tensors read where they lie (`predict_split`)."""
     try:
-        message, contents = parse_predict(request.body)
+        message, contents = parse_predict(body)
     except Exception:  # noqa: BLE001 - protobuf's DecodeError: not a message of this kind
         raise RequestError("malformed request message") from None
+    return message.model_spec.name, (message, contents)
 
-    async def read() -> Any:
-        return message
 
-    reply = await context.plane.infer(ENTRYPOINT, _address(message.model_spec), read, PredictCodec(contents))
+def read_metadata(body: Any) -> tuple[str, Any]:
+    message = _message(pb.GetModelMetadataRequest, body)
+    return message.model_spec.name, message
+
+
+def read_status(body: Any) -> tuple[str, Any]:
+    message = _message(pb.GetModelStatusRequest, body)
+    return message.model_spec.name, message
+
+
+async def predict(context: Context, request: Request, read: tuple[Any, Mapping[str, Any]]) -> Answer:
+    """PredictionService.Predict: the message's tensors into a call, the call run, the outputs into a reply."""
+    message, contents = read
+    served = context.plane.resolve(*_address(message.model_spec))
+    codec = PredictCodec(contents)
+    call, kept = codec.decode(served, message)
+    reply = codec.encode(served, call, kept, await served.predict(call))
     return Answer(0, reply.SerializeToString())
 
 
-async def get_model_metadata(context: Context, request: Request) -> Answer:
+async def get_model_metadata(context: Context, request: Request, message: Any) -> Answer:
     """PredictionService.GetModelMetadata: the signatures, as TF Serving packs them."""
-    message = _message(pb.GetModelMetadataRequest, request.body)
-    plane = context.plane
-    async with plane.request(ENTRYPOINT, "metadata", message.model_spec.name):
-        address = _address(message.model_spec)
-        metadata = plane.metadata(address.name, address.version, address.label)
-        fields = list(message.metadata_field)
-        if not fields:
-            raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
-        unsupported = [f for f in fields if f != "signature_def"]
-        if unsupported:
-            raise RequestError(f"Metadata field {unsupported[0]} is not supported")
-        response = pb.GetModelMetadataResponse()
-        _spec(response.model_spec, metadata.name, metadata.version, "")
-        signature_map = signature_def_map(metadata.signatures)
-        entry = response.metadata["signature_def"]
-        entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
-        entry.value = signature_map.SerializeToString()
-        return Answer(0, response.SerializeToString())
+    metadata = context.plane.metadata(*_address(message.model_spec))
+    fields = list(message.metadata_field)
+    if not fields:
+        raise RequestError("GetModelMetadataRequest must specify at least one metadata_field")
+    unsupported = [f for f in fields if f != "signature_def"]
+    if unsupported:
+        raise RequestError(f"Metadata field {unsupported[0]} is not supported")
+    response = pb.GetModelMetadataResponse()
+    _spec(response.model_spec, metadata.name, metadata.version, "")
+    signature_map = signature_def_map(metadata.signatures)
+    entry = response.metadata["signature_def"]
+    entry.type_url = pb.TYPE_URL_PREFIX + signature_map.DESCRIPTOR.full_name
+    entry.value = signature_map.SerializeToString()
+    return Answer(0, response.SerializeToString())
 
 
-async def get_model_status(context: Context, request: Request) -> Answer:
+async def get_model_status(context: Context, request: Request, message: Any) -> Answer:
     """ModelService.GetModelStatus: every served version, or the one addressed, AVAILABLE."""
-    message = _message(pb.GetModelStatusRequest, request.body)
-    plane = context.plane
-    async with plane.request(ENTRYPOINT, "status", message.model_spec.name):
-        address = _address(message.model_spec)
-        response = pb.GetModelStatusResponse()
-        for version in plane.status(address.name, address.version, address.label):
-            status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
-            status.status.error_code = 0
-        return Answer(0, response.SerializeToString())
+    response = pb.GetModelStatusResponse()
+    for version in context.plane.status(*_address(message.model_spec)):
+        status = response.model_version_status.add(version=version, state=pb.MODEL_STATES["AVAILABLE"])
+        status.status.error_code = 0
+    return Answer(0, response.SerializeToString())
 
 
 def _spec(target: Any, name: str, version: int, signature: str) -> None:

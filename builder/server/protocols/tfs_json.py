@@ -17,52 +17,24 @@ from typing import Any
 
 import numpy as np
 
-from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec, batched
+from builder.model.signature import STRING, SignatureSpec, TensorSpec
+from builder.server.core.call import Call, RequestError, batch_of, check_shape, choose_signature
 from builder.server.protocols import jsoncodec
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 
-from builder.wire.tensors import TF_DTYPES  # noqa: E402 - the dtype table every wire format shares
+from builder.wire.tensors import TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
 
 
-class RequestError(Exception):
-    """A request the client got wrong; `status` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-#: The one tensor description (`builder.report.TensorSpec`, `None` for a dimension of any size), shared with
-#: the optimize report the server reads: a model's signature means the same thing in the report and on the
-#: wire. The wire formats (TF Serving's metadata, the v2 metadata, gRPC's TensorShapeProto) spell a dynamic
-#: dimension -1; `wire_shape` is the one place that converts.
-__all__ = ["DEFAULT_SIGNATURE", "STRING", "SignatureSpec", "TensorSpec", "batched"]
-#: How the wire formats spell a dimension of any size.
-WIRE_DYNAMIC = -1
-
-
-def internal_error_message(error: BaseException) -> str:
-    """What every protocol answers for a failure of the server's own (HTTP 500, gRPC INTERNAL)."""
-    return f"internal error: {type(error).__name__}: {error}"
-
-
-def wire_shape(spec: TensorSpec) -> list[int]:
-    """The shape as the wire formats write it: -1 for a dimension of any size."""
-    return [WIRE_DYNAMIC if d is None else d for d in spec.shape]
-
-
 @dataclass(frozen=True)
-class PredictCall:
-    """A validated predict request: arrays with the batch as leading dimension, ready for a backend."""
+class TfsCall(Call):
+    """A TF Serving predict as the data plane's call, plus how the client sent it: rows (`instances`, answered
+    as `predictions`) or columns (`inputs`, answered as `outputs`)."""
 
-    signature: str
-    inputs: Mapping[str, np.ndarray]
-    row_format: bool
-    batch: int
+    row_format: bool = False
 
 
 def parse_json(body: bytes, standard: bool = False) -> Any:
@@ -202,56 +174,8 @@ def _contains_b64(value: Any) -> bool:
     return isinstance(value, dict) and "b64" in value
 
 
-def check_shape(array: np.ndarray, spec: TensorSpec, where: str, batched: bool) -> None:
-    """Rank and fixed dimensions must match the signature (a None dimension takes any size)."""
-    expected = spec.shape if batched else spec.shape[1:]
-    if array.ndim != len(expected):
-        raise RequestError(
-            f"{where}: expected rank {len(expected)} (shape {_shape_text(expected)}), got shape {list(array.shape)}"
-        )
-    for got, want in zip(array.shape[1:] if batched else array.shape, expected[1:] if batched else expected):
-        if want is not None and got != want:
-            raise RequestError(f"{where}: expected shape {_shape_text(expected)}, got {list(array.shape)}")
-    if batched and array.shape[0] == 0:
-        raise RequestError(f"{where}: empty batch")
-
-
-def _shape_text(shape: Sequence[int | None]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def default_signature(signatures: Mapping[str, SignatureSpec], preferred: str | None = None) -> str | None:
-    """The signature a request without `signature_name` gets: `preferred` (the server's --signature-name or
-    the report's choice), else `serving_default`, else the only one; None when that leaves a choice open."""
-    if preferred:
-        return preferred if preferred in signatures else None
-    if DEFAULT_SIGNATURE in signatures:
-        return DEFAULT_SIGNATURE
-    return next(iter(signatures)) if len(signatures) == 1 else None
-
-
-def choose_signature(
-    body: Mapping[str, Any], signatures: Mapping[str, SignatureSpec], default: str | None = None
-) -> SignatureSpec:
-    """The signature the request names, or the model's default one (`default` when the server sets one)."""
-    name = body.get("signature_name")
-    if name is None or name == "":
-        if default:
-            return signatures[default]
-        if DEFAULT_SIGNATURE in signatures:
-            return signatures[DEFAULT_SIGNATURE]
-        if len(signatures) == 1:
-            return next(iter(signatures.values()))
-        raise RequestError("signature_name is required: this model has several signatures")
-    if not isinstance(name, str):
-        raise RequestError("signature_name must be a string")
-    if name not in signatures:
-        raise RequestError(f"unknown signature_name {name!r}; this model has: {', '.join(sorted(signatures))}")
-    return signatures[name]
-
-
 def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch: int = 4096,
-                  booleans: bool = True, default: str | None = None) -> PredictCall:
+                  booleans: bool = True, default: str | None = None) -> TfsCall:
     """Validate a decoded predict body against the model's signatures (TF Serving's row and columnar forms)."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object with 'instances' or 'inputs'")
@@ -261,13 +185,12 @@ def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch:
     unknown = set(body) - {"signature_name", "instances", "inputs"}
     if unknown:
         raise RequestError(f"unknown request fields: {', '.join(sorted(unknown))}")
-    signature = choose_signature(body, signatures, default)
+    signature = choose_signature(body.get("signature_name"), signatures, default)
     if has_rows:
         inputs = _parse_rows(body["instances"], signature, max_batch, booleans)
     else:
         inputs = _parse_columns(body["inputs"], signature, max_batch, booleans)
-    batch = next(iter(inputs.values())).shape[0]
-    return PredictCall(signature=signature.name, inputs=inputs, row_format=has_rows, batch=batch)
+    return TfsCall(signature=signature.name, inputs=inputs, batch=batch_of(inputs), row_format=has_rows)
 
 
 def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int, booleans: bool) -> dict[str, np.ndarray]:
@@ -275,6 +198,10 @@ def _parse_rows(instances: Any, signature: SignatureSpec, max_batch: int, boolea
         raise RequestError("'instances' must be a non-empty list")
     if len(instances) > max_batch:
         raise RequestError(f"too many instances: {len(instances)} > {max_batch}")
+    scalars = [spec.name for spec in signature.inputs if not spec.shape]
+    if scalars:  # each instance is one row of every input: a scalar has no rows to give (TF Serving: 400)
+        raise RequestError(f"input(s) {', '.join(scalars)} of this signature are scalars (shape []), which the row "
+                           "format ('instances') cannot carry; send the request in the columnar format ('inputs')")
     names = [spec.name for spec in signature.inputs]
     named = all(_is_named(row) for row in instances)
     if not named and any(_is_named(row) for row in instances):
@@ -324,11 +251,10 @@ def _parse_columns(inputs: Any, signature: SignatureSpec, max_batch: int, boolea
         where = f"inputs.{spec.name}"
         array = to_typed_array(values[spec.name], spec, where, booleans)
         check_shape(array, spec, where, batched=True)
-        if array.shape[0] > max_batch:
+        if array.ndim and array.shape[0] > max_batch:
             raise RequestError(f"{where}: batch {array.shape[0]} > {max_batch}")
         result[spec.name] = array
-    if len({a.shape[0] for a in result.values()}) > 1:
-        raise RequestError("inputs have different batch sizes")
+    batch_of(result)  # batched inputs share their first dimension
     return result
 
 
@@ -390,10 +316,3 @@ def model_metadata(name: str, version: int, signatures: Mapping[str, SignatureSp
             }
         },
     }
-
-
-def parse_version(text: str) -> int:
-    """A version path segment as TF Serving reads it: a non-negative integer, else 404-worthy."""
-    if not text.isdigit():
-        raise RequestError(f"malformed version {text!r}: versions are integers", status=404)
-    return int(text)

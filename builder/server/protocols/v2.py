@@ -1,7 +1,7 @@
 """The Open Inference Protocol (KServe v2) over REST, with the binary tensor data extension.
 
 What Triton, KServe, MLServer and their clients (`tritonclient`, the `kserve` SDK) speak (declared in `routes`):
-  GET  /v2/health/live, /v2/health/ready        liveness; readiness (loaded and warmed, not draining)
+  GET  /v2/health/live, /v2/health/ready        liveness; readiness (`health`: loaded and warmed, not draining)
   GET  /v2                                       server metadata and extensions
   GET  /v2/models/{m}[/versions/{v}]             model metadata (typed inputs/outputs)
   GET  /v2/models/{m}[/versions/{v}]/ready       model readiness
@@ -26,18 +26,19 @@ import numpy as np
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
-from builder.server.protocols.bodies import reader
-from builder.server.core.dataplane import Address, ModelMetadata, Provisional
+from builder.server.protocols.bodies import content
+from builder.server.core.dataplane import ModelMetadata
 from builder.server.process.messages import Answer, Request
-from builder.server.protocols.tfs_json import PredictCall, RequestError, may_hold_booleans, parse_json, to_typed_array, wire_shape
-from builder.server.core.repository import ServedModel, check_output_names
+from builder.server.core.call import Call, RequestError, check_output_names, make_call
+from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
+from builder.wire.tensors import wire_shape
+from builder.server.core.repository import ServedModel
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
 if TYPE_CHECKING:
     from builder.server.routes import Context
 
-ENTRYPOINT = "V2"
 HEADER_LENGTH_KEY = HEADER_LENGTH.lower().encode()
 #: numpy dtype -> v2 datatype, and each dtype's little-endian form (the wire's byte order), looked up by dtype
 #: (a dtype's name is built anew each time it is read: too slow for every request).
@@ -45,7 +46,6 @@ DATATYPE_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in DATATYPE_OF.items()}
 LITTLE_ENDIAN = {numpy: np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 LITTLE_ENDIAN_OF = {np.dtype(numpy): np.dtype(numpy).newbyteorder("<") for numpy in DATATYPES.values()}
 NATIVE_IS_LITTLE = sys.byteorder == "little"
-NOT_READY = health.NOT_READY
 TENSOR_KEYS = {"name", "shape", "datatype", "data", "parameters"}
 REQUEST_KEYS = {"id", "inputs", "outputs", "parameters"}
 
@@ -227,7 +227,7 @@ def infer_response(served: ServedModel, version: int, request: Mapping[str, Any]
 
 #: What an infer answer needs of its request: the document, the outputs in order, those sent as binary.
 Kept = tuple[Any, list[str], set[str]]
-Decoded = tuple[PredictCall, Kept]
+Decoded = tuple[Call, Kept]
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,10 @@ class InferCodec:
         length = self.header_length
         return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
 
-    def decode(self, served: ServedModel, body: bytes) -> Decoded | Provisional[Kept]:
-        """The fast path's call, provisional until its structure check agrees; else the general path's. A
-        request the fast path's document makes invalid is refused only once the check agrees (else the
-        general path's document decides, and its refusal is the one a client gets)."""
+    def decode(self, served: ServedModel, body: bytes) -> Decoded:
+        """The fast path's call once its structure check agrees; else the general path's. A request the fast
+        path's document makes invalid is refused only once the check agrees (else the general path's document
+        decides, and its refusal is the one a client gets)."""
         fast = (tensor_json.Left.PARSED if self.header_length is not None
                 else tensor_json.read_v2_unconfirmed(body, DATATYPES))
         if isinstance(fast, tensor_json.Left):
@@ -256,7 +256,7 @@ class InferCodec:
             if fast.confirmed():
                 raise
             return self._decode(served, body, tensor_json.Left.PARSED)
-        return Provisional(decoded, fast.confirmed, lambda: self._decode(served, body, tensor_json.Left.PARSED))
+        return decoded if fast.confirmed() else self._decode(served, body, tensor_json.Left.PARSED)
 
     def _decode(self, served: ServedModel, body: bytes, left: tensor_json.Left) -> Decoded:
         """The general path: the body decoded once by the decoder `left` names."""
@@ -269,9 +269,9 @@ class InferCodec:
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         check_output_names(signature, order)
-        return served.call(signature, arrays), (document, order, binary)
+        return make_call(signature, arrays, served.max_request_batch), (document, order, binary)
 
-    def encode(self, served: ServedModel, call: PredictCall, request: Kept,
+    def encode(self, served: ServedModel, call: Call, request: Kept,
                outputs: Mapping[str, np.ndarray]) -> InferAnswer:
         document, order, binary = request
         return infer_response(served, served.version, document, outputs, order, binary)
@@ -280,49 +280,33 @@ class InferCodec:
 SERVER_METADATA = {"name": "tfsmith", "version": "1", "extensions": ["binary_tensor_data"]}
 
 
-async def live(context: Context, request: Request) -> Answer:
-    """Server liveness: answering at all is the answer."""
-    async with context.plane.request(ENTRYPOINT, "live"):
-        return Answer(*health.live(), JSON_ANSWER)
-
-
-async def ready(context: Context, request: Request) -> Answer:
-    """Server readiness: loaded and warmed, not draining."""
-    async with context.plane.request(ENTRYPOINT, "ready") as outcome:
-        outcome.status, body = health.readiness(context.plane.ready)
-        return Answer(outcome.status, body, JSON_ANSWER)
-
-
 async def server_metadata(context: Context, request: Request) -> Answer:
-    async with context.plane.request(ENTRYPOINT, "metadata"):
-        return json_answer(SERVER_METADATA)
+    return json_answer(SERVER_METADATA)
 
 
 async def metadata(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
     """The model's typed inputs and outputs."""
-    plane = context.plane
-    async with plane.request(ENTRYPOINT, "metadata", name):
-        return json_answer(model_metadata(plane.metadata(name, version)))
+    return json_answer(model_metadata(context.plane.metadata(name, version)))
 
 
 async def model_ready(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
-    plane = context.plane
-    async with plane.request(ENTRYPOINT, "ready", name) as outcome:
-        if plane.model_ready(name, version):
-            return json_answer({"name": name, "ready": True})
-        outcome.status, body = health.readiness(False)
-        return Answer(outcome.status, body, JSON_ANSWER)
+    if context.plane.model_ready(name, version):
+        return json_answer({"name": name, "ready": True})
+    return health.not_ready()
 
 
 async def infer(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
     """Inference: JSON, or the binary extension (whose tensors stay where they lie: in a model process, in the
     shared memory the front wrote them to)."""
+    plane = context.plane
     length = request.header(HEADER_LENGTH_KEY)
     header_length = None if length is None else length.decode("latin-1")
     body = request.body
     if header_length is None and not isinstance(body, bytes):
         body = bytes(body)  # all of it is JSON
-    answer: InferAnswer = await context.plane.infer(ENTRYPOINT, Address(name, version),
-                                                    reader(request, body, context.config.max_body_bytes),
-                                                    InferCodec(header_length))
+    body = content(request, body, context.config.max_body_bytes)
+    served = plane.resolve(name, version)
+    codec = InferCodec(header_length)
+    call, kept = await plane.decode(codec.size(body), lambda: codec.decode(served, body))
+    answer = codec.encode(served, call, kept, await served.predict(call))
     return Answer(200, answer.body, answer.headers)
