@@ -95,18 +95,15 @@ def token_rows(rng: np.random.Generator, rows: int, seq: int = SEQ_LEN, vocab: i
 
 def vit(layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, patch: int = 16) -> Callable:
     """A ViT-B/16-shaped image classifier: `pixels` float32 [?, 224, 224, 3] -> 16x16 patches (a strided
-    Conv2D) + a class token + position embeddings -> `layers` pre-norm encoder blocks -> the class token ->
-    Dense `logits`."""
+    Conv2D) + position embeddings -> `layers` pre-norm encoder blocks -> the tokens' mean (ViT's "gap"
+    head; a class token needs a batch-sized broadcast a functional Keras model cannot trace) -> Dense `logits`."""
 
     def make(keras: Any) -> Any:
         pixels = keras.Input(IMAGE, name="pixels")
         x = keras.layers.Conv2D(hidden, patch, strides=patch, name="patches")(pixels)
         tokens = (IMAGE[0] // patch) * (IMAGE[1] // patch)
         x = keras.layers.Reshape((tokens, hidden))(x)
-        cls = keras.layers.Embedding(1, hidden, name="class_token")(keras.ops.zeros((1, 1), dtype="int32"))
-        x = keras.ops.concatenate([keras.ops.repeat(cls, keras.ops.shape(x)[0], axis=0), x], axis=1)
-        x = x + keras.layers.Embedding(tokens + 1, hidden, name="position_embedding")(
-            keras.ops.arange(tokens + 1)[None, :])
+        x = x + keras.layers.Embedding(tokens, hidden, name="position_embedding")(keras.ops.arange(tokens)[None, :])
         for i in range(layers):
             h = keras.layers.LayerNormalization(epsilon=1e-6, name=f"layer{i}_attention_norm")(x)
             x = x + keras.layers.MultiHeadAttention(heads, hidden // heads, name=f"layer{i}_attention")(h, h)
@@ -114,7 +111,7 @@ def vit(layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, p
             h = keras.layers.Dense(ffn, activation="gelu", name=f"layer{i}_ffn_in")(h)
             x = x + keras.layers.Dense(hidden, name=f"layer{i}_ffn_out")(h)
         x = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
-        logits = keras.layers.Dense(HEAD_CLASSES, name="logits")(x[:, 0, :])
+        logits = keras.layers.Dense(HEAD_CLASSES, name="logits")(keras.layers.GlobalAveragePooling1D()(x))
         return keras.Model({"pixels": pixels}, {"logits": logits}, name="vit_b16")
 
     return make
