@@ -92,7 +92,8 @@ def fit_memory(memory: Memory | None, processes: int, interpreters: int, asked: 
     if memory is None:
         return processes, interpreters, None
     if memory.usable is None:
-        return processes, interpreters, "memory: this process cannot read the memory it may use; sized by the cores alone"
+        return processes, interpreters, ("memory: this process cannot read the memory it may use; sized by the "
+                                         "cores alone")
     budget = memory.budget or 0
     each = (f"{memory.source} of {_size(memory.usable)}, {MEMORY_SHARE:.0%} of it for the model processes; the "
             f"front holds {_size(memory.front)}, one interpreter of the model {_size(memory.interpreter)}")
@@ -114,8 +115,8 @@ def fit_memory(memory: Memory | None, processes: int, interpreters: int, asked: 
         return 0, 1, (f"memory: {shape}, the least there is, needs {_size(memory.needed(0, 1))}, more than {each}; "
                       "served all the same")
     return 0, alone, (f"memory: {shape}, not {processes or 1} model process{'es' if processes > 1 else ''} of "
-                      f"{interpreters} interpreter{'s' if interpreters != 1 else ''}: that needs {_size(needed)}, this {_size(memory.needed(0, alone))}, within "
-                      f"{each}")
+                      f"{interpreters} interpreter{'s' if interpreters != 1 else ''}: that needs {_size(needed)}, "
+                      f"this {_size(memory.needed(0, alone))}, within {each}")
 
 
 @dataclass(frozen=True)
