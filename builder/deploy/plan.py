@@ -42,6 +42,12 @@ DEFAULT_MEMORY_MIB = 512
 BASE_MEMORY_MIB = 256  # interpreter + server + runtime before the model (an estimate, not a measurement)
 MODEL_MEMORY_FACTOR = 4  # the model file is mapped, plus arena/activations: a generous multiple of its size
 LIMIT_FACTOR = 2  # memory limit = 2x the request: headroom without letting one pod starve a node
+#: With the chosen runner's resident memory measured by optimize: the server's own share (its front, 92 MB
+#: serving a BERT-base; each model process's Python and runtime before the model), one model copy a core
+#: (`tfsmith serve` starts up to a model process a core, each with its own copy), and this much on top.
+FRONT_MEMORY_MIB = 128
+PROCESS_MEMORY_MIB = 128
+MEMORY_HEADROOM = 0.25
 
 
 @dataclass(frozen=True)
@@ -234,12 +240,39 @@ def parse_memory(value: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) == "Gi" else 1)
 
 
+def measured_resident(report: Report) -> int | None:
+    """The chosen runner's resident memory in bytes as optimize measured it (`resident_bytes`, on the report or
+    its capacity); None from a report that has none (older reports, or a runner that was not measured)."""
+    for holder in (report, report.capacity):
+        value = getattr(holder, "resident_bytes", None)
+        if isinstance(value, (int, float)) and value > 0:
+            return int(value)
+    return None
+
+
+def memory_request(resident_bytes: int | None, size_bytes: int, cpu_millis: int) -> tuple[int, str]:
+    """(MiB, how) a pod requests (pure). Measured: the server's share plus one copy of the model a core the pod
+    gets (the server starts up to a model process a core, each holding its own copy), MEMORY_HEADROOM on top.
+    Not measured: BASE + MODEL_MEMORY_FACTOR x the file size, said to be an estimate. Rounded up to 64 MiB."""
+    if resident_bytes is None:
+        mib = BASE_MEMORY_MIB + MODEL_MEMORY_FACTOR * math.ceil(size_bytes / 2**20)
+        how = f"memory {BASE_MEMORY_MIB}Mi + {MODEL_MEMORY_FACTOR}x model size (estimate, RSS not measured)"
+    else:
+        copies = max(1, math.ceil(cpu_millis / 1000))
+        resident = math.ceil(resident_bytes / 2**20)
+        needed = FRONT_MEMORY_MIB + copies * (PROCESS_MEMORY_MIB + resident)
+        mib = math.ceil(needed * (1 + MEMORY_HEADROOM))
+        how = (f"memory measured: the runner held {resident}Mi; {FRONT_MEMORY_MIB}Mi front + {copies} model "
+               f"process{'es' if copies != 1 else ''} x ({PROCESS_MEMORY_MIB}Mi + {resident}Mi) = {needed}Mi, "
+               f"+{MEMORY_HEADROOM:.0%} headroom")
+    return 64 * math.ceil(mib / 64), how
+
+
 def resources_from_report(report: Report, *, cpu: str | None = None, memory: str | None = None) -> Resources:
     """Requests from a `tfsmith optimize` report: CPU = the threads the chosen artifact's latency was measured
-    with (one core each), memory = BASE + MODEL_MEMORY_FACTOR x its size. Flags override either.
-
-    optimize measures latency, not RSS, so the memory figure is an estimate from the file size and says so.
-    """
+    with (one core each), memory = `memory_request`: the chosen runner's measured resident memory a model
+    process, plus headroom, or (a report without it) an estimate from the file size that says so. Flags override
+    either."""
     try:
         artifact = report.chosen_artifact
     except StopIteration:
@@ -248,12 +281,11 @@ def resources_from_report(report: Report, *, cpu: str | None = None, memory: str
     if threads < 1:
         raise InputError(f"--report: threads is {threads}; expected at least 1")
     size = artifact.size_bytes + artifact.variables_bytes
-    memory_mib = BASE_MEMORY_MIB + MODEL_MEMORY_FACTOR * math.ceil(size / 2**20)
-    memory_mib = 64 * math.ceil(memory_mib / 64)
-    source = (f"report.json: {report.chosen}, {threads} thread(s) -> {threads} CPU, the server sized to them; "
-              f"memory {BASE_MEMORY_MIB}Mi + {MODEL_MEMORY_FACTOR}x model size (estimate, RSS not measured)")
+    cpu_millis = parse_cpu(cpu) if cpu else threads * 1000
+    memory_mib, how = memory_request(measured_resident(report), size, cpu_millis)
+    source = f"report.json: {report.chosen}, {threads} thread(s) -> {threads} CPU, the server sized to them; {how}"
     return Resources(
-        cpu_millis=parse_cpu(cpu) if cpu else threads * 1000,
+        cpu_millis=cpu_millis,
         memory_mib=parse_memory(memory) if memory else memory_mib,
         source=source + ("; --cpu/--memory override" if cpu or memory else ""),
         threads=threads,

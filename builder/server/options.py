@@ -74,7 +74,8 @@ OPTIONS: tuple[ServerOption, ...] = (
                  "larger request bodies are refused with 413", group="network"),
     ServerOption("--model-processes", "processes", auto_count, None,
                  "model processes the front hands requests to, the least busy first (1: the models run in the "
-                 "front's own process); auto: sized from the cores and the model's measured call time",
+                 "front's own process); auto: sized from the cores and the model's measured call time, and never more than "
+                 "fit in the memory the server may use (each holds its own copy of the model)",
                  group="performance", shown_default="auto", aliases=("--processes",), metavar="N"),
     ServerOption("--interpreters", "workers", auto_count, None,
                  "model interpreters in each process (more than one: each on a worker thread of its own)",

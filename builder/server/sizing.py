@@ -18,6 +18,10 @@ from it (`choose`, pure):
 - batching: natural batching (`--batch-timeout-us 0`: a batch is whatever queued while the interpreter was
   busy, so an idle server adds no latency) up to `BATCH_PROBE` when a batch's call costs less per example than
   single calls beyond noise; otherwise off.
+- memory: the processes and interpreters chosen for the cores are cut to those that fit in the memory this
+  server may use (its cgroup's limit, or the machine's; `Memory`), counting what the front holds and what one
+  interpreter of the model added when it was loaded at start (each model process holds its own copy of the
+  weights); a shape the user gave is kept, with a line when it does not fit.
 - TensorFlow (a SavedModel) is not measured: its ops run on the process's own pools, sized to the cores, in
   one process.
 Anything the user gave is kept as given; only what is `auto` is chosen, and the start-up lines say which.
@@ -46,14 +50,85 @@ BATCH_PROBE = 8
 MEASURE_BUDGET_S = 2.0
 
 
+#: The share of the usable memory the server's model processes may fill: the rest is left for request and
+#: answer bodies in flight, the shared-memory channels and the kernel's own pages.
+MEMORY_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The memory this server may use (`usable` bytes, `source` saying whose figure it is; None: unknown), what
+    the front held before any model loaded (`front`) and what one interpreter of the model added (`interpreter`,
+    measured at start). A model process is counted as a front's worth of Python and runtime plus its
+    interpreters: an upper bound, as it serves no protocol itself."""
+
+    usable: int | None
+    source: str
+    front: int
+    interpreter: int
+
+    def needed(self, processes: int, interpreters: int) -> int:
+        """Bytes the server holds with `processes` model processes (0: the models in the front's own process)
+        of `interpreters` interpreters each."""
+        if processes == 0:
+            return self.front + interpreters * self.interpreter
+        return self.front + processes * (self.front + interpreters * self.interpreter)
+
+    @property
+    def budget(self) -> int | None:
+        return None if self.usable is None else int(self.usable * MEMORY_SHARE)
+
+
+def _size(value: int) -> str:
+    mib = value / (1024 * 1024)
+    return f"{mib:.0f} MiB" if mib < 1024 else f"{mib / 1024:.1f} GiB"
+
+
+def fit_memory(memory: Memory | None, processes: int, interpreters: int, asked: bool) -> tuple[int, int, str | None]:
+    """(processes, interpreters, why) cut to what fits in the memory budget (pure). Fewer model processes first
+    (down to two), then the models in the front's own process with as many interpreters as fit, up to those the
+    processes would have run; one interpreter is always kept (a model that loads is served). `asked`: the user
+    gave the shape, which is kept as given."""
+    if memory is None:
+        return processes, interpreters, None
+    if memory.usable is None:
+        return processes, interpreters, ("memory: this process cannot read the memory it may use; sized by the "
+                                         "cores alone")
+    budget = memory.budget or 0
+    each = (f"{memory.source} of {_size(memory.usable)}, {MEMORY_SHARE:.0%} of it for the model processes; the "
+            f"front holds {_size(memory.front)}, one interpreter of the model {_size(memory.interpreter)}")
+    needed = memory.needed(processes, interpreters)
+    if needed <= budget:
+        return processes, interpreters, f"memory: {_size(needed)} for this shape, within {each}"
+    if asked:
+        return processes, interpreters, (f"memory: {_size(needed)} for the shape as asked, more than {each}: "
+                                         "the kernel may stop a model process under load")
+    for fewer in range(processes - 1, 1, -1):
+        if memory.needed(fewer, interpreters) <= budget:
+            return fewer, interpreters, (f"memory: {fewer} model processes, not {processes}: {processes} would need "
+                                         f"{_size(needed)}, {fewer} need {_size(memory.needed(fewer, interpreters))}, "
+                                         f"within {each}")
+    wanted = max(1, processes) * interpreters  # as many interpreters as the processes would have run, if they fit
+    alone = next((n for n in range(wanted, 0, -1) if memory.needed(0, n) <= budget), 1)
+    shape = f"{alone} interpreter{'s' if alone != 1 else ''} in the front's own process"
+    if memory.needed(0, alone) > budget:
+        return 0, 1, (f"memory: {shape}, the least there is, needs {_size(memory.needed(0, 1))}, more than {each}; "
+                      "served all the same")
+    return 0, alone, (f"memory: {shape}, not {processes or 1} model process{'es' if processes > 1 else ''} of "
+                      f"{interpreters} interpreter{'s' if interpreters != 1 else ''}: that needs {_size(needed)}, "
+                      f"this {_size(memory.needed(0, alone))}, within {each}")
+
+
 @dataclass(frozen=True)
 class Measured:
     """The model's batch-1 call at each thread count tried, and a call of `batch` examples at one thread
-    (None: not measured, e.g. a model whose batch dimension is fixed)."""
+    (None: not measured, e.g. a model whose batch dimension is fixed); `memory`, what the server may use and
+    what the model took when it was loaded (None: not read)."""
 
     by_threads: Mapping[int, Summary]
     batch: int = 0
     batched: Summary | None = None
+    memory: Memory | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +334,10 @@ def choose(cores: Cores, measured: Measured | None, asked: Asked, tensorflow: bo
             why.append(f"processes: {fit} of one interpreter each, {fit} × {threads} thread"
                        f"{'s' if threads != 1 else ''} fill {count} cores and each process decodes and encodes its "
                        "requests under its own interpreter lock")
+    processes, interpreters, memory_why = fit_memory(measured.memory if measured else None, processes, interpreters,
+                                                     asked.processes is not None or asked.interpreters is not None)
+    if memory_why:
+        why.append(memory_why)
     if asked.max_batch is not None:
         max_batch = asked.max_batch
         if max_batch > 1:
@@ -294,34 +373,65 @@ def measure_model(runtime: str, model_path: Path, samples_path: Path | None, sig
     from builder.measure import stats
 
     try:
-        samples = _time_calls(runtime, model_path, samples_path, signature_name, cores, budget_s)
+        timed = _time_calls(runtime, model_path, samples_path, signature_name, cores, budget_s)
     except Exception as error:  # noqa: BLE001 - sizing never stops a server from starting
         log.info("sizing: the model could not be timed (%s: %s); sizing by the cores alone",
                  type(error).__name__, str(error).splitlines()[0] if str(error) else "")
         return None
     finally:
         release_free_memory()  # the timed interpreters' packed weights, before the server's own load
+    samples, memory = timed
     by_threads = {int(name.split("=")[1]): stats.summarize(times) for name, times in samples.items()
                   if name.startswith("threads=")}
     batched_summary = stats.summarize(samples["batch"]) if "batch" in samples else None
-    return Measured(by_threads, BATCH_PROBE if batched_summary else 0, batched_summary)
+    return Measured(by_threads, BATCH_PROBE if batched_summary else 0, batched_summary, memory)
+
+
+def usable_memory(root: Path = Path("/")) -> tuple[int | None, str]:
+    """(bytes this process may use, whose figure it is): its cgroup's memory limit (v2 `memory.max`, v1
+    `memory.limit_in_bytes`, the tightest level), else the machine's MemTotal. Standard library only, like
+    `measure.cores` (a serving image has no archspec for `builder.hardware`, which reads the same files)."""
+    from builder.measure.cores import _cgroup_dirs, _read
+
+    limits: list[int] = []
+    for directory in _cgroup_dirs(root, None):
+        text = _read(directory / "memory.max")
+        if text and text.isdigit():
+            limits.append(int(text))
+    for directory in _cgroup_dirs(root, "memory"):
+        text = _read(directory / "memory.limit_in_bytes")
+        if text and text.isdigit() and int(text) < 2**62:
+            limits.append(int(text))
+    total = next((int(line.split()[1]) * 1024 for line in (_read(root / "proc/meminfo") or "").splitlines()
+                  if line.startswith("MemTotal:")), None)
+    if limits and (total is None or min(limits) < total):
+        return min(limits), "a cgroup memory limit"
+    return total, "the machine's memory"
 
 
 def _time_calls(runtime: str, model_path: Path, samples_path: Path | None, signature_name: str | None,
-                cores: int, budget_s: float) -> dict[str, list[float]]:
-    """Each runner's call times; the interpreters made here are gone once it returns."""
+                cores: int, budget_s: float) -> tuple[dict[str, list[float]], Memory | None]:
+    """Each runner's call times, and the memory the first interpreter took (loaded and called once, so its
+    packed weights are counted); the interpreters made here are gone once it returns."""
     from builder.measure import loop
+    from builder.measure.memory import rss_bytes
     from builder.model.create import create_backend
     from builder.model.inputs import example_inputs
     from builder.model.signature import DEFAULT_SIGNATURE, batched
 
-    backends = {t: create_backend(runtime, model_path, t) for t in thread_counts(cores)}
-    first = backends[1]
+    before = rss_bytes()
+    first = create_backend(runtime, model_path, 1)
     signature = first.signatures.get(signature_name or DEFAULT_SIGNATURE) or next(iter(first.signatures.values()))
     single = example_inputs(signature, samples_path)
+    first.predict(signature.name, single)
+    after = rss_bytes()
+    memory = None
+    if before is not None and after is not None:
+        memory = Memory(*usable_memory(), front=before, interpreter=max(0, after - before))
+    backends = {t: first if t == 1 else create_backend(runtime, model_path, t) for t in thread_counts(cores)}
     runners: dict[str, Any] = {f"threads={t}": (lambda b=backend: b.predict(signature.name, single))
                                for t, backend in backends.items()}
     if signature.inputs and all(batched(spec) for spec in signature.inputs):
         several = example_inputs(signature, samples_path, BATCH_PROBE)
         runners["batch"] = lambda: first.predict(signature.name, several)
-    return loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0]
+    return loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0], memory
