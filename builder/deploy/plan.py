@@ -241,13 +241,11 @@ def parse_memory(value: str) -> int:
 
 
 def measured_resident(report: Report) -> int | None:
-    """The chosen runner's resident memory in bytes as optimize measured it (`resident_bytes`, on the report or
-    its capacity); None from a report that has none (older reports, or a runner that was not measured)."""
-    for holder in (report, report.capacity):
-        value = getattr(holder, "resident_bytes", None)
-        if isinstance(value, (int, float)) and value > 0:
-            return int(value)
-    return None
+    """What opening the chosen artifact on its runtime added to optimize's resident memory (report.json
+    `memory.chosen_runner_bytes`: the model's own share of a serving process); None from a report that has none
+    (older reports, or a choice that was not measured on this host)."""
+    value = report.memory.chosen_runner_bytes if report.memory is not None else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def memory_request(resident_bytes: int | None, size_bytes: int, cpu_millis: int) -> tuple[int, str]:

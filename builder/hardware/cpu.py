@@ -155,32 +155,7 @@ def tf_features(arch: str, flags: frozenset[str]) -> tuple[tuple[str, bool], ...
 from builder.measure.cores import _cgroup_dirs, _read, cgroup_cpu_limit, usable_cpus  # noqa: E402,F401
 
 
-def cgroup_memory_limit(root: Path = Path("/")) -> int | None:
-    """Bytes allowed by cgroup memory limits (v2 memory.max, v1 limit_in_bytes), tightest; None if none."""
-    limits: list[int] = []
-    for directory in _cgroup_dirs(root, None):
-        text = _read(directory / "memory.max")
-        if text and text != "max":
-            limits.append(int(text))
-    for directory in _cgroup_dirs(root, "memory"):
-        text = _read(directory / "memory.limit_in_bytes")
-        if text and int(text) < UNLIMITED:
-            limits.append(int(text))
-    return min(limits) if limits else None
-
-
-def mem_total(root: Path = Path("/")) -> int | None:
-    """MemTotal from /proc/meminfo, in bytes."""
-    for line in (_read(root / "proc/meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def usable_memory(total: int | None, limit: int | None) -> int | None:
-    if total is None:
-        return limit
-    return min(total, limit) if limit is not None else total
+from builder.measure.memory import cgroup_memory_limit, mem_total, usable_memory  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------------------------------- facts

@@ -131,3 +131,40 @@ def parse_size(text: str) -> int:
     if not found or unit not in _UNITS:
         raise ValueError(f"{text!r} is not a size (e.g. 8G, 7.5GB, 512Mi)")
     return int(float(found.group(1)) * _UNITS[unit])
+
+
+# --- what the process may use (cgroup-aware; standard library only: serving images size the server with it) ----
+
+
+def cgroup_memory_limit(root: Path = Path("/")) -> int | None:
+    """Bytes allowed by this process's cgroup memory limits (v2 `memory.max`, v1 `memory.limit_in_bytes`), the
+    tightest level of the hierarchy; None where there is none."""
+    from builder.measure.cores import _cgroup_dirs, _read
+
+    limits: list[int] = []
+    for directory in _cgroup_dirs(root, None):
+        text = _read(directory / "memory.max")
+        if text and text.isdigit():
+            limits.append(int(text))
+    for directory in _cgroup_dirs(root, "memory"):
+        text = _read(directory / "memory.limit_in_bytes")
+        if text and text.isdigit() and int(text) < 2**62:
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def mem_total(root: Path = Path("/")) -> int | None:
+    """MemTotal from /proc/meminfo, in bytes."""
+    from builder.measure.cores import _read
+
+    for line in (_read(root / "proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def usable_memory(total: int | None, limit: int | None) -> int | None:
+    """The tighter of the machine's memory and the cgroup's limit (either may be unknown)."""
+    if total is None:
+        return limit
+    return min(total, limit) if limit is not None else total

@@ -256,7 +256,7 @@ def make_plan(options: Options, say: Say) -> Plan:
 def memory_budget(options: Options) -> Budget:
     """The run's memory budget: --memory where given (never more than the host or its cgroup allows), else
     what they allow."""
-    from builder.hardware.cpu import cgroup_memory_limit, mem_total, usable_memory
+    from builder.measure.memory import cgroup_memory_limit, mem_total, usable_memory
 
     usable = usable_memory(mem_total(), cgroup_memory_limit())
     limit = min(v for v in (options.memory, usable) if v is not None) if (options.memory or usable) else None

@@ -388,24 +388,13 @@ def measure_model(runtime: str, model_path: Path, samples_path: Path | None, sig
 
 
 def usable_memory(root: Path = Path("/")) -> tuple[int | None, str]:
-    """(bytes this process may use, whose figure it is): its cgroup's memory limit (v2 `memory.max`, v1
-    `memory.limit_in_bytes`, the tightest level), else the machine's MemTotal. Standard library only, like
-    `measure.cores` (a serving image has no archspec for `builder.hardware`, which reads the same files)."""
-    from builder.measure.cores import _cgroup_dirs, _read
+    """(bytes this process may use, whose figure it is): its cgroup's memory limit (the tightest level), else the
+    machine's MemTotal (`builder.measure.memory`, the same reader `tfsmith detect` and optimize use)."""
+    from builder.measure.memory import cgroup_memory_limit, mem_total
 
-    limits: list[int] = []
-    for directory in _cgroup_dirs(root, None):
-        text = _read(directory / "memory.max")
-        if text and text.isdigit():
-            limits.append(int(text))
-    for directory in _cgroup_dirs(root, "memory"):
-        text = _read(directory / "memory.limit_in_bytes")
-        if text and text.isdigit() and int(text) < 2**62:
-            limits.append(int(text))
-    total = next((int(line.split()[1]) * 1024 for line in (_read(root / "proc/meminfo") or "").splitlines()
-                  if line.startswith("MemTotal:")), None)
-    if limits and (total is None or min(limits) < total):
-        return min(limits), "a cgroup memory limit"
+    limit, total = cgroup_memory_limit(root), mem_total(root)
+    if limit is not None and (total is None or limit < total):
+        return limit, "a cgroup memory limit"
     return total, "the machine's memory"
 
 

@@ -3,20 +3,19 @@ the old estimate from the file size, said to be one, when the report has no meas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from builder.deploy import plan
-from builder.report import Report
+from builder.report import MemoryUse, Report
 from tests.report_fixture import make_report
 
 MIB = 2**20
 
 
-@dataclass(frozen=True)
-class MeasuredReport(Report):
-    """A report as optimize writes it once it records the chosen runner's resident memory."""
-
-    resident_bytes: int | None = None
+def with_resident(report: Report, resident: int) -> Report:
+    """The report as optimize writes it where it measured the chosen runner's resident memory."""
+    return replace(report, memory=MemoryUse(budget_bytes=8 * 1024 * MIB, peak_bytes=3 * 1024 * MIB,
+                                            chosen_runner_bytes=resident))
 
 
 def base_report() -> Report:
@@ -47,10 +46,10 @@ def test_without_a_measurement_the_estimate_says_so() -> None:
 def test_a_report_with_resident_memory_is_sized_by_it() -> None:
     report = base_report()
     estimated = plan.resources_from_report(report)
-    measured = plan.resources_from_report(MeasuredReport(**vars(report), resident_bytes=171 * MIB))
+    measured = plan.resources_from_report(with_resident(report, 171 * MIB))
     assert plan.measured_resident(report) is None and "estimate" in estimated.source
     assert estimated.memory_mib == 704  # 256 + 4 x 105 = 676, rounded up to 64
     assert measured.memory_mib == plan.memory_request(171 * MIB, 105 * MIB, 2000)[0] == 960  # (128 + 2 x 299) x 1.25
     assert "measured" in measured.source and measured.memory_limit_mib == 2 * measured.memory_mib
-    assert plan.resources_from_report(MeasuredReport(**vars(report), resident_bytes=171 * MIB),
+    assert plan.resources_from_report(with_resident(report, 171 * MIB),
                                       memory="2Gi").memory_mib == 2048  # the flag still wins
