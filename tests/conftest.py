@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _split_scope(self, nodeid: str) -> str:
             path, _, name = nodeid.partition("::")
             return unit_of(path, name)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """A worker still busy (xdist sends a worker more before it runs dry: it needs the next test to
+            know what to tear down) gets the last unit queued, a short one, as its lookahead; the next long unit
+            waits for whichever worker frees first instead of queueing behind a long unit of one test."""
+            if self._pending_of(self.assigned_work.get(node, {})) > 0 and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
 
     return UnitScheduling(config, log)
 
