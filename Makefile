@@ -120,12 +120,14 @@ build: engine
 	echo "  optimized model   $(BUILD_OUT)/optimized (report.md, report.json, plot)"; \
 	echo "  serving image     docker images 'tfsmith/serve-*'"
 
-# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them (its module
-# fixtures made once); what several files prepare alike is prepared under a lock (tests/locks.py). TEST_WORKERS=0
-# runs it in this one process.
+# The suite runs in TEST_WORKERS processes (pytest-xdist). A unit — a test file, or a group of its tests that alone
+# need one image (tests/conftest.py: GROUPS) — runs whole in one of them, so its module fixtures are made once;
+# units go out longest first (FIRST), to whichever worker is free. What several units prepare alike is prepared
+# once per run under a lock (tests/locks.py). At the end: the 30 slowest tests, each worker's busy time and the
+# units that took longest. TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
 test: engine
-	@set +e; $(PY) -m pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) \
+	@set +e; $(PY) -m pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder) \
 		--durations=30; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 

@@ -1,8 +1,11 @@
-"""Suite-wide fixtures: where recorded facts live, and how tests reach the CLI."""
+"""Suite-wide fixtures: where recorded facts live, how tests reach the CLI, and how the run is split across
+worker processes (and says where its time went)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,20 +23,112 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-#: Test files started first: the longest (an arm64 image built and smoke-tested under emulation, the zoo served
-#: and packaged), so that with two workers (`make test`) neither is left running alone at the end.
-FIRST = ("tests/engine/test_package_arm64.py", "tests/e2e/test_zoo_serving.py")
+#: Work units started first, longest first (on a machine that has never built an image): the arm64 base made
+#: under emulation and the guard proofs on it, the zoo served and packaged, the arm64 TensorFlow image and the
+#: serving image FROM it, the arm64 LiteRT image, the arm64 `tfsmith build`, the wheel install. A unit is a test
+#: file, or a group of tests sharing one image (`GROUPS`), so the arm64 work spreads over both workers of
+#: `make test` instead of waiting behind one file; whichever worker is free takes the next unit. (With plain
+#: `--dist loadfile`, pytest-xdist hands files out most-tests-first, whatever this order says.)
+FIRST = (
+    "tests/engine/test_arm64.py",
+    "tests/e2e/test_zoo_serving.py",
+    "arm64-tensorflow-serving",
+    "arm64-litert-serving",
+    "arm64-cli-build",
+    "tests/e2e/test_wheel_install.py",
+    "tests/engine/test_package_tensorflow.py",
+    "tests/engine/test_multiarch.py",
+)
 #: Started after the rest of tests/e2e and tests/engine: they read the zoo runs test_zoo_serving makes (a worker
 #: asking for one while the other makes it waits on its lock), and the unit tests fill in behind them.
 LATE = ("tests/e2e/test_zoo.py", "tests/e2e/test_optimize_zoo.py")
+#: Tests taken out of their file's unit into a unit of their own: (file, test name prefix) -> unit. Each names
+#: one image (or chain of images) its tests alone need, so the slow emulated builds do not queue in one worker.
+GROUPS = {
+    ("tests/engine/test_arm64.py", "test_cli_builds_"): "arm64-cli-build",
+    ("tests/engine/test_package_arm64.py", "test_an_arm64_litert_"): "arm64-litert-serving",
+    ("tests/engine/test_package_arm64.py", "test_an_arm64_serving_"): "arm64-tensorflow-serving",
+}
+
+
+def _path(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).relative_to(REPO).as_posix()
+
+
+def unit_of(path: str, name: str) -> str:
+    """The work unit a test belongs to: its file, unless `GROUPS` gives it one of its own."""
+    for (file, prefix), unit in GROUPS.items():
+        if path == file and name.startswith(prefix):
+            return unit
+    return path
+
+
+def rank(unit: str) -> tuple[int, int]:
+    """Where a unit goes in the run: FIRST in its order, the other end-to-end and engine files, LATE, unit tests."""
+    if unit in FIRST:
+        return (0, FIRST.index(unit))
+    return (3, 0) if unit.startswith("tests/unit/") else (2, 0) if unit in LATE else (1, 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The run's order (pytest-xdist hands out files in it): FIRST, the other end-to-end and engine files as
-    collected, LATE, then tests/unit. Within a file, the order is the file's own."""
+    """The run's order (the scheduler below hands out units in it): by `rank`, each file's own order within."""
+    items.sort(key=lambda item: rank(unit_of(_path(item), item.name)))  # stable
 
-    def rank(item: pytest.Item) -> int:
-        path = Path(str(item.fspath)).relative_to(REPO).as_posix()
-        return 0 if path in FIRST else 3 if path.startswith("tests/unit/") else 2 if path in LATE else 1
 
-    items.sort(key=rank)  # stable: everything else keeps its collected order
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With `--dist loadscope`, a unit (`unit_of`) is what one worker runs whole: a file, or a group of its tests
+    sharing an image. (pytest-xdist's own `xdist_group` marks no longer reach its scheduler under pytest 9, which
+    keeps node ids where xdist's worker no longer rewrites them.) `make test` adds `--no-loadscope-reorder`, so
+    units go out in the collected order above rather than most-tests-first."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            return unit_of(path, name)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """A worker still busy (xdist sends a worker more before it runs dry: it needs the next test to
+            know what to tear down) gets the last unit queued, a short one, as its lookahead; the next long unit
+            waits for whichever worker frees first instead of queueing behind a long unit of one test."""
+            if self._pending_of(self.assigned_work.get(node, {})) > 0 and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
+
+    return UnitScheduling(config, log)
+
+
+# --- where the time went --------------------------------------------------------------------------------
+_SPENT: dict[str, float] = defaultdict(float)  # unit -> seconds (setup + call + teardown)
+_WORKER: dict[str, float] = defaultdict(float)  # worker -> seconds
+_UNIT_WORKER: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its unit and worker (in the controller when xdist runs the suite)."""
+    path, _, name = report.nodeid.partition("::")
+    unit = unit_of(path, name)
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    worker_id = worker.id if worker is not None else "main"
+    _SPENT[unit] += report.duration
+    _WORKER[worker_id] += report.duration
+    _UNIT_WORKER[unit] = worker_id
+
+
+def time_summary(spent: dict[str, float], workers: dict[str, float], where: dict[str, str], top: int = 15) -> list[str]:
+    """The lines `make test` ends with: each worker's busy time, then the units that took longest."""
+    lines = ["each worker's time in tests: " + ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(workers.items()))]
+    for unit, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"{seconds:8.1f}s  {where.get(unit, '?'):>4}  {unit}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SPENT or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.section("where the time went (setup + call + teardown, by file or image group)")
+    for line in time_summary(_SPENT, _WORKER, _UNIT_WORKER):
+        terminalreporter.write_line(line)

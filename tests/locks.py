@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCKS = Path(tempfile.gettempdir()) / "tfsmith-test-locks"
+def _engine_key(host: str) -> str:
+    """A folder name for the engine DOCKER_HOST names ("" for the default socket): what one engine holds is
+    prepared once for it, and two engines on one machine (a second one to measure a cold run) do not wait on
+    each other."""
+    return "".join(c if c.isalnum() else "-" for c in host).strip("-")
+
+
+_KEY = _engine_key(os.environ.get("DOCKER_HOST", ""))
+LOCKS = Path(tempfile.gettempdir()) / ("tfsmith-test-locks" + (f"-{_KEY}" if _KEY else ""))
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -83,9 +83,19 @@ def ensure_programs(needed: Iterable[Requirement], say: Say = _quiet) -> None:
             raise EngineUnavailable(f"installed {' '.join(packages)} but still missing: {', '.join(still)}")
 
 
+def engine_socket(env: Mapping[str, str] = os.environ) -> Path | None:
+    """The unix socket the engine is reached on: DOCKER_HOST's when it names one (`unix:///path`), the default
+    socket when DOCKER_HOST is unset; None for an engine elsewhere (tcp://, ssh://), which only its CLI can ask."""
+    host = env.get("DOCKER_HOST", "")
+    if not host:
+        return DOCKER_SOCKET
+    return Path(host.removeprefix("unix://")) if host.startswith("unix://") else None
+
+
 def engine_answers(docker_cli: str = "docker") -> bool:
-    """True when a daemon answers on the default socket (checked with the CLI, a few ms)."""
-    if not DOCKER_SOCKET.exists() or shutil.which(docker_cli) is None:
+    """True when a daemon answers where the CLI looks (DOCKER_HOST or the default socket; a few ms)."""
+    socket = engine_socket()
+    if (socket is not None and not socket.exists()) or shutil.which(docker_cli) is None:
         return False
     probe = subprocess.run(
         [docker_cli, "version", "--format", "{{.Server.Version}}"],
@@ -129,9 +139,15 @@ def _apt_update() -> None:
 
 
 def ensure_engine(say: Say = _quiet, wait_s: float = 60.0) -> None:
-    """Make sure a Docker daemon answers on /var/run/docker.sock, starting (and installing) one if needed."""
+    """Make sure a Docker daemon answers on /var/run/docker.sock (or DOCKER_HOST), starting (and installing) one
+    on the default socket if needed. An engine DOCKER_HOST names is the user's: it is used, never started."""
     if engine_answers():
         return
+    if os.environ.get("DOCKER_HOST"):
+        raise EngineUnavailable(
+            f"no Docker engine answers at DOCKER_HOST={os.environ['DOCKER_HOST']}; start that engine, or unset "
+            "DOCKER_HOST to have one started on the default socket"
+        )
     ensure_programs((ENGINE, BUILDKIT_CLI), say)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     log_path = STATE_DIR / "dockerd.log"

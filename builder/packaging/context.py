@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -126,14 +127,61 @@ def link_wheels(wheels: Path | None, dest: Path) -> None:
 
 def render_server_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None) -> Path:
     """The build context of an image that runs tfsmith's server (kinds litert and tensorflow):
-    Dockerfile, app/ (the server), model/ (the model, report, samples), wheels/."""
+    Dockerfile, app/ (the server), model/ (the model, report, samples), wheels/; for a slim image of another
+    CPU family than this machine's, site-packages/ instead of wheels/ (`install_on_host`)."""
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "Dockerfile").write_text(render_dockerfile(plan))
+    on_host = plan.kind in TEMPLATES and wheels is not None and foreign(plan.platform)
+    compiled = False
+    if on_host:
+        assert wheels is not None
+        compiled = install_on_host(plan.requirements, wheels, plan.python_version, plan.arch, dest / "site-packages")
+    (dest / "Dockerfile").write_text(render_dockerfile(plan, site_packages=on_host, compile_site_packages=not compiled))
     copy_server_code(dest / "app")
     copy_model(plan, artifact, dest / "model")
-    link_wheels(wheels, dest / "wheels")
+    link_wheels(None if on_host else wheels, dest / "wheels")
     (dest / ".dockerignore").write_text("**/__pycache__\n")
     return dest
+
+
+def foreign(platform: str, machine: str | None = None) -> bool:
+    """Whether an image for `platform` (linux/arm64) would run under emulation on this machine."""
+    machine = machine or os.uname().machine
+    native = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
+    return native.get(machine) != platform
+
+
+def install_argv(requirements: tuple[str, ...], wheels: Path, python_version: str, arch: str, dest: Path) -> list[str]:
+    """This machine's pip installing `requirements` for another CPU family from the downloaded wheels only:
+    binary wheels for that platform and Python, no index, no scripts' compiled bytecode (the image's Python is
+    not this one)."""
+    arch = "aarch64" if arch == "arm64" else arch
+    argv = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
+            "--only-binary=:all:", "--no-compile", "--python-version", python_version, "--implementation", "cp",
+            "--abi", f"cp{python_version.replace('.', '')}", "--abi", "abi3", "--abi", "none"]
+    for platform in MANYLINUX:
+        argv += ["--platform", f"{platform}_{arch}"]
+    return [*argv, "--target", str(dest), *requirements]
+
+
+def install_on_host(requirements: tuple[str, ...], wheels: Path, python_version: str, arch: str, dest: Path) -> bool:
+    """The server's packages installed into `dest` (a site-packages folder) by this machine's pip for the image's
+    platform, so an image for another CPU family is assembled by COPY: under emulation pip would take minutes to
+    unpack the same wheels. Console scripts are dropped (their first line names this machine's Python). When
+    this Python is the image's version, the bytecode is compiled here too (hash-checked, so it stays valid
+    whatever times COPY gives the files); True then, False when the image must compile it."""
+    done = subprocess.run(install_argv(requirements, wheels, python_version, arch, dest), capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or done.stderr.splitlines()
+        raise TfsmithError(f"could not install the server's wheels for {arch}: {(lines or ['pip failed'])[0]}")
+    shutil.rmtree(dest / "bin", ignore_errors=True)
+    if f"{sys.version_info.major}.{sys.version_info.minor}" != python_version:
+        return False
+    import compileall
+
+    # as pip does when it installs: a file that does not compile (a package's own test data) is left as it is
+    compileall.compile_dir(dest, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    return True
 
 
 WHEEL_CACHE = Path.home() / ".cache" / "tfsmith" / "serve-wheels"

@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from builder.engine.docker import DockerEngine
+from tests.locks import one_at_a_time
 from tests.tf_image import TFSMITH, ensure_tf_image
+from tests.zoo_runs import shared_root
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(os.uname().machine != "x86_64", reason="emulates arm64 on an x86 machine")]
@@ -33,23 +35,27 @@ LITERT_TAG = "tfsmith-test-serve/digits:litert-arm64-neoverse-v1"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def arm64_tf_image(arm64_base_image: str) -> str:
     return ensure_tf_image(arm64_base_image, target="neoverse_n1", arch="aarch64")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def optimized(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example model optimized for neoverse_n1 (float only): one optimize --out folder for both images."""
-    work = tmp_path_factory.mktemp("arm64-example")
-    recipe = work / "float-only.toml"
-    recipe.write_text("[quantization]\nmodes = []\n", encoding="utf-8")
-    for argv in (["example", "--out", str(work / "example")],
-                 ["optimize", str(work / "example" / "digits_cnn.keras"), "--data",
-                  str(work / "example" / "digits.npz"), "--recipe", str(recipe), "--target", "neoverse_n1",
-                  "--out", str(work / "optimized")]):
-        done = subprocess.run([str(TFSMITH), *argv], capture_output=True, text=True, timeout=900, env=ENV)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    """The example model optimized for neoverse_n1 (float only): one optimize --out folder for both images, made
+    once per run in the run's shared folder (the two tests run in different workers, see tests/conftest.py)."""
+    root = shared_root(tmp_path_factory)
+    work = root / "arm64-example"
+    with one_at_a_time("arm64-example", root / "locks"):
+        if not (work / "optimized").is_dir():
+            recipe = root / "arm64-float-only.toml"
+            recipe.write_text("[quantization]\nmodes = []\n", encoding="utf-8")
+            for argv in (["example", "--out", str(work / "example")],
+                         ["optimize", str(work / "example" / "digits_cnn.keras"), "--data",
+                          str(work / "example" / "digits.npz"), "--recipe", str(recipe), "--target", "neoverse_n1",
+                          "--out", str(work / "optimized")]):
+                done = subprocess.run([str(TFSMITH), *argv], capture_output=True, text=True, timeout=900, env=ENV)
+                assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return work / "optimized"
 
 

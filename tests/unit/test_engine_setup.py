@@ -8,6 +8,7 @@ not started.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -124,4 +125,20 @@ def test_without_root_it_says_what_to_install(machine: _Machine, monkeypatch: py
 def test_an_engine_that_answers_needs_no_install(machine: _Machine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local, "engine_answers", lambda docker_cli="docker": True)
     local.ensure_engine()
+    assert machine.apt == []
+
+
+def test_the_engine_socket_follows_docker_host() -> None:
+    assert local.engine_socket({}) == local.DOCKER_SOCKET
+    assert local.engine_socket({"DOCKER_HOST": "unix:///run/other.sock"}) == Path("/run/other.sock")
+    assert local.engine_socket({"DOCKER_HOST": "tcp://10.0.0.2:2375"}) is None
+
+
+def test_an_engine_docker_host_names_is_never_started_in_its_place(
+    machine: _Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/absent.sock")
+    monkeypatch.setattr(local, "engine_answers", lambda docker_cli="docker": False)
+    with pytest.raises(EngineUnavailable, match=r"^no Docker engine answers at DOCKER_HOST=unix:///run/absent.sock"):
+        local.ensure_engine()
     assert machine.apt == []

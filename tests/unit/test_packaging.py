@@ -239,3 +239,38 @@ def test_server_code_copied_into_images_has_every_tfsmith_module_it_imports(tmp_
                 continue
             missing.update(name for name in names if name not in copied)
     assert "builder.server.routes" in copied and not missing
+
+
+class _ArmTarget(_Target):
+    name = "neoverse_v1"
+    arch = "aarch64"
+    features = frozenset({"asimd", "sve"})
+    copts = ("-mcpu=neoverse-v1",)
+
+
+def test_a_slim_image_for_another_cpu_family_copies_site_packages_in(tmp_path: Path) -> None:
+    """Assembled by COPY (the building machine's pip installed the wheels for the image's platform): no pip and
+    nothing from the wheels runs in the image's build, which would be under emulation."""
+    plan = plan_package(_artifact(tmp_path), PackageOptions(), kind="litert", base=SLIM, target=_ArmTarget(),
+                        requirements=("numpy==2",))
+    assert plan.platform == "linux/arm64"
+    text = render_dockerfile(plan, site_packages=True, compile_site_packages=False)
+    assert "RUN python3 -m venv --without-pip /opt/venv\n" in text
+    assert "COPY site-packages/ /opt/venv/lib/python3.11/site-packages/\n" in text
+    assert "pip install" not in text and "--mount" not in text and "compileall -q /opt/venv" not in text
+    recompiled = render_dockerfile(plan, site_packages=True, compile_site_packages=True)
+    assert "compileall -q /opt/venv/lib/python3.11/site-packages" in recompiled
+    assert "pip install" in render_dockerfile(plan)  # the same plan built natively: pip in the image
+
+
+def test_the_host_pip_installs_only_the_targets_binary_wheels(tmp_path: Path) -> None:
+    from builder.packaging.context import foreign, install_argv
+
+    argv = install_argv(("numpy==2",), tmp_path / "wheels", "3.11", "arm64", tmp_path / "site")
+    assert argv[-3:] == ["--target", str(tmp_path / "site"), "numpy==2"]
+    assert {"--no-index", "--only-binary=:all:", "--no-compile"} <= set(argv)
+    platforms = [argv[i + 1] for i, word in enumerate(argv) if word == "--platform"]
+    assert platforms and all(p.endswith("_aarch64") for p in platforms)
+    assert argv[argv.index("--python-version") + 1] == "3.11" and "cp311" in argv
+    assert foreign("linux/arm64", "x86_64") and not foreign("linux/amd64", "x86_64")
+    assert not foreign("linux/arm64", "aarch64") and foreign("linux/amd64", "aarch64")
