@@ -574,7 +574,7 @@ def measure_step(run: Run, made: Made) -> Made:
                                      if k in runners and k in timing}, runners, plan, share, say)
         best_so_far = _best_so_far(candidates, results, latencies, contract, named) or best_so_far
         if n + 1 < len(groups):  # close this group's runners but the best so far's: the next group takes it over
-            kept = runners.get(cands.key(best_so_far[1].artifact, best_so_far[1].runtime, _own(best_so_far[1], contract))) \
+            kept = runners.get(cands.key(best_so_far[1].artifact, best_so_far[1].runtime, _own(best_so_far[1]))) \
                 if best_so_far is not None else None
             runners.clear()
             opened.clear()
@@ -648,16 +648,14 @@ def race_groups(results: list[ArtifactResult], staging: Path, contract: ModelCon
     return groups
 
 
-def _own(candidate: Candidate, contract: ModelContract) -> str:
+def _own(candidate: Candidate) -> str:
     """A candidate's signature as its key spells it: "" for a file's own, the name for a SavedModel's."""
-    from builder.optimize.layout import FILE_NAMES as names
-
-    return candidate.signature if candidate.artifact == names["saved_model"] else ""
+    return candidate.signature if candidate.artifact == FILE_NAMES["saved_model"] else ""
 
 
 def _asked(candidate: Candidate, contract: ModelContract, plan: Plan) -> str | None:
     """The signature a runner of this candidate was opened asking for (`measure_step.make`)."""
-    own = _own(candidate, contract)
+    own = _own(candidate)
     return own or (contract.signature if plan.checks else None)
 
 
@@ -682,7 +680,7 @@ def _on_reference_scale(found: list[Candidate], timing: dict[str, Latency],
     from builder.optimize import candidates as cands
 
     _, best, first = reference
-    k = cands.key(best.artifact, best.runtime, _own(best, contract))
+    k = cands.key(best.artifact, best.runtime, _own(best))
     again = timing.get(k)
     ratio = first.p50 / again.p50 if again is not None and again.p50 > 0 else 1.0
 
@@ -693,7 +691,7 @@ def _on_reference_scale(found: list[Candidate], timing: dict[str, Latency],
                        ci_low_us=None if c.ci_low_us is None else c.ci_low_us * ratio,
                        ci_high_us=None if c.ci_high_us is None else c.ci_high_us * ratio)
 
-    rows = [scaled(c) for c in found if cands.key(c.artifact, c.runtime, _own(c, contract)) != k]
+    rows = [scaled(c) for c in found if cands.key(c.artifact, c.runtime, _own(c)) != k]
     times = {name: Latency(t.p50 * ratio, t.p99 * ratio, t.runs, t.ci_low * ratio, t.ci_high * ratio)
              for name, t in timing.items() if name != k}
     return rows, times
@@ -708,11 +706,11 @@ def _best_so_far(candidates: list[Candidate], results: list[ArtifactResult], lat
 
     accepted = {r.path: r for r in results if r.accepted and (named is None or r.path == named)}
     eligible = [c for c in candidates if c.artifact in accepted and not c.error and c.p50_us is not None
-                and cands.key(c.artifact, c.runtime, _own(c, contract)) in latencies]
+                and cands.key(c.artifact, c.runtime, _own(c)) in latencies]
     if not eligible:
         return None
     best = pick_fastest(eligible, contract.signature)
-    return accepted[best.artifact], best, latencies[cands.key(best.artifact, best.runtime, _own(best, contract))]
+    return accepted[best.artifact], best, latencies[cands.key(best.artifact, best.runtime, _own(best))]
 
 
 def _baseline_figures(baseline: ArtifactResult | None, results: list[ArtifactResult], extra: Mapping[str, Any],

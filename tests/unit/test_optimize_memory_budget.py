@@ -1,0 +1,85 @@
+"""optimize's memory budget as decisions (`builder.optimize.budget`, the race's groups in `builder.optimize.steps`):
+what a step is expected to need, when it does not fit and what the line says, how artifacts are grouped for
+the race, and how a later group's timings are put on the first group's scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.optimize import budget as budgets
+from builder.optimize import steps
+from builder.report import ArtifactResult, Candidate, Latency, ModelContract, OutputSpec, TensorSpec
+
+MIB = 1024 * 1024
+
+
+class FixedRoom(budgets.Budget):
+    """A budget whose process holds a known amount (the decisions, without this process's own memory)."""
+
+    held = 0
+
+    def room(self, share: float = 1.0) -> int | None:
+        return None if self.limit is None else int(self.limit * share) - self.held
+
+
+def test_the_first_step_of_a_kind_is_sized_by_its_rule_and_later_ones_by_what_the_last_one_took() -> None:
+    budget = budgets.Budget(limit=8 * 1024 * MIB, weights=400 * MIB)
+    assert budget.need("convert") == int(budgets.RULES["convert"] * 400 * MIB)
+    budget.learn("convert", before=1000 * MIB, peak=2000 * MIB)  # took 1000 MiB reading 400 MiB: 2.5x
+    assert budget.need("convert") == int(2.5 * 400 * MIB)
+    assert budget.need("convert", size=100 * MIB) == int(2.5 * 100 * MIB)  # per byte read, not a fixed amount
+    budget.learn("runner:litert", before=1000 * MIB, peak=1001 * MIB, size=100 * MIB)  # a load it shared: nothing
+    assert budget.need("runner:litert", size=100 * MIB) == int(budgets.RULES["runner:litert"] * 100 * MIB)
+
+
+def test_a_step_that_does_not_fit_says_what_it_needs_beside_what_is_in_use_and_what_is_usable() -> None:
+    assert budgets.Budget(limit=None, weights=10**12).refusal("convert") is None  # no limit known: no refusal
+    tiny = budgets.Budget(limit=64 * MIB, weights=400 * MIB)
+    line = tiny.refusal("convert")
+    assert line is not None and "it needs about 1.2 GiB beside the" in line and "64 MiB is usable" in line
+    assert budgets.Budget(limit=10**15, weights=400 * MIB).refusal("convert") is None
+
+
+def _result(path: str, fmt: str, runtime: str) -> ArtifactResult:
+    return ArtifactResult(path=path, format=fmt, runtime=runtime, size_bytes=100 * MIB, gzip_bytes=90 * MIB, threads=2,
+                          latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(),
+                          contract_kept=True, accepted=True, reason="")
+
+
+CONTRACT = ModelContract(inputs=(TensorSpec("x", "float32", (None, 4)),),
+                         outputs=(OutputSpec("y", "float32", (None, 2), "regression", "test"),))
+
+
+def test_artifacts_are_raced_in_groups_that_fit_and_in_one_race_where_everything_does(tmp_path: Path) -> None:
+    files = [_result(f"m{i}.tflite", "tflite_fp32", "litert") for i in range(4)]
+    for f in files:
+        (tmp_path / f.path).write_bytes(b"\0" * 1024)
+    everything = FixedRoom(limit=10**12, weights=0)
+    assert steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, everything) == [files]
+    assert steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, None) == [files]
+    # each file's runners are learned to take 1000x its size (about 1 MiB each); room for two at a time
+    tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
+    tight.held = 2 * MIB
+    groups = steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, tight)
+    assert [g for g in groups if g] and sum(len(g) for g in groups) == 4 and len(groups) > 1
+    assert [r.path for g in groups for r in g] == [f.path for f in files]  # in order, every one once
+    nothing = FixedRoom(limit=MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
+    nothing.held = 10 * MIB  # over the budget already: still one artifact a group, never none
+    assert all(len(g) == 1 for g in steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, nothing))
+
+
+def test_a_later_group_is_put_on_the_first_groups_scale_through_the_best_so_far() -> None:
+    best = Candidate("a.tflite", "litert", 100.0, 50, 10, "", "serving_default", 95.0, 105.0)
+    first = Latency(100.0, 150.0, 50, 95.0, 105.0)
+    # in the later group the machine was twice as busy: the best took 200 us, the newcomer 160
+    found = [Candidate("a.tflite", "litert", 200.0, 50, 10, "", "serving_default", 190.0, 210.0),
+             Candidate("b.tflite", "litert", 160.0, 50, 10, "", "serving_default", 150.0, 170.0)]
+    timing = {"a.tflite@litert": Latency(200.0, 300.0, 50, 190.0, 210.0),
+              "b.tflite@litert": Latency(160.0, 240.0, 50, 150.0, 170.0)}
+    rows, times = steps._on_reference_scale(found, timing, (_result("a.tflite", "tflite_fp32", "litert"), best, first),
+                                            CONTRACT)
+    assert [c.artifact for c in rows] == ["b.tflite"]  # the shared candidate keeps its first row only
+    assert rows[0].p50_us == pytest.approx(80.0) and rows[0].ci_low_us == pytest.approx(75.0)
+    assert set(times) == {"b.tflite@litert"} and times["b.tflite@litert"].p50 == pytest.approx(80.0)
