@@ -77,7 +77,8 @@ def sniff_model(path: Path) -> ModelFacts:
         if not (path / "saved_model.pb").is_file():
             raise InputError(f"model {path}: a folder but not a SavedModel (no saved_model.pb)")
         return ModelFacts(path, "saved_model", None)
-    head = path.read_bytes()[:8]
+    with path.open("rb") as file:  # 8 bytes tell the format: never the whole (hundreds of MB) file
+        head = file.read(8)
     if head[4:8] == TFLITE_MAGIC:
         return ModelFacts(path, "tflite", None)
     if head.startswith(b"PK"):
