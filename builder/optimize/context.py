@@ -53,8 +53,6 @@ class Made:
     opened: Opened = field(default_factory=dict)
     baseline: ArtifactResult | None = None
     candidates: tuple[Candidate, ...] = ()
-    #: the baseline's latency and rows/s from the race, where it was timed there
-    baseline_timing: Mapping[str, Any] = field(default_factory=dict)
     choice: Any = None  # select.Choice
     serving: Capacity | None = None
     #: what opening the chosen artifact on its runtime added to the resident set (`capacity_step`)

@@ -431,7 +431,9 @@ def baseline_step(run: Run, made: Made) -> Made:
         return made
     served = next((r for r in made.results if r.format == "saved_model"), None)
     if served is not None and made.sparsity is None:
-        raw, packed = evaluate_sizes(plan.loaded.saved_model_dir)
+        from builder.optimize import evaluate
+
+        raw, packed = evaluate.file_sizes(plan.loaded.saved_model_dir)
         return replace(made, baseline=replace(served, path="baseline", size_bytes=raw, gzip_bytes=packed,
                                               extra={**served.extra, "same_as": served.path}))
     with stage(run.say, "the float baseline (SavedModel signature)"):
@@ -439,12 +441,6 @@ def baseline_step(run: Run, made: Made) -> Made:
                                              contract, run.reference, run.options)
     made.opened[runner_key(plan.loaded.saved_model_dir, TF, contract.signature)] = runner
     return replace(made, baseline=baseline)
-
-
-def evaluate_sizes(path: Path) -> tuple[int, int]:
-    from builder.optimize import evaluate
-
-    return evaluate.file_sizes(path)
 
 
 # --- samples ---------------------------------------------------------------------------------------------
@@ -603,7 +599,7 @@ def measure_step(run: Run, made: Made) -> Made:
         if "not enough memory" in c.error:
             run.ledger.note(f"{c.artifact} on {c.runtime} is not a candidate: {c.error.removeprefix('MemoryError: ')}")
     opened.clear()  # what the race did not take over is not held for the rest of the run
-    return replace(made, results=tuple(updated), candidates=tuple(candidates), baseline_timing=extra,
+    return replace(made, results=tuple(updated), candidates=tuple(candidates),
                    baseline=_baseline_figures(made.baseline, updated, extra, made.sparsity is not None))
 
 
