@@ -27,12 +27,13 @@ LOCKS = Path(tempfile.gettempdir()) / ("tfsmith-test-locks" + (f"-{_KEY}" if _KE
 
 
 @contextlib.contextmanager
-def one_at_a_time(name: str, folder: Path = LOCKS) -> Iterator[None]:
+def one_at_a_time(name: str, folder: Path = LOCKS, *, shared: bool = False) -> Iterator[None]:
     """Hold the lock `name` in `folder` (machine-wide by default; a test run's own folder for what that run
-    makes), released when the block ends or the process dies."""
+    makes), released when the block ends or the process dies. `shared` holders run beside each other and wait
+    only for an exclusive holder (readers and a writer)."""
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"{name}.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with (folder / f"{name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -8,9 +8,11 @@ test downloads (cached), and a second call is "up to date" in seconds (the image
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from builder.engine.local import STATE_DIR
@@ -56,3 +58,22 @@ def ensure_tf_image(base_image: str, python: str = "3.11", target: str = TARGET,
     if done.returncode != 0:
         raise RuntimeError(f"tfsmith build failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return f"{TEST_REPOSITORY}:tf2.21.0-py{python}-{target}-cpu"
+
+
+@contextlib.contextmanager
+def another_tf_image_for(*targets: str) -> Iterator[None]:
+    """Held while a test keeps a TensorFlow image of its own for `targets` on the engine (built, labelled for
+    the target, then removed). `tfsmith package --target T` without --base-image builds FROM the newest such
+    image, so a packaging test (`packaging_from_tf_image`) waits until it is gone rather than package FROM it."""
+    with contextlib.ExitStack() as held:
+        for target in sorted(targets):  # one order everywhere: two writers never hold one lock each
+            held.enter_context(one_at_a_time(f"tf-images-{target}"))
+        yield
+
+
+@contextlib.contextmanager
+def packaging_from_tf_image(target: str = TARGET) -> Iterator[None]:
+    """Held around `tfsmith package --target T` that builds FROM the target's newest TensorFlow image: beside
+    other packaging, never while a test holds an image of its own for `target` (`another_tf_image_for`)."""
+    with one_at_a_time(f"tf-images-{target}", shared=True):
+        yield

@@ -217,15 +217,16 @@ def test_the_chosen_artifact_packages_and_passes_its_smoke_test(
     """As `make build` step 4 runs it: the kind follows the chosen artifact (a LiteRT image for a .tflite, an
     OpenVINO image for OpenVINO's IR, FROM the target's TensorFlow image for what runs on TensorFlow), and the
     runtime is what optimize measured."""
-    from tests.tf_image import TARGET
+    from tests.tf_image import TARGET, packaging_from_tf_image
 
     engine, _ = engine_and_base
     out = optimized(name, "host")
     tag = f"tfsmith-test-zoo/{name.replace('_', '-')}:smoke"
-    done = subprocess.run(
-        [str(TFSMITH), "package", str(out), "--target", TARGET, "--tag", tag, "--model-name", "m", "--smoke"],
-        capture_output=True, text=True, timeout=900, env=ENV,
-    )
+    with packaging_from_tf_image(TARGET):
+        done = subprocess.run(
+            [str(TFSMITH), "package", str(out), "--target", TARGET, "--tag", tag, "--model-name", "m", "--smoke"],
+            capture_output=True, text=True, timeout=900, env=ENV,
+        )
     try:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "against the original model:" in done.stdout, done.stdout

@@ -25,6 +25,7 @@ from builder.engine.base import BuildFailed, BuildRequest, EngineUnavailable, Im
 from builder.engine.buildlog import StepTracker
 from builder.engine.docker import DockerEngine
 from tests.engine.standin import make_standin_wheel
+from tests.tf_image import another_tf_image_for
 
 REPO = Path(__file__).resolve().parents[2]
 TFSMITH = REPO / ".venv" / "bin" / "tfsmith"
@@ -38,6 +39,10 @@ def engine(docker_engine: None) -> Iterator[DockerEngine]:
     """The engine under test; afterwards every tag this file made (all contain PREFIX) is removed."""
     engine = DockerEngine()
     yield engine
+    _remove_tags(engine)
+
+
+def _remove_tags(engine: DockerEngine) -> None:
     for image in engine.list_images():
         for tag in image.tags:
             if PREFIX in tag:
@@ -169,9 +174,13 @@ def built(engine: DockerEngine, base_image: str, tmp_path_factory: pytest.TempPa
     wheel = make_standin_wheel(work / "dist", note=note)
     args = ("build", "--wheel", str(wheel), "--target", "x86-64-v3", "--base-image", base_image,
             "--repository", f"{PREFIX}/tensorflow", "--tag", f"{PREFIX}-cli:{work.name}")  # fmt: skip
-    first = _tfsmith(*args, cwd=work)
-    second = _tfsmith(*args, cwd=work)
-    yield {"work": work, "note": note, "wheel": wheel, "args": args, "first": first, "second": second}
+    with another_tf_image_for("x86-64-v3", "sapphirerapids"):  # stand-in TensorFlow images, labelled as real
+        try:
+            first = _tfsmith(*args, cwd=work)
+            second = _tfsmith(*args, cwd=work)
+            yield {"work": work, "note": note, "wheel": wheel, "args": args, "first": first, "second": second}
+        finally:
+            _remove_tags(engine)
 
 
 def test_cli_build_makes_a_runnable_image_with_labels(built: dict, engine: DockerEngine) -> None:  # type: ignore[type-arg]

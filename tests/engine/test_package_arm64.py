@@ -24,7 +24,7 @@ import pytest
 
 from builder.engine.docker import DockerEngine
 from tests.locks import one_at_a_time
-from tests.tf_image import TFSMITH, ensure_tf_image
+from tests.tf_image import TFSMITH, ensure_tf_image, packaging_from_tf_image
 from tests.zoo_runs import shared_root
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
@@ -84,9 +84,10 @@ def test_an_arm64_litert_image_of_the_example_answers_under_emulation(
 def test_an_arm64_serving_image_of_the_example_answers_under_emulation(arm64_tf_image: str, optimized: Path) -> None:
     engine = DockerEngine()
     try:
-        done = subprocess.run([str(TFSMITH), "package", str(optimized / "saved_model"), "--target",
-                               "neoverse_n1", "--tag", TAG, "--model-name", "digits", "--workers", "1", "--smoke"],
-                              capture_output=True, text=True, timeout=1800, env=ENV)
+        with packaging_from_tf_image("neoverse_n1"):
+            done = subprocess.run([str(TFSMITH), "package", str(optimized / "saved_model"), "--target",
+                                   "neoverse_n1", "--tag", TAG, "--model-name", "digits", "--workers", "1", "--smoke"],
+                                  capture_output=True, text=True, timeout=1800, env=ENV)
         print(done.stdout)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert f"FROM {arm64_tf_image}" in done.stdout and "(linux/arm64)" in done.stdout

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from builder.engine.docker import DockerEngine
-from tests.tf_image import TARGET, TFSMITH, ensure_tf_image
+from tests.tf_image import TARGET, TFSMITH, ensure_tf_image, packaging_from_tf_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.tf, pytest.mark.slow]
 
@@ -74,8 +74,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def package(model: Path, tag: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """`tfsmith package` as a user runs it: no --kind and no --base-image, only the target."""
-    return subprocess.run([str(TFSMITH), "package", str(model), "--target", TARGET, "--tag", tag, *extra],
-                          capture_output=True, text=True, timeout=900, env=ENV)
+    with packaging_from_tf_image(TARGET):
+        return subprocess.run([str(TFSMITH), "package", str(model), "--target", TARGET, "--tag", tag, *extra],
+                              capture_output=True, text=True, timeout=900, env=ENV)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ Every build, inspect, run and removal goes through the Engine interface (`Docker
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -86,7 +88,9 @@ def images(
 ) -> Iterator[dict[str, tuple[BuildPlan, str]]]:
     """target name -> (plan, image tag), both built from the stand-in wheel through the rendered context."""
     built: dict[str, tuple[BuildPlan, str]] = {}
-    try:
+    with contextlib.ExitStack() as held:
+        held.enter_context(tf_image.another_tf_image_for(*TARGETS))
+        held.callback(lambda: [engine.remove_image(tag) for _, tag in built.values()])
         for name in TARGETS:
             settings = BuildConfig(
                 target=name,
@@ -110,9 +114,6 @@ def images(
             image = engine.build(request)
             assert image is not None and tag in image.tags
         yield built
-    finally:
-        for _, tag in built.values():
-            engine.remove_image(tag)
 
 
 def test_tensorflow_imports_in_the_built_image(engine: DockerEngine, images: dict[str, tuple[BuildPlan, str]]) -> None:
