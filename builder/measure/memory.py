@@ -35,6 +35,50 @@ def rss_bytes() -> int | None:
     return None if kib is None else kib * 1024
 
 
+def process_rss_bytes(pid: int) -> int | None:
+    """What another process (a child doing a step of its own) holds beside this one, in bytes: its private
+    resident memory (`RssAnon` and `RssShmem`), not the library pages it maps from the same files as this
+    process (TensorFlow's are about 0.4 GiB, counted once by the kernel and in this process's own resident
+    set). None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    found = [int(fields[name].split()[0]) * 1024 for name in ("RssAnon", "RssShmem") if name in fields]
+    if found:
+        return sum(found)
+    return int(fields["VmRSS"].split()[0]) * 1024 if "VmRSS" in fields else None
+
+
+#: the processes doing a step of the run in a process of their own, while they run (`counting_child`)
+_children: set[int] = set()
+
+
+@contextlib.contextmanager
+def counting_child(pid: int) -> Iterator[None]:
+    """Count a child's memory with this process's for the block (`family_rss_bytes`). Only children registered
+    here count: a library's fork before an exec (`ctypes.util.find_library` runs ldconfig) briefly shows all of
+    this process's pages as its own, and would count them twice."""
+    _children.add(pid)
+    try:
+        yield
+    finally:
+        _children.discard(pid)
+
+
+def children_rss_bytes() -> int:
+    """What the counted children hold beside this process (`process_rss_bytes`), added up: the memory a step
+    run in a process of its own takes (`builder.optimize.isolated`)."""
+    return sum(process_rss_bytes(pid) or 0 for pid in tuple(_children))
+
+
+def family_rss_bytes() -> int | None:
+    """This process's resident set and its children's: what a machine or a cgroup holds for the run."""
+    own = rss_bytes()
+    return None if own is None else own + children_rss_bytes()
+
+
 def lifetime_peak_bytes() -> int | None:
     """The highest resident set since the process started (VmHWM), in bytes."""
     kib = _status_kib("VmHWM")
@@ -56,6 +100,9 @@ class _Sampler:
         import threading
 
         self.highest = 0
+        #: the highest reading since the sampler started (this process and its children): the run's peak where
+        #: a child held memory beside this process (`run_peak_bytes`)
+        self.highest_ever = 0
         self.watching = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfsmith-rss-sampler", daemon=True)
         self._thread.start()
@@ -65,7 +112,8 @@ class _Sampler:
 
         while True:
             self.watching.wait()
-            self.highest = max(self.highest, rss_bytes() or 0)
+            self.highest = max(self.highest, family_rss_bytes() or 0)
+            self.highest_ever = max(self.highest_ever, self.highest)
             time.sleep(self.INTERVAL_S)
 
 
@@ -76,7 +124,8 @@ _sampler: _Sampler | None = None
 def watch() -> Iterator[Callable[[], int | None]]:
     """Watch a step's memory: yields a function giving its peak so far (exact where the process reached a new
     lifetime peak meanwhile, as VmHWM says; else the sampler's highest reading, which can miss a spike shorter
-    than its interval). Outside `/proc` the peak is None."""
+    than its interval). The sampler adds the resident sets of this process's children, so a step run in a
+    process of its own is counted with what this one holds. Outside `/proc` the peak is None."""
     global _sampler
     if rss_bytes() is None:
         yield lambda: None
@@ -89,9 +138,10 @@ def watch() -> Iterator[Callable[[], int | None]]:
 
     def peak() -> int | None:
         now, lifetime = rss_bytes(), lifetime_peak_bytes()
+        highest = max(now or 0, _sampler.highest if _sampler is not None else 0)
         if lifetime is not None and lifetime > lifetime_before:
-            return lifetime
-        return max(now or 0, _sampler.highest if _sampler is not None else 0)
+            return max(lifetime, highest)
+        return highest
 
     try:
         yield peak
@@ -100,8 +150,23 @@ def watch() -> Iterator[Callable[[], int | None]]:
 
 
 def run_peak_bytes() -> int | None:
-    """The highest resident set of this process since it started (what GNU `time -v` reports at its exit)."""
-    return lifetime_peak_bytes()
+    """The highest resident set of the run: this process's since it started (what GNU `time -v` reports at its
+    exit), or where a step ran in a process of its own, this process's and that child's together as the
+    sampler read them (GNU `time -v` reports the largest single process of the tree, not their sum)."""
+    own = lifetime_peak_bytes()
+    if own is None:
+        return None
+    return max(own, _noted_family_peak, _sampler.highest_ever if _sampler is not None else 0)
+
+
+_noted_family_peak = 0
+
+
+def note_family_reading(value: int) -> None:
+    """A reading of this process and a child together taken elsewhere (the watch over a step's own process),
+    kept for `run_peak_bytes`."""
+    global _noted_family_peak
+    _noted_family_peak = max(_noted_family_peak, value)
 
 
 def mib(value: int | None) -> float | None:

@@ -132,6 +132,22 @@ def quantize_int8(model: Any, calibration: Mapping[str, np.ndarray], rows: int =
         raise IRRefused(f"NNCF could not quantize the model: {cause(error)}", _text(error)) from None
 
 
+def convert_to_file(saved_model: Path, signature: str, others: Sequence[str], xml: Path) -> Path:
+    """The float IR of the SavedModel written as `xml` (`convert_saved_model`, then `write_ir`): what the
+    conversion in a process of its own runs (`builder.optimize.isolated`)."""
+    return write_ir(convert_saved_model(saved_model, signature, others), xml)
+
+
+def quantize_file(float_xml: Path, calibration: Mapping[str, np.ndarray], rows: int, xml: Path) -> Path:
+    """NNCF's int8 of the float IR read from `float_xml`, written as `xml` (`quantize_int8`, then `write_ir`)."""
+    return write_ir(quantize_int8(read_ir(float_xml), calibration, rows), xml)
+
+
+def read_ir(xml: Path) -> Any:
+    """An IR written by `write_ir`, as an `ov.Model` (its names and recorded signature kept)."""
+    return _ov().Core().read_model(str(xml))
+
+
 def write_ir(model: Any, xml: Path) -> Path:
     """`model` as `xml` and its `.bin` beside it, float32 weights kept (never compressed to float16). Written
     in place: callers write into a staging folder (optimize's --out, bench's work folder)."""

@@ -141,7 +141,7 @@ class Plan:
     no_tflite: str | None = None
     #: the float .tflite the plan's probe converted from the original's weights (`_probe_conversion`): the
     #: model_fp32.tflite itself when nothing changes those weights before conversion (`convert_step`)
-    probe_fp32: bytes | None = None
+    probe_fp32: bytes | Path | None = None
     #: the original's other signatures, each with the rows it is judged on (`builder.optimize.signatures`)
     checks: tuple[Any, ...] = ()
     #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
@@ -225,7 +225,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         ledger.add([skip(XLA_SIGNATURE, f"string {' and '.join(strings)} have no XLA kernels",
                          said=f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")])
     if loaded.saved_model_dir is not None:
-        failure, plan.probe_fp32 = _probe_conversion(loaded)
+        failure, plan.probe_fp32 = _probe_conversion(loaded, budget)
         if failure is not None:
             before = recipe
             recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
@@ -301,17 +301,32 @@ def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
             "for, so only post-training quantization applies")
 
 
-def _probe_conversion(loaded: Any) -> tuple[Any, bytes | None]:
+def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | None]:
     """A float conversion before any training: (ConversionFailed, None) when the TFLite builtins cannot express
-    the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite) when they can."""
-    from builder.optimize import loads, quantize
+    the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite) when they can:
+    its bytes, or for a model the budget converts in a process of its own, the file that process wrote. (None,
+    None) when that process could not finish (the memory budget): the float conversion is then an attempt of
+    its own later, which says why."""
+    import tempfile
 
+    from builder.optimize import isolated, loads, quantize
+
+    source = loaded.convert_from or loaded.saved_model_dir
     try:
+        if isolated.worth_a_process(budget.need("convert"), budget.limit):
+            folder = tempfile.TemporaryDirectory(prefix="tfsmith-probe-")
+            loaded._keep.append(folder)  # removed with the loaded model
+            path = Path(folder.name) / "probe_fp32.tflite"
+            try:
+                isolated.call(quantize.convert_to_file, source, "fp32", path, None, loaded.signature,
+                              limit=budget.limit)
+            except (isolated.OverBudget, isolated.ChildFailed):
+                return None, None
+            return None, path
         # the converter's key check and its debug info from the load the model was read with
         known = {loaded.saved_model_dir: loaded.loaded_saved_model} if loaded.loaded_saved_model is not None else {}
         with loads.shared(known):
-            return None, quantize.convert_saved_model(loaded.convert_from or loaded.saved_model_dir, "fp32",
-                                                      signature=loaded.signature)
+            return None, quantize.convert_saved_model(source, "fp32", signature=loaded.signature)
     except quantize.ConversionFailed as error:
         return error, None
 

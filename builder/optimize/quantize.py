@@ -39,6 +39,9 @@ class ConversionFailed(IncompatibleError):
         self.cause = cause
         self.full_text = full_text
 
+    def __reduce__(self) -> tuple[Any, ...]:  # back from a conversion's own process whole
+        return (type(self), (str(self), self.cause, self.full_text))
+
 
 def _rows(calib: Calibration) -> int:
     if calib is None:
@@ -137,6 +140,17 @@ def convert_saved_model(saved_model_dir: Path, mode: str, x_calib: Calibration =
                              "keeps them all")
             return blob
     return _convert(saved_model_dir, mode, x_calib, notes, [signature], None)
+
+
+def convert_to_file(saved_model_dir: Path, mode: str, path: Path, x_calib: Calibration = None,
+                    signature: str = "serving_default", others: tuple[str, ...] = (),
+                    other_calib: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> list[str]:
+    """`convert_saved_model` written to `path`; the notes it made. What a conversion in a process of its own
+    runs (`builder.optimize.isolated`): everything it needs comes by value, and only a few lines go back."""
+    notes: list[str] = []
+    blob = convert_saved_model(saved_model_dir, mode, x_calib, notes, signature, others, other_calib)
+    path.write_bytes(blob)
+    return notes
 
 
 def _converter(tf: Any, saved_model_dir: Path, keys: list[str]) -> Any:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from builder.optimize import isolated
 from builder.optimize.context import Made, Opened, Run
 from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments
 from builder.optimize.layout import (FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, XLA_SIGNATURE,
@@ -161,16 +162,26 @@ def convert_step(run: Run, made: Made) -> Made:
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
-    with loads.shared() as load:  # one Python load of `source` for every conversion of it
+    limit = run.ledger.budget.limit if run.ledger.budget is not None else None
+    apart = in_a_process(run, "convert")
+    with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
             mode = format.removeprefix("tflite_")
             probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
             path = run.staging / FILE_NAMES[format]
 
             def converted() -> Path:
-                path.write_bytes(probed or quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
-                                                                        signature=signature, others=others,
-                                                                        other_calib=other_calib))
+                if isinstance(probed, Path):
+                    shutil.move(probed, path)
+                elif probed is not None:
+                    path.write_bytes(probed)
+                elif apart:
+                    plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
+                                                    signature, others, other_calib, limit=limit))
+                else:
+                    path.write_bytes(quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
+                                                                  signature=signature, others=others,
+                                                                  other_calib=other_calib))
                 return path
 
             with stage(run.say, f"converting to TFLite {mode}" + (" (converted while planning)" if probed else "")):
@@ -211,15 +222,21 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
 
     produced: list[tuple[str, Path]] = []
     fp32, int8 = FILE_NAMES["openvino_ir_fp32"], FILE_NAMES["openvino_ir_int8"]
+    limit = ledger.budget.limit if ledger.budget is not None else None
+    signature, others = plan.loaded.signature, tuple(plan.loaded.others)
 
     def converted() -> Any:
-        return openvino_ir.convert_saved_model(saved_model, plan.loaded.signature, tuple(plan.loaded.others),
-                                               load=load)
+        """The float IR: written by a process of its own (its path back), or converted here (the model)."""
+        if in_a_process(run, "ir"):
+            return isolated.call(openvino_ir.convert_to_file, saved_model, signature, others, run.staging / fp32,
+                                 limit=limit)
+        return openvino_ir.convert_saved_model(saved_model, signature, others, load=load)
 
     with stage(run.say, "converting to OpenVINO's IR (float)"):
         model = ledger.attempt(fp32, converted, log="convert-openvino", failed=f"{names} not written", kind="ir")
         if model is not None:
-            produced.append(("openvino_ir_fp32", openvino_ir.write_ir(model, run.staging / fp32)))
+            written = model if isinstance(model, Path) else openvino_ir.write_ir(model, run.staging / fp32)
+            produced.append(("openvino_ir_fp32", written))
     if "openvino_ir_int8" not in wanted:
         return produced
     if model is None:
@@ -228,13 +245,24 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
 
     def quantized() -> Path:
         rows = plan.recipe.quantization.calibration_samples
-        return openvino_ir.write_ir(openvino_ir.quantize_int8(model, plan.data.x_calib, rows), run.staging / int8)
+        if in_a_process(run, "nncf"):
+            return isolated.call(openvino_ir.quantize_file, run.staging / fp32, plan.data.x_calib, rows,
+                                 run.staging / int8, limit=limit)
+        float_ir = openvino_ir.read_ir(model) if isinstance(model, Path) else model
+        return openvino_ir.write_ir(openvino_ir.quantize_int8(float_ir, plan.data.x_calib, rows), run.staging / int8)
 
     with stage(run.say, "quantizing OpenVINO's IR to int8 with NNCF on the calibration rows"):
         path = ledger.attempt(int8, quantized, log="quantize-openvino", failed=f"{int8} not written", kind="nncf")
     if path is not None:
         produced.append(("openvino_ir_int8", path))
     return produced
+
+
+def in_a_process(run: Run, kind: str) -> bool:
+    """Whether a step of `kind` runs in a process of its own (`builder.optimize.isolated`): where the budget
+    expects it to need a real share of the memory, so that what it takes is given back when it ends."""
+    budget = run.ledger.budget
+    return budget is not None and isolated.worth_a_process(budget.need(kind), budget.limit)
 
 
 def qat_step(run: Run, made: Made) -> Made:
