@@ -87,8 +87,9 @@ def lifetime_peak_bytes() -> int | None:
 
 class _Sampler:
     """A daemon thread that, while a step is watched, reads the resident set every `INTERVAL_S` and keeps the
-    highest: a step's own peak, where the lifetime peak (VmHWM) says nothing because an earlier step went higher.
-    It sleeps while nothing is watched, so it never takes the interpreter from a timing loop.
+    highest for each watch open (they nest: a stage and the steps inside it): a step's own peak, where the
+    lifetime peak (VmHWM) says nothing because an earlier step went higher. It sleeps while nothing is watched,
+    so it never takes the interpreter from a timing loop.
 
     Why not reset the kernel's high-water mark (`/proc/self/clear_refs`): the same mark is what the kernel
     reports as the process's maximum resident set when it exits (`getrusage`, GNU `time -v`), so resetting it
@@ -99,7 +100,8 @@ class _Sampler:
     def __init__(self) -> None:
         import threading
 
-        self.highest = 0
+        #: the highest reading of each open watch, in the order they opened
+        self.cells: list[list[int]] = []
         #: the highest reading since the sampler started (this process and its children): the run's peak where
         #: a child held memory beside this process (`run_peak_bytes`)
         self.highest_ever = 0
@@ -107,13 +109,26 @@ class _Sampler:
         self._thread = threading.Thread(target=self._run, name="tfsmith-rss-sampler", daemon=True)
         self._thread.start()
 
+    def open(self) -> list[int]:
+        cell = [rss_bytes() or 0]
+        self.cells.append(cell)
+        self.watching.set()
+        return cell
+
+    def close(self, cell: list[int]) -> None:
+        self.cells = [c for c in self.cells if c is not cell]
+        if not self.cells:
+            self.watching.clear()
+
     def _run(self) -> None:
         import time
 
         while True:
             self.watching.wait()
-            self.highest = max(self.highest, family_rss_bytes() or 0)
-            self.highest_ever = max(self.highest_ever, self.highest)
+            reading = family_rss_bytes() or 0
+            for cell in tuple(self.cells):
+                cell[0] = max(cell[0], reading)
+            self.highest_ever = max(self.highest_ever, reading)
             time.sleep(self.INTERVAL_S)
 
 
@@ -125,20 +140,20 @@ def watch() -> Iterator[Callable[[], int | None]]:
     """Watch a step's memory: yields a function giving its peak so far (exact where the process reached a new
     lifetime peak meanwhile, as VmHWM says; else the sampler's highest reading, which can miss a spike shorter
     than its interval). The sampler adds the resident sets of this process's children, so a step run in a
-    process of its own is counted with what this one holds. Outside `/proc` the peak is None."""
+    process of its own is counted with what this one holds. Watches nest. Outside `/proc` the peak is None."""
     global _sampler
     if rss_bytes() is None:
         yield lambda: None
         return
     if _sampler is None:
         _sampler = _Sampler()
+    sampler = _sampler
     lifetime_before = lifetime_peak_bytes() or 0
-    _sampler.highest = rss_bytes() or 0
-    _sampler.watching.set()
+    cell = sampler.open()
 
     def peak() -> int | None:
         now, lifetime = rss_bytes(), lifetime_peak_bytes()
-        highest = max(now or 0, _sampler.highest if _sampler is not None else 0)
+        highest = max(now or 0, cell[0])
         if lifetime is not None and lifetime > lifetime_before:
             return max(lifetime, highest)
         return highest
@@ -146,7 +161,7 @@ def watch() -> Iterator[Callable[[], int | None]]:
     try:
         yield peak
     finally:
-        _sampler.watching.clear()
+        sampler.close(cell)
 
 
 def run_peak_bytes() -> int | None:

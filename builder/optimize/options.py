@@ -50,14 +50,20 @@ class Optimized:
 
 
 @contextlib.contextmanager
-def stage(say: Say, text: str) -> Iterator[None]:
-    """A step announced, and said done with its time and the memory the process holds after it (memory is a
-    budget like cores: the progress shows where it goes)."""
+def stage(say: Say, text: str, *, timing: bool = False) -> Iterator[None]:
+    """A step announced, and said done with its time, the memory the process holds after it and, where it
+    went higher meanwhile (a converter's copies, a step's own process), its peak: memory is a budget like
+    cores, and the progress shows where it goes. A `timing` stage is not watched (the sampler would take the
+    interpreter from the timing loop)."""
     from builder.measure import memory
 
     start = time.perf_counter()
     say(f"... {text}")
-    yield
+    with contextlib.nullcontext(lambda: None) if timing else memory.watch() as peak:
+        yield
+        highest = peak()
     held = memory.rss_bytes()
     said = f"{time.perf_counter() - start:.1f} s" + (f", {memory.text(held)} resident" if held is not None else "")
+    if held is not None and highest is not None and highest > held * 1.1:
+        said += f", peak {memory.text(highest)}"
     say(f"ok  {text} ({said})")

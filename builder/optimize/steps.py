@@ -562,7 +562,7 @@ def measure_step(run: Run, made: Made) -> Made:
         if with_baseline[0]:  # the reference row: timed beside them (in the first group), never chosen
             calls = {**calls, baseline_key: baseline_runner.row_caller(plan.data.x_val)}
         with stage(say, f"timing {len(calls)} artifact x runtime pairs (interleaved, at most {share:.0f} s: each "
-                        "until slower than the best beyond noise or the choice is settled)"):
+                        "until slower than the best beyond noise or the choice is settled)", timing=True):
             latencies, stops = evaluate.timed_run(calls, share, Race(entrants))
         timed.update(stops)
         return latencies, stops
@@ -813,7 +813,7 @@ def _time_batches(rows: Mapping[str, Latency], made: Mapping[str, Any], plan: Pl
         share = max(0.5, min(budget / 3, ROWS_PER_S_S_EACH * len(calls)))
         failed: dict[str, BaseException] = {}
         with stage(say, f"timing {len(calls)} artifacts at batch {max(batches.values())} for rows/s (interleaved, "
-                        f"each until its median is known, at most {share:.0f} s)"):
+                        f"each until its median is known, at most {share:.0f} s)", timing=True):
             per_call, stops = evaluate.timed_run(guarded(calls, failed), share, PerRunner(), warmup=1)
         out |= {k: evaluate.throughput_from(batches[k], per_call[k], settled=stops[k].why == SETTLED)
                 for k in calls if k in per_call and k not in failed}

@@ -3,7 +3,8 @@ says the process used (GNU `time -v`'s maximum resident set, and the report's ow
 
 Without a budget the same run peaks near 3.8 GB on this toolchain (every runner of the race open at once, 38x
 the weights); under a 3 GB budget the race runs in groups and the run stays inside it, with the same kind of
-choice. Under a budget that not even the model's own SavedModel fits in, optimize stops at once with one line
+choice, and each TFLite conversion runs in a process of its own, which gives back everything it took. Under a
+budget that not even the model's own SavedModel fits in, optimize stops at once with one line
 giving both figures, and writes nothing.
 """
 
@@ -82,11 +83,18 @@ def test_a_100mb_model_stays_inside_its_memory_budget(model_100mb: tuple[Path, P
     assert report.memory is not None and report.memory.budget_bytes == BUDGET
     assert peak <= BUDGET, f"peak {peak / GIB:.2f} GiB over the {BUDGET / GIB:.0f} GiB budget"
     assert report.memory.peak_bytes is not None and report.memory.peak_bytes <= BUDGET
-    # what the kernel reports and what the report says are the same peak (the run never resets the kernel's mark)
-    assert abs(report.memory.peak_bytes - peak) <= 0.05 * peak
+    # the report's peak is at least what the kernel says of the largest process (never reset), and counts a
+    # conversion's own process with optimize's, which GNU time reports apart (the largest one, not their sum)
+    assert report.memory.peak_bytes >= 0.95 * peak
     # every step beyond the SavedModel measured: time and resident memory before, after and at its peak
     ran = [a for a in report.attempts if a.outcome == "done" and a.rss_before_mib is not None]
     assert ran and all(a.peak_rss_mib >= min(a.rss_before_mib, a.rss_after_mib) for a in ran)
+    # a conversion in its own process: its memory counted at its peak, and all of it given back when it ended
+    converted = [a for a in ran if a.step in ("model_dynamic.tflite", "model_float16.tflite", "model_int8.tflite")]
+    assert converted, [a.step for a in report.attempts]
+    for a in converted:
+        assert a.peak_rss_mib > a.rss_before_mib + 100, a
+        assert abs(a.rss_after_mib - a.rss_before_mib) < 64, a
     assert report.chosen_artifact.accepted and report.chosen != "baseline"
     # a runner the budget had no room for is a candidate that says so, never a crash
     assert all("not enough memory" in c.error or not c.error.startswith("MemoryError")
