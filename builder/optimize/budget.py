@@ -11,8 +11,8 @@ What a step needs is measured where it can be: each step's resident memory is re
 (`builder.measure.memory`), and the next step of the same kind is expected to need what the last one took. The
 first of each kind has no measurement yet, so it is expected to need `RULES[kind]` times the size of what it
 reads (the model's float32 weights, or the file a runner opens): multiples measured on this toolchain (a
-BERT-base-sized classifier, 436 MB of float32 weights, and the digits CNN; TensorFlow 2.21, LiteRT, OpenVINO
-2025-2026 on x86-64), and only a rule on any other stack.
+BERT-base-sized classifier, 436 MB of float32 weights; TensorFlow 2.21, LiteRT, OpenVINO 2025-2026 on
+x86-64), and only a rule on any other stack.
 """
 
 from __future__ import annotations
@@ -23,18 +23,24 @@ from dataclasses import dataclass, field
 
 from builder.measure import memory
 
-#: What the first step of a kind is expected to need, in multiples of the size of what it reads.
+#: What the first step of a kind is expected to need, in multiples of the size of what it reads. Measured at
+#: each step's peak over what was resident before it, on a BERT-base-sized classifier (436 MB of float32
+#: weights; TensorFlow 2.21, LiteRT and OpenVINO on x86-64, 2 cores): a conversion in its own process took 4.2x
+#: (dynamic-range) to 4.8x (float16) and 8.5x for int8 with its calibration, the IR 2.7x; opening a runner and
+#: its first calls took 2.75x the SavedModel on TensorFlow, 3.6x (int8) to 8.7x (float16, widened to float32)
+#: a .tflite on LiteRT, 6.9x (float) to 11.8x (int8) an IR on OpenVINO, which compiles it. Small models take
+#: less than these multiples; a rule on any other stack.
 RULES: dict[str, float] = {
     "load": 3.0,  # reading the user's file, and the SavedModel made from a Keras model to serve it
     "prune": 4.0,  # a second model, its optimizer's two moments and the masks, while fine-tuning
     "export": 2.0,  # the SavedModel written from the Keras model
-    "convert": 3.0,  # TFLite's converter: the graph's constants, the MLIR module and the flatbuffer
-    "ir": 2.0,  # OpenVINO's converter: the graph and the IR's weights
+    "convert": 4.5,  # TFLite's converter: the graph's constants, the MLIR module and the flatbuffer
+    "ir": 2.7,  # OpenVINO's converter: the graph and the IR's weights
     "nncf": 3.0,  # NNCF's int8: the float IR, the calibration statistics and the quantized copy
     "qat": 4.0,  # like pruning, with fake-quantization layers
-    "runner:tensorflow": 2.0,  # a SavedModel on TensorFlow: its variables and the traced functions' constants
-    "runner:litert": 1.3,  # a .tflite read into memory, and its tensor arena
-    "runner:openvino": 2.0,  # the IR or .tflite read, and the compiled model's own copy of its weights
+    "runner:tensorflow": 2.75,  # a SavedModel on TensorFlow: its variables and the traced functions' constants
+    "runner:litert": 5.0,  # a .tflite read into memory, XNNPACK's packed copy of its weights, its tensor arena
+    "runner:openvino": 7.0,  # the IR or .tflite read, and the compiled model's own copy of its weights
 }
 
 

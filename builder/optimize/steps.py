@@ -434,19 +434,23 @@ def unrunnable(format: str, path: Path, runtime: str, plan: Plan, error: BaseExc
                options: Options) -> ArtifactResult:
     """A file kept in OUT that this host's runtime cannot run (a Select-TF-ops .tflite on a TensorFlow without
     the Flex delegate, as the stock wheel is; a .tflite LiteRT cannot prepare at the held-out rows' shapes):
-    rejected here, with the runtime's own first line, the log in OUT/logs and what serves it instead."""
+    rejected here, with the runtime's own first line, the log in OUT/logs and what serves it instead. A file the
+    memory budget had no room to open (a MemoryError) is said to be that, not something the runtime cannot do."""
     from builder.optimize import evaluate
     from builder.optimize.causes import cause, log_text
 
-    log = plan.log(f"run-{path.stem}", log_text(error, f"running {path.name} on {runtime}"))
     raw, packed = evaluate.file_sizes(path)
+    if isinstance(error, MemoryError):
+        reason = f"not evaluated: {cause(error)}"
+    else:
+        log = plan.log(f"run-{path.stem}", log_text(error, f"running {path.name} on {runtime}"))
+        reason = (f"not run on this host: {runtime} cannot run {path.name}: {cause(error)} (full text: {log}); "
+                  + ("a TensorFlow build with the Flex delegate can" if format == "tflite_select_tf"
+                     else "the SavedModel in the same folder serves the model on TensorFlow"))
     return ArtifactResult(
         path=path.name, format=format, runtime=runtime, size_bytes=raw, gzip_bytes=packed, threads=options.threads,
         latency_us=Latency(0.0, 0.0, 0), throughput={}, inputs=(), outputs=(), metrics=(), contract_kept=False,
-        accepted=False, reason=f"not run on this host: {runtime} cannot run {path.name}: {cause(error)} (full text: "
-                               f"{log}); " + ("a TensorFlow build with the Flex delegate can" if format == "tflite_select_tf"
-                                              else "the SavedModel in the same folder serves the model on TensorFlow"),
-        extra={"runnable_here": False})
+        accepted=False, reason=reason, extra={"runnable_here": False})
 
 
 def baseline_step(run: Run, made: Made) -> Made:

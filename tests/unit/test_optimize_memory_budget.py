@@ -38,7 +38,8 @@ def test_a_step_that_does_not_fit_says_what_it_needs_beside_what_is_in_use_and_w
     assert budgets.Budget(limit=None, weights=10**12).refusal("convert") is None  # no limit known: no refusal
     tiny = budgets.Budget(limit=64 * MIB, weights=400 * MIB)
     line = tiny.refusal("convert")
-    assert line is not None and "it needs about 1.2 GiB beside the" in line and "64 MiB is usable" in line
+    need = budgets.memory.text(int(budgets.RULES["convert"] * 400 * MIB))
+    assert line is not None and f"it needs about {need} beside the" in line and "64 MiB is usable" in line
     assert budgets.Budget(limit=10**15, weights=400 * MIB).refusal("convert") is None
 
 
