@@ -42,6 +42,9 @@ LARGE = 256 * 1024**2
 #: `INTERVAL_S` and a converter can take hundreds of MiB between two readings.
 STOP_AT = 0.95
 INTERVAL_S = 0.1
+#: What the child runs: this module's `_serve`, imported by name (never the caller's main module).
+CHILD = "import sys; from pathlib import Path; from builder.optimize.isolated import _serve; " \
+        "_serve(Path(sys.argv[1]), Path(sys.argv[2]))"
 
 
 class OverBudget(MemoryError):
@@ -72,15 +75,15 @@ def worth_a_process(need: int, limit: int | None) -> bool:
 
 def call(work: Callable[..., T], *args: Any, limit: int | None) -> T:
     """`work(*args)` in a new Python process and its result. `work` and its arguments travel by pickle (a
-    module-level function, paths and arrays); the child starts from `python -m builder.optimize.isolated`, never
-    from the caller's main module, and finds modules where this process does. Raises what `work` raised where
+    module-level function, paths and arrays); the child runs `_serve` of this module (`CHILD`), never the
+    caller's main module, and finds modules where this process does. Raises what `work` raised where
     it can be pickled (else ChildFailed with its text), OverBudget when the child was stopped, and ChildFailed
     when the child ended without a word (a signal, the kernel's OOM killer)."""
     with tempfile.TemporaryDirectory(prefix="tfsmith-step-") as folder:
         order, answer, said = Path(folder) / "order", Path(folder) / "answer", Path(folder) / "stderr"
         order.write_bytes(pickle.dumps((list(sys.path), pickle.dumps((work, args)))))
         with said.open("wb") as stderr:
-            child = subprocess.Popen([sys.executable, "-m", "builder.optimize.isolated", str(order), str(answer)],
+            child = subprocess.Popen([sys.executable, "-c", CHILD, str(order), str(answer)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
             try:
                 with memory.counting_child(child.pid):
@@ -143,9 +146,3 @@ def _serve(order: Path, answer: Path) -> None:
     partial = answer.with_suffix(".partial")
     partial.write_bytes(pickle.dumps(message))
     partial.replace(answer)
-
-
-if __name__ == "__main__":  # the child; its classes by their module's own name, so the parent can unpickle them
-    from builder.optimize.isolated import _serve as serve
-
-    serve(Path(sys.argv[1]), Path(sys.argv[2]))
