@@ -33,7 +33,10 @@ _BOUND = re.compile(r"is not in \[(-?\d+), (-?\d+)\)")
 #: The ladder of probe values above DATA's largest (and, negated, below its smallest): each 16 times the last,
 #: so a table of any size is passed in a few calls, and an input that drives the model's work (a length) is
 #: seen getting slow before a value that would take minutes or all memory.
-_LADDER = (16, 256, 4096, 65536, 2 ** 20, 2 ** 24)
+_LADDER = (16, 256, 4096, 65536, 2 ** 20, 2 ** 24, 2 ** 28)
+#: The farthest probe: int32's limit, also for int64 (no table has more rows, and a value past it asked of an
+#: input that is a size would ask for more memory than any host has).
+_FARTHEST = 2 ** 31 - 1
 #: A probe slower than this many times the plain row's call (plus `_SLOW_FLOOR_S`) ends the climb.
 _SLOW_FACTOR = 20.0
 _SLOW_FLOOR_S = 0.1
@@ -143,18 +146,20 @@ def measure_range(predict: Callable[[dict[str, np.ndarray]], object], row: Mappi
     try:
         predict(dict(row))
     except Exception as error:  # noqa: BLE001 - the row itself is not answered: nothing can be measured
-        return None, f"what input {spec.name!r} accepts was not measured: the original fails on a DATA row ({type(error).__name__})"
+        return None, (f"what input {spec.name!r} accepts was not measured: the original fails on a DATA row "
+                      f"({type(error).__name__})")
     ask = Prober(predict, row, spec, plain_s=time.perf_counter() - start)
     high = low = None
     try:
-        up = _climb(ask, seen_max, sorted({min(seen_max + v, info.max) for v in _LADDER} | {int(info.max)}
-                                          - {seen_max}))
+        top, bottom = min(int(info.max), _FARTHEST), max(int(info.min), -_FARTHEST - 1)
+        rungs = {min(seen_max + step, top) for step in _LADDER} | {top}
+        up = _climb(ask, seen_max, sorted(v for v in rungs if v > seen_max))
         if up is not None:
             named = parse_bound(ask.messages.get(up[1], ""))
             high = first_refused(ask, *up, candidates=(named[1],) if named else ())
         if info.min < 0:
-            down = _climb(ask, seen_min, sorted({max(seen_min - v, info.min) for v in (1, *_LADDER)}
-                                                | {int(info.min)}, reverse=True))
+            rungs = {max(seen_min - step, bottom) for step in (1, *_LADDER)} | {bottom}
+            down = _climb(ask, seen_min, sorted((v for v in rungs if v < seen_min), reverse=True))
             if down is not None:
                 named = parse_bound(ask.messages.get(down[1], ""))
                 candidates = tuple(c for c in ((named[0] - 1) if named else None,
@@ -172,7 +177,7 @@ def measure_ranges(predict: Callable[[dict[str, np.ndarray]], object], inputs: t
                    x: Mapping[str, np.ndarray]) -> tuple[tuple[InputRange, ...], list[str]]:
     """The accepted range of every integer input of the contract whose values the original refuses, and a note
     for each input that could not be measured. `x`: rows the original answers (the gate's)."""
-    integers = [s for s in inputs if _is_integer(s.dtype)]
+    integers = [s for s in inputs if is_integer(s.dtype)]
     if not integers or not x:
         return (), []
     row = {k: (np.asarray(v)[:1] if np.ndim(v) else np.asarray(v)) for k, v in x.items()}
@@ -195,8 +200,9 @@ def range_note(ranges: tuple[InputRange, ...]) -> str | None:
     return f"the original refuses integer values outside {said} (measured); the server refuses them too, with 400"
 
 
-def _is_integer(dtype: str) -> bool:
+def is_integer(dtype: str) -> bool:
+    """An integer dtype (ids, counts); False for floats, bool, strings and names numpy does not know."""
     try:
-        return bool(np.issubdtype(np.dtype(dtype), np.integer))
+        return np.dtype(dtype).kind in "iu"
     except TypeError:
         return False

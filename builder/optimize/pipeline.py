@@ -18,8 +18,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from builder.optimize import select, steps
 from builder.optimize.context import Made, Run, Step
 from builder.optimize.contract import answered_gate, check_repeatable, settle_contract
@@ -92,10 +90,10 @@ def with_accepted_ranges(contract: ModelContract, plan: object, say: Say) -> Mod
     (`builder.optimize.accepted`), and a note for each: the server refuses what the original refuses."""
     from dataclasses import replace
 
-    from builder.optimize.accepted import measure_ranges, range_note
+    from builder.optimize.accepted import is_integer, measure_ranges, range_note
 
     loaded = plan.loaded  # type: ignore[attr-defined]
-    if not any(np.issubdtype(np.dtype(s.dtype), np.integer) for s in contract.inputs if s.dtype != "string"):
+    if not any(is_integer(s.dtype) for s in contract.inputs):
         return contract
     with stage(say, "the values the original accepts of its integer inputs"):
         ranges, notes = measure_ranges(loaded.predict, contract.inputs, plan.gate_x)  # type: ignore[attr-defined]

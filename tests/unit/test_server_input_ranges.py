@@ -89,6 +89,17 @@ def test_a_small_dtype_climbs_to_its_own_limit() -> None:
     assert found is None  # every uint8 is in a 1000-row table, and none is negative
 
 
+def test_int64_is_probed_no_farther_than_int32s_limit() -> None:
+    asked: list[int] = []
+
+    def original(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        asked.append(int(x["class_id"].max()))
+        return {}
+
+    assert measure_range(original, ROW, TensorSpec("class_id", "int64", (None, 1)), np.array([[1]])) == (None, None)
+    assert max(asked) == 2**31 - 1 and min(asked) == -(2**31) and len(asked) <= 20, asked
+
+
 def test_an_input_without_a_table_records_nothing() -> None:
     found, note = measure_range(lambda x: {"out": x["class_id"] * 2}, ROW, CLASS_ID, np.array([[1]]))
     assert (found, note) == (None, None)
