@@ -37,9 +37,10 @@ _LADDER = (16, 256, 4096, 65536, 2 ** 20, 2 ** 24, 2 ** 28)
 #: The farthest probe: int32's limit, also for int64 (no table has more rows, and a value past it asked of an
 #: input that is a size would ask for more memory than any host has).
 _FARTHEST = 2 ** 31 - 1
-#: A probe slower than this many times the plain row's call (plus `_SLOW_FLOOR_S`) ends the climb.
-_SLOW_FACTOR = 20.0
-_SLOW_FLOOR_S = 0.1
+#: A probe slower than this many times the plain row's call (plus `_SLOW_FLOOR_S`, for noise) ends the climb:
+#: the value drives the model's work (a length of a loop, say), and the next rung would cost 16 times more.
+_SLOW_FACTOR = 4.0
+_SLOW_FLOOR_S = 0.05
 #: The most calls a bisection makes (an int64 range needs 64).
 _MAX_BISECT = 64
 
@@ -74,10 +75,11 @@ class Prober:
     plain_s: float = 0.0  # the plain row's call time (slowness is judged against it)
     seen: dict[int, bool] = field(default_factory=dict)
     messages: dict[int, str] = field(default_factory=dict)
-    slowest_s: float = 0.0
+    last_s: float = 0.0  # the latest call's time
 
     def __call__(self, value: int) -> bool:
         if value in self.seen:
+            self.last_s = 0.0
             return self.seen[value]
         feed = dict(self.row)
         feed[self.spec.name] = np.full(np.shape(self.row[self.spec.name]), value, dtype=self.spec.dtype)
@@ -91,12 +93,13 @@ class Prober:
                 raise ProbeFailed(f"{type(error).__name__}: {first}" if first else type(error).__name__) from error
             accepted = False
             self.messages[value] = str(error)
-        self.slowest_s = max(self.slowest_s, time.perf_counter() - start)
+        self.last_s = time.perf_counter() - start
         self.seen[value] = accepted
         return accepted
 
     def slow(self) -> bool:
-        return self.slowest_s > _SLOW_FACTOR * self.plain_s + _SLOW_FLOOR_S
+        """Whether the latest call took much longer than the plain row's."""
+        return self.last_s > _SLOW_FACTOR * self.plain_s + _SLOW_FLOOR_S
 
 
 def first_refused(ask: Callable[[int], bool], accepted: int, refused: int, candidates: tuple[int, ...]) -> int:
