@@ -98,6 +98,10 @@ def test_rest_and_v2_answer_accepted_ids_as_the_original_and_refuse_the_others(s
                          {"name": "z", "datatype": "FP32", "shape": [1, 4], "data": [0.5] * 4}]}
         _refusal(HTTP.post(f"{server.url}/v2/models/gan/infer", json=v2), value)
     assert server.alive()
+    from tests.e2e.test_serve_metrics import scrape
+
+    counts = scrape(server)[":tensorflow:serving:request_count"]  # counted as every refusal is
+    assert counts[(("model_name", "gan"), ("status", "INVALID_ARGUMENT"))] == 3 * len(REFUSED)
 
 
 def test_grpc_refuses_with_invalid_argument(server: Server, asked: dict[str, np.ndarray]) -> None:
