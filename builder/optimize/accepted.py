@@ -2,19 +2,21 @@
 
 Why: an id outside an `Embedding`, a `Gather` or a lookup table is refused by the original on TensorFlow
 (`InvalidArgumentError: indices[0,0] = 7 is not in [0, 3)`), and TF Serving answers that request 400 /
-INVALID_ARGUMENT. A converted file does not keep that refusal: LiteRT and OpenVINO clamp the index or read
-past the table and answer 200 with a row the model does not have. So optimize asks the original itself, with a
-copy of one DATA row whose integer input is set out of range, and records the range it accepts in the contract;
-the server refuses values outside it before any runtime sees them (`builder.server.core.ranges`).
+INVALID_ARGUMENT. A converted file need not keep that refusal: OpenVINO's IR answers 200 with a row the model
+does not have (an id past the table as a row of zeros, -4 of a 3-row table as row 2), and LiteRT refuses in its
+own words with some kernels only. So optimize asks the original itself, with a copy of one DATA row whose integer
+input is set out of range, and records the range it accepts in the contract; the server refuses values outside
+it before any runtime sees them (`builder.server.core.ranges`).
 
-How (a few calls per integer input): values climb a ladder away from DATA's own values (16, 256, ... up to the
-dtype's limit; -1, -16, ... down) until the original refuses one. The bound is then read from TensorFlow's
+How (a few calls per integer input): values climb a ladder away from DATA's own values (16, 256, ... up to
+int32's limit; -1, -16, ... down) until the original refuses one. The bound is then read from TensorFlow's
 message and confirmed by two calls (the last value accepted, the first refused), so what is recorded is
-measured, not parsed; where the message says nothing usable (or a Keras 3 `Embedding` wraps negative ids as
-numpy does, accepting -3..-1 of a 3-row table), the boundary is found by bisection between an accepted and a
-refused value. A value that makes the original slow (an input that is a length or a count, not an id) stops
-the climb: nothing is recorded for that side. A probe failing for any other reason records nothing for that
-input, with a one-line note; the run goes on.
+measured, not parsed. Below zero the candidates are 0 and -rows (a Keras 3 `Embedding` counts negative ids from
+the table's end, as numpy does: its original accepts -3..2 of a 3-row table); where no candidate is confirmed
+(a message without a bound, LiteRT's), the boundary is found by bisection between an accepted and a refused
+value. A value that makes the original slow (an input that is a length or a count, not an id) stops the climb:
+nothing is recorded for that side. A probe failing for any other reason records nothing for that input, with a
+one-line note; the run goes on.
 """
 
 from __future__ import annotations
