@@ -1,8 +1,8 @@
 """The values of integer inputs that the original model refuses, refused here too, before the model runs.
 
 An id outside an embedding or lookup table is refused by the original model on TensorFlow (TF Serving: 400 /
-INVALID_ARGUMENT, `indices[0,0] = 7 is not in [0, 3)`); LiteRT and OpenVINO clamp it or read past the table
-and answer a row the model does not have. `tfsmith optimize` measures the range the original accepts of each
+INVALID_ARGUMENT, `indices[0,0] = 7 is not in [0, 3)`); OpenVINO's IR answers it with a row the model does
+not have, and LiteRT refuses it with some kernels only. `tfsmith optimize` measures the range the original accepts of each
 integer input (`builder.optimize.accepted`) and records it in report.json's contract (`input_ranges`); the
 server reads it beside the model it serves and checks every call against it, whatever the protocol
 (`ServedModel.predict`), with a `RequestError` 400 that every protocol answers and counts as its refusals.
