@@ -73,12 +73,34 @@ class OutputSpec(TensorSpec):
 
 
 @dataclass(frozen=True)
+class InputRange:
+    """The values of an integer input that the ORIGINAL model accepts, measured at optimize time: `low` <= value
+    < `high` (None: no bound on that side). Why: an id outside an embedding or lookup table is refused by the
+    original (TensorFlow's InvalidArgumentError), while a converted file may clamp it or read past its table,
+    so the server refuses such values itself, before any runtime sees them."""
+
+    name: str
+    low: int | None
+    high: int | None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "range") -> "InputRange":
+        def bound(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        return cls(str(_need(data, "name", where)), bound("low"), bound("high"))
+
+
+@dataclass(frozen=True)
 class ModelContract:
-    """What a client sends and gets back: the ORIGINAL model's serving signature, names as it names them."""
+    """What a client sends and gets back: the ORIGINAL model's serving signature, names as it names them, and
+    the values of its integer inputs that it accepts (`input_ranges`: only where it refuses some)."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[OutputSpec, ...]
     signature: str = "serving_default"
+    input_ranges: tuple[InputRange, ...] = ()
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -102,7 +124,8 @@ class ModelContract:
     def from_dict(cls, data: Mapping[str, Any], where: str = "contract") -> "ModelContract":
         return cls(tuple(TensorSpec.from_dict(t, f"{where}.inputs") for t in _need(data, "inputs", where)),
                    tuple(OutputSpec.from_dict(t, f"{where}.outputs") for t in _need(data, "outputs", where)),
-                   str(data.get("signature", "serving_default")))
+                   str(data.get("signature", "serving_default")),
+                   tuple(InputRange.from_dict(r, f"{where}.input_ranges") for r in data.get("input_ranges") or ()))
 
 
 # --- measurements -------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from builder.optimize.options import Options, Optimized, stage
 from builder.optimize.planning import make_plan, planned_steps
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
 from builder.measure import memory
-from builder.report import DataInfo, Gate, MemoryUse, ModelInfo, Report
+from builder.report import DataInfo, Gate, MemoryUse, ModelContract, ModelInfo, Report
 from builder.say import Say
 from builder.staging import staged_dir
 
@@ -58,6 +58,7 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
         check_repeatable(loaded, plan.gate_x, reference, options.model)
     plan.ledger.note(gate_note)
     contract = settle_contract(plan, reference)
+    contract = with_accepted_ranges(contract, plan, say)
     if loaded.others:  # every other signature is kept and judged too, on rows of its own
         from builder.optimize import signatures as sigs
 
@@ -82,6 +83,23 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
         shutil.rmtree(scratch, ignore_errors=True)
         loaded.close()
     return Optimized(report=report, out=Path(options.out))
+
+
+def with_accepted_ranges(contract: ModelContract, plan: object, say: Say) -> ModelContract:
+    """The contract with the ranges the original accepts of its integer inputs, measured on it
+    (`builder.optimize.accepted`), and a note for each: the server refuses what the original refuses."""
+    from dataclasses import replace
+
+    from builder.optimize.accepted import is_integer, measure_ranges, range_note
+
+    loaded = plan.loaded  # type: ignore[attr-defined]
+    if not any(is_integer(s.dtype) for s in contract.inputs):
+        return contract
+    with stage(say, "the values the original accepts of its integer inputs"):
+        ranges, notes = measure_ranges(loaded.predict, contract.inputs, plan.gate_x)  # type: ignore[attr-defined]
+    for note in [*notes, range_note(ranges)]:
+        plan.ledger.note(note)  # type: ignore[attr-defined]
+    return replace(contract, input_ranges=ranges) if ranges else contract
 
 
 def make_report(run: Run, made: Made) -> Report:

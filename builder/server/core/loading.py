@@ -20,6 +20,7 @@ from builder.server.core.model_config import ModelSource, served_folders
 from builder.server.core.interpreters import BackendPool, measure_pool
 from builder.model.signature import SignatureSpec, batched
 from builder.server.core.call import default_signature
+from builder.server.core.ranges import served_ranges
 from builder.server.core.repository import ModelSet, ServedModel
 
 
@@ -41,7 +42,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     return ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
                        batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,
                        default_signature=default, platform=pool.platform, model_p50_us=model_p50_us, pool=pool,
-                       ready=True)
+                       ranges=served_ranges(config.model_path, pool.signatures), ready=True)
 
 
 def served_signature(config: ServerConfig, signatures: Mapping[str, SignatureSpec]) -> str | None:

@@ -8,7 +8,7 @@ validation (`call`), the same batcher and interpreter pool.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from builder.server.core.batching import DynamicBatcher
 from builder.model.signature import SignatureSpec
 from builder.server.core.call import Call, RequestError, choose_signature
+from builder.server.core.ranges import Ranges, check_ranges
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ServedModel:
     model_p50_us: float | None = None  # the start-up self-test's median call time (None: not measured)
     pool: Any = None  # the interpreter pool (`backends.BackendPool`) the batcher runs on, for /healthz
     ready: bool = False
+    #: the values of integer inputs the original model accepts, by signature (`ranges`): others are refused
+    ranges: Ranges = field(default_factory=dict)
     active: int = 0  # predict calls in progress (a retired version is closed when this reaches 0)
 
     def signature(self, name: str) -> SignatureSpec:
@@ -40,7 +43,9 @@ class ServedModel:
         return choose_signature(name, self.signatures, self.default_signature)
 
     async def predict(self, call: Call) -> dict[str, np.ndarray]:
-        """The call's outputs."""
+        """The call's outputs; RequestError 400 for a value the original model refuses (`ranges`)."""
+        if self.ranges:
+            check_ranges(call, self.ranges)
         self.active += 1
         try:
             return await self.batcher.predict(call)
