@@ -23,7 +23,7 @@ from builder.optimize.context import Made, Run, Step
 from builder.optimize.contract import answered_gate, check_repeatable, settle_contract
 from builder.optimize.layout import SAMPLES_NAME
 from builder.optimize.options import Options, Optimized, stage
-from builder.optimize.planning import make_plan, planned_steps
+from builder.optimize.planning import Plan, make_plan, planned_steps
 from builder.optimize.target import INTERESTING_FLAGS, host_facts
 from builder.measure import memory
 from builder.report import DataInfo, Gate, MemoryUse, ModelContract, ModelInfo, Report
@@ -85,20 +85,20 @@ def run(options: Options, say: Say = lambda _: None) -> Optimized:
     return Optimized(report=report, out=Path(options.out))
 
 
-def with_accepted_ranges(contract: ModelContract, plan: object, say: Say) -> ModelContract:
+def with_accepted_ranges(contract: ModelContract, plan: Plan, say: Say) -> ModelContract:
     """The contract with the ranges the original accepts of its integer inputs, measured on it
     (`builder.optimize.accepted`), and a note for each: the server refuses what the original refuses."""
     from dataclasses import replace
 
     from builder.optimize.accepted import is_integer, measure_ranges, range_note
 
-    loaded = plan.loaded  # type: ignore[attr-defined]
+    loaded = plan.loaded
     if not any(is_integer(s.dtype) for s in contract.inputs):
         return contract
     with stage(say, "the values the original accepts of its integer inputs"):
-        ranges, notes = measure_ranges(loaded.predict, contract.inputs, plan.gate_x)  # type: ignore[attr-defined]
+        ranges, notes = measure_ranges(loaded.predict, contract.inputs, plan.gate_x)
     for note in [*notes, range_note(ranges)]:
-        plan.ledger.note(note)  # type: ignore[attr-defined]
+        plan.ledger.note(note)
     return replace(contract, input_ranges=ranges) if ranges else contract
 
 
