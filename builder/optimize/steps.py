@@ -122,7 +122,10 @@ def _add_xla(run: Run, target: Path) -> None:
 
     def added() -> None:
         try:
-            add_xla_signature(target, run.plan.loaded.signature)
+            if in_a_process(run, "export"):  # the SavedModel loaded and saved again: a copy of every weight
+                isolated.call(add_xla_signature, target, run.plan.loaded.signature, limit=_limit(run))
+            else:
+                add_xla_signature(target, run.plan.loaded.signature)
         except Exception:
             shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
             raise
@@ -256,6 +259,10 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
     if path is not None:
         produced.append(("openvino_ir_int8", path))
     return produced
+
+
+def _limit(run: Run) -> int | None:
+    return run.ledger.budget.limit if run.ledger.budget is not None else None
 
 
 def in_a_process(run: Run, kind: str) -> bool:
@@ -769,7 +776,15 @@ def drop_unrunnable_xla(run: Run, made: Made) -> Made:
     saved = next((r for r in results if r.format == "saved_model"), None)
     if broken is None or saved is None or XLA_SIGNATURE == plan.loaded.signature or XLA_SIGNATURE in plan.loaded.others:
         return made
-    removed = run.ledger.attempt("serving_xla taken out", lambda: remove_signature(staging / saved.path, XLA_SIGNATURE) or True,
+
+    def taken_out() -> bool:
+        if in_a_process(run, "export"):  # the SavedModel loaded and saved again: a copy of every weight
+            isolated.call(remove_signature, staging / saved.path, XLA_SIGNATURE, limit=_limit(run))
+        else:
+            remove_signature(staging / saved.path, XLA_SIGNATURE)
+        return True
+
+    removed = run.ledger.attempt("serving_xla taken out", taken_out,
                                  log="remove-xla", failed=f"xla: serving_xla stays in {saved.path} although it cannot "
                                                           "run here: re-saving without it failed")
     if removed is None:

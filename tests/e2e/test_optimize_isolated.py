@@ -7,6 +7,7 @@ import os
 import pickle
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,38 @@ def test_a_child_that_dies_without_a_word_is_said_so() -> None:
     with pytest.raises(isolated.ChildFailed, match="signal SIGKILL and no result") as raised:
         isolated.call(die, limit=None)
     assert "OOM killer" in str(raised.value)
+
+
+@pytest.mark.tf
+def test_a_savedmodel_is_saved_again_with_serving_xla_by_a_process_of_its_own(tmp_path: Path) -> None:
+    """What optimize does for a big plain SavedModel: the re-save that adds `serving_xla` (a copy of every
+    weight while it runs) happens in a child, and the folder it leaves answers on both signatures."""
+    import subprocess
+    import sys
+
+    from builder.optimize.model_io import XLA_SIGNATURE, add_xla_signature
+
+    folder = tmp_path / "saved_model"
+    make = (
+        "import sys, tensorflow as tf\n"
+        "class M(tf.Module):\n"
+        "    def __init__(self):\n"
+        "        self.w = tf.Variable(tf.ones([4, 2]))\n"
+        "    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name='x')])\n"
+        "    def serve(self, x):\n"
+        "        return {'y': tf.matmul(x, self.w)}\n"
+        "m = M()\n"
+        "tf.saved_model.save(m, sys.argv[1], signatures={'serving_default': m.serve})\n"
+    )
+    subprocess.run([sys.executable, "-c", make, str(folder)], check=True, timeout=300, capture_output=True)
+    isolated.call(add_xla_signature, folder, "serving_default", limit=None)
+    check = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "x = tf.constant(np.arange(8, dtype=np.float32).reshape(2, 4))\n"
+        "print(sorted(m.signatures), m.signatures[sys.argv[2]](x=x)['y'].numpy().tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check, str(folder), XLA_SIGNATURE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == f"['serving_default', '{XLA_SIGNATURE}'] [[6.0, 6.0], [22.0, 22.0]]"
