@@ -388,13 +388,14 @@ def judge_other_signatures(runner: Any, checks: tuple[Any, ...], options: Option
 
 def evaluate_step(run: Run, made: Made) -> Made:
     """Every file evaluated on its runtime (`evaluate_artifact`); each runner kept in `Made.opened` for the race
-    while the memory budget has room for it (past the race's share of the budget, `RACE_SHARE`, it is closed, and
-    the race opens it again when its turn comes). A file whose runner does not fit in the budget is rejected with both figures."""
+    while the memory budget has room for it and for the next evaluations' peaks (`keeps_room`; else it is
+    closed, and the race opens it again when its turn comes). A file whose runner does not fit in the budget is
+    rejected with both figures."""
     import gc
 
     plan, contract, options, budget = run.plan, run.contract, run.options, run.ledger.budget
     results = []
-    for format, path in made.produced:
+    for index, (format, path) in enumerate(made.produced):
         with stage(run.say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
             kind, size = runner_kind(runtime), file_bytes(path)
@@ -411,13 +412,27 @@ def evaluate_step(run: Run, made: Made) -> Made:
                     if format == "saved_model":
                         raise
                     result, runner = unrunnable(format, path, runtime, plan, error, options), None
-            if runner is not None and (budget is None or (budget.room(RACE_SHARE) or 1) > 0):
+            if runner is not None and keeps_room(budget, made.produced[index + 1:]):
                 made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             else:
                 del runner
                 gc.collect()
         results.append(result)
     return replace(made, results=tuple(results))
+
+
+def keeps_room(budget: Any, ahead: tuple[tuple[str, Path], ...]) -> bool:
+    """Whether a runner just evaluated stays open for the race: while what is resident, plus what the largest
+    evaluation still to come is expected to take at its peak (OpenVINO compiling a float IR took 7x its file
+    for a BERT-base), fits in the race's share of the budget. Runners closed here are opened again by the
+    race when their group comes (a few seconds each), rather than stacking under the next one's peak."""
+    if budget is None:
+        return True
+    room = budget.room(RACE_SHARE)
+    if room is None:
+        return True
+    needs = [budget.need(runner_kind(evaluated_on(format)), file_bytes(path)) for format, path in ahead]
+    return room > max(needs, default=0)
 
 
 def runner_kind(runtime: str) -> str:

@@ -84,3 +84,19 @@ def test_a_later_group_is_put_on_the_first_groups_scale_through_the_best_so_far(
     assert [c.artifact for c in rows] == ["b.tflite"]  # the shared candidate keeps its first row only
     assert rows[0].p50_us == pytest.approx(80.0) and rows[0].ci_low_us == pytest.approx(75.0)
     assert set(times) == {"b.tflite@litert"} and times["b.tflite@litert"].p50 == pytest.approx(80.0)
+
+
+def test_a_runner_stays_open_for_the_race_only_with_room_for_the_next_evaluations_peak(tmp_path: Path) -> None:
+    ir, small = tmp_path / "openvino_fp32.xml", tmp_path / "model_int8.tflite"
+    ir.write_bytes(b"x" * 1000)
+    ir.with_suffix(".bin").write_bytes(b"x" * (400 * MIB - 1000))  # a 400 MiB float IR still to evaluate
+    small.write_bytes(b"x" * MIB)
+    budget = FixedRoom(limit=8 * 1024 * MIB, weights=400 * MIB)
+    budget.held = 2 * 1024 * MIB  # 2 GiB of the race's 4 GiB share in use
+    # OpenVINO compiling the float IR is expected to take 7x its file (2.7 GiB): more than the 2 GiB left
+    assert not steps.keeps_room(budget, (("openvino_ir_fp32", ir),))
+    assert steps.keeps_room(budget, (("tflite_int8", small),))  # a 1 MiB .tflite next: room enough
+    assert steps.keeps_room(budget, ())  # nothing left to evaluate: kept while the share has room
+    budget.held = 4 * 1024 * MIB + 1
+    assert not steps.keeps_room(budget, ())
+    assert steps.keeps_room(None, (("openvino_ir_fp32", ir),))  # no budget: every runner stays open
