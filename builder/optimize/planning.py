@@ -36,9 +36,12 @@ def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...
 
 
 def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
-                 original_tflite: bool = False) -> tuple[Recipe, list[Attempt]]:
+                 original_tflite: bool = False, why_not_qat: str | None = None) -> tuple[Recipe, list[Attempt]]:
     """Drop what the model or DATA cannot support, each step with its SKIPPED entry (one line says why for the
-    steps it names together), keeping the chosen artifact meaningful."""
+    steps it names together), keeping the chosen artifact meaningful.
+
+    `why_not_trainable`: why neither pruning nor QAT can fine-tune the model; `why_not_qat`: why QAT cannot
+    where pruning can (a Keras 3 model: tfsmith prunes it, tfmot's QAT takes only tf_keras)."""
     skips: list[Attempt] = []
     pruning, quant = recipe.pruning, recipe.quantization
     if original_tflite:
@@ -53,7 +56,11 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         skips.append(skip(PRUNING, why, said=f"pruning and QAT skipped: {why}"))
         skips.append(skip(QAT, why, said=""))
         pruning, quant = None, replace(quant, qat=False)
-    elif recipe.name == "auto" and pruning and not has_train:
+    if why_not_qat and quant.qat:
+        why = f"the model is {why_not_qat}"
+        skips.append(skip(QAT, why, said=f"QAT skipped: {why}"))
+        quant = replace(quant, qat=False)
+    if recipe.name == "auto" and pruning and not has_train:
         skips.append(skip(PRUNING, "DATA has no x_train with labels for every output to fine-tune on"))
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
@@ -204,10 +211,10 @@ def make_plan(options: Options, say: Say) -> Plan:
     has_train = data_mod.has_training_data(raw, loaded.outputs)
     ledger = Ledger(options.out, budget)
     asked = recipe
-    recipe, skips = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
-                                 loaded.tflite_path is not None)
+    why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
+    recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None, why_not_qat)
     ledger.add(skips)
-    if loaded.trainable_why_not and not skips:
+    if why_not_trainable and loaded.trainable_why_not and not skips:
         ledger.note(f"the model is {loaded.trainable_why_not}")
     for note in loaded.notes:
         ledger.note(note)
@@ -285,6 +292,16 @@ def model_bytes(path: Path) -> int:
 def weights_bytes(loaded: Any, path: Path) -> int:
     """The model's weights in bytes (float32 parameters), or its size on disk where the count is unknown."""
     return int(loaded.params) * 4 if loaded.params else model_bytes(path)
+
+
+def why_not_fine_tuned(loaded: Any) -> tuple[str | None, str | None]:
+    """(why neither pruning nor QAT applies, why only QAT does not) for a loaded model: a Keras 3 model is
+    pruned by tfsmith's own step, while QAT (tfmot's) takes only tf_keras; an output no loss applies to stops
+    both."""
+    outputs_why = untrainable_outputs(loaded.outputs)
+    if getattr(loaded, "keras3_model", None) is not None and not outputs_why:
+        return None, loaded.trainable_why_not
+    return loaded.trainable_why_not or outputs_why, None
 
 
 #: Output dtypes fine-tuning can take a loss on.

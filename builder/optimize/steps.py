@@ -38,18 +38,20 @@ def prune_step(run: Run, made: Made) -> Made:
     "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
     for classification outputs, relative error within --max-relative-error for regression outputs.
     """
-    from builder.optimize import prune, quality, tfenv
+    from builder.optimize import prune, prune_keras3, quality, tfenv
     from builder.optimize.model_io import keras_serving_fn
 
     plan, contract, options = run.plan, run.contract, run.options
     recipe, data, loaded = plan.recipe, plan.data, plan.loaded
-    if not recipe.pruning or loaded.keras_model is None:
+    # tfmot for a tf_keras model; tfsmith's own magnitude pruning for a Keras 3 one (tfmot cannot take it)
+    original, pruner = ((loaded.keras_model, prune.prune_model) if loaded.keras_model is not None
+                        else (loaded.keras3_model, prune_keras3.prune_model))
+    if not recipe.pruning or original is None:
         return made
 
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
-        x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train,
-                                                 run.reference)
-        model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+        x_train, y_train, losses = fit_arguments(original, contract, data.x_train, data.y_train, run.reference)
+        model, sparsity = pruner(original, recipe.pruning, x_train, y_train, losses)
         serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
         return model, sparsity, _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
 
