@@ -109,6 +109,7 @@ def prunable_weights(model: Any) -> list[Target]:
     """The float kernels and embedding tables pruning masks, each once (a layer shared by two calls holds one
     kernel). Layers with LoRA or quantized kernels are left as they are: their kernel is not one variable."""
     kinds = _prunable_attributes()
+    prefix = f"{model.name}/"  # a Sequential's and a subclassed model's variables start with its own name
     found: list[Target] = []
     seen: set[int] = set()
     for layer in _layers(model):
@@ -121,7 +122,7 @@ def prunable_weights(model: Any) -> list[Target]:
             if variable is None or id(variable) in seen or not _is_float_variable(variable):
                 continue
             seen.add(id(variable))
-            path = str(getattr(variable, "path", "") or f"{layer.name}/{attribute}")
+            path = str(getattr(variable, "path", "") or f"{layer.name}/{attribute}").removeprefix(prefix)
             found.append(Target(path.rsplit("/", 1)[0] if "/" in path else layer.name, path, variable))
     return found
 
