@@ -38,7 +38,7 @@ def prune_step(run: Run, made: Made) -> Made:
     "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
     for classification outputs, relative error within --max-relative-error for regression outputs.
     """
-    from builder.optimize import prune, prune_keras3, quality, tfenv
+    from builder.optimize import prune, prune_keras3, prune_oneshot, quality, tfenv
     from builder.optimize.model_io import keras_serving_fn
 
     plan, contract, options = run.plan, run.contract, run.options
@@ -49,14 +49,27 @@ def prune_step(run: Run, made: Made) -> Made:
     if not recipe.pruning or original is None:
         return made
 
+    def answers(model: Any) -> dict[str, np.ndarray]:
+        serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
+        return _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
+
+    def judged(model: Any) -> tuple[bool, str]:
+        _, passed, why = quality.judge(answers(model), run.reference, {}, contract.outputs,
+                                       max_accuracy_drop=options.max_accuracy_drop,
+                                       max_relative_error=options.max_relative_error)
+        return passed, why
+
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
+        if plan.one_shot:  # no training rows: the highest sparsity the gate keeps, without fine-tuning
+            model, sparsity, tried = prune_oneshot.prune_one_shot(original, judged)
+            run.ledger.note(prune_oneshot.search_note(tried))
+            return model, sparsity, answers(model)
         x_train, y_train, losses = fit_arguments(original, contract, data.x_train, data.y_train, run.reference)
         model, sparsity = pruner(original, recipe.pruning, x_train, y_train, losses)
-        serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
-        return model, sparsity, _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
+        return model, sparsity, answers(model)
 
-    with stage(run.say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning "
-                        "epochs"):
+    with stage(run.say, "pruning one-shot by magnitude at the highest sparsity the gate keeps" if plan.one_shot else
+               f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
         done = run.ledger.attempt(PRUNING, pruned_and_called, log="prune", kind="prune")
     if done is None:
         return made

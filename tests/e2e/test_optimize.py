@@ -496,6 +496,10 @@ def test_unknown_target_is_one_line(example: dict[str, Path], tmp_path: Path, tf
 
 def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(example: dict[str, Path],
                                                                             tmp_path: Path, tfsmith) -> None:
+    """No training rows: int8 has nothing to calibrate on; pruning, with nothing to fine-tune on, is one-shot at
+    the highest sparsity level the gate keeps (`prune_oneshot`)."""
+    from builder.optimize.prune_oneshot import LEVELS
+
     base = dict(np.load(example["data"]))
     data = tmp_path / "val_only.npz"
     np.savez(data, x_val=base["x_val"])  # no labels, no training or calibration rows
@@ -503,9 +507,16 @@ def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(exa
     code, stdout, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", "auto", "--out", out)
     assert code == 0, stderr
     report = _report(out)
-    assert "tflite_int8" not in _formats(report) and report.sparsity is None
-    assert any(n.startswith("int8 skipped") for n in report.notes) and any(n.startswith("pruning skipped")
-                                                                          for n in report.notes)
+    assert "tflite_int8" not in _formats(report)
+    assert any(n.startswith("int8 skipped") for n in report.notes)
+    assert any(n.startswith("pruning: one-shot by magnitude") for n in report.notes)
+    searched = next(n for n in report.notes if n.startswith("pruning one-shot: "))
+    pruning = next(a for a in report.attempts if a.step == "pruning")
+    if pruning.outcome == "done":  # the highest level that agreed, reached exactly
+        assert report.sparsity["target"] in LEVELS and f"{report.sparsity['target']:.0%} agrees" in searched
+        assert report.sparsity["achieved"] == pytest.approx(report.sparsity["target"], abs=0.01)
+    else:
+        assert report.sparsity is None and "changed the answers at every level tried" in pruning.line
     assert report.data.labels == () and report.chosen_artifact.metric("probs").metric == "disagreement"
 
 

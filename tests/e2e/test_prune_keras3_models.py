@@ -93,3 +93,33 @@ def test_a_subclassed_model_answering_a_dict_is_pruned_to_its_target_and_its_ori
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))  # the original as it was
     answers = pruned(x[:4])
     assert set(answers) == {"kind", "size"} and tuple(answers["kind"].shape) == (4, 3)
+
+
+def test_one_shot_pruning_keeps_the_highest_level_its_judge_passes_and_leaves_the_original(keras) -> None:
+    """No training rows: magnitude masks only, at the highest level where the answers still agree (here: top-1
+    on 200 rows within 10%), on a copy; a judge that passes nothing drops it with the lowest level's reason."""
+    from builder.errors import TfsmithError
+    from builder.optimize.prune_oneshot import LEVELS, prune_one_shot
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 16)).astype("float32")
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu", name="hidden"),
+                              keras.layers.Dense(4, activation="softmax", name="out")])
+    before = [w.copy() for w in model.get_weights()]
+    top = model.predict(x, verbose=0).argmax(1)
+    judged: list[float] = []
+
+    def agrees(pruned) -> tuple[bool, str]:
+        disagreement = float(np.mean(pruned.predict(x, verbose=0).argmax(1) != top))
+        judged.append(float(np.mean(pruned.get_layer("hidden").get_weights()[0] == 0)))
+        return disagreement <= 0.10, f"disagreement {disagreement:.3f}"
+
+    pruned, sparsity, tried = prune_one_shot(model, agrees)
+    assert sparsity.target in LEVELS and sparsity.achieved == pytest.approx(sparsity.target, abs=0.01)
+    assert [round(v, 2) for v in judged] == [t.level for t in tried]  # each judgement saw its own level
+    assert max(t.level for t in tried if t.passed) == sparsity.target
+    assert all(t.level > sparsity.target for t in tried if not t.passed)
+    assert float(np.mean(pruned.predict(x, verbose=0).argmax(1) != top)) <= 0.10
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    with pytest.raises(TfsmithError, match="changed the answers at every level tried, down to 20%"):
+        prune_one_shot(model, lambda m: (False, "never"))

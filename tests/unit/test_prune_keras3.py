@@ -66,3 +66,29 @@ def test_the_mask_reaches_the_sparsity_on_random_kernels_and_zeros_stay_pruned()
 def test_ties_at_the_threshold_are_kept_as_tfmot_keeps_them() -> None:
     weights = np.array([1.0, 1.0, 1.0, 0.5], dtype=np.float32)
     assert magnitude_mask(weights, 0.5).tolist() == [1, 1, 1, 0]
+
+
+# --- one-shot pruning's search (`builder.optimize.prune_oneshot`) --------------------------------------------
+
+
+@pytest.mark.parametrize("tolerated, found", [(0.55, 0.5), (0.9, 0.9), (0.95, 0.9), (0.2, 0.2), (0.1, None)])
+def test_the_search_finds_the_highest_level_that_agrees_in_few_judgements(tolerated: float, found: float | None) -> None:
+    from builder.optimize.prune_oneshot import LEVELS, Tried, highest_passing
+
+    judged: list[float] = []
+
+    def judge(level: float) -> Tried:
+        judged.append(level)
+        return Tried(level, level <= tolerated, "")
+
+    best, tried = highest_passing(LEVELS, judge)
+    assert best == found and [t.level for t in tried] == judged
+    assert len(judged) <= 4 and len(set(judged)) == len(judged)  # bisection over 8 levels, no level twice
+    assert all(t.passed == (t.level <= tolerated) for t in tried)
+
+
+def test_the_search_note_names_each_level_judged_and_why_one_changed_the_answers() -> None:
+    from builder.optimize.prune_oneshot import Tried, search_note
+
+    note = search_note([Tried(0.6, False, "probs: disagreement 0.03 > 0.01"), Tried(0.3, True, "")])
+    assert note == "pruning one-shot: 60% changed the answers (probs: disagreement 0.03 > 0.01), 30% agrees"

@@ -191,6 +191,12 @@ def test_auto_without_training_rows_skips_pruning() -> None:
     assert adapted.pruning is None and notes
 
 
+def test_auto_without_training_rows_keeps_pruning_where_it_can_be_one_shot() -> None:
+    recipe, _ = auto_recipe(frozenset(), (), "x86_64")
+    adapted, notes = adapt_recipe(recipe, None, has_train=False, one_shot=True)
+    assert adapted.pruning == recipe.pruning and not [n for n in notes if n.step == "pruning"]
+
+
 def test_explain_lists_artifacts_choice_and_reasons() -> None:
     recipe, reasons = auto_recipe(frozenset({"avx512_vnni"}), (), "x86_64")
     lines = explain_lines(recipe, reasons, TargetFacts("icelake", "x86_64", frozenset({"avx512_vnni"}), ()), None)
