@@ -3,8 +3,8 @@
 - Keras 2 files (`.keras`/`.h5` saved with tf_keras) and Keras 2 SavedModels load as tf_keras models: pruning,
   QAT and post-training quantization all apply (Sequential/Functional models only).
 - Keras 3 files do not load in tf_keras and tfmot cannot handle Keras 3 objects (tfmot works only with Keras 2):
-  the model is loaded with Keras 3, exported to a SavedModel with its own input/output names, and takes the
-  post-training path.
+  the model is loaded with Keras 3 and exported to a SavedModel with its own input/output names; it is pruned
+  by tfsmith's own step (`prune_keras3`, any Keras 3 model) and takes the post-training path, without QAT.
 - SavedModels of any signature (Keras, or a plain `tf.Module`) keep their `serving_default` (or the signature
   `--signature` names, e.g. `predict`) as the contract and are converted from it directly, so names stay the
   original's.
@@ -128,6 +128,10 @@ class LoadedModel:
     trainable_why_not: str | None
     params: int | None
     signature: str = DEFAULT_SIGNATURE  # the signature that is the contract (a SavedModel's may be `predict`)
+    #: a Keras 3 model (Functional, Sequential or subclassed) tfsmith's own pruning step fine-tunes
+    #: (`builder.optimize.prune_keras3`): tfmot takes only tf_keras models, so `keras_model` stays None and
+    #: QAT does not apply; its contract and every conversion start from its exported SavedModel as ever
+    keras3_model: Any | None = None
     #: the original's other signatures (`embed`, `score_pair`, ...): name -> (inputs, outputs); each is kept
     #: and judged (`builder.optimize.signatures`)
     others: dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = field(default_factory=dict)
@@ -345,14 +349,28 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
     return serve
 
 
+def is_keras3(model: Any) -> bool:
+    """Whether `model` is a Keras 3 model (subclassed ones included), not a tf_keras one."""
+    import sys
+
+    keras = sys.modules.get("keras")
+    return (keras is not None and str(getattr(keras, "__version__", "")).startswith("3.")
+            and isinstance(model, keras.Model))
+
+
 def export_keras(model: Any, directory: Path, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
-                 *, keras3: bool = False, xla: bool = False, like: Any = None) -> None:
+                 *, keras3: bool | None = None, xla: bool = False, like: Any = None) -> None:
     """A serving-only SavedModel whose `serving_default` IS the contract: keyword inputs, named outputs.
+
+    `keras3`: which Keras's `ExportArchive` to use; None tells it from the model (a pruned Keras 3 model is
+    exported like its original).
 
     `ExportArchive` (what `model.export` uses) stores only what serving needs, no optimizer slots (0.94 MB vs
     2.8 MB with `tf.saved_model.save` on the example CNN).
     """
     tf = tfenv.tensorflow()
+    if keras3 is None:
+        keras3 = is_keras3(model)
     if keras3:
         from keras.export import ExportArchive  # type: ignore[import-not-found]
     else:
@@ -709,6 +727,8 @@ def _with_float32_twin(loaded: LoadedModel, model: Any, keras3: bool) -> LoadedM
     loaded.convert_from = exported
     if loaded.keras_model is not None:
         loaded.keras_model = twin
+    if loaded.keras3_model is not None:
+        loaded.keras3_model = twin
     loaded.notes.append(MIXED_NOTE.format(policy=policy))
     return loaded
 
@@ -758,9 +778,11 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             export_keras(model3, exported, inputs, outputs, keras3=True)
         except Exception as error:
             raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
-        why = (f"a Keras {facts.keras_version} model: tfmot prunes and quantization-aware-trains only Keras 2 "
-               "(tf_keras) models, so only post-training quantization applies")
-        loaded = _with_float32_twin(_from_saved_model(facts, exported, keep, why), model3, keras3=True)
+        why = (f"a Keras {facts.keras_version} model: tfmot quantization-aware-trains only Keras 2 (tf_keras) "
+               "models, so QAT does not apply (pruning is tfsmith's own for Keras 3)")
+        found = _from_saved_model(facts, exported, keep, why)
+        found.keras3_model = model3
+        loaded = _with_float32_twin(found, model3, keras3=True)
         loaded.notes[:0] = notes
         return loaded
     # SavedModel: a Keras 2 SavedModel (keras_metadata.pb) also loads as a model (for pruning/QAT).

@@ -36,9 +36,14 @@ def choose_recipe(spec: str, facts: TargetFacts) -> tuple[Recipe, tuple[str, ...
 
 
 def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
-                 original_tflite: bool = False) -> tuple[Recipe, list[Attempt]]:
+                 original_tflite: bool = False, why_not_qat: str | None = None,
+                 one_shot: bool = False) -> tuple[Recipe, list[Attempt]]:
     """Drop what the model or DATA cannot support, each step with its SKIPPED entry (one line says why for the
-    steps it names together), keeping the chosen artifact meaningful."""
+    steps it names together), keeping the chosen artifact meaningful.
+
+    `why_not_trainable`: why neither pruning nor QAT can fine-tune the model; `why_not_qat`: why QAT cannot
+    where pruning can (a Keras 3 model: tfsmith prunes it, tfmot's QAT takes only tf_keras); `one_shot`: the
+    model can be pruned without fine-tuning (`prune_oneshot`), so auto keeps pruning without training rows."""
     skips: list[Attempt] = []
     pruning, quant = recipe.pruning, recipe.quantization
     if original_tflite:
@@ -53,7 +58,11 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         skips.append(skip(PRUNING, why, said=f"pruning and QAT skipped: {why}"))
         skips.append(skip(QAT, why, said=""))
         pruning, quant = None, replace(quant, qat=False)
-    elif recipe.name == "auto" and pruning and not has_train:
+    if why_not_qat and quant.qat:
+        why = f"the model is {why_not_qat}"
+        skips.append(skip(QAT, why, said=f"QAT skipped: {why}"))
+        quant = replace(quant, qat=False)
+    if recipe.name == "auto" and pruning and not has_train and not one_shot:
         skips.append(skip(PRUNING, "DATA has no x_train with labels for every output to fine-tune on"))
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
@@ -65,6 +74,9 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         adapted = replace(adapted, choose=fallback)
     return adapted, skips
 
+
+ONE_SHOT_NOTE = ("pruning: one-shot by magnitude (DATA has no x_train with labels to fine-tune on): the highest "
+                 "sparsity of 20% to 90% at which the model still agrees with the original on the held-out rows")
 
 #: The ledger's names of the steps beyond the SavedModel that are not one file each.
 PRUNING, QAT = "pruning", "quantization-aware training"
@@ -146,6 +158,8 @@ class Plan:
     checks: tuple[Any, ...] = ()
     #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
     asked: Recipe | None = None
+    #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model DATA has no training rows for
+    one_shot: bool = False
 
     @property
     def notes(self) -> Any:
@@ -204,10 +218,16 @@ def make_plan(options: Options, say: Say) -> Plan:
     has_train = data_mod.has_training_data(raw, loaded.outputs)
     ledger = Ledger(options.out, budget)
     asked = recipe
-    recipe, skips = adapt_recipe(recipe, loaded.trainable_why_not or untrainable_outputs(loaded.outputs), has_train,
-                                 loaded.tflite_path is not None)
+    why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
+    one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
+                and (loaded.keras_model is not None or loaded.keras3_model is not None))
+    recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None, why_not_qat,
+                                 one_shot=one_shot)
     ledger.add(skips)
-    if loaded.trainable_why_not and not skips:
+    one_shot = one_shot and recipe.pruning is not None
+    if one_shot:
+        ledger.note(ONE_SHOT_NOTE)
+    if why_not_trainable and loaded.trainable_why_not and not skips:
         ledger.note(f"the model is {loaded.trainable_why_not}")
     for note in loaded.notes:
         ledger.note(note)
@@ -217,7 +237,7 @@ def make_plan(options: Options, say: Say) -> Plan:
 
         raise InputError(f"recipe {options.recipe_spec}: [tasks] names {unknown[0]!r}, which is not an output "
                          f"(outputs: {', '.join(t.name for t in loaded.outputs)})")
-    plan = Plan(facts, recipe, reasons, ledger, loaded, None, asked=asked)
+    plan = Plan(facts, recipe, reasons, ledger, loaded, None, asked=asked, one_shot=one_shot)
     strings = [side for side, specs in (("inputs", loaded.inputs), ("outputs", loaded.outputs))
                if any(t.dtype == "string" for t in specs)]
     if strings and recipe.export.xla:
@@ -243,7 +263,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         ledger.add([skip(gone[0] if gone else "int8", why, said=f"int8 skipped: {why}; dynamic-range needs none")]
                    + [skip(step, why, said="") for step in gone[1:]])
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
-    need_train = recipe.pruning is not None or recipe.quantization.qat
+    need_train = (recipe.pruning is not None and not plan.one_shot) or recipe.quantization.qat
     data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
                                   calib_samples=recipe.quantization.calibration_samples)
     leaked = data_mod.shared_rows(data.x_calib, data.x_val)
@@ -285,6 +305,16 @@ def model_bytes(path: Path) -> int:
 def weights_bytes(loaded: Any, path: Path) -> int:
     """The model's weights in bytes (float32 parameters), or its size on disk where the count is unknown."""
     return int(loaded.params) * 4 if loaded.params else model_bytes(path)
+
+
+def why_not_fine_tuned(loaded: Any) -> tuple[str | None, str | None]:
+    """(why neither pruning nor QAT applies, why only QAT does not) for a loaded model: a Keras 3 model is
+    pruned by tfsmith's own step, while QAT (tfmot's) takes only tf_keras; an output no loss applies to stops
+    both."""
+    outputs_why = untrainable_outputs(loaded.outputs)
+    if getattr(loaded, "keras3_model", None) is not None and not outputs_why:
+        return None, loaded.trainable_why_not
+    return loaded.trainable_why_not or outputs_why, None
 
 
 #: Output dtypes fine-tuning can take a loss on.

@@ -1,4 +1,6 @@
-"""Magnitude pruning with tfmot, fine-tuned on DATA, and a check that the sparsity asked for was reached.
+"""Magnitude pruning of tf_keras models with tfmot, fine-tuned on DATA, and a check that the sparsity asked for was
+reached. tfmot takes only Keras 2 objects: Keras 3 models are pruned by `prune_keras3` with the same schedule and
+mask arithmetic, and models without training rows one-shot by `prune_oneshot`.
 
 Masks move only on the steps `pruning_schedule` plans (the last one exactly on `end_step`), so a 0.80 target
 ends at 0.80, not 0.786 (tfmot's default frequency=100 stopped a

@@ -38,23 +38,38 @@ def prune_step(run: Run, made: Made) -> Made:
     "Agrees" is fidelity to the original on the held-out rows: top-1 disagreement within --max-accuracy-drop
     for classification outputs, relative error within --max-relative-error for regression outputs.
     """
-    from builder.optimize import prune, quality, tfenv
+    from builder.optimize import prune, prune_keras3, prune_oneshot, quality, tfenv
     from builder.optimize.model_io import keras_serving_fn
 
     plan, contract, options = run.plan, run.contract, run.options
     recipe, data, loaded = plan.recipe, plan.data, plan.loaded
-    if not recipe.pruning or loaded.keras_model is None:
+    # tfmot for a tf_keras model; tfsmith's own magnitude pruning for a Keras 3 one (tfmot cannot take it)
+    original, pruner = ((loaded.keras_model, prune.prune_model) if loaded.keras_model is not None
+                        else (loaded.keras3_model, prune_keras3.prune_model))
+    if not recipe.pruning or original is None:
         return made
 
-    def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
-        x_train, y_train, losses = fit_arguments(loaded.keras_model, contract, data.x_train, data.y_train,
-                                                 run.reference)
-        model, sparsity = prune.prune_model(loaded.keras_model, recipe.pruning, x_train, y_train, losses)
+    def answers(model: Any) -> dict[str, np.ndarray]:
         serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
-        return model, sparsity, _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
+        return _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
 
-    with stage(run.say, f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning "
-                        "epochs"):
+    def judged(model: Any) -> tuple[bool, str]:
+        _, passed, why = quality.judge(answers(model), run.reference, {}, contract.outputs,
+                                       max_accuracy_drop=options.max_accuracy_drop,
+                                       max_relative_error=options.max_relative_error)
+        return passed, why
+
+    def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
+        if plan.one_shot:  # no training rows: the highest sparsity the gate keeps, without fine-tuning
+            model, sparsity, tried = prune_oneshot.prune_one_shot(original, judged)
+            run.ledger.note(prune_oneshot.search_note(tried))
+            return model, sparsity, answers(model)
+        x_train, y_train, losses = fit_arguments(original, contract, data.x_train, data.y_train, run.reference)
+        model, sparsity = pruner(original, recipe.pruning, x_train, y_train, losses)
+        return model, sparsity, answers(model)
+
+    with stage(run.say, "pruning one-shot by magnitude at the highest sparsity the gate keeps" if plan.one_shot else
+               f"pruning to {recipe.pruning.target_sparsity:.0%} with {recipe.pruning.epochs} fine-tuning epochs"):
         done = run.ledger.attempt(PRUNING, pruned_and_called, log="prune", kind="prune")
     if done is None:
         return made

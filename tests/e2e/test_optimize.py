@@ -210,33 +210,44 @@ def test_structured_2_4_with_dynamic_and_float16(example: dict[str, Path], tmp_p
     assert formats["saved_model"].extra["signatures"] == ["serving_default", "serving_xla"]
 
 
-def test_keras3_model_takes_the_post_training_path(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
+def test_keras3_model_is_pruned_by_tfsmith_and_judged_by_the_gate(example: dict[str, Path], tmp_path: Path,
+                                                                   tfsmith) -> None:
+    """tfmot takes only tf_keras models: a Keras 3 model is pruned by tfsmith's own magnitude pruning (fine-tuned
+    on x_train), judged against the original like any pruned model; only QAT (tfmot's) is skipped."""
     import keras  # Keras 3, next to tf_keras in the same process (TF_USE_LEGACY_KERAS only changes tf.keras)
 
     assert keras.__version__.startswith("3.")
+    arrays = np.load(example["data"])
+    keras.utils.set_random_seed(0)
     k3 = tmp_path / "k3.keras"
-    model = keras.Sequential([keras.Input((8, 8, 1), name="image"), keras.layers.Flatten(),
-                              keras.layers.Dense(10, activation="softmax")])
+    model = keras.Sequential([keras.Input((8, 8, 1), name="image"), keras.layers.Conv2D(8, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(10, activation="softmax", name="digit")])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(arrays["x_train"], arrays["y_train"], epochs=5, verbose=0)
     model.save(k3)
-    recipe = _write_recipe(tmp_path / "r.toml", 'choose = "tflite_int8"\n[pruning]\nsparsity = 0.5\n'
-                                                '[quantization]\nmodes = ["int8"]\nqat = true\n')
+    recipe = _write_recipe(tmp_path / "r.toml", 'choose = "tflite_int8"\n[pruning]\nsparsity = 0.6\nepochs = 2\n'
+                                                '[quantization]\nmodes = ["int8"]\nqat = true\n[export]\nopenvino = false\n')
     code, stdout, _ = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--explain")
-    assert code == 0 and "only Keras 2" in stdout and "contract: inputs image float32[?,8,8,1]" in stdout
+    assert code == 0 and "QAT skipped" in stdout and "only Keras 2" in stdout
+    assert "pruning: 60% polynomial, 2 fine-tuning epochs" in stdout
     out = tmp_path / "out"
     code, stdout, stderr = tfsmith("optimize", k3, "--data", example["data"], "--recipe", recipe, "--out", out,
-                                   "--max-accuracy-drop", "0.5")
+                                   "--max-accuracy-drop", "0.2")
     assert code == 0, stderr
     report = _report(out)
     assert report.model.format == "keras3" and report.model.keras_version.startswith("3.")
-    assert report.sparsity is None and report.recipe["pruning"] is None
-    assert report.chosen == "model_int8.tflite"
-    assert any("tfmot" in note and "Keras 2" in note for note in report.notes)
-    assert "pruning and QAT skipped" in stdout
-    assert (out / "saved_model" / "saved_model.pb").is_file() and (out / "model_int8.tflite").is_file()
+    pruning = next(a for a in report.attempts if a.step == "pruning")
+    assert pruning.outcome == "done" and "agrees with the original" in pruning.line, pruning
+    assert report.sparsity["target"] == 0.6 and report.sparsity["achieved"] == pytest.approx(0.6, abs=0.01)
+    assert set(report.sparsity["layers"]) == {"conv2d", "digit"}
+    assert report.sparsity["schedule"]["end_step"] > 0
+    assert any(n.startswith("QAT skipped") for n in report.notes) and "QAT skipped" in stdout
+    assert report.chosen == "model_int8.tflite" and all(a.accepted for a in report.artifacts)
+    # the pruned weights are what was exported and converted: the served SavedModel's kernels hold the zeros
+    import tensorflow as tf
 
-
-# --- the quality gate ------------------------------------------------------------------------------------
-
+    kernels = [v.numpy() for v in tf.saved_model.load(str(out / "saved_model")).variables if len(v.shape) > 1]
+    assert len(kernels) == 2 and all(np.mean(k == 0) == pytest.approx(0.6, abs=0.01) for k in kernels)
 
 def test_quality_gate_fails_but_keeps_artifacts_marked_rejected(example: dict[str, Path], tmp_path: Path,
                                                                 tfsmith) -> None:
@@ -485,6 +496,10 @@ def test_unknown_target_is_one_line(example: dict[str, Path], tmp_path: Path, tf
 
 def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(example: dict[str, Path],
                                                                             tmp_path: Path, tfsmith) -> None:
+    """No training rows: int8 has nothing to calibrate on; pruning, with nothing to fine-tune on, is one-shot at
+    the highest sparsity level the gate keeps (`prune_oneshot`)."""
+    from builder.optimize.prune_oneshot import LEVELS
+
     base = dict(np.load(example["data"]))
     data = tmp_path / "val_only.npz"
     np.savez(data, x_val=base["x_val"])  # no labels, no training or calibration rows
@@ -492,9 +507,16 @@ def test_auto_with_held_out_rows_only_skips_what_needs_more_data_and_says_so(exa
     code, stdout, stderr = tfsmith("optimize", example["model"], "--data", data, "--recipe", "auto", "--out", out)
     assert code == 0, stderr
     report = _report(out)
-    assert "tflite_int8" not in _formats(report) and report.sparsity is None
-    assert any(n.startswith("int8 skipped") for n in report.notes) and any(n.startswith("pruning skipped")
-                                                                          for n in report.notes)
+    assert "tflite_int8" not in _formats(report)
+    assert any(n.startswith("int8 skipped") for n in report.notes)
+    assert any(n.startswith("pruning: one-shot by magnitude") for n in report.notes)
+    searched = next(n for n in report.notes if n.startswith("pruning one-shot: "))
+    pruning = next(a for a in report.attempts if a.step == "pruning")
+    if pruning.outcome == "done":  # the highest level that agreed, reached exactly
+        assert report.sparsity["target"] in LEVELS and f"{report.sparsity['target']:.0%} agrees" in searched
+        assert report.sparsity["achieved"] == pytest.approx(report.sparsity["target"], abs=0.01)
+    else:
+        assert report.sparsity is None and "changed the answers at every level tried" in pruning.line
     assert report.data.labels == () and report.chosen_artifact.metric("probs").metric == "disagreement"
 
 

@@ -74,17 +74,26 @@ def test_notes_and_skips_keep_their_order_and_a_silent_skip_is_accounted_without
 
 
 def test_the_plan_accounts_for_every_step_the_recipe_asked_for() -> None:
-    """Skipped before any work (a Keras 3 model, no training rows): each step the recipe asked for has an entry."""
+    """Skipped before any work (a model nothing fine-tunes, a Keras 3 model's QAT): each step the recipe asked
+    for has an entry."""
     from builder.optimize.planning import adapt_recipe, planned_steps
     from builder.optimize.recipe import recipe_from_mapping
 
     recipe = recipe_from_mapping({"pruning": {"sparsity": 0.8}, "quantization": {"modes": ["int8"], "qat": True}})
-    adapted, skips = adapt_recipe(recipe, "a Keras 3.15.1 model: tfmot prunes Keras 2 models", has_train=True)
+    adapted, skips = adapt_recipe(recipe, "a SavedModel without a Keras model inside", has_train=True)
     ledger = Ledger("OUT")
     ledger.add(skips)
     gone = [s for s in planned_steps(recipe) if s not in planned_steps(adapted)]
     assert gone == ["pruning", "quantization-aware training"] and ledger.unaccounted(gone) == []
-    assert ledger.lines()[0] == "pruning and QAT skipped: the model is a Keras 3.15.1 model: tfmot prunes Keras 2 models"
+    assert ledger.lines()[0] == "pruning and QAT skipped: the model is a SavedModel without a Keras model inside"
+    # a Keras 3 model: pruned by tfsmith, so only QAT (tfmot's) goes, with its own line
+    adapted, skips = adapt_recipe(recipe, None, has_train=True, why_not_qat="a Keras 3.15.1 model: tfmot's QAT "
+                                                                            "takes only tf_keras")
+    ledger = Ledger("OUT")
+    ledger.add(skips)
+    gone = [s for s in planned_steps(recipe) if s not in planned_steps(adapted)]
+    assert gone == ["quantization-aware training"] and ledger.unaccounted(gone) == []
+    assert ledger.lines()[0] == "QAT skipped: the model is a Keras 3.15.1 model: tfmot's QAT takes only tf_keras"
 
 
 def test_a_model_that_cannot_be_called_with_the_data_is_one_line_naming_its_log() -> None:

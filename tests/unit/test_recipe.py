@@ -164,20 +164,37 @@ def test_every_auto_choice_has_a_reason() -> None:
 # --- adapting to the model, explaining --------------------------------------------------------------
 
 
-def test_keras3_model_drops_pruning_and_qat_and_keeps_a_valid_choice() -> None:
+def test_a_model_nothing_fine_tunes_drops_pruning_and_qat_and_keeps_a_valid_choice() -> None:
     recipe = recipe_from_mapping({"pruning": {"sparsity": 0.8},
                                   "quantization": {"modes": ["int8"], "qat": True}})
     assert recipe.choose == "tflite_qat_int8"
-    adapted, notes = adapt_recipe(recipe, "a Keras 3.15.1 model: ...", has_train=True)
+    adapted, notes = adapt_recipe(recipe, "a SavedModel without a Keras model inside: ...", has_train=True)
     assert adapted.pruning is None and not adapted.quantization.qat
     assert adapted.choose == "tflite_int8"
     assert any("pruning and QAT skipped" in n.line for n in notes)
+
+
+def test_keras3_model_keeps_pruning_and_drops_only_qat() -> None:
+    """tfsmith prunes a Keras 3 model itself; QAT is tfmot's, which takes only tf_keras models."""
+    recipe = recipe_from_mapping({"pruning": {"sparsity": 0.8},
+                                  "quantization": {"modes": ["int8"], "qat": True}})
+    adapted, notes = adapt_recipe(recipe, None, has_train=True, why_not_qat="a Keras 3.15.1 model: ...")
+    assert adapted.pruning == recipe.pruning and not adapted.quantization.qat
+    assert adapted.choose == "tflite_int8"
+    assert [n.step for n in notes if n.step != "choice"] == ["quantization-aware training"]
+    assert any(n.line == "QAT skipped: the model is a Keras 3.15.1 model: ..." for n in notes)
 
 
 def test_auto_without_training_rows_skips_pruning() -> None:
     recipe, _ = auto_recipe(frozenset(), (), "x86_64")
     adapted, notes = adapt_recipe(recipe, None, has_train=False)
     assert adapted.pruning is None and notes
+
+
+def test_auto_without_training_rows_keeps_pruning_where_it_can_be_one_shot() -> None:
+    recipe, _ = auto_recipe(frozenset(), (), "x86_64")
+    adapted, notes = adapt_recipe(recipe, None, has_train=False, one_shot=True)
+    assert adapted.pruning == recipe.pruning and not [n for n in notes if n.step == "pruning"]
 
 
 def test_explain_lists_artifacts_choice_and_reasons() -> None:
