@@ -35,7 +35,7 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
             keep_log(name, text, logs)
         reference = original_answers(plan.loaded, {k: v[:64] for k, v in plan.data.x_val.items()}, model)
         contract = settle_contract(plan, reference, rows=64)
-    lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract)
+    lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract, one_shot=plan.one_shot)
     if plan.loaded.others:
         lines.append(f"signatures: {contract.signature} (the contract), " + ", ".join(plan.loaded.others)
                      + ": every one is kept in every artifact and judged against the original")

@@ -105,7 +105,7 @@ def formats_of(recipe: Recipe) -> tuple[str, ...]:
 
 
 def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, model_note: str | None,
-                  contract: ModelContract | None = None) -> list[str]:
+                  contract: ModelContract | None = None, one_shot: bool = False) -> list[str]:
     lines = [f"target: {facts.name} ({facts.arch}); int8/half features: "
              f"{', '.join(sorted(facts.features & set(INTERESTING_FLAGS))) or 'none'}; "
              f"GPUs: {', '.join(facts.gpu_capabilities) or 'none'}",
@@ -118,10 +118,12 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
                      + "; outputs " + ", ".join(f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in contract.outputs))
     if recipe.pruning:
         p = recipe.pruning
-        lines.append(f"pruning: {p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
-                     f", {p.epochs} fine-tuning epochs"
-                     + ("; kept only if the pruned model agrees with the original within the gate"
-                        if recipe.name == "auto" else ""))
+        how = (f"{p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
+               f", {p.epochs} fine-tuning epochs")
+        if one_shot:
+            how = "one-shot by magnitude (DATA has no training rows): the highest of 20-90% the gate keeps"
+        lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
+                                          if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
                  f"{'; QAT ' + str(recipe.quantization.qat_epochs) + ' epoch(s)' if recipe.quantization.qat else ''}")
     lines += [f"why: {r}" for r in reasons]
