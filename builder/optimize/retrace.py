@@ -1,0 +1,125 @@
+"""A second conversion for a SavedModel whose traced graph lost static dimensions that its signature declares.
+
+Why: Keras 3's `UpSampling2D` (and other layers that compute a shape from `tf.shape`) leaves height, width and
+even channels unknown in the saved graph (`tensor<?x?x16x32xf32>`), and TFLite has no builtin `Conv2D` for an
+input of unknown channels: the conversion fails although only the batch is really dynamic. Here the signature's
+function is traced again with every input's declared dimensions (all but the batch, which stays dynamic), its
+variables frozen, and TensorFlow's graph optimizer (constant folding and shape optimization) folds the shape
+arithmetic, so every tensor after it has its static shape. Measured on a conditional GAN generator (Embedding x
+latent, Dense, Reshape, 2x UpSampling2D + Conv2D): the first conversion fails, this one converts fp32, dynamic
+range and int8, and the file answers batch 5 on LiteRT within 1e-6 of the SavedModel. A trace at batch 1
+converts too, but LiteRT cannot resize it (XNNPACK "failed to reshape": the batch is folded into Reshape's
+constants), so the batch is kept dynamic.
+
+The folded graph converts only through the converter's graph path (the SavedModel path traces the shape
+arithmetic again, unfolded), which writes no SignatureDef; `add_signature` writes the original's signature
+back (its key, input and output names), so the file keeps the contract like every other .tflite.
+Everything is read from the SavedModel folder and the arguments: a conversion may run in a process of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builder.optimize import tfenv
+
+#: The note for the ledger when a file was converted from the re-traced graph.
+NOTE = ("{mode}: converted from the model traced with its signature's static shapes (every dimension but the "
+        "batch fixed as the contract declares it): the saved graph had lost them ({cause})")
+
+
+def static_specs(shapes: Mapping[str, tuple[int, ...]], names: list[str]) -> dict[str, list[int | None]] | None:
+    """Each input's trace shape: the batch (first dimension) left open, every other as declared; None when an
+    input leaves a dimension past the batch unknown (nothing more is known than the saved graph knew)."""
+    out: dict[str, list[int | None]] = {}
+    for name in names:
+        shape = shapes.get(name)
+        if shape is None or any(d < 0 for d in shape[1:]):
+            return None
+        out[name] = [None, *shape[1:]] if shape else []
+    return out
+
+
+def _folded(tf: Any, function: Any) -> Any:
+    """The frozen function's graph after constant folding and shape optimization, as a pruned function."""
+    from tensorflow.core.protobuf import config_pb2  # type: ignore[import-not-found]
+    from tensorflow.python.framework import convert_to_constants  # type: ignore[import-not-found]
+    from tensorflow.python.grappler import tf_optimizer  # type: ignore[import-not-found]
+
+    frozen = convert_to_constants.convert_variables_to_constants_v2(function)
+    meta = tf.compat.v1.train.export_meta_graph(graph_def=frozen.graph.as_graph_def(), graph=frozen.graph)
+    meta.collection_def["train_op"].node_list.value.extend([t.name for t in frozen.outputs])
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    rewrite.optimizers.extend(["constfold", "shape", "constfold"])
+    rewrite.meta_optimizer_iterations = 2
+    graph_def = tf_optimizer.OptimizeGraph(config, meta)
+    inputs, outputs = [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
+    wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+    return wrapped.prune([wrapped.graph.get_tensor_by_name(n) for n in inputs],
+                         [wrapped.graph.get_tensor_by_name(n) for n in outputs]), [n.split(":")[0] for n in inputs]
+
+
+def converter(saved_model_dir: Path, key: str, shapes: Mapping[str, tuple[int, ...]]
+              ) -> tuple[Any, list[str], list[str]] | None:
+    """(a converter of the folded re-trace, its input names in the file's order, its output names in order), or
+    None when the signature leaves a non-batch dimension unknown."""
+    tf = tfenv.tensorflow()
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    function = loaded.signatures[key]
+    _, declared = function.structured_input_signature
+    specs = static_specs(shapes, list(declared))
+    if specs is None:
+        return None
+    fixed = {name: tf.TensorSpec(specs[name], spec.dtype, name=name) for name, spec in declared.items()}
+    traced = tf.function(lambda **kw: function(**kw)).get_concrete_function(**fixed)
+    pruned, inputs = _folded(tf, traced)
+    outputs = sorted(function.structured_outputs)  # the order TensorFlow flattens a dict of outputs in
+    made = tf.lite.TFLiteConverter.from_concrete_functions([pruned])
+    return made, inputs, outputs
+
+
+def ordered_rows(rows: Callable[[], Iterator[Any]], inputs: list[str]) -> Callable[[], Iterator[list[Any]]]:
+    """Calibration rows as the graph path takes them: a list in the file's input order (dicts are by name)."""
+    def each() -> Iterator[list[Any]]:
+        for row in rows():
+            yield [row[name] for name in inputs] if isinstance(row, Mapping) else list(row)
+    return each
+
+
+def add_signature(blob: bytes, key: str, inputs: list[str], outputs: list[str]) -> bytes:
+    """The file with one SignatureDef `key` over its first subgraph: inputs named as the original's (in the
+    subgraph's input order), outputs likewise; a file that has signatures already is returned as it is."""
+    from tensorflow.lite.python import schema_py_generated as schema  # type: ignore[import-not-found]
+    from tensorflow.lite.tools import flatbuffer_utils  # type: ignore[import-not-found]
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(blob))
+    if model.signatureDefs:
+        return blob
+    subgraph = model.subgraphs[0]
+    if len(subgraph.inputs) != len(inputs) or len(subgraph.outputs) != len(outputs):
+        raise ValueError(f"the re-traced file has {len(subgraph.inputs)} inputs and {len(subgraph.outputs)} "
+                         f"outputs, the signature {len(inputs)} and {len(outputs)}")
+    signature = schema.SignatureDefT()
+    signature.signatureKey = key
+    signature.subgraphIndex = 0
+    signature.inputs, signature.outputs = [], []
+    def tensor_name(index: int) -> str:
+        name = subgraph.tensors[index].name
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    by_name = {tensor_name(i): int(i) for i in subgraph.inputs}
+    in_order = [by_name[n] for n in inputs] if set(by_name) == set(inputs) else list(subgraph.inputs)
+    for names, indices, into in ((inputs, in_order, signature.inputs),
+                                 (outputs, subgraph.outputs, signature.outputs)):
+        for name, index in zip(names, indices):
+            tensor_map = schema.TensorMapT()
+            tensor_map.name = name
+            tensor_map.tensorIndex = int(index)
+            into.append(tensor_map)
+    model.signatureDefs = [signature]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
