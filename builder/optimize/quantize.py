@@ -191,7 +191,9 @@ def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list
     try:
         return _convert_saved(saved_model_dir, mode, x_calib, notes, keys, calibs)
     except ConversionFailed as error:
-        if len(keys) != 1 or mode in ("select_tf", "qat_int8"):
+        from builder.optimize.retrace import lost_static_dimensions
+
+        if len(keys) != 1 or mode in ("select_tf", "qat_int8") or not lost_static_dimensions(error.full_text):
             raise
         first = error
     try:

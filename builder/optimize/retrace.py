@@ -19,6 +19,7 @@ Everything is read from the SavedModel folder and the arguments: a conversion ma
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,17 @@ from builder.optimize import tfenv
 #: The note for the ledger when a file was converted from the re-traced graph.
 NOTE = ("{mode}: converted from the model traced with its signature's static shapes (every dimension but the "
         "batch fixed as the contract declares it): the saved graph had lost them ({cause})")
+
+
+def lost_static_dimensions(converter_text: str) -> bool:
+    """Whether the converter's own words show a tensor with an unknown dimension past the first
+    (`tensor<?x?x16x32xf32>`): only then can a trace with the declared shapes help; any other failure (string
+    ops, tensor lists) stands without a second try (it would cost a load and a freeze of the weights)."""
+    for body in re.findall(r"tensor<([^<>]*)>", converter_text):
+        dims = body.split("x")[:-1]  # the last part is the element type
+        if len(dims) > 1 and "?" in dims[1:]:
+            return True
+    return False
 
 
 def static_specs(shapes: Mapping[str, tuple[int, ...]], names: list[str]) -> dict[str, list[int | None]] | None:
@@ -64,11 +76,21 @@ def _folded(tf: Any, function: Any) -> Any:
                          [wrapped.graph.get_tensor_by_name(n) for n in outputs]), [n.split(":")[0] for n in inputs]
 
 
+def declared_inputs(saved_model_dir: Path, key: str) -> list[str]:
+    """The signature's input names, read from saved_model.pb without loading the model."""
+    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+
+    signatures = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+    return list(signatures[key].inputs) if key in signatures else []
+
+
 def converter(saved_model_dir: Path, key: str, shapes: Mapping[str, tuple[int, ...]]
               ) -> tuple[Any, list[str], list[str]] | None:
     """(a converter of the folded re-trace, its input names in the file's order, its output names in order), or
     None when the signature leaves a non-batch dimension unknown."""
     tf = tfenv.tensorflow()
+    if static_specs(shapes, declared_inputs(saved_model_dir, key)) is None:  # before any load
+        return None
     loaded = tf.saved_model.load(str(saved_model_dir))
     function = loaded.signatures[key]
     _, declared = function.structured_input_signature
