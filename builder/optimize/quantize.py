@@ -227,7 +227,8 @@ def _convert_retraced(saved_model_dir: Path, mode: str, x_calib: Calibration, no
         converter, inputs, outputs = made
         _configure(converter, mode, x_calib, strict=strict, ranks=ranks, signature=key)
         if converter.representative_dataset is not None:
-            converter.representative_dataset = retrace.ordered_rows(converter.representative_dataset, inputs)
+            converter.representative_dataset = retrace.ordered_rows(converter.representative_dataset,
+                                                                    [name for _, name in inputs])
         return retrace.add_signature(bytes(converter.convert()), key, inputs, outputs)
 
     try:

@@ -85,9 +85,9 @@ def declared_inputs(saved_model_dir: Path, key: str) -> list[str]:
 
 
 def converter(saved_model_dir: Path, key: str, shapes: Mapping[str, tuple[int, ...]]
-              ) -> tuple[Any, list[str], list[str]] | None:
-    """(a converter of the folded re-trace, its input names in the file's order, its output names in order), or
-    None when the signature leaves a non-batch dimension unknown."""
+              ) -> tuple[Any, list[tuple[str, str]], list[str]] | None:
+    """(a converter of the folded re-trace, its inputs as (tensor name in the file, the signature's name), its
+    output names in the file's order), or None when the signature leaves a non-batch dimension unknown."""
     tf = tfenv.tensorflow()
     if static_specs(shapes, declared_inputs(saved_model_dir, key)) is None:  # before any load
         return None
@@ -99,23 +99,29 @@ def converter(saved_model_dir: Path, key: str, shapes: Mapping[str, tuple[int, .
         return None
     fixed = {name: tf.TensorSpec(specs[name], spec.dtype, name=name) for name, spec in declared.items()}
     traced = tf.function(lambda **kw: function(**kw)).get_concrete_function(**fixed)
-    pruned, inputs = _folded(tf, traced)
-    outputs = sorted(function.structured_outputs)  # the order TensorFlow flattens a dict of outputs in
+    pruned, placeholders = _folded(tf, traced)
+    # TensorFlow flattens a dict in the order of its keys: the placeholders are the inputs by sorted name, and
+    # the outputs likewise
+    inputs = list(zip(placeholders, sorted(declared)))
+    outputs = sorted(function.structured_outputs)
     made = tf.lite.TFLiteConverter.from_concrete_functions([pruned])
     return made, inputs, outputs
 
 
 def ordered_rows(rows: Callable[[], Iterator[Any]], inputs: list[str]) -> Callable[[], Iterator[list[Any]]]:
-    """Calibration rows as the graph path takes them: a list in the file's input order (dicts are by name)."""
+    """Calibration rows as the graph path takes them: a list in the graph's input order (`inputs`: the
+    signature's names in that order; dict rows are by those names)."""
     def each() -> Iterator[list[Any]]:
         for row in rows():
             yield [row[name] for name in inputs] if isinstance(row, Mapping) else list(row)
     return each
 
 
-def add_signature(blob: bytes, key: str, inputs: list[str], outputs: list[str]) -> bytes:
-    """The file with one SignatureDef `key` over its first subgraph: inputs named as the original's (in the
-    subgraph's input order), outputs likewise; a file that has signatures already is returned as it is."""
+def add_signature(blob: bytes, key: str, inputs: list[tuple[str, str]], outputs: list[str]) -> bytes:
+    """The file with one SignatureDef `key` over its first subgraph: each input found by its tensor's name in
+    the file and named as the original names it (`inputs`: (tensor name, signature name) in the graph's order,
+    which is the subgraph's when names do not match), outputs named in the subgraph's order; a file that has
+    signatures already is returned as it is."""
     from tensorflow.lite.python import schema_py_generated as schema  # type: ignore[import-not-found]
     from tensorflow.lite.tools import flatbuffer_utils  # type: ignore[import-not-found]
 
@@ -135,8 +141,9 @@ def add_signature(blob: bytes, key: str, inputs: list[str], outputs: list[str]) 
         return name.decode() if isinstance(name, bytes) else str(name)
 
     by_name = {tensor_name(i): int(i) for i in subgraph.inputs}
-    in_order = [by_name[n] for n in inputs] if set(by_name) == set(inputs) else list(subgraph.inputs)
-    for names, indices, into in ((inputs, in_order, signature.inputs),
+    tensors = [tensor for tensor, _ in inputs]
+    in_order = [by_name[t] for t in tensors] if set(by_name) == set(tensors) else list(subgraph.inputs)
+    for names, indices, into in (([name for _, name in inputs], in_order, signature.inputs),
                                  (outputs, subgraph.outputs, signature.outputs)):
         for name, index in zip(names, indices):
             tensor_map = schema.TensorMapT()
