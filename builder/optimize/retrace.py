@@ -11,7 +11,7 @@ range and int8, and the file answers batch 5 on LiteRT within 1e-6 of the SavedM
 converts too, but LiteRT cannot resize it (XNNPACK "failed to reshape": the batch is folded into Reshape's
 constants), so the batch is kept dynamic.
 
-The folded graph converts only through the converter's graph path (the SavedModel path traces the shape
+The folded graph converts only through the converter's GraphDef path (the SavedModel path traces the shape
 arithmetic again, unfolded), which writes no SignatureDef; `add_signature` writes the original's signature
 back (its key, input and output names), so the file keeps the contract like every other .tflite.
 Everything is read from the SavedModel folder and the arguments: a conversion may run in a process of its own.
@@ -56,8 +56,9 @@ def static_specs(shapes: Mapping[str, tuple[int, ...]], names: list[str]) -> dic
     return out
 
 
-def _folded(tf: Any, function: Any) -> Any:
-    """The frozen function's graph after constant folding and shape optimization, as a pruned function."""
+def _folded(tf: Any, function: Any) -> tuple[Any, list[tuple[str, list[int]]], list[str]]:
+    """The frozen function's graph after constant folding and shape optimization: (GraphDef, its inputs as
+    (placeholder, shape with -1 for the batch), its output tensors' node names)."""
     from tensorflow.core.protobuf import config_pb2  # type: ignore[import-not-found]
     from tensorflow.python.framework import convert_to_constants  # type: ignore[import-not-found]
     from tensorflow.python.grappler import tf_optimizer  # type: ignore[import-not-found]
@@ -70,10 +71,8 @@ def _folded(tf: Any, function: Any) -> Any:
     rewrite.optimizers.extend(["constfold", "shape", "constfold"])
     rewrite.meta_optimizer_iterations = 2
     graph_def = tf_optimizer.OptimizeGraph(config, meta)
-    inputs, outputs = [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
-    wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
-    return wrapped.prune([wrapped.graph.get_tensor_by_name(n) for n in inputs],
-                         [wrapped.graph.get_tensor_by_name(n) for n in outputs]), [n.split(":")[0] for n in inputs]
+    inputs = [(t.name.split(":")[0], [-1 if d is None else int(d) for d in t.shape.as_list()]) for t in frozen.inputs]
+    return graph_def, inputs, [t.name.split(":")[0] for t in frozen.outputs]
 
 
 def declared_inputs(saved_model_dir: Path, key: str) -> list[str]:
@@ -99,12 +98,15 @@ def converter(saved_model_dir: Path, key: str, shapes: Mapping[str, tuple[int, .
         return None
     fixed = {name: tf.TensorSpec(specs[name], spec.dtype, name=name) for name, spec in declared.items()}
     traced = tf.function(lambda **kw: function(**kw)).get_concrete_function(**fixed)
-    pruned, placeholders = _folded(tf, traced)
+    graph_def, placeholders, tensors = _folded(tf, traced)
     # TensorFlow flattens a dict in the order of its keys: the placeholders are the inputs by sorted name, and
     # the outputs likewise
-    inputs = list(zip(placeholders, sorted(declared)))
+    inputs = [(placeholder, name) for (placeholder, _), name in zip(placeholders, sorted(declared))]
     outputs = sorted(function.structured_outputs)
-    made = tf.lite.TFLiteConverter.from_concrete_functions([pruned])
+    # the graph's own converter: 1.6 s and 1.7 GB peak on a 9.6M-parameter generator, where a function pruned
+    # from the imported graph took 16 s and 2.5 GB (it imports, freezes and optimizes the graph again)
+    made = tf.compat.v1.lite.TFLiteConverter(graph_def, None, None, input_arrays_with_shape=placeholders,
+                                             output_arrays=tensors)
     return made, inputs, outputs
 
 
