@@ -124,6 +124,17 @@ def test_a_generator_whose_graph_lost_its_shapes_gets_tflite_files_from_the_stat
     assert got.shape == (5, 16, 16, 1)
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
+    # the same from a conversion in a process of its own: everything it needs comes by value (int8 calibrated)
+    from builder.optimize import isolated, quantize
+
+    int8 = out / "isolated_int8.tflite"
+    notes = isolated.call(quantize.convert_to_file, out / "saved_model", "int8", int8, rows, "serving_default",
+                          limit=None)
+    assert any(n.startswith("int8: converted from the model traced with its signature's static shapes")
+               for n in notes), notes
+    runner = Interpreter(model_path=str(int8)).get_signature_runner("serving_default")
+    assert runner(**rows)["image"].shape == (5, 16, 16, 1)
+
 
 @pytest.mark.parametrize("model", ["nan_at_zero", "fails_at_zero"])
 def test_the_gates_zero_row_is_set_aside_where_the_original_has_no_answer(optimize, model: str) -> None:
