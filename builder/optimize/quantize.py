@@ -185,6 +185,68 @@ def _converter(tf: Any, saved_model_dir: Path, keys: list[str]) -> Any:
 
 def _convert(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list[str] | None, keys: list[str],
              calibs: Mapping[str, Mapping[str, np.ndarray]] | None) -> bytes:
+    """The first conversion (`_convert_saved`); when it fails for one signature, again from the signature traced
+    with the contract's static shapes (`builder.optimize.retrace`), a note saying so. When that cannot be done
+    or fails too, the first conversion's error stands."""
+    try:
+        return _convert_saved(saved_model_dir, mode, x_calib, notes, keys, calibs)
+    except ConversionFailed as error:
+        from builder.optimize.retrace import lost_static_dimensions
+
+        if len(keys) != 1 or mode in ("select_tf", "qat_int8") or not lost_static_dimensions(error.full_text):
+            raise
+        first = error
+    try:
+        blob = _convert_retraced(saved_model_dir, mode, x_calib, notes, keys[0])
+    except TfsmithError:
+        raise
+    except Exception:  # noqa: BLE001 - the re-trace is a second chance: the first conversion's error stands
+        blob = None
+    if blob is None:
+        raise first
+    if notes is not None:
+        from builder.optimize.retrace import NOTE
+
+        notes.append(NOTE.format(mode=mode, cause=first.cause))
+    return blob
+
+
+def _convert_retraced(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list[str] | None,
+                      key: str) -> bytes | None:
+    """`key` converted from its re-trace with the declared shapes (None when they leave a non-batch dimension
+    unknown); int8 as in `_convert_saved`, strict first."""
+    from builder.optimize import retrace
+
+    shapes = declared_shapes(saved_model_dir, [key]).get(key, {})
+    ranks = {key: {name: len(shape) for name, shape in shapes.items()}}
+
+    def attempt(strict: bool) -> bytes | None:
+        made = retrace.converter(saved_model_dir, key, shapes)
+        if made is None:
+            return None
+        converter, inputs, outputs = made
+        _configure(converter, mode, x_calib, strict=strict, ranks=ranks, signature=key)
+        if converter.representative_dataset is not None:
+            converter.representative_dataset = retrace.ordered_rows(converter.representative_dataset,
+                                                                    [name for _, name in inputs])
+        return retrace.add_signature(bytes(converter.convert()), key, inputs, outputs)
+
+    try:
+        blob = attempt(True)
+    except Exception as error:
+        if mode != "int8":
+            raise
+        from builder.optimize.causes import cause
+
+        blob = attempt(False)
+        if blob is not None and notes is not None:
+            notes.append(f"{mode}: some ops have no int8 kernel ({cause(error)}); they run in float inside the int8 "
+                         "file")
+    return None if blob is None else with_declared_shapes(blob, saved_model_dir, [key])
+
+
+def _convert_saved(saved_model_dir: Path, mode: str, x_calib: Calibration, notes: list[str] | None,
+                   keys: list[str], calibs: Mapping[str, Mapping[str, np.ndarray]] | None) -> bytes:
     tf = tfenv.tensorflow()
 
     ranks = declared_ranks(saved_model_dir, keys) if mode in ("int8", "qat_int8") else None
