@@ -156,6 +156,8 @@ class Plan:
     #: the float .tflite the plan's probe converted from the original's weights (`_probe_conversion`): the
     #: model_fp32.tflite itself when nothing changes those weights before conversion (`convert_step`)
     probe_fp32: bytes | Path | None = None
+    #: what the converter said of that file (a note the run gives where the file is used)
+    probe_notes: tuple[str, ...] = ()
     #: the original's other signatures, each with the rows it is judged on (`builder.optimize.signatures`)
     checks: tuple[Any, ...] = ()
     #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
@@ -223,6 +225,14 @@ def make_plan(options: Options, say: Say) -> Plan:
     why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
     one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
                 and (loaded.keras_model is not None or loaded.keras3_model is not None))
+    if one_shot and recipe.pruning is not None and one_shot_too_big(budget):
+        from builder.measure.memory import text as memory_text
+
+        one_shot = False
+        ledger.note(f"pruning: one-shot not tried for a model of {memory_text(budget.weights)} of weights: its search "
+                    "keeps a pruned copy and its traced functions resident for the rest of the run (3.6 GiB beside "
+                    "2.0 GiB for a BERT-base-sized classifier) for a smaller gzip only, since sparsity does not speed "
+                    "up dense kernels")
     recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None, why_not_qat,
                                  one_shot=one_shot)
     ledger.add(skips)
@@ -247,7 +257,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         ledger.add([skip(XLA_SIGNATURE, f"string {' and '.join(strings)} have no XLA kernels",
                          said=f"xla: serving_xla not added: string {' and '.join(strings)} have no XLA kernels")])
     if loaded.saved_model_dir is not None:
-        failure, plan.probe_fp32 = _probe_conversion(loaded, budget)
+        failure, plan.probe_fp32, plan.probe_notes = _probe_conversion(loaded, budget)
         if failure is not None:
             before = recipe
             recipe, note = without_tflite(recipe, failure.cause, plan.log("convert-fp32", failure.full_text))
@@ -333,12 +343,12 @@ def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
             "for, so only post-training quantization applies")
 
 
-def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | None]:
-    """A float conversion before any training: (ConversionFailed, None) when the TFLite builtins cannot express
-    the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite) when they can:
-    its bytes, or for a model the budget converts in a process of its own, the file that process wrote. (None,
-    None) when that process could not finish (the memory budget): the float conversion is then an attempt of
-    its own later, which says why."""
+def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | None, tuple[str, ...]]:
+    """A float conversion before any training: (ConversionFailed, None, ()) when the TFLite builtins cannot
+    express the model (a Keras 3 GRU's tensor lists, TextVectorization's string ops), (None, the .tflite, what
+    the converter noted) when they can: its bytes, or for a model the budget converts in a process of its own,
+    the file that process wrote. (None, None, ()) when that process could not finish (the memory budget): the
+    float conversion is then an attempt of its own later, which says why."""
     import tempfile
 
     from builder.optimize import isolated, loads, quantize
@@ -350,17 +360,27 @@ def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | 
             loaded._keep.append(folder)  # removed with the loaded model
             path = Path(folder.name) / "probe_fp32.tflite"
             try:
-                isolated.call(quantize.convert_to_file, source, "fp32", path, None, loaded.signature,
-                              limit=budget.limit)
+                notes = isolated.call(quantize.convert_to_file, source, "fp32", path, None, loaded.signature,
+                                      limit=budget.limit)
             except (isolated.OverBudget, isolated.ChildFailed):
-                return None, None
-            return None, path
+                return None, None, ()
+            return None, path, tuple(notes)
         # the converter's key check and its debug info from the load the model was read with
         known = {loaded.saved_model_dir: loaded.loaded_saved_model} if loaded.loaded_saved_model is not None else {}
+        said: list[str] = []
         with loads.shared(known):
-            return None, quantize.convert_saved_model(source, "fp32", signature=loaded.signature)
+            blob = quantize.convert_saved_model(source, "fp32", None, said, signature=loaded.signature)
+        return None, blob, tuple(said)
     except quantize.ConversionFailed as error:
-        return error, None
+        return error, None, ()
+
+
+def one_shot_too_big(budget: Budget) -> bool:
+    """Whether one-shot pruning is left out: where the budget would run a step of its size in a process of its
+    own (`builder.optimize.isolated.worth_a_process`), which the in-memory search cannot be."""
+    from builder.optimize import isolated
+
+    return isolated.worth_a_process(budget.need("prune"), budget.limit)
 
 
 def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:

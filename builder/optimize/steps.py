@@ -193,6 +193,8 @@ def convert_step(run: Run, made: Made) -> Made:
                     shutil.move(probed, path)
                 elif probed is not None:
                     path.write_bytes(probed)
+                if probed is not None:
+                    plan.notes.extend(plan.probe_notes)
                 elif apart:
                     plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
                                                     signature, others, other_calib, limit=limit))
