@@ -379,12 +379,33 @@ def _refused_everywhere(server: Server, name: str, input_name: str, bad: np.ndar
     return rows.json()["error"]
 
 
-def test_an_id_beyond_the_vocabulary_is_the_clients_mistake_on_litert_and_tensorflow(optimize) -> None:
+def test_an_id_beyond_the_vocabulary_is_the_clients_mistake_on_litert_and_tensorflow(optimize, tmp_path: Path) -> None:
+    import shutil
+
+    from builder.report import Report
+
     code, stdout, _, out = optimize("tokens")
     assert code == 0, stdout[-2000:]
     good = np.array([[1, 2, 3, 4, 5, 6]], dtype=np.int32)
     bad = np.array([[1, 2, 3, 4, 500, 6]], dtype=np.int32)
-    server = Server(str(out), "--runtime", "litert", "--model-name", "tokens")
+    # served from optimize's folder: refused before the model runs, with the range optimize measured on the
+    # original (a Keras 3 Embedding of 20 rows takes -20..19), whatever the runtime
+    ranged = "value 500 at [0, 4] is not in [-20, 20)"
+    for served, runtime in ((out, "litert"), (out / "saved_model", "tensorflow")):
+        server = Server(str(served), "--runtime", runtime, "--model-name", "tokens")
+        try:
+            message = _refused_everywhere(server, "tokens", "tokens", bad, "INT32", ranged)
+            assert message.startswith("input 'tokens': ") and "the values the original model accepts" in message
+            assert server.predict("tokens", {"instances": good.tolist()}).status_code == 200  # it still serves
+        finally:
+            assert server.stop() in STOPPED
+    # the same files without optimize's report: each runtime's own refusal, in its own words
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    tflite = bare / Report.load(out).chosen
+    shutil.copy(out / tflite.name, tflite)
+    shutil.copytree(out / "saved_model", bare / "saved_model")
+    server = Server(str(tflite), "--runtime", "litert", "--model-name", "tokens")
     try:
         message = _refused_everywhere(server, "tokens", "tokens", bad, "INT32", "gather index out of bounds")
         assert message.startswith("gather index out of bounds. Node number ") and message.count("gather") == 1
@@ -394,8 +415,8 @@ def test_an_id_beyond_the_vocabulary_is_the_clients_mistake_on_litert_and_tensor
         assert "Traceback" not in server.output()
     finally:
         assert server.stop() in STOPPED
-    _batch_mates_are_answered(out, good, bad, answer.json()["predictions"])
-    server = Server(str(out / "saved_model"), "--runtime", "tensorflow", "--model-name", "tokens")
+    _batch_mates_are_answered(tflite, good, bad, answer.json()["predictions"])
+    server = Server(str(bare / "saved_model"), "--runtime", "tensorflow", "--model-name", "tokens")
     try:
         message = _refused_everywhere(server, "tokens", "tokens", bad, "INT32", "= 500 is not in [0, 20)")
         assert "Graph execution error" not in message and "[[" not in message
@@ -404,13 +425,13 @@ def test_an_id_beyond_the_vocabulary_is_the_clients_mistake_on_litert_and_tensor
         assert server.stop() in STOPPED
 
 
-def _batch_mates_are_answered(out: Path, good: np.ndarray, bad: np.ndarray, alone: list[Any]) -> None:
+def _batch_mates_are_answered(model: Path, good: np.ndarray, bad: np.ndarray, alone: list[Any]) -> None:
     """With dynamic batching, the bad request and three good ones sent together share one interpreter call
     (a batch of 4 examples leaves once all have come, however slow the machine: the deadline is a minute); the
     model refuses it, and only the bad request gets the 400."""
     from concurrent.futures import ThreadPoolExecutor
 
-    server = Server(str(out), "--runtime", "litert", "--model-name", "tokens", "--processes", "1", "--workers", "1",
+    server = Server(str(model), "--runtime", "litert", "--model-name", "tokens", "--processes", "1", "--workers", "1",
                     "--max-batch", "4", "--batch-timeout-us", "60000000")
     try:
         others = [good, good[:, ::-1].copy(), np.full_like(good, 7)]
