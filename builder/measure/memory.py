@@ -18,15 +18,19 @@ MIB = 1024 * 1024
 _STATUS = Path("/proc/self/status")
 
 
-def _status_kib(field: str) -> int | None:
+def _status(path: Path = _STATUS) -> dict[str, int]:
+    """A process's status file (`/proc/<pid>/status`), its memory fields in KiB, read once; {} where there is
+    none (the process is gone, or no `/proc`)."""
     try:
-        text = _STATUS.read_text(encoding="ascii")
+        text = path.read_text(encoding="ascii")
     except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return None
+        return {}
+    return {name: int(rest.split()[0]) for name, _, rest in (line.partition(":") for line in text.splitlines())
+            if rest.strip().endswith("kB")}
+
+
+def _status_kib(field: str) -> int | None:
+    return _status().get(field)
 
 
 def rss_bytes() -> int | None:
@@ -40,15 +44,10 @@ def process_rss_bytes(pid: int) -> int | None:
     resident memory (`RssAnon` and `RssShmem`), not the library pages it maps from the same files as this
     process (TensorFlow's are about 0.4 GiB, counted once by the kernel and in this process's own resident
     set). None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
-    except OSError:
-        return None
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    found = [int(fields[name].split()[0]) * 1024 for name in ("RssAnon", "RssShmem") if name in fields]
-    if found:
-        return sum(found)
-    return int(fields["VmRSS"].split()[0]) * 1024 if "VmRSS" in fields else None
+    fields = _status(Path(f"/proc/{pid}/status"))
+    if "RssAnon" in fields:
+        return (fields["RssAnon"] + fields.get("RssShmem", 0)) * 1024
+    return fields["VmRSS"] * 1024 if "VmRSS" in fields else None
 
 
 #: the processes doing a step of the run in a process of their own, while they run (`counting_child`)

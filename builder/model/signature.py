@@ -40,3 +40,14 @@ class SignatureSpec:
     def fixed_shapes(self) -> bool:
         """Every input dimension, batch included, has one size: a per-shape compiler compiles once."""
         return all(d is not None for spec in self.inputs for d in spec.shape)
+
+
+def is_integer(dtype: str) -> bool:
+    """An integer dtype by its numpy name (ids, counts); False for floats, bool, strings and names numpy does
+    not know."""
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).kind in "iu"
+    except TypeError:
+        return False

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from builder.model.signature import is_integer
 from builder.report import InputRange, TensorSpec
 
 #: TensorFlow's CPU kernels (Gather, ResourceGather, embedding lookups): "indices[0,0] = 7 is not in [0, 3)".
@@ -203,11 +204,3 @@ def range_note(ranges: tuple[InputRange, ...]) -> str | None:
     said = ", ".join(f"{r.name!r} in [{'-inf' if r.low is None else r.low}, {'inf' if r.high is None else r.high})"
                      for r in ranges)
     return f"the original refuses integer values outside {said} (measured); the server refuses them too, with 400"
-
-
-def is_integer(dtype: str) -> bool:
-    """An integer dtype (ids, counts); False for floats, bool, strings and names numpy does not know."""
-    try:
-        return np.dtype(dtype).kind in "iu"
-    except TypeError:
-        return False

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from builder.measure import memory
+from builder.optimize import isolated
 
 #: What the first step of a kind is expected to need, in multiples of the size of what it reads. Measured at
 #: each step's peak over what was resident before it, on a BERT-base-sized classifier (436 MB of float32
@@ -59,6 +60,11 @@ class Budget:
         """What a step of `kind` reading `size` bytes (default: the model's weights) is expected to need."""
         base = size if size is not None else self.weights
         return int(self.taken.get(kind, RULES.get(kind, 2.0)) * base)
+
+    def in_a_process(self, kind: str, size: int | None = None) -> bool:
+        """Whether a step of `kind` runs in a process of its own: where it is expected to need a real share of
+        the memory (`builder.optimize.isolated.worth_a_process`), so that what it takes is given back."""
+        return isolated.worth_a_process(self.need(kind, size), self.limit)
 
     def refusal(self, kind: str, size: int | None = None) -> str | None:
         """Why a step of `kind` does not fit now, in one line with both figures; None when it fits."""

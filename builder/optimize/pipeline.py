@@ -90,7 +90,8 @@ def with_accepted_ranges(contract: ModelContract, plan: Plan, say: Say) -> Model
     (`builder.optimize.accepted`), and a note for each: the server refuses what the original refuses."""
     from dataclasses import replace
 
-    from builder.optimize.accepted import is_integer, measure_ranges, range_note
+    from builder.model.signature import is_integer
+    from builder.optimize.accepted import measure_ranges, range_note
 
     loaded = plan.loaded
     if not any(is_integer(s.dtype) for s in contract.inputs):

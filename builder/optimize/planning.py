@@ -225,7 +225,7 @@ def make_plan(options: Options, say: Say) -> Plan:
     why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
     one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
                 and (loaded.keras_model is not None or loaded.keras3_model is not None))
-    if one_shot and recipe.pruning is not None and one_shot_too_big(budget):
+    if one_shot and recipe.pruning is not None and budget.in_a_process("prune"):  # the search is in memory
         from builder.measure.memory import text as memory_text
 
         one_shot = False
@@ -355,7 +355,7 @@ def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | 
 
     source = loaded.convert_from or loaded.saved_model_dir
     try:
-        if isolated.worth_a_process(budget.need("convert"), budget.limit):
+        if budget.in_a_process("convert"):
             folder = tempfile.TemporaryDirectory(prefix="tfsmith-probe-")
             loaded._keep.append(folder)  # removed with the loaded model
             path = Path(folder.name) / "probe_fp32.tflite"
@@ -373,14 +373,6 @@ def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | 
         return None, blob, tuple(said)
     except quantize.ConversionFailed as error:
         return error, None, ()
-
-
-def one_shot_too_big(budget: Budget) -> bool:
-    """Whether one-shot pruning is left out: where the budget would run a step of its size in a process of its
-    own (`builder.optimize.isolated.worth_a_process`), which the in-memory search cannot be."""
-    from builder.optimize import isolated
-
-    return isolated.worth_a_process(budget.need("prune"), budget.limit)
 
 
 def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:

@@ -137,10 +137,8 @@ def _add_xla(run: Run, target: Path) -> None:
 
     def added() -> None:
         try:
-            if in_a_process(run, "export"):  # the SavedModel loaded and saved again: a copy of every weight
-                isolated.call(add_xla_signature, target, run.plan.loaded.signature, limit=_limit(run))
-            else:
-                add_xla_signature(target, run.plan.loaded.signature)
+            # the SavedModel loaded and saved again: a copy of every weight
+            apart_or_here(run, "export", add_xla_signature, target, run.plan.loaded.signature)
         except Exception:
             shutil.rmtree(target.with_name(target.name + ".xla"), ignore_errors=True)
             raise
@@ -180,7 +178,6 @@ def convert_step(run: Run, made: Made) -> Made:
     formats = [f for f in plan.recipe.formats if f not in ("saved_model", "tflite_qat_int8", *IR_FORMATS)]
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
-    limit = run.ledger.budget.limit if run.ledger.budget is not None else None
     apart = in_a_process(run, "convert")
     with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
@@ -197,7 +194,7 @@ def convert_step(run: Run, made: Made) -> Made:
                     plan.notes.extend(plan.probe_notes)
                 elif apart:
                     plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
-                                                    signature, others, other_calib, limit=limit))
+                                                    signature, others, other_calib, limit=_limit(run)))
                 else:
                     path.write_bytes(quantize.convert_saved_model(source, mode, plan.data.x_calib, plan.notes,
                                                                   signature=signature, others=others,
@@ -242,14 +239,13 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
 
     produced: list[tuple[str, Path]] = []
     fp32, int8 = FILE_NAMES["openvino_ir_fp32"], FILE_NAMES["openvino_ir_int8"]
-    limit = ledger.budget.limit if ledger.budget is not None else None
     signature, others = plan.loaded.signature, tuple(plan.loaded.others)
 
     def converted() -> Any:
         """The float IR: written by a process of its own (its path back), or converted here (the model)."""
         if in_a_process(run, "ir"):
             return isolated.call(openvino_ir.convert_to_file, saved_model, signature, others, run.staging / fp32,
-                                 limit=limit)
+                                 limit=_limit(run))
         return openvino_ir.convert_saved_model(saved_model, signature, others, load=load)
 
     with stage(run.say, "converting to OpenVINO's IR (float)"):
@@ -267,7 +263,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
         rows = plan.recipe.quantization.calibration_samples
         if in_a_process(run, "nncf"):
             return isolated.call(openvino_ir.quantize_file, run.staging / fp32, plan.data.x_calib, rows,
-                                 run.staging / int8, limit=limit)
+                                 run.staging / int8, limit=_limit(run))
         float_ir = openvino_ir.read_ir(model) if isinstance(model, Path) else model
         return openvino_ir.write_ir(openvino_ir.quantize_int8(float_ir, plan.data.x_calib, rows), run.staging / int8)
 
@@ -283,10 +279,15 @@ def _limit(run: Run) -> int | None:
 
 
 def in_a_process(run: Run, kind: str) -> bool:
-    """Whether a step of `kind` runs in a process of its own (`builder.optimize.isolated`): where the budget
-    expects it to need a real share of the memory, so that what it takes is given back when it ends."""
-    budget = run.ledger.budget
-    return budget is not None and isolated.worth_a_process(budget.need(kind), budget.limit)
+    """Whether a step of `kind` runs in a process of its own (`builder.optimize.budget.Budget.in_a_process`)."""
+    return run.ledger.budget is not None and run.ledger.budget.in_a_process(kind)
+
+
+def apart_or_here(run: Run, kind: str, work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` in a process of its own where the budget says so (`in_a_process`), else here."""
+    if in_a_process(run, kind):
+        return isolated.call(work, *args, limit=_limit(run))
+    return work(*args)
 
 
 def qat_step(run: Run, made: Made) -> Made:
@@ -810,10 +811,8 @@ def drop_unrunnable_xla(run: Run, made: Made) -> Made:
         return made
 
     def taken_out() -> bool:
-        if in_a_process(run, "export"):  # the SavedModel loaded and saved again: a copy of every weight
-            isolated.call(remove_signature, staging / saved.path, XLA_SIGNATURE, limit=_limit(run))
-        else:
-            remove_signature(staging / saved.path, XLA_SIGNATURE)
+        # the SavedModel loaded and saved again: a copy of every weight
+        apart_or_here(run, "export", remove_signature, staging / saved.path, XLA_SIGNATURE)
         return True
 
     removed = run.ledger.attempt("serving_xla taken out", taken_out,

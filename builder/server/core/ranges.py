@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.model.signature import SignatureSpec
+from builder.model.signature import SignatureSpec, is_integer
 from builder.report import REPORT_JSON, InputRange, Report, ReportError
 from builder.server.core.call import Call, RequestError
 
@@ -88,13 +88,6 @@ def served_ranges(model_path: Path, signatures: Mapping[str, SignatureSpec]) -> 
     signature = signatures.get(contract.signature)
     if signature is None or not contract.input_ranges:
         return {}
-    integers = {s.name for s in signature.inputs if _is_integer(s.dtype)}
+    integers = {s.name for s in signature.inputs if is_integer(s.dtype)}
     kept = tuple(r for r in contract.input_ranges if r.name in integers)
     return {signature.name: kept} if kept else {}
-
-
-def _is_integer(dtype: str) -> bool:
-    try:
-        return np.dtype(dtype).kind in "iu"
-    except TypeError:
-        return False
