@@ -79,6 +79,7 @@ class Prober:
     seen: dict[int, bool] = field(default_factory=dict)
     messages: dict[int, str] = field(default_factory=dict)
     last_s: float = 0.0  # the latest call's time
+    clock: Callable[[], float] = time.perf_counter  # seconds, for the calls' times
 
     def __call__(self, value: int) -> bool:
         if value in self.seen:
@@ -86,7 +87,7 @@ class Prober:
             return self.seen[value]
         feed = dict(self.row)
         feed[self.spec.name] = np.full(np.shape(self.row[self.spec.name]), value, dtype=self.spec.dtype)
-        start = time.perf_counter()
+        start = self.clock()
         try:
             self.predict(feed)
             accepted = True
@@ -96,7 +97,7 @@ class Prober:
                 raise ProbeFailed(f"{type(error).__name__}: {first}" if first else type(error).__name__) from error
             accepted = False
             self.messages[value] = str(error)
-        self.last_s = time.perf_counter() - start
+        self.last_s = self.clock() - start
         self.seen[value] = accepted
         return accepted
 
@@ -142,19 +143,21 @@ def _climb(ask: Prober, start: int, ladder: list[int]) -> tuple[int, int] | None
 
 
 def measure_range(predict: Callable[[dict[str, np.ndarray]], object], row: Mapping[str, np.ndarray],
-                  spec: TensorSpec, values: np.ndarray) -> tuple[InputRange | None, str | None]:
+                  spec: TensorSpec, values: np.ndarray, clock: Callable[[], float] = time.perf_counter
+                  ) -> tuple[InputRange | None, str | None]:
     """(the range the original accepts of `spec`'s input, a note or None). `row`: one row the original answers;
-    `values`: that input's values in DATA (accepted). The range is None when the original refuses nothing."""
+    `values`: that input's values in DATA (accepted). The range is None when the original refuses nothing.
+    `clock`: seconds, for the calls' times (whether a value made the original slow)."""
     info = np.iinfo(np.dtype(spec.dtype))
     seen_max = int(np.max(values)) if np.size(values) else 0
     seen_min = int(np.min(values)) if np.size(values) else 0
-    start = time.perf_counter()
+    start = clock()
     try:
         predict(dict(row))
     except Exception as error:  # noqa: BLE001 - the row itself is not answered: nothing can be measured
         return None, (f"what input {spec.name!r} accepts was not measured: the original fails on a DATA row "
                       f"({type(error).__name__})")
-    ask = Prober(predict, row, spec, plain_s=time.perf_counter() - start)
+    ask = Prober(predict, row, spec, plain_s=clock() - start, clock=clock)
     high = low = None
     try:
         top, bottom = min(int(info.max), _FARTHEST), max(int(info.min), -_FARTHEST - 1)
