@@ -56,7 +56,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("venv")
     _run([sys.executable, "-m", "venv", str(root)], cwd=root)
     # --no-compile: byte-compiling every installed module (TensorFlow's thousands) was half of this fixture's time
@@ -64,7 +64,8 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # import it
     _run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile", f"{wheel}[optimize,serve]"],
          cwd=root)
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)  # about 3 GB with TensorFlow: the disk is the rest of the suite's too
 
 
 @pytest.fixture()

@@ -17,7 +17,6 @@ import os
 import re
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +153,7 @@ class Server:
         self.http = httpx.Client(timeout=60.0)
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = Path(tempfile.mkstemp(prefix="modelgen-serve-", suffix=".log")[1])
+        self.log = folder.parent / "serve.log"  # beside the optimized folder, so it goes when the trial's folder does
         self._out = self.log.open("w")
         self.process = subprocess.Popen([str(TFSMITH), "serve", str(folder), "--model-name", MODEL_NAME, "--port",
                                          str(self.port), "--grpc-port", str(self.grpc_port)], stdout=self._out,
