@@ -161,10 +161,23 @@ class LoadedModel:
         predict_other = self._predict_other
         return _in_batches(self.others[name][0], x, lambda feed: predict_other(name, feed), batch)
 
+    def release(self) -> None:
+        """Drop the original's weights from this process (its Keras model, its loaded SavedModel, the functions
+        that answer for it); its files stay. Every step after the conversions reads files, and a BERT-base
+        held twice (the Keras model and its loaded export) is about 1 GB the evaluations and the race need."""
+        self.keras_model = self.keras3_model = self.loaded_saved_model = None
+        self._predict = _released
+        self._predict_other = None
+        self._keep[:] = [item for item in self._keep if isinstance(item, tempfile.TemporaryDirectory)]
+
     def close(self) -> None:
         for item in self._keep:
             if isinstance(item, tempfile.TemporaryDirectory):
                 item.cleanup()
+
+
+def _released(_: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    raise RuntimeError("the original model was released from this process; its answers were computed before")
 
 
 def _in_batches(inputs: tuple[TensorSpec, ...], x: Arrays, call: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],

@@ -34,8 +34,9 @@ from builder.staging import staged_dir
 STEPS: tuple[Step, ...] = (
     steps.prune_step,  # pruned + fine-tuned, kept only if it agrees with the original
     steps.export_step,  # the serving SavedModel (with serving_xla where the recipe asks)
-    steps.convert_step,  # each .tflite of the recipe, OpenVINO's IR float and int8
     steps.qat_step,  # quantization-aware training to an int8 .tflite
+    steps.release_step,  # the original's weights out of memory: every later step reads files
+    steps.convert_step,  # each .tflite of the recipe, OpenVINO's IR float and int8
     steps.evaluate_step,  # every file on its runtime, judged against the original
     steps.baseline_step,  # the original's own SavedModel on TensorFlow: the reference row
     steps.samples_step,  # samples.npz: the original's requests and answers, for the smoke test

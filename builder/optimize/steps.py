@@ -170,7 +170,7 @@ def convert_step(run: Run, made: Made) -> Made:
         return replace(made, produced=(("tflite_original", path),))
     source, saved_model = conversion_source(plan, made), made.saved_model
     assert saved_model is not None and source is not None
-    original_weights = made.sparsity is None and made.model is plan.loaded.keras_model
+    original_weights = made.sparsity is None
     produced: list[tuple[str, Path]] = [("saved_model", saved_model)]
     signature = plan.loaded.signature
     others = tuple(plan.loaded.others)  # converted into the same file: every signature is kept
@@ -215,7 +215,7 @@ def convert_step(run: Run, made: Made) -> Made:
             produced.append((format, path))
         plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
         produced += ir_files(run, source, load)
-    return replace(made, produced=tuple(produced))
+    return replace(made, produced=(*produced, *made.produced))  # QAT's file, trained before, listed last
 
 
 def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, Path]]:
@@ -313,6 +313,19 @@ def qat_step(run: Run, made: Made) -> Made:
     with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.sparsity is not None else ''}"):
         done = run.ledger.attempt(QAT, trained_and_converted, log="qat", kind="qat")
     return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
+
+
+def release_step(run: Run, made: Made) -> Made:
+    """The original's weights (and the pruned model's) out of this process once nothing needs them in memory:
+    every step after this one reads files, and each conversion, evaluation and the race then has the memory the
+    original held (for a BERT-base, its Keras model and its loaded export: about 1 GB)."""
+    from builder.optimize import tfenv
+
+    with stage(run.say, "releasing the original model's weights from memory (every later step reads its files)"):
+        run.plan.loaded.release()
+        made = replace(made, model=None)
+        tfenv.give_memory_back()
+    return made
 
 
 # --- evaluate ------------------------------------------------------------------------------------------

@@ -109,3 +109,28 @@ def configure_threads(threads: int) -> bool:
     from builder.measure.threads import configure_tensorflow
 
     return configure_tensorflow(tensorflow(), threads)
+
+
+def give_memory_back() -> None:
+    """Return what released models held to the machine: Keras's global state cleared, Python's cycles
+    collected, and glibc's free heap pages handed back (`malloc_trim`; TensorFlow's CPU tensors come from
+    malloc, and freed weights otherwise stay in this process's resident set)."""
+    import gc
+    import sys
+
+    for name in ("tf_keras", "keras"):
+        module = sys.modules.get(name)
+        backend = getattr(module, "backend", None) if module is not None else None
+        clear = getattr(backend, "clear_session", None)
+        if clear is not None:
+            try:
+                clear()
+            except Exception:  # noqa: BLE001 - a Keras that cannot clear keeps its state; nothing else depends on it
+                pass
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator keeps its own policy
+        pass
