@@ -132,6 +132,9 @@ class LoadedModel:
     #: (`builder.optimize.prune_keras3`): tfmot takes only tf_keras models, so `keras_model` stays None and
     #: QAT does not apply; its contract and every conversion start from its exported SavedModel as ever
     keras3_model: Any | None = None
+    #: (the .keras file, the --import modules) a Keras 3 model is loaded from when pruning asks for it
+    #: (`keras3()`): a model loaded and exported in a process of its own is not held here until then
+    keras3_file: tuple[Path, tuple[str, ...]] | None = None
     #: the original's other signatures (`embed`, `score_pair`, ...): name -> (inputs, outputs); each is kept
     #: and judged (`builder.optimize.signatures`)
     others: dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = field(default_factory=dict)
@@ -161,11 +164,31 @@ class LoadedModel:
         predict_other = self._predict_other
         return _in_batches(self.others[name][0], x, lambda feed: predict_other(name, feed), batch)
 
+    @property
+    def has_keras3(self) -> bool:
+        """A Keras 3 model is there to prune, held or loadable."""
+        return self.keras3_model is not None or self.keras3_file is not None
+
+    def keras3(self) -> Any | None:
+        """The Keras 3 model pruning fine-tunes (its float32 twin for a mixed-precision one), loaded now when
+        loading kept it in a process of its own."""
+        if self.keras3_model is None and self.keras3_file is not None:
+            path, imports = self.keras3_file
+            model = stateless(_keras3_model(self.facts, imports), [])
+            if mixed_policy(model) is not None:
+                from builder.optimize.qat_models import qat_loading
+
+                with qat_loading():
+                    model = float32_twin(model)
+            self.keras3_model = model
+        return self.keras3_model
+
     def release(self) -> None:
         """Drop the original's weights from this process (its Keras model, its loaded SavedModel, the functions
         that answer for it); its files stay. Every step after the conversions reads files, and a BERT-base
         held twice (the Keras model and its loaded export) is about 1 GB the evaluations and the race need."""
         self.keras_model = self.keras3_model = self.loaded_saved_model = None
+        self.keras3_file = None
         self._predict = _released
         self._predict_other = None
         self._keep[:] = [item for item in self._keep if isinstance(item, tempfile.TemporaryDirectory)]
@@ -746,11 +769,68 @@ def _with_float32_twin(loaded: LoadedModel, model: Any, keras3: bool) -> LoadedM
     return loaded
 
 
-def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = ()) -> LoadedModel:
+def _keras3_exported(facts: ModelFacts, imports: tuple[str, ...], exported: Path, twin_dir: Path
+                     ) -> tuple[Any, list[str], bool]:
+    """A Keras 3 model loaded from its file and exported as the SavedModel every conversion starts from:
+    (the model, as pruning fine-tunes it: its float32 twin when it is mixed precision; notes; whether the
+    float32 twin the conversions start from was written to `twin_dir`)."""
+    model3 = _keras3_model(facts, imports)
+    notes: list[str] = []
+    model3 = stateless(model3, notes)
+    try:
+        inputs, outputs = keras_specs(model3)
+    except InputError as error:
+        raise InputError(f"model {facts.path}: {error}") from error
+    check_supported(facts.path, inputs, outputs)
+    try:
+        export_keras(model3, exported, inputs, outputs, keras3=True)
+    except Exception as error:
+        raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
+    policy = mixed_policy(model3)
+    if policy is None:
+        return model3, notes, False
+    try:
+        from builder.optimize.qat_models import qat_loading
+
+        with qat_loading():
+            twin = float32_twin(model3)
+        export_keras(twin, twin_dir, inputs, outputs, keras3=True, like=model3)
+    except Exception as error:  # noqa: BLE001 - the original still converts as it is, or says why it cannot
+        from builder.optimize.causes import cause
+
+        return model3, [*notes, f"mixed precision ({policy}): no float32 copy for the conversions: {cause(error)}"], False
+    return twin, [*notes, MIXED_NOTE.format(policy=policy)], True
+
+
+def _keras3_model(facts: ModelFacts, imports: tuple[str, ...]) -> Any:
+    """The Keras 3 model in `facts.path`, or one line saying why Keras cannot load it."""
+    tfenv.tensorflow()
+    import_user_modules(tuple(imports))
+    try:
+        import keras as keras3  # Keras 3, independent of the legacy tf.keras
+
+        return keras3.saving.load_model(str(facts.path), compile=False)
+    except Exception as error:
+        raise _keras_load_error(facts, "Keras 3", error, imports) from error
+
+
+def export_keras3_file(facts: ModelFacts, imports: tuple[str, ...], exported: Path, twin_dir: Path
+                       ) -> tuple[list[str], bool]:
+    """`_keras3_exported` run in a process of its own (`builder.optimize.isolated`): its notes, and whether
+    the float32 twin was written; the model itself stays there."""
+    _, notes, twin = _keras3_exported(facts, imports, exported, twin_dir)
+    return notes, twin
+
+
+def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...] = (), apart: bool = False,
+               limit: int | None = None) -> LoadedModel:
     """Load MODEL (see module doc). Bad, unreadable or unservable files raise one-line InputErrors.
 
     `signature`: the SavedModel signature that is the contract (default serving_default); `imports`: the user's
-    modules to import first (custom layers)."""
+    modules to import first (custom layers). `apart`: a Keras 3 model is loaded and exported in a process of its
+    own, watched against `limit` (`builder.optimize.isolated`), and only its SavedModel is loaded here: with
+    oneDNN, TensorFlow keeps what a model held in its allocator's pools after the model is gone, so a big Keras
+    model loaded here would hold its memory for the whole run."""
     facts = sniff_model(path)
     if signature and signature != DEFAULT_SIGNATURE and facts.format != "saved_model":
         raise InputError(f"--signature {signature}: only a SavedModel has signatures to choose from; "
@@ -770,34 +850,24 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
         loaded.notes[:0] = notes
         return loaded
     if facts.format == "keras3":
-        tfenv.tensorflow()
-        try:
-            import keras as keras3  # Keras 3, independent of the legacy tf.keras
-
-            model3 = keras3.saving.load_model(str(facts.path), compile=False)
-        except Exception as error:
-            raise _keras_load_error(facts, "Keras 3", error, imports) from error
-        notes = []
-        model3 = stateless(model3, notes)
         staging = tempfile.TemporaryDirectory(prefix="tfsmith-keras3-")
         keep.append(staging)
-        exported = Path(staging.name) / "saved_model"
-        try:
-            inputs, outputs = keras_specs(model3)
-        except InputError as error:
-            raise InputError(f"model {facts.path}: {error}") from error
-        check_supported(facts.path, inputs, outputs)
-        try:
-            export_keras(model3, exported, inputs, outputs, keras3=True)
-        except Exception as error:
-            raise InputError(f"model {facts.path}: Keras 3 cannot export it: {_one_line(error, 'export')}") from error
+        exported, twin_dir = Path(staging.name) / "saved_model", Path(staging.name) / "float32"
+        if apart:  # the Keras model's memory is the machine's again when that process ends
+            from builder.optimize import isolated
+
+            notes, twin = isolated.call(export_keras3_file, facts, imports, exported, twin_dir, limit=limit)
+            model3 = None
+        else:
+            model3, notes, twin = _keras3_exported(facts, imports, exported, twin_dir)
         why = (f"a Keras {facts.keras_version} model: tfmot quantization-aware-trains only Keras 2 (tf_keras) "
                "models, so QAT does not apply (pruning is tfsmith's own for Keras 3)")
         found = _from_saved_model(facts, exported, keep, why)
-        found.keras3_model = model3
-        loaded = _with_float32_twin(found, model3, keras3=True)
-        loaded.notes[:0] = notes
-        return loaded
+        found.keras3_model, found.keras3_file = model3, (facts.path, imports)
+        if twin:
+            found.convert_from = twin_dir
+        found.notes[:0] = notes
+        return found
     # SavedModel: a Keras 2 SavedModel (keras_metadata.pb) also loads as a model (for pruning/QAT).
     model = None
     why = ("a SavedModel without a Keras 2 Sequential/Functional model inside: pruning and QAT need one, so only "

@@ -213,7 +213,8 @@ def make_plan(options: Options, say: Say) -> Plan:
     budget = memory_budget(options)
     refuse_unless_fits(budget, "load", model_bytes(options.model), options.model, "to load it")
     with stage(say, f"loading {options.model}"):
-        loaded = load_model(options.model, options.signature, options.imports)
+        loaded = load_model(options.model, options.signature, options.imports,
+                            apart=budget.in_a_process("load", model_bytes(options.model)), limit=budget.limit)
     budget.weights = weights_bytes(loaded, options.model)
     if loaded.saved_model_dir is not None:  # the floor: the model's own SavedModel on TensorFlow
         refuse_unless_fits(budget, "runner:tensorflow", None, options.model,
@@ -224,7 +225,7 @@ def make_plan(options: Options, say: Say) -> Plan:
     asked = recipe
     why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
     one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
-                and (loaded.keras_model is not None or loaded.keras3_model is not None))
+                and (loaded.keras_model is not None or loaded.has_keras3))
     if one_shot and recipe.pruning is not None and budget.in_a_process("prune"):  # the search is in memory
         from builder.measure.memory import text as memory_text
 
@@ -324,7 +325,7 @@ def why_not_fine_tuned(loaded: Any) -> tuple[str | None, str | None]:
     pruned by tfsmith's own step, while QAT (tfmot's) takes only tf_keras; an output no loss applies to stops
     both."""
     outputs_why = untrainable_outputs(loaded.outputs)
-    if getattr(loaded, "keras3_model", None) is not None and not outputs_why:
+    if getattr(loaded, "has_keras3", False) and not outputs_why:
         return None, loaded.trainable_why_not
     return loaded.trainable_why_not or outputs_why, None
 

@@ -44,9 +44,11 @@ def prune_step(run: Run, made: Made) -> Made:
     plan, contract, options = run.plan, run.contract, run.options
     recipe, data, loaded = plan.recipe, plan.data, plan.loaded
     # tfmot for a tf_keras model; tfsmith's own magnitude pruning for a Keras 3 one (tfmot cannot take it)
+    if not recipe.pruning:
+        return made
     original, pruner = ((loaded.keras_model, prune.prune_model) if loaded.keras_model is not None
-                        else (loaded.keras3_model, prune_keras3.prune_model))
-    if not recipe.pruning or original is None:
+                        else (loaded.keras3(), prune_keras3.prune_model))
+    if original is None:
         return made
 
     def answers(model: Any) -> dict[str, np.ndarray]:
