@@ -181,6 +181,7 @@ def convert_step(run: Run, made: Made) -> Made:
     if plan.no_tflite is not None:
         formats.append("tflite_select_tf")
     apart = in_a_process(run, "convert")
+    float_file: Path | None = None  # the float .tflite once written: a big model's int8 is quantized from it
     with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
             mode = format.removeprefix("tflite_")
@@ -194,6 +195,8 @@ def convert_step(run: Run, made: Made) -> Made:
                     path.write_bytes(probed)
                 if probed is not None:
                     plan.notes.extend(plan.probe_notes)
+                elif apart and mode == "int8" and float_file is not None and original_weights and not others:
+                    plan.notes.extend(int8_from_float(run, float_file, source, path, signature))
                 elif apart:
                     plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
                                                     signature, others, other_calib, limit=_limit(run)))
@@ -215,9 +218,33 @@ def convert_step(run: Run, made: Made) -> Made:
                                 "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                                 "delegate, never on LiteRT")
             produced.append((format, path))
+            if format == "tflite_fp32":
+                float_file = path
         plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
         produced += ir_files(run, source, load)
     return replace(made, produced=(*produced, *made.produced))  # QAT's file, trained before, listed last
+
+
+def int8_from_float(run: Run, float_file: Path, saved_model: Path, path: Path, signature: str) -> list[str]:
+    """A big model's full-int8 .tflite, calibrated and quantized from its float .tflite in a process of its own
+    (`quantize.int8_from_float_file`: the converter's own later steps, without holding the SavedModel, its
+    graph and MLIR's module beside them); where that route fails for any reason but memory, converted from the
+    SavedModel as every other file is, with a note. The notes made."""
+    from builder.optimize import quantize
+
+    calib = run.plan.data.x_calib
+    try:
+        return isolated.call(quantize.int8_from_float_file, float_file, path, calib, saved_model, signature,
+                             limit=_limit(run))
+    except isolated.OverBudget:
+        raise
+    except Exception as error:  # noqa: BLE001 - the converter's whole route is the second chance
+        from builder.optimize.causes import cause
+
+        path.unlink(missing_ok=True)
+        notes = isolated.call(quantize.convert_to_file, saved_model, "int8", path, calib, signature, (), None,
+                              limit=_limit(run))
+        return [f"int8: quantized from the SavedModel: quantizing the float .tflite failed ({cause(error)})", *notes]
 
 
 def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, Path]]:
