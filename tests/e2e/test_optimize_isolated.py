@@ -112,3 +112,46 @@ def test_a_savedmodel_is_saved_again_with_serving_xla_by_a_process_of_its_own(tm
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == f"['serving_default', '{XLA_SIGNATURE}'] [[6.0, 6.0], [22.0, 22.0]]"
+
+
+def test_a_keras3_model_loaded_apart_is_served_from_its_savedmodel_and_loaded_here_only_for_pruning(
+        tmp_path: Path) -> None:
+    """What optimize does for a big Keras 3 model: the `.keras` file is loaded and exported by a child; this
+    process holds only the SavedModel, which answers as the Keras model does, and the Keras model itself is
+    loaded when pruning asks for it, with the file's weights."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from builder.optimize.model_io import load_model
+
+    path = tmp_path / "mlp.keras"
+    make = (
+        "import sys, numpy as np, keras\n"
+        "keras.utils.set_random_seed(0)\n"
+        "m = keras.Sequential([keras.Input((6,), name='features'), keras.layers.Dense(5, activation='relu'),\n"
+        "                      keras.layers.Dense(3, activation='softmax')])\n"
+        "m.save(sys.argv[1])\n"
+        "x = np.linspace(-1, 1, 12, dtype='float32').reshape(2, 6)\n"
+        "print(repr(m.predict(x, verbose=0).tolist()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", make, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = np.array(eval(done.stdout.strip().splitlines()[-1]), dtype=np.float32)  # noqa: S307 - our own repr
+
+    loaded = load_model(path, apart=True, limit=None)
+    try:
+        assert loaded.keras3_model is None and loaded.has_keras3
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+        (answers,) = loaded.predict({loaded.inputs[0].name: x}).values()
+        np.testing.assert_allclose(answers, expected, rtol=1e-5, atol=1e-6)
+        model = loaded.keras3()
+        assert model is not None and loaded.keras3_model is model
+        np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, atol=1e-6)
+        loaded.release()
+        assert not loaded.has_keras3 and loaded.keras3() is None
+        with pytest.raises(RuntimeError, match="released"):
+            loaded.predict({loaded.inputs[0].name: x})
+    finally:
+        loaded.close()
