@@ -131,10 +131,11 @@ class Builder:
         from builder.engine.local import host_arch
 
         emulated = plan.docker_arch != host_arch()
-        lines.append(f"platform {plan.platform}" + (f" (emulated with QEMU on this {host_arch()} machine: every "
-                                                    "RUN step is several times slower)" if emulated else ""))
+        lines.append(f"platform {plan.platform}" + (f" (emulated with QEMU on this {host_arch()} machine: the Python "
+                                                    "packages are installed by this machine's pip; the image's own "
+                                                    "RUN steps are several times slower)" if emulated else ""))
         if plan.from_wheel:
-            lines.append(f"wheel   {plan.options.wheel} (runtime stage only; minutes)")
+            lines.append(f"wheel   {plan.options.wheel} (packages and runtime stages only; minutes)")
         elif emulated:
             lines.append(f"note    compiling TensorFlow under emulation multiplies the estimate below many times: "
                          f"build {plan.platform} images on an {plan.docker_arch} machine (`tfsmith matrix` says which "

@@ -192,6 +192,10 @@ def test_cli_builds_neoverse_v1_for_linux_arm64_from_an_aarch64_wheel(
     assert done.returncode == 0, done.stderr[-2000:]
     assert ref == f"{PREFIX}-cli/tensorflow:tf2.21.0-py3.11-neoverse_v1-cpu"
     assert "platform linux/arm64" in done.stderr
+    # pip ran in the packages stage, on this machine's platform; the arm64 stage ran no pip (only its checks)
+    steps = [line.split("step", 1)[1] for line in done.stderr.splitlines() if line.lstrip().startswith("step ")]
+    assert any("[packages" in step and "pip install" in step and "manylinux2014_aarch64" in step for step in steps), steps
+    assert not any("[runtime" in step and "pip" in step for step in steps), steps
     image = engine.inspect(ref)
     assert image.platform == PLATFORM
     assert image.labels["io.tfsmith.target"] == "neoverse_v1"
