@@ -105,6 +105,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 _SPENT: dict[str, float] = defaultdict(float)  # unit -> seconds (setup + call + teardown)
 _WORKER: dict[str, float] = defaultdict(float)  # worker -> seconds
 _UNIT_WORKER: dict[str, str] = {}
+_SPAN: dict[str, tuple[float, float]] = {}  # worker -> (its first test's start, its last test's end), epoch seconds
+_LAST: dict[str, str] = {}  # worker -> the unit of the last test it ended
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -116,11 +118,34 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _SPENT[unit] += report.duration
     _WORKER[worker_id] += report.duration
     _UNIT_WORKER[unit] = worker_id
+    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+    if isinstance(start, float) and isinstance(stop, float):
+        first, last = _SPAN.get(worker_id, (start, stop))
+        _SPAN[worker_id] = (min(first, start), max(last, stop))
+        if stop >= last:
+            _LAST[worker_id] = unit
 
 
-def time_summary(spent: dict[str, float], workers: dict[str, float], where: dict[str, str], top: int = 15) -> list[str]:
-    """The lines `make test` ends with: each worker's busy time, then the units that took longest."""
-    lines = ["each worker's time in tests: " + ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(workers.items()))]
+def time_summary(
+    spent: dict[str, float],
+    workers: dict[str, float],
+    where: dict[str, str],
+    top: int = 15,
+    spans: dict[str, tuple[float, float]] | None = None,
+    last: dict[str, str] | None = None,
+) -> list[str]:
+    """The lines `make test` ends with: each worker's busy time (and, with `spans`, when it ran dry counted
+    from the run's first test, and its last unit: a worker done long before the other shows a long unit left
+    to the end), then the units that took longest."""
+    begun = min((first for first, _ in (spans or {}).values()), default=0.0)
+
+    def worker(name: str, seconds: float) -> str:
+        text = f"{name} {seconds / 60:.1f} min"
+        if spans and name in spans:
+            text += f" (done at {(spans[name][1] - begun) / 60:.1f} min, last {(last or {}).get(name, '?')})"
+        return text
+
+    lines = ["each worker's time in tests: " + ", ".join(worker(w, s) for w, s in sorted(workers.items()))]
     for unit, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"{seconds:8.1f}s  {where.get(unit, '?'):>4}  {unit}")
     return lines
@@ -130,5 +155,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _SPENT or hasattr(terminalreporter.config, "workerinput"):
         return
     terminalreporter.section("where the time went (setup + call + teardown, by file or image group)")
-    for line in time_summary(_SPENT, _WORKER, _UNIT_WORKER):
+    for line in time_summary(_SPENT, _WORKER, _UNIT_WORKER, spans=_SPAN, last=_LAST):
         terminalreporter.write_line(line)
