@@ -23,25 +23,38 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-#: Work units started first, longest first (on a machine that has never built an image): the arm64 base made
-#: under emulation and the guard proofs on it, the zoo served and packaged, the arm64 TensorFlow image and the
-#: serving image FROM it, the arm64 LiteRT image, the arm64 `tfsmith build`, the wheel install. A unit is a test
-#: file, or a group of tests sharing one image (`GROUPS`), so the arm64 work spreads over both workers of
-#: `make test` instead of waiting behind one file; whichever worker is free takes the next unit. (With plain
-#: `--dist loadfile`, pytest-xdist hands files out most-tests-first, whatever this order says.)
+#: Work units started first, longest first, as a cold run on a 2-core machine timed them (no images, no build
+#: cache; setup + call + teardown): the zoo served and packaged (~370 s); the arm64 base made under emulation and
+#: the guard proofs on it (~200 s); the arm64 TensorFlow image and the serving image FROM it (~150 s, its Python
+#: packages installed by this machine's pip, its server started under emulation); then every unit of a minute
+#: or more, so that what is left for the end is short and the two workers of `make test` finish together.
+#: A unit is a test file, or a group of tests sharing one image (`GROUPS`); whichever worker is free takes the
+#: next. test_optimize_zoo reads the zoo runs test_zoo_serving makes: shared under locks (tests/zoo_runs.py), so
+#: started beside it, each worker makes the runs the other has not begun. (With plain `--dist loadfile`,
+#: pytest-xdist hands files out most-tests-first, whatever this order says.)
 FIRST = (
-    "tests/engine/test_arm64.py",
     "tests/e2e/test_zoo_serving.py",
+    "tests/engine/test_arm64.py",
     "arm64-tensorflow-serving",
-    "arm64-litert-serving",
-    "arm64-cli-build",
+    "tests/e2e/test_optimize_zoo.py",
+    "tests/e2e/test_optimize_memory.py",
+    "tests/engine/test_bench_served_images.py",
+    "tests/e2e/test_optimize.py",
     "tests/e2e/test_wheel_install.py",
     "tests/engine/test_package_tensorflow.py",
+    "tests/e2e/test_model_generator.py",
+    "tests/e2e/test_user_models.py",
+    "tests/e2e/test_serve_tensorflow.py",
+    "arm64-litert-serving",
+    "tests/e2e/test_bench.py",
+    "tests/e2e/test_variable_length.py",
+    "tests/e2e/test_optimize_first_contact.py",
+    "arm64-cli-build",
     "tests/engine/test_multiarch.py",
 )
-#: Started after the rest of tests/e2e and tests/engine: they read the zoo runs test_zoo_serving makes (a worker
-#: asking for one while the other makes it waits on its lock), and the unit tests fill in behind them.
-LATE = ("tests/e2e/test_zoo.py", "tests/e2e/test_optimize_zoo.py")
+#: Started after the rest of tests/e2e and tests/engine: it reads the zoo runs test_zoo_serving makes (a worker
+#: asking for one while the other makes it waits on its lock), and the unit tests fill in behind it.
+LATE = ("tests/e2e/test_zoo.py",)
 #: Tests taken out of their file's unit into a unit of their own: (file, test name prefix) -> unit. Each names
 #: one image (or chain of images) its tests alone need, so the slow emulated builds do not queue in one worker.
 GROUPS = {
