@@ -135,6 +135,7 @@ def register(app: typer.Typer) -> None:
         if arch:
             ensure_emulation(arch, say=typer.echo)
         if arch and base_image is None and docker_arch(arch) != host_arch():
-            ensure_base_image(say=typer.echo)  # this machine's too: an image built on the other installs its packages here
+            # this machine's own base too: an image built on the other installs its packages in it
+            ensure_base_image(say=typer.echo)
         ref = ensure_base_image(base_image, say=typer.echo, arch=arch)
         typer.echo(f"engine up; base image {ref} present")

@@ -90,9 +90,9 @@ def base_image_platforms(
         if not match:
             continue
         seen_from = True
-        expand = lambda text: _VAR.sub(lambda m: {**known, **args}.get(m.group(1) or m.group(2), ""), text)  # noqa: E731
-        ref = expand(match.group(2))
-        used_for = expand(match.group(1)) if match.group(1) else platform
+        values = {**known, **args}
+        ref = _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), ""), match.group(2))
+        used_for = _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), ""), match.group(1) or "") or platform
         if ref.lower() != "scratch" and ref not in stages and (ref, used_for) not in found:
             found.append((ref, used_for))
         if match.group(3):
