@@ -122,9 +122,10 @@ build: engine
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist). A unit — a test file, or a group of its tests that alone
 # need one image (tests/conftest.py: GROUPS) — runs whole in one of them, so its module fixtures are made once;
-# units go out longest first (FIRST), to whichever worker is free. What several units prepare alike is prepared
-# once per run under a lock (tests/locks.py). At the end: the 30 slowest tests, each worker's busy time and the
-# units that took longest. TEST_WORKERS=0 runs it in this one process.
+# units go out longest first (FIRST: every unit of a minute or more, as a cold run timed them), to whichever worker
+# is free, so the short ones are left for the end. What several units prepare alike is prepared once per run under
+# a lock (tests/locks.py). At the end: the 30 slowest tests, each worker's busy time, when it ran dry and its last
+# unit, and the units that took longest. TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
 test: engine
 	@set +e; $(PY) -m pytest tests $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder) \

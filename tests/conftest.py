@@ -23,25 +23,38 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-#: Work units started first, longest first (on a machine that has never built an image): the arm64 base made
-#: under emulation and the guard proofs on it, the zoo served and packaged, the arm64 TensorFlow image and the
-#: serving image FROM it, the arm64 LiteRT image, the arm64 `tfsmith build`, the wheel install. A unit is a test
-#: file, or a group of tests sharing one image (`GROUPS`), so the arm64 work spreads over both workers of
-#: `make test` instead of waiting behind one file; whichever worker is free takes the next unit. (With plain
-#: `--dist loadfile`, pytest-xdist hands files out most-tests-first, whatever this order says.)
+#: Work units started first, longest first, as a cold run on a 2-core machine timed them (no images, no build
+#: cache; setup + call + teardown): the zoo served and packaged (~370 s); the arm64 base made under emulation and
+#: the guard proofs on it (~200 s); the arm64 TensorFlow image and the serving image FROM it (~150 s, its Python
+#: packages installed by this machine's pip, its server started under emulation); then every unit of a minute
+#: or more, so that what is left for the end is short and the two workers of `make test` finish together.
+#: A unit is a test file, or a group of tests sharing one image (`GROUPS`); whichever worker is free takes the
+#: next. test_optimize_zoo reads the zoo runs test_zoo_serving makes: shared under locks (tests/zoo_runs.py), so
+#: started beside it, each worker makes the runs the other has not begun. (With plain `--dist loadfile`,
+#: pytest-xdist hands files out most-tests-first, whatever this order says.)
 FIRST = (
-    "tests/engine/test_arm64.py",
     "tests/e2e/test_zoo_serving.py",
+    "tests/engine/test_arm64.py",
     "arm64-tensorflow-serving",
-    "arm64-litert-serving",
-    "arm64-cli-build",
+    "tests/e2e/test_optimize_zoo.py",
+    "tests/e2e/test_optimize_memory.py",
+    "tests/engine/test_bench_served_images.py",
+    "tests/e2e/test_optimize.py",
     "tests/e2e/test_wheel_install.py",
     "tests/engine/test_package_tensorflow.py",
+    "tests/e2e/test_model_generator.py",
+    "tests/e2e/test_user_models.py",
+    "tests/e2e/test_serve_tensorflow.py",
+    "arm64-litert-serving",
+    "tests/e2e/test_bench.py",
+    "tests/e2e/test_variable_length.py",
+    "tests/e2e/test_optimize_first_contact.py",
+    "arm64-cli-build",
     "tests/engine/test_multiarch.py",
 )
-#: Started after the rest of tests/e2e and tests/engine: they read the zoo runs test_zoo_serving makes (a worker
-#: asking for one while the other makes it waits on its lock), and the unit tests fill in behind them.
-LATE = ("tests/e2e/test_zoo.py", "tests/e2e/test_optimize_zoo.py")
+#: Started after the rest of tests/e2e and tests/engine: it reads the zoo runs test_zoo_serving makes (a worker
+#: asking for one while the other makes it waits on its lock), and the unit tests fill in behind it.
+LATE = ("tests/e2e/test_zoo.py",)
 #: Tests taken out of their file's unit into a unit of their own: (file, test name prefix) -> unit. Each names
 #: one image (or chain of images) its tests alone need, so the slow emulated builds do not queue in one worker.
 GROUPS = {
@@ -105,6 +118,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 _SPENT: dict[str, float] = defaultdict(float)  # unit -> seconds (setup + call + teardown)
 _WORKER: dict[str, float] = defaultdict(float)  # worker -> seconds
 _UNIT_WORKER: dict[str, str] = {}
+_SPAN: dict[str, tuple[float, float]] = {}  # worker -> (its first test's start, its last test's end), epoch seconds
+_LAST: dict[str, str] = {}  # worker -> the unit of the last test it ended
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -116,11 +131,34 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _SPENT[unit] += report.duration
     _WORKER[worker_id] += report.duration
     _UNIT_WORKER[unit] = worker_id
+    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+    if isinstance(start, float) and isinstance(stop, float):
+        first, last = _SPAN.get(worker_id, (start, stop))
+        _SPAN[worker_id] = (min(first, start), max(last, stop))
+        if stop >= last:
+            _LAST[worker_id] = unit
 
 
-def time_summary(spent: dict[str, float], workers: dict[str, float], where: dict[str, str], top: int = 15) -> list[str]:
-    """The lines `make test` ends with: each worker's busy time, then the units that took longest."""
-    lines = ["each worker's time in tests: " + ", ".join(f"{w} {s / 60:.1f} min" for w, s in sorted(workers.items()))]
+def time_summary(
+    spent: dict[str, float],
+    workers: dict[str, float],
+    where: dict[str, str],
+    top: int = 15,
+    spans: dict[str, tuple[float, float]] | None = None,
+    last: dict[str, str] | None = None,
+) -> list[str]:
+    """The lines `make test` ends with: each worker's busy time (and, with `spans`, when it ran dry counted
+    from the run's first test, and its last unit: a worker done long before the other shows a long unit left
+    to the end), then the units that took longest."""
+    begun = min((first for first, _ in (spans or {}).values()), default=0.0)
+
+    def worker(name: str, seconds: float) -> str:
+        text = f"{name} {seconds / 60:.1f} min"
+        if spans and name in spans:
+            text += f" (done at {(spans[name][1] - begun) / 60:.1f} min, last {(last or {}).get(name, '?')})"
+        return text
+
+    lines = ["each worker's time in tests: " + ", ".join(worker(w, s) for w, s in sorted(workers.items()))]
     for unit, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"{seconds:8.1f}s  {where.get(unit, '?'):>4}  {unit}")
     return lines
@@ -130,5 +168,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _SPENT or hasattr(terminalreporter.config, "workerinput"):
         return
     terminalreporter.section("where the time went (setup + call + teardown, by file or image group)")
-    for line in time_summary(_SPENT, _WORKER, _UNIT_WORKER):
+    for line in time_summary(_SPENT, _WORKER, _UNIT_WORKER, spans=_SPAN, last=_LAST):
         terminalreporter.write_line(line)

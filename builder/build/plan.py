@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from builder.engine.local import DEFAULT_BASE_IMAGE as LOCAL_BASE_IMAGE  # the build machine's; `<it>-<arch>` others'
 from builder.errors import IncompatibleError, InputError
 from builder.hardware import reference as _reference
 from builder.target_types import BuildTarget
@@ -49,6 +50,7 @@ STAGE_TOOLCHAIN = "toolchain"
 STAGE_SOURCE = "source"
 STAGE_BUILD = "build"
 STAGE_WHEEL = "wheel"
+STAGE_PACKAGES = "packages"
 STAGE_RUNTIME = "runtime"
 SOURCE_CONTEXT_NAME = "tf-source"  # named build context for `--tf-source DIR`
 CA_SECRET_ID = "ca_bundle"
@@ -274,6 +276,11 @@ class BuildPlan:
         return f"linux/{self.docker_arch}"
 
     @property
+    def packages_base(self) -> str:
+        """The image the packages stage runs in, on the build machine's own platform (`packages_base_for`)."""
+        return packages_base_for(self.runtime_base)
+
+    @property
     def extra_requirements(self) -> tuple[str, ...]:
         """pip requirements installed with the wheel. CUDA targets: `tensorflow[and-cuda]==<version>`, which
         pip satisfies with the wheel itself (given on the same command line) plus the CUDA libraries its
@@ -339,7 +346,8 @@ class BuildPlan:
             "bazel_flags": [] if self.from_wheel else list(self.bazel_flags),
             "runtime_base": self.runtime_base,
             # What the runtime stage adds around the wheel: pip extras and the guard's environment names.
-            "runtime": {"pip_extras": list(self.extra_requirements), "guard_env": sorted(self.target.guard_env)},
+            "runtime": {"pip_extras": list(self.extra_requirements), "guard_env": sorted(self.target.guard_env),
+                        "packages": PACKAGES_INSTALL},
             "tag": self.tag,
             "labels": dict(self.extra_labels),
         }
@@ -356,6 +364,7 @@ class BuildPlan:
             "remote_cache": self.options.remote_cache,
             "ca_bundle_secret": self.options.ca_bundle is not None,
             "stages": list(self.stages),
+            "packages_base": self.packages_base,
             "platform": self.platform,
         }
 
@@ -408,6 +417,21 @@ class BuildPlan:
         }
         labels.update(dict(self.extra_labels))
         return labels
+
+
+#: How the runtime's Python packages are put in (part of the spec: a change here changes what images hold).
+PACKAGES_INSTALL = "venv made by the build machine's pip for the image's platform, copied in"
+
+
+def packages_base_for(runtime_base: str) -> str:
+    """The packages stage's image: the runtime base itself, pulled or found for the build machine's platform (an
+    official Python image has every platform under one name), except tfsmith's local base for another CPU family
+    (`tfsmith/python:bookworm-arm64` on an x86 machine), an image of that one platform whose twin for the build
+    machine is `tfsmith/python:bookworm`: the same Debian and Python at the same paths."""
+    prefix = LOCAL_BASE_IMAGE + "-"
+    if runtime_base.startswith(prefix) and runtime_base[len(prefix):] in ("arm64", "amd64"):
+        return LOCAL_BASE_IMAGE
+    return runtime_base
 
 
 def _digest(data: Mapping[str, Any]) -> str:
@@ -630,10 +654,10 @@ def plan_build(
     wheel_name = "tensorflow" if target.cuda is not None else "tensorflow_cpu"
     runtime_base = options.base_image or f"python:{python}-slim-bookworm"
     if options.wheel is not None:
-        stages: tuple[str, ...] = (STAGE_RUNTIME,)
+        stages: tuple[str, ...] = (STAGE_PACKAGES, STAGE_RUNTIME)
         source: dict[str, str] = {"kind": "wheel"}
     else:
-        stages = (STAGE_TOOLCHAIN, STAGE_SOURCE, STAGE_BUILD, STAGE_WHEEL, STAGE_RUNTIME)
+        stages = (STAGE_TOOLCHAIN, STAGE_SOURCE, STAGE_BUILD, STAGE_WHEEL, STAGE_PACKAGES, STAGE_RUNTIME)
         if options.tf_source_dir is not None:
             source = {"kind": "dir", "context": SOURCE_CONTEXT_NAME}
         else:

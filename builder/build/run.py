@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from builder.build.settings import BuildConfig
-from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, LogSink
+from builder.engine.base import BuildFailed, BuildRequest, Engine, Image, ImageNotFound, LogSink
 from builder.engine.buildlog import StepTracker
 from builder.build.from_settings import wheel_facts
 from builder.staging import staged_file
 from builder.say import Say
-from builder.errors import SourceUnreachable
+from builder.errors import InputError, SourceUnreachable
 
 SPEC_LABEL = "io.tfsmith.spec-digest"
 # Rough cost of a CPU / CUDA TensorFlow wheel build: ~14k / ~35k bazel actions, on the order of 20 / 50
@@ -131,10 +131,11 @@ class Builder:
         from builder.engine.local import host_arch
 
         emulated = plan.docker_arch != host_arch()
-        lines.append(f"platform {plan.platform}" + (f" (emulated with QEMU on this {host_arch()} machine: every "
-                                                    "RUN step is several times slower)" if emulated else ""))
+        lines.append(f"platform {plan.platform}" + (f" (emulated with QEMU on this {host_arch()} machine: the Python "
+                                                    "packages are installed by this machine's pip; the image's own "
+                                                    "RUN steps are several times slower)" if emulated else ""))
         if plan.from_wheel:
-            lines.append(f"wheel   {plan.options.wheel} (runtime stage only; minutes)")
+            lines.append(f"wheel   {plan.options.wheel} (packages and runtime stages only; minutes)")
         elif emulated:
             lines.append(f"note    compiling TensorFlow under emulation multiplies the estimate below many times: "
                          f"build {plan.platform} images on an {plan.docker_arch} machine (`tfsmith matrix` says which "
@@ -210,7 +211,29 @@ class Builder:
         )
         return replace(request, **changes)
 
+    def check_packages_base(self, engine: Engine, plan: Any) -> None:
+        """The packages stage runs on this machine's platform from `plan.packages_base`: an image of that name
+        present here for another platform only (a local, single-platform base) cannot serve it, and BuildKit
+        would only say that the name cannot be pulled."""
+        from builder.engine.local import host_arch
+
+        here = host_arch()
+        if plan.docker_arch == here:
+            return
+        try:
+            found = engine.inspect(plan.packages_base)
+        except ImageNotFound:
+            return  # pulled for this platform (a multi-platform image), or BuildKit says why it cannot be
+        if found.architecture and found.architecture != here:
+            raise InputError(
+                f"base image {plan.packages_base} is a {found.platform} image only: the {plan.platform} image's "
+                f"packages are installed on this linux/{here} machine from the same name, so it must exist for "
+                f"linux/{here} too (a multi-platform image such as python:{plan.python}-slim-bookworm, or "
+                "tfsmith's own bases from `tfsmith engine-up --arch ARCH`)"
+            )
+
     def _build(self, engine: Engine, plan: Any, tags: tuple[str, ...]) -> tuple[Image, Path, Path]:
+        self.check_packages_base(engine, plan)
         context = self._render(plan)
         logs = self.config.state_dir.resolve() / "logs"
         logs.mkdir(parents=True, exist_ok=True)

@@ -129,10 +129,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Bring up a Docker engine (install + start dockerd when needed) and the local Python base image."""
-        from builder.engine.local import ensure_base_image, ensure_emulation, ensure_engine
+        from builder.engine.local import docker_arch, ensure_base_image, ensure_emulation, ensure_engine, host_arch
 
         ensure_engine(say=typer.echo)
         if arch:
             ensure_emulation(arch, say=typer.echo)
+        if arch and base_image is None and docker_arch(arch) != host_arch():
+            # this machine's own base too: an image built on the other installs its packages in it
+            ensure_base_image(say=typer.echo)
         ref = ensure_base_image(base_image, say=typer.echo, arch=arch)
         typer.echo(f"engine up; base image {ref} present")

@@ -52,7 +52,7 @@ BASE_IMAGE_HINT = (
     "(`tfsmith engine up` creates tfsmith/python:bookworm; --toolchain-image for the compiler stages)"
 )
 
-_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=(\S+)\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
 _ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.IGNORECASE)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -67,10 +67,19 @@ def base_images(dockerfile_text: str, build_args: Mapping[str, str]) -> list[str
     Global ARGs (before the first FROM) are expanded with their defaults overridden by `build_args`, as
     the Dockerfile frontend does.
     """
+    return list(dict.fromkeys(ref for ref, _ in base_image_platforms(dockerfile_text, build_args, "")))
+
+
+def base_image_platforms(
+    dockerfile_text: str, build_args: Mapping[str, str], platform: str, build_platform: str = ""
+) -> list[tuple[str, str]]:
+    """(image, the platform it is used for) per external FROM of a build for `platform`: a stage's own
+    `--platform=...` (`$BUILDPLATFORM`: `build_platform`, the machine that builds), else `platform`."""
     args: dict[str, str] = {}
     stages: set[str] = set()
-    images: list[str] = []
+    found: list[tuple[str, str]] = []
     seen_from = False
+    known = {"BUILDPLATFORM": build_platform, "TARGETPLATFORM": platform}
     for raw in dockerfile_text.splitlines():
         arg = _ARG.match(raw)
         if arg and not seen_from:
@@ -81,12 +90,14 @@ def base_images(dockerfile_text: str, build_args: Mapping[str, str]) -> list[str
         if not match:
             continue
         seen_from = True
-        ref = _VAR.sub(lambda m: args.get(m.group(1) or m.group(2), ""), match.group(1))
-        if ref.lower() != "scratch" and ref not in stages and ref not in images:
-            images.append(ref)
-        if match.group(2):
-            stages.add(match.group(2))
-    return images
+        values = {**known, **args}
+        ref = _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), ""), match.group(2))
+        used_for = _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), ""), match.group(1) or "") or platform
+        if ref.lower() != "scratch" and ref not in stages and (ref, used_for) not in found:
+            found.append((ref, used_for))
+        if match.group(3):
+            stages.add(match.group(3))
+    return found
 
 
 def split_tag(ref: str) -> tuple[str, str]:
@@ -309,7 +320,10 @@ class DockerEngine(Engine):
         missing or of another architecture before BuildKit does (it would try Docker Hub and fail vaguely)."""
         import docker.errors
 
-        for ref in base_images(dockerfile_text, build_args):
+        from builder.engine.local import host_arch
+
+        here = f"linux/{host_arch()}"
+        for ref, wanted in base_image_platforms(dockerfile_text, build_args, platform or "", here):
             if not ref:
                 raise ImageNotFound(f"a FROM line names an empty image (unset build arg?); {BASE_IMAGE_HINT}")
             try:
@@ -317,10 +331,10 @@ class DockerEngine(Engine):
             except docker.errors.ImageNotFound:
                 found = None
             if found is not None:
-                if platform and found.platform and found.platform != platform:
+                if wanted and found.platform and found.platform != wanted:
                     raise ImageNotFound(
-                        f"base image {ref} is for {found.platform}, the build is for {platform}; pass a "
-                        f"{platform} base image (`tfsmith engine-up --arch {platform.rpartition('/')[2]}` makes one)"
+                        f"base image {ref} is for {found.platform}, the stage built FROM it is for {wanted}; pass a "
+                        f"{wanted} base image (`tfsmith engine-up --arch {wanted.rpartition('/')[2]}` makes one)"
                     )
                 continue
             log(f"base image {ref} is not local; trying to pull it")

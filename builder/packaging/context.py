@@ -127,10 +127,10 @@ def link_wheels(wheels: Path | None, dest: Path) -> None:
 
 def render_server_context(plan: ServePlan, artifact: Artifact, dest: Path, wheels: Path | None) -> Path:
     """The build context of an image that runs tfsmith's server (kinds litert and tensorflow):
-    Dockerfile, app/ (the server), model/ (the model, report, samples), wheels/; for a slim image of another
-    CPU family than this machine's, site-packages/ instead of wheels/ (`install_on_host`)."""
+    Dockerfile, app/ (the server), model/ (the model, report, samples), wheels/; for an image of another CPU
+    family than this machine's, site-packages/ instead of wheels/ (`install_on_host`)."""
     dest.mkdir(parents=True, exist_ok=True)
-    on_host = plan.kind in TEMPLATES and wheels is not None and foreign(plan.platform)
+    on_host = (plan.kind in TEMPLATES or plan.kind == "tensorflow") and wheels is not None and foreign(plan.platform)
     compiled = False
     if on_host:
         assert wheels is not None

@@ -55,7 +55,7 @@ def test_gitlab_child_pipeline_scripts_run(runner: CliRunner) -> None:
     for script in scripts:
         argv = shlex.split(script)
         assert argv[:3] == ["tfsmith", "build", "--only"]
-        assert "stages  toolchain -> source -> build -> wheel -> runtime" in _dry_run(runner, argv[3])
+        assert "stages  toolchain -> source -> build -> wheel -> packages -> runtime" in _dry_run(runner, argv[3])
 
 
 def test_matrix_targets_come_from_the_config_file(runner: CliRunner, tmp_path: Path) -> None:

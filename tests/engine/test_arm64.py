@@ -10,6 +10,7 @@ never assumed: the QEMU on a machine decides which hwcaps it reports.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,12 @@ def test_cli_builds_neoverse_v1_for_linux_arm64_from_an_aarch64_wheel(
     assert done.returncode == 0, done.stderr[-2000:]
     assert ref == f"{PREFIX}-cli/tensorflow:tf2.21.0-py3.11-neoverse_v1-cpu"
     assert "platform linux/arm64" in done.stderr
+    # pip ran in the packages stage, on this machine's platform; the arm64 stage ran no pip (only its checks)
+    (log,) = [line.split(None, 1)[1] for line in done.stderr.splitlines() if line.startswith("log ")]
+    stage_step = re.compile(r"#\d+ \[(packages|runtime) \d+/\d+\]")
+    steps = [line for line in Path(log).read_text().splitlines() if stage_step.match(line)]
+    assert any("[packages" in s and "pip install" in s and "manylinux2014_aarch64" in s for s in steps), steps
+    assert not any("[runtime" in step and "pip" in step for step in steps), steps
     image = engine.inspect(ref)
     assert image.platform == PLATFORM
     assert image.labels["io.tfsmith.target"] == "neoverse_v1"

@@ -243,7 +243,7 @@ def test_push_to_a_local_registry_and_pull_back(built: dict, engine: DockerEngin
 
 def test_dry_run_builds_nothing(built: dict) -> None:  # type: ignore[type-arg]
     result = _tfsmith(*built["args"], "--dry-run", cwd=built["work"])
-    assert result.returncode == 0 and "stages  runtime" in result.stderr
+    assert result.returncode == 0 and "stages  packages -> runtime" in result.stderr
     assert "up to date" not in result.stderr and result.stdout == ""
 
 

@@ -190,6 +190,31 @@ def test_an_arm_target_builds_for_linux_arm64_from_an_aarch64_wheel(tmp_path: Pa
     assert any(line.startswith("platform linux/arm64") for line in said)
 
 
+def test_a_base_of_another_cpu_family_alone_is_refused_before_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packages stage runs on the build machine's platform from the runtime base's name: a local base that
+    exists for arm64 only cannot serve it, and the build stops before the engine is asked, saying why. tfsmith's
+    own arm64 base has its build-machine twin, so it passes."""
+    from builder.engine import local
+    from builder.engine.base import Image
+
+    monkeypatch.setattr(local, "host_arch", lambda: "amd64")
+    wheel = tmp_path / "dist" / "tensorflow-2.21.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"the aarch64 stock wheel")
+    engine = FakeEngine(images={
+        "sha256:a": Image(id="sha256:a", tags=("team/python:3.11-arm64",), architecture="arm64"),
+        "sha256:b": Image(id="sha256:b", tags=("tfsmith/python:bookworm-arm64",), architecture="arm64"),
+        "sha256:c": Image(id="sha256:c", tags=("tfsmith/python:bookworm",), architecture="amd64"),
+    })
+    with pytest.raises(InputError, match=r"base image team/python:3\.11-arm64 is a linux/arm64 image only.*linux/amd64"):
+        _builder(tmp_path, engine, [], wheel=str(wheel), target="neoverse_v1", base_image="team/python:3.11-arm64").run()
+    assert engine.builds == []
+    _builder(tmp_path, engine, [], wheel=str(wheel), target="neoverse_v1", base_image="tfsmith/python:bookworm-arm64").run()
+    assert [request.platform for request in engine.builds] == ["linux/arm64"]
+
+
 def test_an_x86_wheel_is_refused_for_an_arm_target(tmp_path: Path, wheel: Path) -> None:
     from builder.errors import IncompatibleError
 

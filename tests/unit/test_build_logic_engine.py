@@ -12,7 +12,7 @@ import pytest
 from builder.engine import docker as docker_engine
 from builder.engine.base import EngineUnavailable
 from builder.engine.buildlog import StepTracker
-from builder.engine.docker import DockerEngine, base_images, split_tag
+from builder.engine.docker import DockerEngine, base_image_platforms, base_images, split_tag
 
 
 def _feed(path: Path) -> StepTracker:
@@ -56,6 +56,21 @@ def test_base_images_expand_global_args_and_skip_stages_and_scratch() -> None:
     assert base_images(dockerfile, {"BASE": "mirror.local:5000/py:3.11"}) == [
         "debian:bookworm-slim", "mirror.local:5000/py:3.11",
     ]  # fmt: skip
+
+
+def test_a_stage_on_the_build_platform_wants_its_base_for_the_building_machine() -> None:
+    """An arm64 build on an amd64 machine: the packages stage (`--platform=$BUILDPLATFORM`) needs its base for
+    linux/amd64, the runtime stage for linux/arm64; a native build needs one image for one platform."""
+    dockerfile = (
+        "FROM --platform=$BUILDPLATFORM tfsmith/python:bookworm AS packages\nRUN true\n"
+        "FROM tfsmith/python:bookworm-arm64 AS runtime\nCOPY --from=packages /opt/venv /opt/venv\n"
+    )
+    assert base_image_platforms(dockerfile, {}, "linux/arm64", "linux/amd64") == [
+        ("tfsmith/python:bookworm", "linux/amd64"), ("tfsmith/python:bookworm-arm64", "linux/arm64"),
+    ]  # fmt: skip
+    native = dockerfile.replace("bookworm-arm64", "bookworm")
+    assert base_image_platforms(native, {}, "linux/amd64", "linux/amd64") == [("tfsmith/python:bookworm", "linux/amd64")]
+    assert base_images(dockerfile, {}) == ["tfsmith/python:bookworm", "tfsmith/python:bookworm-arm64"]
 
 
 @pytest.mark.parametrize(

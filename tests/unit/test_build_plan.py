@@ -189,9 +189,9 @@ def test_source_defaults_to_the_version_tag_or_a_local_context() -> None:
     assert local.build_contexts == {"tf-source": Path("/src/tf")}
 
 
-def test_prebuilt_wheel_plans_only_the_runtime_stage() -> None:
+def test_prebuilt_wheel_plans_only_the_packages_and_runtime_stages() -> None:
     plan = plan_build(V3, BuildOptions(wheel=WHEEL, wheel_sha256="0" * 64))
-    assert plan.stages == ("runtime",)
+    assert plan.stages == ("packages", "runtime")
     assert plan.spec()["prebuilt_wheel"] == {"file": WHEEL.name, "sha256": "0" * 64}
     assert plan.spec()["bazel_flags"] == [] and plan.spec()["toolchain"] is None
 

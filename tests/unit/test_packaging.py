@@ -263,6 +263,23 @@ def test_a_slim_image_for_another_cpu_family_copies_site_packages_in(tmp_path: P
     assert "pip install" in render_dockerfile(plan)  # the same plan built natively: pip in the image
 
 
+def test_a_tensorflow_image_for_another_cpu_family_puts_the_servers_packages_ahead_of_its_venvs(tmp_path: Path) -> None:
+    """FROM the TensorFlow image of another CPU family: the server's packages come in by COPY, ahead of the venv
+    on the module path (where `pip install` into the venv would have put their versions), and the image's own
+    CPU (emulated) only checks that TensorFlow and the server's imports load together."""
+    base = BaseImage("tfsmith/tensorflow:tf2.21.0-py3.11-neoverse_v1-cpu", "3.11", "the TensorFlow image",
+                     python_bin="/opt/venv/bin/python", has_guard=True)
+    plan = plan_package(_artifact(tmp_path), PackageOptions(), kind="tensorflow", base=base, target=_ArmTarget(),
+                        requirements=("numpy==2", "httptools==0.6"))
+    text = render_dockerfile(plan, site_packages=True)
+    assert "COPY site-packages/ /opt/tfsmith-packages/\n" in text
+    assert "PYTHONPATH=/opt/tfsmith:/opt/tfsmith-packages " in text
+    assert 'RUN /opt/venv/bin/python -c "import tensorflow, httptools, grpc"\n' in text
+    assert "pip install" not in text and "--mount" not in text
+    native = render_dockerfile(plan)
+    assert "pip install" in native and "/opt/tfsmith-packages" not in native and "PYTHONPATH=/opt/tfsmith " in native
+
+
 def test_the_host_pip_installs_only_the_targets_binary_wheels(tmp_path: Path) -> None:
     from builder.packaging.context import foreign, install_argv
 

@@ -63,6 +63,24 @@ def bazel_build_flags(dockerfile: str) -> list[str]:
     raise AssertionError("no bazel build in the Dockerfile")
 
 
+def stage_of(dockerfile: str, name: str) -> list[tuple[str, str]]:
+    """The instructions of one stage (`FROM ... AS name` up to the next FROM)."""
+    steps, inside = [], False
+    for instruction, rest in instructions(dockerfile):
+        if instruction == "FROM":
+            inside = rest.endswith(f" AS {name}")
+        if inside:
+            steps.append((instruction, rest))
+    return steps
+
+
+def pip_install(dockerfile: str) -> str:
+    """The packages stage's RUN that installs TensorFlow, up to the end of its pip command."""
+    runs = [rest for name, rest in stage_of(dockerfile, "packages") if name == "RUN" and " pip install " in rest]
+    assert len(runs) == 1, runs
+    return runs[0].split(" pip install ", 1)[1].split(" && ", 1)[0]
+
+
 def test_source_build_has_every_stage_in_order_and_labels_last() -> None:
     text = render_dockerfile(plan_build(V3))
     steps = instructions(text)
@@ -73,6 +91,7 @@ def test_source_build_has_every_stage_in_order_and_labels_last() -> None:
         "toolchain AS source",
         "source AS build",
         "scratch AS wheel",
+        "--platform=$BUILDPLATFORM python:3.12-slim-bookworm AS packages",
         "python:3.12-slim-bookworm AS runtime",
     ]
     assert steps[-1][0] == "LABEL"
@@ -134,10 +153,11 @@ def test_ca_bundle_is_a_secret_mount_never_a_layer() -> None:
     assert "secret" not in without
 
 
-def test_prebuilt_wheel_renders_only_the_runtime_stage() -> None:
+def test_prebuilt_wheel_renders_only_the_packages_and_runtime_stages() -> None:
     wheel = Path("/w/tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl")
     text = render_dockerfile(plan_build(V3, BuildOptions(wheel=wheel, wheel_sha256="0" * 64)))
-    assert [rest for name, rest in instructions(text) if name == "FROM"] == ["python:3.12-slim-bookworm AS runtime"]
+    assert [rest for name, rest in instructions(text) if name == "FROM"] == [
+        "--platform=$BUILDPLATFORM python:3.12-slim-bookworm AS packages", "python:3.12-slim-bookworm AS runtime"]
     assert "bazel" not in text.replace("bazel_flags", "")
     assert f'"/tmp/wheels/{wheel.name}"' in text
     assert "--mount=type=bind,source=wheels,target=/tmp/wheels" in text
@@ -172,13 +192,53 @@ def test_no_image_variable_is_a_tfsmith_setting() -> None:
 def test_cuda_images_install_tensorflow_with_its_cuda_libraries(tmp_path: Path) -> None:
     """TensorFlow's wheel pulls no CUDA libraries without [and-cuda]: a CUDA image installs the extra,
     from a compiled wheel and from a prebuilt one alike; CPU images do not."""
-    runtime = [rest for name, rest in instructions(render_dockerfile(plan_build(CUDA))) if name == "RUN"][-1]
-    assert runtime.endswith('pip install --no-compile /tmp/wheels/*.whl "tensorflow[and-cuda]==2.21.0"'), runtime
+    install = pip_install(render_dockerfile(plan_build(CUDA)))
+    assert " ".join(install.split()).endswith('/tmp/wheels/*.whl "tensorflow[and-cuda]==2.21.0"'), install
     wheel = tmp_path / "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl"
     prebuilt = plan_build(CUDA, BuildOptions(wheel=wheel, wheel_sha256="0" * 64))
-    assert f'pip install --no-compile "/tmp/wheels/{wheel.name}" "tensorflow[and-cuda]==2.21.0"' in render_dockerfile(prebuilt)
+    assert f'"/tmp/wheels/{wheel.name}" "tensorflow[and-cuda]==2.21.0"' in pip_install(render_dockerfile(prebuilt))
     assert "and-cuda" not in render_dockerfile(plan_build(V3))
     assert plan_build(CUDA).spec()["runtime"]["pip_extras"] == ["tensorflow[and-cuda]==2.21.0"]
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_packages_are_installed_by_the_build_machines_pip_for_the_images_platform(arch: str) -> None:
+    """Whatever the image's CPU family, pip runs in a stage on the build machine's own platform, choosing wheels
+    for the image's platform and Python; the runtime stage copies the venv in and runs one short check on the
+    image's CPU (under emulation for another family), never pip."""
+    target = replace(V3, arch=arch, copts=(), host_copts=()) if arch == "aarch64" else V3
+    wheel = Path(f"/w/tensorflow-2.21.0-cp311-cp311-manylinux_2_27_{arch}.whl")
+    text = render_dockerfile(plan_build(replace(target, python="3.11"),
+                                        BuildOptions(wheel=wheel, wheel_sha256="0" * 64, python="3.11")))
+    packages = stage_of(text, "packages")
+    assert packages[0] == ("FROM", "--platform=$BUILDPLATFORM python:3.11-slim-bookworm AS packages")
+    install = " ".join(pip_install(text).split())
+    assert "--only-binary=:all:" in install and "--python-version 3.11" in install and "--abi cp311" in install
+    assert f"--platform manylinux2014_{arch}" in install and f"--platform manylinux_2_%s_{arch}" in " ".join(
+        rest for _, rest in packages)
+    assert '--target "$site"' in install and "/opt/venv/lib/python3.11/site-packages" in " ".join(
+        rest for _, rest in packages)
+    runtime = stage_of(text, "runtime")
+    assert runtime[0] == ("FROM", "python:3.11-slim-bookworm AS runtime")
+    assert ("COPY", "--from=packages /opt/venv /opt/venv") in runtime
+    runs = [rest for name, rest in runtime if name == "RUN"]
+    assert len(runs) == 1 and "pip" not in runs[0] and 'have == "3.11"' in runs[0]
+
+
+def test_tfsmiths_local_base_for_another_cpu_family_installs_from_the_build_machines_twin() -> None:
+    """tfsmith's local bases are one platform each (`tfsmith/python:bookworm-arm64` beside the build machine's
+    `tfsmith/python:bookworm`); any other base is taken to name every platform (python:3.11-slim-bookworm)."""
+    from builder.build.plan import packages_base_for
+
+    assert packages_base_for("tfsmith/python:bookworm-arm64") == "tfsmith/python:bookworm"
+    assert packages_base_for("tfsmith/python:bookworm-amd64") == "tfsmith/python:bookworm"
+    assert packages_base_for("tfsmith/python:bookworm") == "tfsmith/python:bookworm"
+    assert packages_base_for("python:3.11-slim-bookworm") == "python:3.11-slim-bookworm"
+    assert packages_base_for("registry.example/tfsmith/python:bookworm-arm64") == (
+        "registry.example/tfsmith/python:bookworm-arm64")
+    plan = plan_build(V3, BuildOptions(base_image="tfsmith/python:bookworm-arm64"))
+    assert "FROM --platform=$BUILDPLATFORM tfsmith/python:bookworm AS packages" in render_dockerfile(plan)
+    assert plan.manifest()["build"]["packages_base"] == "tfsmith/python:bookworm"
 
 
 def test_a_cpu_only_wheel_is_refused_for_a_cuda_image() -> None:

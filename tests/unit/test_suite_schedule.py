@@ -42,3 +42,9 @@ def test_the_summary_names_each_worker_and_the_longest_unit_first() -> None:
     lines = conftest.time_summary({"a.py": 10.0, "b": 70.0}, {"gw0": 60.0, "gw1": 20.0}, {"a.py": "gw1", "b": "gw0"})
     assert lines[0] == "each worker's time in tests: gw0 1.0 min, gw1 0.3 min"
     assert lines[1].split() == ["70.0s", "gw0", "b"] and lines[2].split() == ["10.0s", "gw1", "a.py"]
+
+
+def test_the_summary_says_when_each_worker_ran_dry_and_what_it_ran_last() -> None:
+    lines = conftest.time_summary({"a.py": 10.0, "b": 70.0}, {"gw0": 60.0, "gw1": 20.0}, {"a.py": "gw1", "b": "gw0"},
+                                  spans={"gw0": (1000.0, 1072.0), "gw1": (1003.0, 1030.0)}, last={"gw0": "b", "gw1": "a.py"})
+    assert lines[0] == "each worker's time in tests: gw0 1.0 min (done at 1.2 min, last b), gw1 0.3 min (done at 0.5 min, last a.py)"
