@@ -10,7 +10,7 @@ image). Its rooms, as a request meets them (docs/design/server.md draws the pict
                model_host (routes: the one table) ─▶ protocols/ (translate) ─▶ core/ (one data plane) ─▶ the model
 
 - `front/`: the process clients reach. `serve` (listening sockets, signals, TLS, draining), `http_front` (HTTP/1.1
-  read into each connection's own buffer) and `framing` (how a body is framed, or why it is refused at once),
+  read into each connection's own buffer) and `framing` (how a body is framed and decoded, or why it is refused: the one body limit),
   `grpc_front` (gRPC calls handed over whole), `ports`, `access_log` (one line per request, written once),
   `model_processes` (the front's side of `--model-processes N`: started, handed requests, supervised, metrics
   summed, versions switched together), `balancer` (the least busy model process for each request) and
@@ -21,8 +21,8 @@ image). Its rooms, as a request meets them (docs/design/server.md draws the pict
 - `model_host`: the models answering every request handed over, through `routes` (every REST route and gRPC
   method declared once, with its handler), the same in the front's own process and in each model process.
 - `protocols/`: the handlers, translating only. `tfs_rest`, `v2`, `tfs_grpc` (the three protocols), `tfs_json`
-  (TF Serving's JSON in and out, pure), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`, `bodies`
-  (content encodings), `answers` (JSON answers and the one error renderer), `health`, `openapi` (the document,
+  (TF Serving's JSON in and out, pure), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`,
+  `answers` (JSON answers and the one error renderer), `health`, `openapi` (the document,
   from the route table).
 - `core/`: what every request does whichever door it came through. `dataplane` (lookup, readiness, metadata,
   inference and their bookkeeping), `batching` (dynamic batching, and how model calls run: `--dispatch`),

@@ -245,3 +245,21 @@ def test_head_gets_the_headers_without_the_body() -> None:
 def test_a_percent_encoded_path_is_decoded() -> None:
     seen, _, _ = exchange(b"GET /v1/models/my%20model HTTP/1.1\r\n\r\n")
     assert seen[0].path == "/v1/models/my model"
+
+
+def test_a_gzip_body_is_handed_over_decoded_and_a_bomb_refused_413_and_told() -> None:
+    import gzip
+
+    packed = gzip.compress(b'{"instances": [1]}')
+    seen, out, closed = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+                                 % len(packed) + packed)
+    assert [r.body for r in seen] == [b'{"instances": [1]}'] and statuses(out) == [200] and not closed
+    bomb = gzip.compress(b" " * 100_000)  # ~100 bytes sent, 100 KB decoded: over the 1 KiB limit
+    refused: list[tuple[Any, ...]] = []
+    seen, out, closed = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+                                 % len(bomb) + bomb, refused=refused)
+    assert seen == [] and statuses(out) == [413] and closed
+    assert b"decoded request body exceeds the limit of 1024 bytes" in out
+    assert [(o.http, o.label) for o, *_ in refused] == [(413, "RESOURCE_EXHAUSTED")]
+    _, out, _ = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\n{}")
+    assert statuses(out) == [415]

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
-from builder.server.protocols import v2
 from builder.server.config import ServerConfig
 from builder.wire import tfs_proto as pb
 from builder.server.core.dataplane import DataPlane
@@ -222,7 +221,7 @@ def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(
     def gone(*args: Any) -> bytes:
         raise ClientGone()
 
-    monkeypatch.setattr(v2, "content", gone)
+    monkeypatch.setattr(plane, "resolve", gone)  # the client went while its request was read
     with Client(plane) as client:
         client.post("/v2/models/m/infer", json={"inputs": []})
     assert plane.metrics.counts == {("m", "CANCELLED"): 1}

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -43,17 +42,10 @@ class BackendPool:
     def create(cls, runtime: str, model_path: Path, workers: int = 1, threads: int = 1) -> BackendPool:
         return cls(create_backends(runtime, model_path, workers, threads))
 
-    @contextmanager
-    def checkout(self) -> Iterator[Backend]:
+    def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Blocking; safe from any number of threads: the call checks a backend out and puts it back."""
         backend = self._free.get()
         try:
-            yield backend
-        finally:
-            self._free.put(backend)
-
-    def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Blocking; safe from any number of threads."""
-        with self.checkout() as backend:
             if self.on_model_cpu is None:
                 return backend.predict(signature, inputs)
             start = time.thread_time()
@@ -61,6 +53,8 @@ class BackendPool:
                 return backend.predict(signature, inputs)
             finally:
                 self.on_model_cpu(time.thread_time() - start)
+        finally:
+            self._free.put(backend)
 
 
 #: The start-up self-test's time budget: it stops earlier once the median is pinned down (`measure.stats`).

@@ -17,6 +17,7 @@ What it does with each connection:
 - bodies framed as `framing` decides from the head (a length, chunked, or none; Transfer-Encoding read as
   a list of codings), up to `max_body_bytes`: a larger declared length is answered 413 before any of the
   body is read, a chunked body as soon as it passes the limit; `Expect: 100-continue` is answered with 100;
+- a gzip body (Content-Encoding) decoded before it is handed on, limited as decoded (`framing.decoded`);
 - malformed requests answered 400, header blocks over `MAX_HEADER_BYTES` 431, codings other than chunked 501;
 - every refusal is answered at once and the connection closed: closed for writing at once, and what the
   client still sends is read and dropped until it closes its side (at most `LINGER_SECONDS`), so that its
@@ -40,7 +41,7 @@ import httptools
 
 from builder.server.core.outcome import Outcome, outcome
 from builder.server.process.messages import HTTP, Answer, Request, refusal
-from builder.server.front.framing import CHUNKED, Refusal, body_framing
+from builder.server.front.framing import CHUNKED, Refusal, body_framing, decoded, too_large
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -164,6 +165,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.headers: tuple[tuple[bytes, bytes], ...] = ()
         self.remaining = 0  # body bytes still to come (Content-Length), or of the current chunk
         self.chunks: bytearray | None = None
+        self.encoding: bytes | None = None  # the body's Content-Encoding, if the head names one
 
     # --- connection events ------------------------------------------------------------------------------
 
@@ -275,6 +277,8 @@ class _Connection(asyncio.BufferedProtocol):
                 encodings.append(value)
             elif name == b"expect":
                 expect = value
+            elif name == b"content-encoding":
+                self.encoding = value
         framing = body_framing(length, encodings, bool(encodings) and parser.get_http_version() == "1.0",
                                self.front.max_body_bytes)
         if type(framing) is int:
@@ -329,7 +333,8 @@ class _Connection(asyncio.BufferedProtocol):
             else:
                 limit = self.front.max_body_bytes
                 if len(self.chunks) + size > limit:  # refused before this chunk is read
-                    self._refuse(413, f"request body exceeds the limit of {limit} bytes")
+                    too_big = too_large(limit)
+                    self._refuse(too_big.status, too_big.message)
                     return False
                 self.remaining, self.state = size, CHUNK_DATA
         elif self.state == TRAILERS and not line:
@@ -341,6 +346,11 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _complete(self, body: Any) -> None:
         """A whole request: stop reading until it is answered."""
+        if self.encoding is not None and body:
+            body = decoded(bytes(body), self.encoding, self.front.max_body_bytes)
+            if isinstance(body, Refusal):
+                self._refuse(body.status, body.message)
+                return
         parsed = httptools.parse_url(self.url)
         path = parsed.path.decode("latin-1")
         if "%" in path:

@@ -150,21 +150,27 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     if config.access_log:  # one line per request, whichever protocol and wherever the models run
         answer = access_log.logged(answer)
 
-    def refused(result: Outcome, method: str, path: str, client: str) -> None:
-        """A request the front refused itself (malformed, a head or body too large, a coding it does not
-        read): counted like any other, and logged when access lines are asked for."""
-        models.metrics.request("", "", "REST", result.label, 0.0)
-        if config.access_log:
-            access_log.log_refusal(result, method, path, client)
+    def refused_by(protocol: str) -> Callable[[Outcome, str, str, str], None]:
+        entrypoint = "GRPC" if protocol == "grpc" else "REST"
+
+        def refused(result: Outcome, method: str, path: str, client: str) -> None:
+            """A request the front refused itself (malformed, a head, body or message too large, a coding it
+            does not read): counted like any other, and logged when access lines are asked for."""
+            models.metrics.request("", "", entrypoint, result.label, 0.0)
+            if config.access_log:
+                access_log.log_refusal(result, protocol, method, path, client)
+
+        return refused
 
     tls = _tls_context(config)
-    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
+    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls,
+                     refused=refused_by("http"))
     grpc_server = None
     try:
         await http.start(sock)
         if config.grpc_port:
             grpc_server, _ = await grpc_front.start(answer, config.host, config.grpc_port, config.max_body_bytes,
-                                                      config.tls)
+                                                      config.tls, refused_by("grpc"))
     except BaseException:
         await models.stop()
         raise

@@ -42,7 +42,7 @@ Body = bytes | bytearray | memoryview
 @dataclass(frozen=True, slots=True)
 class Request:
     """One client request. HTTP: `method`, `path` (percent-decoded), `query` (raw), `headers` (lower-case
-    names), `body` (as sent; a gzip body is decoded by the host). gRPC: `method` is the full RPC name
+    names), `body` (a gzip body already decoded by the front). gRPC: `method` is the full RPC name
     ("/tensorflow.serving.PredictionService/Predict"), `body` the serialized message, `client` the peer."""
 
     kind: Kind

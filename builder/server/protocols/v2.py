@@ -26,7 +26,6 @@ import numpy as np
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
-from builder.server.protocols.bodies import content
 from builder.server.core.dataplane import ModelMetadata
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, check_output_names, make_call
@@ -304,7 +303,6 @@ async def infer(context: Context, request: Request, name: str, version: str | No
     body = request.body
     if header_length is None and not isinstance(body, bytes):
         body = bytes(body)  # all of it is JSON
-    body = content(request, body, context.config.max_body_bytes)
     served = plane.resolve(name, version)
     codec = InferCodec(header_length)
     call, kept = await plane.decode(codec.size(body), lambda: codec.decode(served, body))
