@@ -24,10 +24,9 @@ image). Its rooms, as a request meets them (docs/design/server.md draws the pict
   (TF Serving's JSON in and out, pure), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`,
   `answers` (JSON answers and the one error renderer), `health`, `openapi` (the document,
   from the route table).
-- `core/`: what every request does whichever door it came through. `dataplane` (lookup, readiness, metadata,
-  inference and their bookkeeping), `batching` (dynamic batching, and how model calls run: `--dispatch`),
-  `interpreters` (a process's interpreters and the start-up self-test), `repository` (the served models and
-  versions), `loading` (configured models loaded, warmed and put behind batchers), `reload` (versions that appear
+- `core/`: what every request does whichever door it came through. `dataplane` (the served models and versions;
+  lookup, readiness, metadata, inference and their bookkeeping), `batching` (dynamic batching, and how model calls run: `--dispatch`),
+  `interpreters` (a process's interpreters and the start-up self-test), `loading` (configured models loaded, warmed and put behind batchers), `reload` (versions that appear
   later), `model_config` (TF Serving's model config and version policies), `metrics`.
 - Beside them: `options` (the server's options, listed once), `config` (what to serve and how, and its JSON form
   for model processes), `sizing` (processes × interpreters × threads × batching from the cores and the model's

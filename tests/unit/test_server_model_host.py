@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from builder.model.backend import LiteRTBackend
-from builder.server.core.repository import ServedModel
+from builder.server.core.dataplane import ServedModel
 from builder.server.process.channel import FrontEnd, HostEnd
 from builder.server.config import ServerConfig
 from builder.server.process.messages import GRPC, HTTP, Answer, Request

@@ -25,7 +25,7 @@ from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.routes import Context, Router
 from builder.server.core.metrics import Metrics
 from builder.server.core.call import Call, RequestError
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
 SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from builder.measure.cores import release_free_memory
 from builder.server.core.model_config import ModelSource, version_folders
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 
 log = logging.getLogger("tfsmith.serve")
 Loader = Callable[[ModelSource, int, Path], ServedModel]

@@ -21,7 +21,7 @@ from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, check_output_names, make_call, pick_outputs
 from builder.server.protocols.tfs_json import PREDICT_METHOD
 from builder.wire.tensors import wire_shape
-from builder.server.core.repository import ServedModel
+from builder.server.core.dataplane import ServedModel
 from builder.wire import tfs_proto as pb
 from builder.wire.predict_split import parse_predict
 from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tensor

@@ -26,12 +26,11 @@ import numpy as np
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
-from builder.server.core.dataplane import ModelMetadata
+from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, check_output_names, make_call
 from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
-from builder.server.core.repository import ServedModel
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
