@@ -7,7 +7,7 @@ httptools, uvloop, grpcio; OpenVINO and NNCF where that runtime is chosen; Tenso
 image). Its rooms, as a request meets them (docs/design/server.md draws the picture):
 
     clients ─▶ front/ ──(the models in its own process, or the least busy model process: process/)──▶
-               model_host (routes: the one table) ─▶ protocols/ (translate) ─▶ core/ (one data plane) ─▶ the model
+               model_server (routes: the one table) ─▶ protocols/ (translate) ─▶ core/ (one data plane) ─▶ the model
 
 - `front/`: the process clients reach. `serve` (listening sockets, signals, TLS, draining), `http_front` (HTTP/1.1
   read into each connection's own buffer) and `framing` (how a body is framed and decoded, or why it is refused: the one body limit),
@@ -18,7 +18,7 @@ image). Its rooms, as a request meets them (docs/design/server.md draws the pict
 - `process/`: the boundary and what is behind it. `messages` (a request, an answer and the control messages,
   typed), `channel` (them in shared memory between the front and a model process), `model_process` (one model
   process's life).
-- `model_host`: the models answering every request handed over, through `routes` (every REST route and gRPC
+- `model_server`: the models answering every request handed over, through `routes` (every REST route and gRPC
   method declared once, with its handler), the same in the front's own process and in each model process.
 - `protocols/`: the handlers, translating only. `tfs_rest`, `v2`, `tfs_grpc` (the three protocols), `tfs_json`
   (TF Serving's JSON in and out, pure), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`,

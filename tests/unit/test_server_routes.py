@@ -1,7 +1,7 @@
 """Every protocol's routes through one data plane: one lookup, every route counted, hang-ups not failures.
 
 The adapters (TF Serving REST, the Open Inference Protocol, gRPC) run for real, through the route table's
-router (`routes.Router`, what the model host answers every request with) over a data plane whose model is a
+router (`routes.Router`, what the model server answers every request with) over a data plane whose model is a
 batcher stand-in answering `y = sum(x)` per example; the metrics are the real registry, read back as the
 scrape would.
 """
@@ -54,7 +54,7 @@ def plane_with(versions: tuple[int, ...] = (1, 2)) -> DataPlane:
 
 
 def router(plane: DataPlane) -> Router:
-    """The route table over `plane`, as a model host binds it."""
+    """The route table over `plane`, as a model server binds it."""
     config = ServerConfig(model_path=Path("m.tflite"), model_name="m", max_body_bytes=1 << 20, max_request_batch=64)
     return Router(Context(plane, config))
 

@@ -57,7 +57,7 @@ class Balancer(Generic[H]):
 
     @property
     def live(self) -> int:
-        """Hosts that take requests now (not paused)."""
+        """Ends that take requests now (not paused)."""
         return sum(1 for size in self.windows if size > 0)
 
     def is_live(self, index: int) -> bool:

@@ -1,6 +1,6 @@
 """How a request's body is framed, decided once from its head (RFC 9112 §6): a length (0: none) or chunked; or a
 refusal, answered before any of the body is read. And the one place the body limit (`--max-body-bytes`) is
-enforced, for every way a body comes: a declared length, a chunked body as it grows, a gzip body as decoded
+enforced, for every way a body comes: a declared length, a chunked body as it grows (`chunk_refusal`), a gzip body as decoded
 (`decoded`), a gRPC call's message (`message_refusal`).
 
 Framing is where request smuggling lives: two parties that disagree on where a body ends disagree on where
@@ -82,6 +82,12 @@ def too_large(limit: int, size: int | None = None, what: str = "request body") -
     """The 413 of a body over the limit (`size`: its size, when known)."""
     of = "" if size is None else f" of {size} bytes"
     return Refusal(413, f"{what}{of} exceeds the limit of {limit} bytes")
+
+
+def chunk_refusal(so_far: int, size: int, limit: int) -> Refusal | None:
+    """A chunked body whose next chunk (`size` bytes after `so_far`) would pass the limit: refused before the
+    chunk is read; or None."""
+    return too_large(limit) if so_far + size > limit else None
 
 
 def message_refusal(size: int, limit: int) -> Refusal | None:

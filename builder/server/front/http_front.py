@@ -41,7 +41,7 @@ import httptools
 
 from builder.server.core.outcome import Outcome, outcome
 from builder.server.process.messages import HTTP, Answer, Request, refusal
-from builder.server.front.framing import CHUNKED, Refusal, body_framing, decoded, too_large
+from builder.server.front.framing import CHUNKED, Refusal, body_framing, chunk_refusal, decoded
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -331,9 +331,8 @@ class _Connection(asyncio.BufferedProtocol):
             if size == 0:
                 self.state = TRAILERS
             else:
-                limit = self.front.max_body_bytes
-                if len(self.chunks) + size > limit:  # refused before this chunk is read
-                    too_big = too_large(limit)
+                too_big = chunk_refusal(len(self.chunks), size, self.front.max_body_bytes)
+                if too_big is not None:  # refused before this chunk is read
                     self._refuse(too_big.status, too_big.message)
                     return False
                 self.remaining, self.state = size, CHUNK_DATA

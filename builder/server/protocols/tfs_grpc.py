@@ -1,6 +1,6 @@
 """TensorFlow Serving's gRPC API (port 8500): PredictionService.Predict/GetModelMetadata, ModelService.GetModelStatus.
 
-The front listens (`grpc_front`) and hands each call's serialized message to a model host, where these
+The front listens (`grpc_front`) and hands each call's serialized message to a model server, where these
 handlers (declared in `routes`, as every REST route is) answer it through the same data plane, batcher and
 interpreters as a REST request, over our own message classes (`tfs_proto`): no generated stubs, no
 TensorFlow. Errors are raised and written by the router as gRPC status codes as TF Serving uses them
