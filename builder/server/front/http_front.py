@@ -378,10 +378,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._refuse(status, message)
 
     def _refuse(self, status: int, message: str) -> None:
-        """A request refused before its body is read: answered at once with `connection: close`, the connection
-        closed for writing, and what the client still sends dropped until it closes its side (or
-        `LINGER_SECONDS` pass): closing outright with its bytes unread would have the kernel reset the
-        connection, and a client still sending could lose the answer."""
+        """A request refused by the front (before its body is read, or a gzip body as decoded): answered at once
+        with `connection: close`, the connection closed for writing, and what the client still sends dropped
+        until it closes its side (or `LINGER_SECONDS` pass): closing outright with its bytes unread would have
+        the kernel reset the connection, and a client still sending could lose the answer."""
         self.state = LINGER
         self.start = self.end
         result = outcome(status, message)
