@@ -51,6 +51,8 @@ LINGER_SECONDS = 10.0
 #: A connection keeps a buffer up to this size between requests (larger ones are let go after use).
 KEEP_BUFFER_BYTES = 4 * 1024 * 1024
 READ_ROOM = 64 * 1024
+#: A Content-Encoding body at least this large (as sent) is decoded on a worker thread, off the event loop.
+DECODE_ON_THREAD_BYTES = 64 * 1024
 REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
@@ -345,11 +347,6 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _complete(self, body: Any) -> None:
         """A whole request: stop reading until it is answered."""
-        if self.encoding is not None and body:
-            body = decoded(bytes(body), self.encoding, self.front.max_body_bytes)
-            if isinstance(body, Refusal):
-                self._refuse(body.status, body.message)
-                return
         parsed = httptools.parse_url(self.url)
         path = parsed.path.decode("latin-1")
         if "%" in path:
@@ -357,7 +354,27 @@ class _Connection(asyncio.BufferedProtocol):
         request = Request(HTTP, self.method, body, path, parsed.query or b"", self.headers, self.client,
                           self.front.scheme)
         self.state = ANSWERING  # bytes that come meanwhile (a pipelined request) wait in the buffer
-        self.loop.create_task(self._answer(request))
+        if self.encoding is not None and body:
+            self.loop.create_task(self._decode_and_answer(request, self.encoding))
+        else:
+            self.loop.create_task(self._answer(request))
+
+    async def _decode_and_answer(self, request: Request, encoding: bytes) -> None:
+        """A body sent with a Content-Encoding, decoded (`framing.decoded`: gzip, limited as decoded) and then
+        answered, or refused. A large one is decoded on a worker thread (zlib lets go of the interpreter lock),
+        so other connections are read and answered meanwhile: a 3 MB JSON image takes ~15 ms to gunzip."""
+        sent = bytes(request.body)
+        if isinstance(request.body, memoryview):
+            request.body.release()
+        if len(sent) < DECODE_ON_THREAD_BYTES:
+            body = decoded(sent, encoding, self.front.max_body_bytes)
+        else:
+            body = await self.loop.run_in_executor(None, decoded, sent, encoding, self.front.max_body_bytes)
+        if isinstance(body, Refusal):
+            self._refuse(body.status, body.message)
+            return
+        await self._answer(Request(request.kind, request.method, body, request.path, request.query, request.headers,
+                                   request.client, request.scheme))
 
     async def _answer(self, request: Request) -> None:
         try:
