@@ -1,7 +1,7 @@
 """How a request's body is framed, decided once from its head (RFC 9112 §6): a length (0: none) or chunked; or a
 refusal, answered before any of the body is read. And the one place the body limit (`--max-body-bytes`) is
-enforced, for every way a body comes: a declared length, a chunked body as it grows (`chunk_refusal`), a gzip body as decoded
-(`decoded`), a gRPC call's message (`message_refusal`).
+enforced, for every way a body comes: a declared length, a chunked body as it grows (`chunk_refusal`), a gzip
+body as decoded (`decoded`), a gRPC call's message (`message_refusal`).
 
 Framing is where request smuggling lives: two parties that disagree on where a body ends disagree on where
 the next request starts. So what is ambiguous is refused, never guessed. `httptools` already refuses a
