@@ -207,3 +207,11 @@ def test_a_request_through_the_real_front_reaches_the_host(loop: asyncio.Abstrac
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     assert np.allclose(json.loads(body)["predictions"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_start_up_self_test_times_the_model(server: ModelServer, loop: asyncio.AbstractEventLoop) -> None:
+    """Every interpreter warmed and the model's call timed at start: what `--dispatch auto` and `/healthz` read
+    (a self-test that fails is logged and the model served without it, so only its figure shows it ran)."""
+    answer = loop.run_until_complete(server.answer(Request(HTTP, "GET", b"", "/healthz")))
+    said = json.loads(bytes(answer.body))
+    assert said["model_p50_us"] is not None and said["model_p50_us"] > 0, said

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,17 @@ class BackendPool:
     def create(cls, runtime: str, model_path: Path, workers: int = 1, threads: int = 1) -> BackendPool:
         return cls(create_backends(runtime, model_path, workers, threads))
 
+    @contextmanager
+    def checkout(self) -> Iterator[Backend]:
+        backend = self._free.get()
+        try:
+            yield backend
+        finally:
+            self._free.put(backend)
+
     def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Blocking; safe from any number of threads: the call checks a backend out and puts it back."""
+        """Blocking; safe from any number of threads: the call checks a backend out and puts it back (as
+        `checkout` does, without a context manager's calls on every request)."""
         backend = self._free.get()
         try:
             if self.on_model_cpu is None:
