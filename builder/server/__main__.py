@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
             max_body_bytes=args.max_body_bytes,
             dispatch=args.dispatch,
             grpc_port=args.grpc_port,
-            host=args.host,
+            address=args.host,
             access_log=args.access_log,
             drain_seconds=args.drain_seconds,
             shutdown_delay_seconds=args.shutdown_delay_seconds,
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m builder.se
     try:
         config, sizing = size_server(config, args)  # times the model: a base path with nothing to serve ends here
         layout = front.Layout(processes=sizing.processes, cpus=sizing.cpus)
-        front.run(config, host=args.host, port=args.port, log_level=args.log_level, layout=layout,
+        front.run(config, address=args.host, port=args.port, log_level=args.log_level, layout=layout,
                   banner=[f"configuration: {sizing.describe()}", *(f"  {line}" for line in sizing.why)])
     except TfsmithError as error:  # nothing to serve, or a port another process holds: before any model loads
         sys.stderr.write(f"{options.error_prefix(prog)}: error: {error}\n")

@@ -42,7 +42,7 @@ class ServerConfig:
     sources: tuple[ModelSource, ...] = ()  # models from a config file or a base path (instead of model_path)
     poll_seconds: float = 0.0  # look for new versions this often (0 = never)
     grpc_port: int = 0  # 0 = no gRPC
-    host: str = "127.0.0.1"  # where the front listens (REST and gRPC)
+    address: str = "127.0.0.1"  # the address the front listens on (REST and gRPC; `--host`)
     access_log: bool = False
     drain_seconds: float = 30.0
     shutdown_delay_seconds: float = 0.0
@@ -72,7 +72,7 @@ def configure(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     dispatch: str = "auto",
     grpc_port: int = 0,
-    host: str = "127.0.0.1",
+    address: str = "127.0.0.1",
     access_log: str = "off",
     drain_seconds: float = 30.0,
     shutdown_delay_seconds: float = 0.0,
@@ -128,7 +128,7 @@ def configure(
 
     common: dict[str, Any] = dict(  # the same in both forms below: one model file, or model sources
         runtime_reason=runtime_reason, workers=workers, threads=threads or 1, batching=batching,
-        max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, host=host,
+        max_body_bytes=max_body_bytes, dispatch=dispatch, grpc_port=grpc_port, address=address,
         access_log=access_log == "json", drain_seconds=drain_seconds, shutdown_delay_seconds=shutdown_delay_seconds,
         tls_cert=tls_cert, tls_key=tls_key, signature_required=signature_name is not None)
     given = [a for a in (artifact, model_base_path, model_config_file) if a is not None]

@@ -1,6 +1,6 @@
 """Every route the server answers, declared once: each REST route and each gRPC method, with its handler.
 
-One table (`ROUTES`, `RPCS`) says what the server serves; everything else is derived from it: the model host's
+One table (`ROUTES`, `RPCS`) says what the server serves; everything else is derived from it: the model server's
 answering (`Router`, the same in the front's own process and in each model process), the OpenAPI document
 (`openapi.document`), the `Allow` header of a 405, which routes the front answers itself when the models run
 in processes of their own (`Route.front`), and the gRPC methods the front accepts (`grpc_front`).
@@ -193,7 +193,7 @@ INDEX = Index(ROUTES)
 
 
 class Health(Protocol):
-    """What the health and metrics routes answer from: a model host's own state, or (model processes) the
+    """What the health and metrics routes answer from: a model server's own state, or (model processes) the
     front's view of every process (`front/model_processes`)."""
 
     @property
@@ -204,8 +204,8 @@ class Health(Protocol):
     async def exposition(self) -> bytes: ...
 
 
-class HostHealth:
-    """Health as a model host knows it: its data plane's readiness, its models, its metrics."""
+class ModelHealth:
+    """Health as a model server knows it: its data plane's readiness, its models, its metrics."""
 
     def __init__(self, plane: DataPlane, config: ServerConfig) -> None:
         self.plane, self.config = plane, config
@@ -256,7 +256,7 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.plane is not None:
-            self.health = self.health or HostHealth(self.plane, self.config)
+            self.health = self.health or ModelHealth(self.plane, self.config)
             self.metrics = self.metrics or self.plane.metrics
 
     def known(self, name: str) -> bool:
@@ -311,7 +311,7 @@ class Router:
                 else:
                     model, message = found[1](request.body)
                     answer = await found[2](self.context, request, message)
-                result = outcomes.of_grpc(answer.status, answer.message)
+                result = outcomes.OK if not answer.status else outcomes.of_grpc(answer.status, answer.message)
                 return answer
             answer = not_routed(request.path) if handler is None else await handler(self.context, request,
                                                                                      **parameters)

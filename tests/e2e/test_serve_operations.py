@@ -159,6 +159,41 @@ def test_json_access_log(models: Path, layout: str) -> None:  # noqa: F811
     assert [r["status"] for r in records if r["path"] == "/v1/models/nope"] == [404]
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_the_fronts_refusals_are_answered_counted_and_logged(models: Path, layout: str) -> None:  # noqa: F811
+    """What the front refuses itself (a body over the limit as sent or as decoded, a gRPC message over it) never
+    reaches a model, and is still counted in the metrics and written in the access log, with its one outcome."""
+    import gzip
+
+    grpc = pytest.importorskip("grpc")
+    running = Server(*LAYOUTS[layout], str(models / "image.tflite"), "--model-name", "digits", "--access-log", "json",
+                     "--max-body-bytes", "65536", grpc=True)
+    try:
+        url = f"{running.url}/v1/models/digits:predict"
+        big = HTTP.post(url, content=b" " * 70_000, headers={"content-type": "application/json"})
+        assert big.status_code == 413 and "exceeds the limit of 65536 bytes" in big.json()["error"]
+        bomb = HTTP.post(url, content=gzip.compress(b" " * 1_000_000),
+                         headers={"content-type": "application/json", "content-encoding": "gzip"})
+        assert bomb.status_code == 413 and "decoded request body" in bomb.json()["error"]
+        with grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}") as channel:
+            predict = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+            with pytest.raises(grpc.RpcError) as refused:
+                predict(b"\0" * 70_000, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "request message of 70000 bytes exceeds the limit of 65536 bytes" in refused.value.details()
+        metrics = HTTP.get(f"{running.url}/monitoring/prometheus/metrics").text
+        counted = [line for line in metrics.splitlines()
+                   if line.startswith(':tensorflow:serving:request_count{model_name="",status="RESOURCE_EXHAUSTED"}')]
+        assert [float(line.split()[-1]) for line in counted] == [3.0], metrics
+    finally:
+        assert running.stop() in STOPPED
+    output = running.process.stdout.read() if running.process.stdout else ""
+    records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    said = sorted((r["protocol"], r["status"], r["outcome"]) for r in records if r.get("reason"))
+    assert said == [("grpc", 8, "RESOURCE_EXHAUSTED"), ("http", 413, "RESOURCE_EXHAUSTED"),
+                    ("http", 413, "RESOURCE_EXHAUSTED")], records
+
+
 def test_serve_help_groups_the_options() -> None:
     done = subprocess.run([str(TFSMITH), "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0

@@ -1,7 +1,7 @@
 """`/docs` (`builder.server.protocols.api_page`): one HTML page written from what the server serves, with nothing
 fetched from elsewhere, so it reads the same in a cluster without internet access.
 
-Through the model host over the recorded `tiny_conv.tflite` (LiteRT), as the front hands it a request; the
+Through the model server over the recorded `tiny_conv.tflite` (LiteRT), as the front hands it a request; the
 page's escaping over a stand-in model set whose names hold HTML."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server.config import ServerConfig
-from builder.server.model_host import ModelHost
+from builder.server.model_server import ModelServer
 from builder.server.process.messages import HTTP, Request
 from builder.server.protocols import api_page
 
@@ -26,13 +26,13 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 @pytest.fixture(scope="module")
 def docs_page() -> Iterator[tuple[int, dict[bytes, bytes], str]]:
     loop = asyncio.new_event_loop()
-    host = ModelHost(ServerConfig(model_path=TINY, model_name="tiny", workers=1, threads=1))
-    loop.run_until_complete(host.start())
+    server = ModelServer(ServerConfig(model_path=TINY, model_name="tiny", workers=1, threads=1))
+    loop.run_until_complete(server.start())
     try:
-        answer = loop.run_until_complete(host.answer(Request(HTTP, "GET", b"", "/docs", client="127.0.0.1:5000")))
+        answer = loop.run_until_complete(server.answer(Request(HTTP, "GET", b"", "/docs", client="127.0.0.1:5000")))
         yield answer.status, dict(answer.headers), bytes(answer.body).decode()
     finally:
-        loop.run_until_complete(host.stop())
+        loop.run_until_complete(server.stop())
         loop.close()
 
 

@@ -25,9 +25,9 @@ def test_one_client_s_sequential_requests_alternate_over_the_processes() -> None
     balancer: Balancer[str] = Balancer(["a", "b", "c"], [2, 2, 2])
     seen: list[str] = []
 
-    async def call(host: str) -> str:
-        seen.append(host)
-        return host
+    async def call(end: str) -> str:
+        seen.append(end)
+        return end
 
     async def scenario() -> None:
         for _ in range(6):
@@ -44,8 +44,8 @@ def test_a_full_server_queues_in_arrival_order_and_no_window_idles_while_work_wa
     gates: dict[str, asyncio.Event] = {}
 
     def make(name: str):  # noqa: ANN202 - a call that holds its window until released
-        async def call(host: int) -> str:
-            started.append((name, host))
+        async def call(end: int) -> str:
+            started.append((name, end))
             await gates[name].wait()
             return name
         return call
@@ -76,10 +76,10 @@ def test_a_waiting_request_cancelled_gives_its_place_up() -> None:
     async def scenario() -> None:
         gate = asyncio.Event()
 
-        async def hold(host: int) -> None:
+        async def hold(end: int) -> None:
             await gate.wait()
 
-        async def quick(host: int) -> str:
+        async def quick(end: int) -> str:
             return "served"
 
         first = asyncio.ensure_future(balancer.run(hold))
@@ -99,10 +99,10 @@ def test_a_paused_host_gets_nothing_until_its_replacement_takes_its_place() -> N
     seen: list[str] = []
     release = asyncio.Event()
 
-    async def call(host: str) -> str:
-        seen.append(host)
+    async def call(end: str) -> str:
+        seen.append(end)
         await release.wait()
-        return host
+        return end
 
     async def scenario() -> list[str]:
         balancer.pause(0)  # "a" died
@@ -126,19 +126,19 @@ def test_abandon_fails_every_request_waiting_for_room() -> None:
     balancer: Balancer[str] = Balancer(["a"], [1])
     release = asyncio.Event()
 
-    async def call(host: str) -> str:
+    async def call(end: str) -> str:
         await release.wait()
-        return host
+        return end
 
     async def scenario() -> tuple[str, BaseException | str]:
         running = asyncio.ensure_future(balancer.run(call))
         waiting = asyncio.ensure_future(balancer.run(call))
         for _ in range(3):
             await asyncio.sleep(0)
-        balancer.abandon(RuntimeError("no host left"))
+        balancer.abandon(RuntimeError("no end left"))
         outcome = (await asyncio.gather(waiting, return_exceptions=True))[0]
         release.set()
         return await running, outcome
 
     answered, failed = asyncio.run(scenario())
-    assert answered == "a" and isinstance(failed, RuntimeError) and str(failed) == "no host left"
+    assert answered == "a" and isinstance(failed, RuntimeError) and str(failed) == "no end left"

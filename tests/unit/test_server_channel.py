@@ -10,18 +10,18 @@ import socket
 
 import pytest
 
-from builder.server.process.channel import ChannelClosed, FrontEnd, HostEnd
+from builder.server.process.channel import ChannelClosed, FrontEnd, ModelEnd
 from builder.server.process.messages import GRPC, HTTP, Activate, Answer, Drain, Load, Loaded, Ready, Request
 from builder.server.front.metrics_sum import merge_expositions
 
 
-def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, HostEnd]:
+def ends(slots: int = 2, slot_bytes: int = 4096) -> tuple[FrontEnd, ModelEnd]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    return FrontEnd(ours, slots, slot_bytes), HostEnd(theirs)
+    return FrontEnd(ours, slots, slot_bytes), ModelEnd(theirs)
 
 
 async def echo(request: Request) -> Answer:
-    """A host that answers with what it got: the body reversed, the path and a header in the headers."""
+    """A model server that answers with what it got: the body reversed, the path and a header in the headers."""
     await asyncio.sleep(0)
     if request.kind == GRPC:
         return Answer(0, bytes(request.body)[::-1], message=request.method)
@@ -31,10 +31,10 @@ async def echo(request: Request) -> Answer:
 
 def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -> None:
     async def scenario() -> list[Answer]:
-        front, host = ends(slots=2)
+        front, model_end = ends(slots=2)
         await front.start()
-        host.hello()  # the HELLO is already waiting: the area arrives
-        serving = asyncio.ensure_future(host.serve(echo))
+        model_end.hello()  # the HELLO is already waiting: the area arrives
+        serving = asyncio.ensure_future(model_end.serve(echo))
         small = Request(HTTP, "POST", b"abc", "/v2/models/m/infer", b"", ((b"content-type", b"x/y"),), "1.2.3.4:5")
         large = Request(HTTP, "POST", bytes(range(256)) * 40, "/big")  # 10 KB: more than a 4 KB slot
         call = Request(GRPC, "/tensorflow.serving.PredictionService/Predict", b"\x01\x02", client="ipv4:1")
@@ -42,7 +42,7 @@ def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -
         for group in ([small, call], [large, small]):  # two slots, two at a time
             answers += await asyncio.gather(*(front.answer(r) for r in group))
         await front.tell(Drain())  # told, nothing to answer
-        host.stopped.set()  # type: ignore[union-attr]
+        model_end.stopped.set()  # type: ignore[union-attr]
         await serving
         front.close()
         return answers
@@ -55,25 +55,25 @@ def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -
 
 def test_control_values_arrive_whole() -> None:
     async def scenario() -> tuple[object, object, tuple[str, tuple[int, ...], bool]]:
-        front, host = ends()
+        front, model_end = ends()
         await front.start()
-        host.hello()
-        host.say(Ready(7, {"m": 1}, (12.5, None)))
+        model_end.hello()
+        model_end.say(Ready(7, {"m": 1}, (12.5, None)))
         ready = await front.control()
         activated: list[tuple[str, tuple[int, ...], bool]] = []
 
         async def load(name: str, versions: tuple[int, ...]) -> tuple[bool, str]:
             return True, ""
 
-        host.on_load = load
-        host.on_activate = lambda name, versions, commit: activated.append((name, versions, commit))
-        serving = asyncio.ensure_future(host.serve(echo))
+        model_end.on_load = load
+        model_end.on_activate = lambda name, versions, commit: activated.append((name, versions, commit))
+        serving = asyncio.ensure_future(model_end.serve(echo))
         await front.tell(Load("m", (2, 3)))
         loaded = await front.control()
         await front.tell(Activate("m", (2, 3), True))
         while not activated:
             await asyncio.sleep(0.001)
-        host.stopped.set()  # type: ignore[union-attr]
+        model_end.stopped.set()  # type: ignore[union-attr]
         await serving
         front.close()
         return ready, loaded, activated[0]
@@ -86,17 +86,17 @@ def test_control_values_arrive_whole() -> None:
 
 def test_a_closed_end_fails_what_waits_on_it() -> None:
     async def scenario() -> None:
-        front, host = ends()
+        front, model_end = ends()
         closed: list[bool] = []
         front.on_closed = lambda: closed.append(True)
         await front.start()
-        host.hello()
+        model_end.hello()
         waiting = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/")))
         for _ in range(1000):  # until the request is sent and its answer awaited
             if front._waiting:
                 break
             await asyncio.sleep(0)
-        host.sock.close()  # the model process is gone
+        model_end.sock.close()  # the model process is gone
         with pytest.raises(ChannelClosed):
             await waiting
         assert closed == [True]
@@ -139,10 +139,10 @@ def test_an_exchange_beyond_the_slots_waits_for_one_instead_of_failing() -> None
         return Answer(200, request.path.encode())
 
     async def scenario() -> list[bytes]:
-        front, host = ends(slots=1)
+        front, model_end = ends(slots=1)
         await front.start()
-        host.hello()
-        serving = asyncio.ensure_future(host.serve(held))
+        model_end.hello()
+        serving = asyncio.ensure_future(model_end.serve(held))
         first = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/hold")))
         second = asyncio.ensure_future(front.answer(Request(HTTP, "GET", b"", "/metrics")))
         for _ in range(1000):  # until the second is waiting for the one slot
@@ -152,7 +152,7 @@ def test_an_exchange_beyond_the_slots_waits_for_one_instead_of_failing() -> None
         assert front._slot_waiters and not second.done()
         release.set()
         answers = [bytes((await call).body) for call in (first, second)]
-        host.stopped.set()  # type: ignore[union-attr]
+        model_end.stopped.set()  # type: ignore[union-attr]
         await serving
         front.close()
         return answers

@@ -15,7 +15,7 @@ from builder.server.core.call import RequestError
 from builder.server.core.dataplane import DataPlane
 from builder.server.core.metrics import Metrics
 from builder.server.core.outcome import ClientGone, Outcome, of_grpc, outcome, outcome_of
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 from builder.server.protocols import jsoncodec
 
 

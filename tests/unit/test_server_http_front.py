@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncio
 import re
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -58,10 +59,11 @@ class Transport:
         return ("127.0.0.1", 50000) if name == "peername" else None
 
 
-def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK,
-             refused: list[tuple[Any, ...]] | None = None) -> tuple[list[Request], bytes, bool]:
+def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK, refused: list[tuple[Any, ...]] | None = None,
+             settle_s: float = 0.0) -> tuple[list[Request], bytes, bool]:
     """Feed `pieces` to one connection (each as one read); the requests the responder got (bodies copied out),
-    what was written back, and whether the connection closed (for writing at least)."""
+    what was written back, and whether the connection closed (for writing at least). `settle_s`: how long to
+    wait at most for an answer that comes off the event loop (a body decoded on a worker thread)."""
     seen: list[Request] = []
 
     async def respond(request: Request) -> Answer:
@@ -85,6 +87,9 @@ def exchange(*pieces: bytes, max_body: int = 1024, answer: Answer = OK,
                 await asyncio.sleep(0)
             for _ in range(5):
                 await asyncio.sleep(0)
+        deadline = time.monotonic() + settle_s
+        while not transport.out and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         return bytes(transport.out), transport.closed or transport.eof
 
     out, closed = asyncio.run(scenario())
@@ -245,3 +250,35 @@ def test_head_gets_the_headers_without_the_body() -> None:
 def test_a_percent_encoded_path_is_decoded() -> None:
     seen, _, _ = exchange(b"GET /v1/models/my%20model HTTP/1.1\r\n\r\n")
     assert seen[0].path == "/v1/models/my model"
+
+
+def test_a_gzip_body_is_handed_over_decoded_and_a_bomb_refused_413_and_told() -> None:
+    import gzip
+
+    packed = gzip.compress(b'{"instances": [1]}')
+    seen, out, closed = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+                                 % len(packed) + packed)
+    assert [r.body for r in seen] == [b'{"instances": [1]}'] and statuses(out) == [200] and not closed
+    bomb = gzip.compress(b" " * 100_000)  # ~100 bytes sent, 100 KB decoded: over the 1 KiB limit
+    refused: list[tuple[Any, ...]] = []
+    seen, out, closed = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+                                 % len(bomb) + bomb, refused=refused)
+    assert seen == [] and statuses(out) == [413] and closed
+    assert b"decoded request body exceeds the limit of 1024 bytes" in out
+    assert [(o.http, o.label) for o, *_ in refused] == [(413, "RESOURCE_EXHAUSTED")]
+    _, out, _ = exchange(b"POST /p HTTP/1.1\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\n{}")
+    assert statuses(out) == [415]
+
+
+def test_a_large_gzip_body_is_decoded_off_the_event_loop_and_handed_over_whole() -> None:
+    import gzip
+    import os
+
+    from builder.server.front.http_front import DECODE_ON_THREAD_BYTES
+
+    plain = os.urandom(DECODE_ON_THREAD_BYTES) * 2  # random bytes barely compress: over the threshold as sent
+    packed = gzip.compress(plain)
+    assert len(packed) >= DECODE_ON_THREAD_BYTES
+    head = b"POST /p HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(packed)
+    seen, out, closed = exchange(head + packed, max_body=1 << 20, settle_s=5.0)
+    assert [r.body for r in seen] == [plain] and statuses(out) == [200] and not closed

@@ -19,7 +19,7 @@ from builder.report import InputRange, Report, TensorSpec
 from builder.server.core.call import Call, RequestError
 from builder.server.core.outcome import outcome_of
 from builder.server.core.ranges import check_ranges, first_refused, served_ranges
-from builder.server.core.repository import ServedModel
+from builder.server.core.dataplane import ServedModel
 from tests.report_fixture import make_report
 
 TF_MESSAGE = ("Graph execution error:\n\nDetected at node functional_1/embedding_1/GatherV2 defined at (most recent "

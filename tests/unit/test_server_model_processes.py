@@ -4,7 +4,7 @@ waiting for room and those on other processes are answered, readiness is false o
 answer, restarts and live processes are counted, and a crash loop (or a replacement that refuses its model)
 stops the server with the cause.
 
-The model processes here are stand-ins on the test's own event loop: the real channel (`channel.HostEnd` over
+The model processes here are stand-ins on the test's own event loop: the real channel (`channel.ModelEnd` over
 a socket pair and shared memory) answering with a small function, "killed" by closing their end of the socket,
 as the kernel does when a process dies. No process is started; every wait is for a condition."""
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from builder.server.process.channel import HostEnd
+from builder.server.process.channel import ModelEnd
 from builder.server.config import ServerConfig, config_from_json
 from builder.server.process.messages import GRPC, HTTP, Answer, Ready, Refused, Request
 from builder.server.front.model_processes import LOST, ModelProcesses
@@ -48,7 +48,7 @@ class StandIn:
         self.pid = next(self.pids)
         self.exitcode: int | None = None
         self.sock = sock
-        self.end = HostEnd(sock)
+        self.end = ModelEnd(sock)
         self._read, self._write = os.pipe()
         self.sentinel = self._read  # readable once "exited", as a process's sentinel is
         self.task = asyncio.ensure_future(self._life(answer, gate, refuse))
@@ -308,7 +308,7 @@ def test_an_exit_is_said_as_a_signal_or_a_status() -> None:
 
 def test_the_front_answers_404_405_and_health_itself_with_the_tables_handlers_and_counts_them() -> None:
     """No model process sees a path no route takes, a wrong method, or a health probe: the front's own router
-    answers them with the route table's handlers (the same `Route.front` handlers a model host uses), and its
+    answers them with the route table's handlers (the same `Route.front` handlers a model server uses), and its
     metrics count them beside the processes' counts."""
     async def scenario(fleet: Fleet, processes: ModelProcesses, clock: Clock) -> None:
         seen = fleet.seen

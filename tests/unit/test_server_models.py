@@ -10,7 +10,7 @@ import pytest
 from builder.errors import InputError
 from builder.server.core.model_config import ModelSource, read_config_file, version_folders
 from builder.server.core.call import RequestError
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 
 
 def test_version_policies() -> None:

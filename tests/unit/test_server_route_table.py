@@ -15,7 +15,7 @@ import pytest
 from builder.server.protocols import openapi
 
 from builder.server import routes
-from builder.server.process.channel import FrontEnd, HostEnd
+from builder.server.process.channel import FrontEnd, ModelEnd
 from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.front.model_processes import FRONT_ROUTES
 from tests.unit.test_server_routes import plane_with, router
@@ -120,7 +120,7 @@ def test_the_same_handler_answers_in_the_front_and_behind_the_channel(monkeypatc
     async def scenario() -> list[Answer]:
         direct = await table.answer(Request(HTTP, "GET", b"", "/v1/models/m"))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        front, far = FrontEnd(ours, 2, 1 << 16), HostEnd(theirs)
+        front, far = FrontEnd(ours, 2, 1 << 16), ModelEnd(theirs)
         await front.start()
         far.hello()
         serving = asyncio.ensure_future(far.serve(table.answer))

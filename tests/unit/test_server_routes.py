@@ -1,7 +1,7 @@
 """Every protocol's routes through one data plane: one lookup, every route counted, hang-ups not failures.
 
 The adapters (TF Serving REST, the Open Inference Protocol, gRPC) run for real, through the route table's
-router (`routes.Router`, what the model host answers every request with) over a data plane whose model is a
+router (`routes.Router`, what the model server answers every request with) over a data plane whose model is a
 batcher stand-in answering `y = sum(x)` per example; the metrics are the real registry, read back as the
 scrape would.
 """
@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
-from builder.server.protocols import v2
 from builder.server.config import ServerConfig
 from builder.wire import tfs_proto as pb
 from builder.server.core.dataplane import DataPlane
@@ -26,7 +25,7 @@ from builder.server.process.messages import GRPC, HTTP, Answer, Request
 from builder.server.routes import Context, Router
 from builder.server.core.metrics import Metrics
 from builder.server.core.call import Call, RequestError
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 from builder.wire.tensors import fill_proto
 
 SIGNATURE = SignatureSpec("serving_default", (TensorSpec("x", "float32", (None, 3)),),
@@ -55,7 +54,7 @@ def plane_with(versions: tuple[int, ...] = (1, 2)) -> DataPlane:
 
 
 def router(plane: DataPlane) -> Router:
-    """The route table over `plane`, as a model host binds it."""
+    """The route table over `plane`, as a model server binds it."""
     config = ServerConfig(model_path=Path("m.tflite"), model_name="m", max_body_bytes=1 << 20, max_request_batch=64)
     return Router(Context(plane, config))
 
@@ -222,7 +221,7 @@ def test_a_route_whose_client_disconnects_mid_body_is_not_counted_as_a_failure(
     def gone(*args: Any) -> bytes:
         raise ClientGone()
 
-    monkeypatch.setattr(v2, "content", gone)
+    monkeypatch.setattr(plane, "resolve", gone)  # the client went while its request was read
     with Client(plane) as client:
         client.post("/v2/models/m/infer", json={"inputs": []})
     assert plane.metrics.counts == {("m", "CANCELLED"): 1}

@@ -1,3 +1,3 @@
-"""What every request does whichever protocol it came by: one data plane (`dataplane`) over the served models
-(`repository`), their batchers (`batching`) and interpreters (`interpreters`), loaded (`loading`), reloaded
+"""What every request does whichever protocol it came by: one data plane over the served models
+(`dataplane`), their batchers (`batching`) and interpreters (`interpreters`), loaded (`loading`), reloaded
 (`reload`) and counted (`metrics`)."""

@@ -52,8 +52,10 @@ class BackendPool:
             self._free.put(backend)
 
     def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Blocking; safe from any number of threads."""
-        with self.checkout() as backend:
+        """Blocking; safe from any number of threads: the call checks a backend out and puts it back (as
+        `checkout` does, without a context manager's calls on every request)."""
+        backend = self._free.get()
+        try:
             if self.on_model_cpu is None:
                 return backend.predict(signature, inputs)
             start = time.thread_time()
@@ -61,6 +63,8 @@ class BackendPool:
                 return backend.predict(signature, inputs)
             finally:
                 self.on_model_cpu(time.thread_time() - start)
+        finally:
+            self._free.put(backend)
 
 
 #: The start-up self-test's time budget: it stops earlier once the median is pinned down (`measure.stats`).

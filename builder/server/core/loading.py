@@ -21,7 +21,7 @@ from builder.server.core.interpreters import BackendPool, measure_pool
 from builder.model.signature import SignatureSpec, batched
 from builder.server.core.call import default_signature
 from builder.server.core.ranges import served_ranges
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 
 
 def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics) -> ServedModel:

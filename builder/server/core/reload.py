@@ -7,7 +7,7 @@ version is closed once the requests that had already resolved it are answered. A
 is logged and tried again at the next poll; the versions being served stay as they are.
 
 One loop (`poll`) decides when, in either layout; what "bring the served versions to these" means is its
-caller's: in the front's own process, `stage` then `switch` (`model_host`); with model processes, the front has every
+caller's: in the front's own process, `stage` then `switch` (`model_server`); with model processes, the front has every
 process stage, and only once all have does each switch (`model_processes.ModelProcesses`), so no client
 sees version 2 from one process and then version 1 from another.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from builder.measure.cores import release_free_memory
 from builder.server.core.model_config import ModelSource, version_folders
-from builder.server.core.repository import ModelSet, ServedModel
+from builder.server.core.dataplane import ModelSet, ServedModel
 
 log = logging.getLogger("tfsmith.serve")
 Loader = Callable[[ModelSource, int, Path], ServedModel]

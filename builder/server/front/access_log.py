@@ -7,7 +7,7 @@ is wrapped unless asked for. Lines are machine-readable on purpose: log shippers
 parse JSON lines without a regex per field. A gRPC call is logged as the HTTP/2 POST it is: its path the
 method's name, its status gRPC's code (0 OK). Every record also names its outcome (`core.outcome`: OK,
 INVALID_ARGUMENT, NOT_FOUND...), the label the metrics count it under; the front's own refusals (a malformed
-request, a head or body too large) are logged too (`log_refusal`).
+request, a head, body or gRPC message too large) are logged too (`log_refusal`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,10 @@ def logged(answer: Answering) -> Answering:
     return logged_answer
 
 
-def log_refusal(result: Outcome, method: str, path: str, client: str) -> None:
-    """The record of a request the front refused before it was handed over (`http_front`)."""
-    log_request(protocol="http", method=method or None, path=path or None, status=result.http, outcome=result.label,
-                bytes_out=len(result.body), duration_ms=0.0, remote=client or None, reason=result.reason)
+def log_refusal(result: Outcome, protocol: str, method: str, path: str, client: str) -> None:
+    """The record of a request the front refused before it was handed over (`http_front`, `grpc_front`); a gRPC
+    call's status is its code, as in `logged`."""
+    log_request(protocol=protocol, method=method or None, path=path or None,
+                status=result.grpc if protocol == "grpc" else result.http, outcome=result.label,
+                bytes_out=0 if protocol == "grpc" else len(result.body), duration_ms=0.0, remote=client or None,
+                reason=result.reason)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 H = TypeVar("H")  # what answers on a process's behalf (the front's end of its channel)
 T = TypeVar("T")
@@ -57,7 +57,7 @@ class Balancer(Generic[H]):
 
     @property
     def live(self) -> int:
-        """Hosts that take requests now (not paused)."""
+        """Ends that take requests now (not paused)."""
         return sum(1 for size in self.windows if size > 0)
 
     def is_live(self, index: int) -> bool:
@@ -80,11 +80,12 @@ class Balancer(Generic[H]):
             if not waiter.done():
                 waiter.set_exception(error)
 
-    async def run(self, call: Callable[[H], Awaitable[T]]) -> T:
-        """`call(end)` on the least busy end, once one has room."""
+    async def run(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """`call(end, *args)` on the least busy end, once one has room (a request handed over in one call:
+        `run(FrontEnd.answer, request)`)."""
         index = await self.acquire()
         try:
-            return await call(self.ends[index])
+            return await call(self.ends[index], *args)
         finally:
             self.release(index)
 

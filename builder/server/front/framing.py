@@ -1,5 +1,7 @@
 """How a request's body is framed, decided once from its head (RFC 9112 §6): a length (0: none) or chunked; or a
-refusal, answered before any of the body is read.
+refusal, answered before any of the body is read. And the one place the body limit (`--max-body-bytes`) is
+enforced, for every way a body comes: a declared length, a chunked body as it grows (`chunk_refusal`), a gzip
+body as decoded (`decoded`), a gRPC call's message (`message_refusal`).
 
 Framing is where request smuggling lives: two parties that disagree on where a body ends disagree on where
 the next request starts. So what is ambiguous is refused, never guessed. `httptools` already refuses a
@@ -11,10 +13,17 @@ not taken for plain chunked. What is refused:
 - chunked not the last coding, or named twice, 400;
 - any coding but chunked (gzip, deflate...), 501: the server does not decode them (Content-Encoding it does);
 - a declared Content-Length above the limit, 413 at once: the body is never read.
+
+A gzip body (Content-Encoding) is decoded here, in the front, so the handlers get every body as it is meant
+and a body's limit is one rule: a gzip body is limited again as decoded, so a small bomb cannot expand to
+gigabytes. A gRPC message is limited here too rather than by grpcio (`grpc.max_receive_message_length`):
+grpcio buffers a whole message before its own limit applies, so taking it and refusing it here costs no more
+memory, and the refusal is counted and logged like any other.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -65,5 +74,48 @@ def body_framing(content_length: bytes | None, encodings: Sequence[bytes], http_
         return 0
     size = int(content_length)
     if size > limit:
-        return Refusal(413, f"request body of {size} bytes exceeds the limit of {limit} bytes")
+        return too_large(limit, size)
     return size
+
+
+def too_large(limit: int, size: int | None = None, what: str = "request body") -> Refusal:
+    """The 413 of a body over the limit (`size`: its size, when known)."""
+    of = "" if size is None else f" of {size} bytes"
+    return Refusal(413, f"{what}{of} exceeds the limit of {limit} bytes")
+
+
+def chunk_refusal(so_far: int, size: int, limit: int) -> Refusal | None:
+    """A chunked body whose next chunk (`size` bytes after `so_far`) would pass the limit: refused before the
+    chunk is read; or None."""
+    return too_large(limit) if so_far + size > limit else None
+
+
+def message_refusal(size: int, limit: int) -> Refusal | None:
+    """A gRPC call's message over the limit (answered RESOURCE_EXHAUSTED), or None."""
+    return too_large(limit, size, "request message") if size > limit else None
+
+
+#: The Content-Encodings a body may come in.
+ENCODINGS = ("identity", "gzip", "x-gzip")
+
+
+def decoded(body: bytes, content_encoding: bytes, limit: int) -> bytes | Refusal:
+    """A body read whole (under the limit as sent) as its Content-Encoding says: decoded when gzip, refusing
+    (413) one that decodes to more than `limit` bytes without decoding it all, (415) an encoding the server
+    does not read and (400) a malformed or truncated gzip stream."""
+    encoding = content_encoding.decode("latin-1").strip().lower() or "identity"
+    if encoding not in ENCODINGS:
+        return Refusal(415, f"unsupported Content-Encoding {content_encoding.decode('latin-1')!r}; "
+                            "send identity or gzip")
+    if encoding == "identity":
+        return body
+    decoder = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = decoder.decompress(body, limit + 1)
+    except zlib.error as error:
+        return Refusal(400, f"malformed gzip body: {error}")
+    if len(out) > limit:
+        return too_large(limit, what="decoded request body")
+    if not decoder.eof:
+        return Refusal(400, "malformed gzip body: truncated")
+    return out

@@ -17,6 +17,7 @@ What it does with each connection:
 - bodies framed as `framing` decides from the head (a length, chunked, or none; Transfer-Encoding read as
   a list of codings), up to `max_body_bytes`: a larger declared length is answered 413 before any of the
   body is read, a chunked body as soon as it passes the limit; `Expect: 100-continue` is answered with 100;
+- a gzip body (Content-Encoding) decoded before it is handed on, limited as decoded (`framing.decoded`);
 - malformed requests answered 400, header blocks over `MAX_HEADER_BYTES` 431, codings other than chunked 501;
 - every refusal is answered at once and the connection closed: closed for writing at once, and what the
   client still sends is read and dropped until it closes its side (at most `LINGER_SECONDS`), so that its
@@ -40,7 +41,7 @@ import httptools
 
 from builder.server.core.outcome import Outcome, outcome
 from builder.server.process.messages import HTTP, Answer, Request, refusal
-from builder.server.front.framing import CHUNKED, Refusal, body_framing
+from builder.server.front.framing import CHUNKED, Refusal, body_framing, chunk_refusal, decoded
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -50,6 +51,8 @@ LINGER_SECONDS = 10.0
 #: A connection keeps a buffer up to this size between requests (larger ones are let go after use).
 KEEP_BUFFER_BYTES = 4 * 1024 * 1024
 READ_ROOM = 64 * 1024
+#: A Content-Encoding body at least this large (as sent) is decoded on a worker thread, off the event loop.
+DECODE_ON_THREAD_BYTES = 64 * 1024
 REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
            431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
@@ -164,6 +167,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.headers: tuple[tuple[bytes, bytes], ...] = ()
         self.remaining = 0  # body bytes still to come (Content-Length), or of the current chunk
         self.chunks: bytearray | None = None
+        self.encoding: bytes | None = None  # the body's Content-Encoding, if the head names one
 
     # --- connection events ------------------------------------------------------------------------------
 
@@ -275,6 +279,8 @@ class _Connection(asyncio.BufferedProtocol):
                 encodings.append(value)
             elif name == b"expect":
                 expect = value
+            elif name == b"content-encoding":
+                self.encoding = value
         framing = body_framing(length, encodings, bool(encodings) and parser.get_http_version() == "1.0",
                                self.front.max_body_bytes)
         if type(framing) is int:
@@ -327,9 +333,9 @@ class _Connection(asyncio.BufferedProtocol):
             if size == 0:
                 self.state = TRAILERS
             else:
-                limit = self.front.max_body_bytes
-                if len(self.chunks) + size > limit:  # refused before this chunk is read
-                    self._refuse(413, f"request body exceeds the limit of {limit} bytes")
+                too_big = chunk_refusal(len(self.chunks), size, self.front.max_body_bytes)
+                if too_big is not None:  # refused before this chunk is read
+                    self._refuse(too_big.status, too_big.message)
                     return False
                 self.remaining, self.state = size, CHUNK_DATA
         elif self.state == TRAILERS and not line:
@@ -348,7 +354,27 @@ class _Connection(asyncio.BufferedProtocol):
         request = Request(HTTP, self.method, body, path, parsed.query or b"", self.headers, self.client,
                           self.front.scheme)
         self.state = ANSWERING  # bytes that come meanwhile (a pipelined request) wait in the buffer
-        self.loop.create_task(self._answer(request))
+        if self.encoding is not None and body:
+            self.loop.create_task(self._decode_and_answer(request, self.encoding))
+        else:
+            self.loop.create_task(self._answer(request))
+
+    async def _decode_and_answer(self, request: Request, encoding: bytes) -> None:
+        """A body sent with a Content-Encoding, decoded (`framing.decoded`: gzip, limited as decoded) and then
+        answered, or refused. A large one is decoded on a worker thread (zlib lets go of the interpreter lock),
+        so other connections are read and answered meanwhile: a 3 MB JSON image takes ~15 ms to gunzip."""
+        sent = bytes(request.body)
+        if isinstance(request.body, memoryview):
+            request.body.release()
+        if len(sent) < DECODE_ON_THREAD_BYTES:
+            body = decoded(sent, encoding, self.front.max_body_bytes)
+        else:
+            body = await self.loop.run_in_executor(None, decoded, sent, encoding, self.front.max_body_bytes)
+        if isinstance(body, Refusal):
+            self._refuse(body.status, body.message)
+            return
+        await self._answer(Request(request.kind, request.method, body, request.path, request.query, request.headers,
+                                   request.client, request.scheme))
 
     async def _answer(self, request: Request) -> None:
         try:
@@ -369,10 +395,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._refuse(status, message)
 
     def _refuse(self, status: int, message: str) -> None:
-        """A request refused before its body is read: answered at once with `connection: close`, the connection
-        closed for writing, and what the client still sends dropped until it closes its side (or
-        `LINGER_SECONDS` pass): closing outright with its bytes unread would have the kernel reset the
-        connection, and a client still sending could lose the answer."""
+        """A request refused by the front (before its body is read, or a gzip body as decoded): answered at once
+        with `connection: close`, the connection closed for writing, and what the client still sends dropped
+        until it closes its side (or `LINGER_SECONDS` pass): closing outright with its bytes unread would have
+        the kernel reset the connection, and a client still sending could lose the answer."""
         self.state = LINGER
         self.start = self.end
         result = outcome(status, message)

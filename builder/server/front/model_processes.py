@@ -237,16 +237,10 @@ class ModelProcesses:
             match = routes.INDEX.match(request.method, request.path)
             if match is None or match[0].front:
                 return await self.router.answer(request)
-        try:
-            index = await self.balancer.acquire()  # the least busy live process, once one has room
-        except ChannelClosed:  # none will: the server stops
+        try:  # the least busy live process, once one has room
+            return await self.balancer.run(FrontEnd.answer, request)
+        except ChannelClosed:  # none will take it (the server stops), or the process died holding it
             return refusal(LOST_OUTCOME, request.kind)
-        try:
-            return await self.balancer.ends[index].answer(request)
-        except ChannelClosed:  # the process died holding it
-            return refusal(LOST_OUTCOME, request.kind)
-        finally:
-            self.balancer.release(index)
 
     # --- health, as the front sees it (`routes.Health`: what its router's health and metrics routes answer) ----
 

@@ -26,38 +26,38 @@ class PortTaken(InputError):
     """The port is held by another process; `str()` is the one-line message."""
 
 
-def _family(host: str) -> socket.AddressFamily:
+def _family(address: str) -> socket.AddressFamily:
     """IPv6 for an address with a colon, else IPv4 (as the front and gRPC bind, so the check binds alike)."""
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
-def _taken(what: str, flag: str, host: str, port: int, error: OSError) -> PortTaken:
+def _taken(what: str, flag: str, address: str, port: int, error: OSError) -> PortTaken:
     cause = (error.strerror or str(error)).splitlines()[0] if str(error) else type(error).__name__
-    return PortTaken(f"{what} port {port} on {host} is taken by another process ({cause}); stop that process "
+    return PortTaken(f"{what} port {port} on {address} is taken by another process ({cause}); stop that process "
                      f"or choose another port with {flag}")
 
 
-def _bound(host: str, port: int, what: str, flag: str) -> socket.socket:
-    sock = socket.socket(_family(host), socket.SOCK_STREAM)
+def _bound(address: str, port: int, what: str, flag: str) -> socket.socket:
+    sock = socket.socket(_family(address), socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart may bind over TIME_WAIT
-        sock.bind((host.strip("[]"), port))
+        sock.bind((address.strip("[]"), port))
     except OSError as error:
         sock.close()
-        raise _taken(what, flag, host, port, error) from error
+        raise _taken(what, flag, address, port, error) from error
     return sock
 
 
-def bind_rest(host: str, port: int) -> socket.socket:
+def bind_rest(address: str, port: int) -> socket.socket:
     """The REST listening socket, bound (not yet listening) without SO_REUSEPORT and not inherited by any
     process started from here; PortTaken when another process holds the port."""
-    sock = _bound(host, port, "REST", "--port")
+    sock = _bound(address, port, "REST", "--port")
     sock.set_inheritable(False)
     return sock
 
 
-def check_free(host: str, port: int, what: str = "gRPC", flag: str = "--grpc-port") -> None:
+def check_free(address: str, port: int, what: str = "gRPC", flag: str = "--grpc-port") -> None:
     """PortTaken unless a bind without SO_REUSEPORT succeeds now: nobody, SO_REUSEPORT or not, listens there."""
     if port == 0:
         return
-    _bound(host, port, what, flag).close()
+    _bound(address, port, what, flag).close()

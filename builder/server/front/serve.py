@@ -1,6 +1,6 @@
-"""The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model host.
+"""The server as a process: the front speaks HTTP and gRPC to clients and hands every request to a model server.
 
-    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model host in this process   (--model-processes 1)
+    clients ──HTTP/1.1──▶ front (`http_front`) ──┐             ┌──▶ model server in this process   (--model-processes 1)
     clients ──gRPC──────▶ front (`grpc_front`) ───┴▶ balancer ─┼──▶ model process 1 ┐ shared memory
                                                                └──▶ model process N ┘ (`channel`)
 
@@ -14,7 +14,7 @@ Lifecycle:
 - start: the models load and warm; the front listens once every one is ready. A model
   process that refuses its model hands its one-line reason to the front, which prints it and exits with
   its code (the same line one process would print).
-- SIGTERM/SIGINT: every host reports not-ready, the front keeps answering for `shutdown_delay_seconds` (load
+- SIGTERM/SIGINT: every model server reports not-ready, the front keeps answering for `shutdown_delay_seconds` (load
   balancers see the readiness change; a second signal skips the wait), then stops taking connections and
   calls, lets the requests in flight finish (up to `drain_seconds`) and stops the models.
 - A model process that dies is replaced with the same models; only the requests it held fail. Several deaths
@@ -54,7 +54,7 @@ class Layout:
     cpus: tuple[tuple[int, ...], ...] | None = None
 
 
-def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_level: str = "info",
+def run(config: ServerConfig, address: str = "127.0.0.1", port: int = 8501, log_level: str = "info",
         layout: Layout = Layout(), banner: Sequence[str] = ()) -> None:
     """Serve until SIGTERM/SIGINT, then drain; SystemExit(1) when model processes died in a crash loop. Ports
     another process holds are refused (`ports.PortTaken`) before any model loads. `banner`: lines said
@@ -62,11 +62,11 @@ def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_lev
     import uvloop
 
     keep_request_memory()
-    sock = ports.bind_rest(host, port)  # ours from here on
+    sock = ports.bind_rest(address, port)  # ours from here on
     try:
         if config.grpc_port:
-            ports.check_free(config.host, config.grpc_port)
-        status = uvloop.run(_serve(config, sock, host, log_level, layout, banner))
+            ports.check_free(config.address, config.grpc_port)
+        status = uvloop.run(_serve(config, sock, address, log_level, layout, banner))
     finally:
         sock.close()
     if status:
@@ -77,30 +77,28 @@ def run(config: ServerConfig, host: str = "127.0.0.1", port: int = 8501, log_lev
 
 
 class LocalModels:
-    """The models in this process: one host, answering directly."""
+    """The models in this process: one model server, answering directly."""
 
     def __init__(self, config: ServerConfig) -> None:
-        from builder.server.model_host import ModelHost
+        from builder.server.model_server import ModelServer
 
-        self.host = ModelHost(config)
-        self.metrics = self.host.plane.metrics  # the front's own refusals are counted with the host's requests
+        self.server = ModelServer(config)
+        self.answer = self.server.answer  # the model server's router itself: nothing between the front and it
+        self.metrics = self.server.plane.metrics  # the front's own refusals are counted with the model server's requests
         self.died = asyncio.Event()  # never set: nothing to lose
 
     async def start(self) -> None:
-        await self.host.start()
-
-    async def answer(self, request: Request) -> Answer:
-        return await self.host.answer(request)
+        await self.server.start()
 
     def describe(self) -> str:
-        modes = sorted({served.batcher.mode for served in self.host.plane.models.all()})
+        modes = sorted({served.batcher.mode for served in self.server.plane.models.all()})
         return f"in this process, model calls {' / '.join(CALLS_RUN[mode] for mode in modes)}"
 
     async def drain(self) -> None:
-        self.host.drain()
+        self.server.drain()
 
     async def stop(self) -> None:
-        await self.host.stop()
+        await self.server.stop()
 
     def kill(self) -> None:
         pass
@@ -118,7 +116,7 @@ def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
     return context
 
 
-async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level: str, layout: Layout,
+async def _serve(config: ServerConfig, sock: socket.socket, address: str, log_level: str, layout: Layout,
                  banner: Sequence[str]) -> int:
     from builder.server.front.http_front import HttpFront
 
@@ -150,29 +148,35 @@ async def _serve(config: ServerConfig, sock: socket.socket, host: str, log_level
     if config.access_log:  # one line per request, whichever protocol and wherever the models run
         answer = access_log.logged(answer)
 
-    def refused(result: Outcome, method: str, path: str, client: str) -> None:
-        """A request the front refused itself (malformed, a head or body too large, a coding it does not
-        read): counted like any other, and logged when access lines are asked for."""
-        models.metrics.request("", "", "REST", result.label, 0.0)
-        if config.access_log:
-            access_log.log_refusal(result, method, path, client)
+    def refused_by(protocol: str) -> Callable[[Outcome, str, str, str], None]:
+        entrypoint = "GRPC" if protocol == "grpc" else "REST"
+
+        def refused(result: Outcome, method: str, path: str, client: str) -> None:
+            """A request the front refused itself (malformed, a head, body or message too large, a coding it
+            does not read): counted like any other, and logged when access lines are asked for."""
+            models.metrics.request("", "", entrypoint, result.label, 0.0)
+            if config.access_log:
+                access_log.log_refusal(result, protocol, method, path, client)
+
+        return refused
 
     tls = _tls_context(config)
-    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls, refused=refused)
+    http = HttpFront(answer, config.max_body_bytes, "https" if tls else "http", ssl=tls,
+                     refused=refused_by("http"))
     grpc_server = None
     try:
         await http.start(sock)
         if config.grpc_port:
-            grpc_server, _ = await grpc_front.start(answer, config.host, config.grpc_port, config.max_body_bytes,
-                                                      config.tls)
+            grpc_server, _ = await grpc_front.start(answer, config.address, config.grpc_port, config.max_body_bytes,
+                                                      config.tls, refused_by("grpc"))
     except BaseException:
         await models.stop()
         raise
     for line in banner:
         log.info("%s", line)
     log.info("serving %s v%s from %s on http%s://%s:%d%s, models %s", config.model_name, config.version,
-             config.model_path, "s" if tls else "", host, sock.getsockname()[1],
-             f" and gRPC on {config.host}:{config.grpc_port}" if config.grpc_port else "", models.describe())
+             config.model_path, "s" if tls else "", address, sock.getsockname()[1],
+             f" and gRPC on {config.address}:{config.grpc_port}" if config.grpc_port else "", models.describe())
     await asyncio.wait([asyncio.ensure_future(asked.wait()), asyncio.ensure_future(models.died.wait())],
                        return_when=asyncio.FIRST_COMPLETED)
     status = 0 if asked.is_set() else 1

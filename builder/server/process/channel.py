@@ -341,7 +341,7 @@ class FrontEnd:
 # --- the model process's end -----------------------------------------------------------------------------
 
 
-class HostEnd:
+class ModelEnd:
     """The model process's end: requests are answered by `answer` as tasks on the running loop (several at
     once: the front keeps up to its window in flight), each answer written into its request's slot."""
 
@@ -418,7 +418,7 @@ class HostEnd:
         self.in_flight += 1
         try:
             answer: Answer = await self._answer(request)
-        except Exception:  # noqa: BLE001 - a host answers its own failures; never leave the front waiting
+        except Exception:  # noqa: BLE001 - a model server answers its own failures; never leave the front waiting
             answer = refusal(outcome(500, "internal error"), request.kind)
         finally:
             self.in_flight -= 1

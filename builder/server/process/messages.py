@@ -1,10 +1,10 @@
-"""What crosses between the front and a model host: a request, its answer, and the control messages of a model
+"""What crosses between the front and a model server: a request, its answer, and the control messages of a model
 process's life. Plain typed values, protocol-neutral.
 
-The front (`front`) speaks HTTP and gRPC to clients; model hosts (`model_host`) hold the models. Between them a
-request is only what the host needs to answer it (method, path, headers, body; or a gRPC method and its
-serialized message) and an answer is a status, headers and a body. A host in the front's own process gets
-these objects as they are; a host in a model process gets them through shared memory (`channel`), where
+The front (`front`) speaks HTTP and gRPC to clients; model servers (`model_server`) hold the models. Between them a
+request is only what the model server needs to answer it (method, path, headers, body; or a gRPC method and its
+serialized message) and an answer is a status, headers and a body. A model server in the front's own process gets
+these objects as they are; one in a model process gets them through shared memory (`channel`), where
 `pack_request`/`pack_answer` write the small part (everything but the body) with `marshal` and the body
 travels as raw bytes beside it.
 
@@ -42,7 +42,7 @@ Body = bytes | bytearray | memoryview
 @dataclass(frozen=True, slots=True)
 class Request:
     """One client request. HTTP: `method`, `path` (percent-decoded), `query` (raw), `headers` (lower-case
-    names), `body` (as sent; a gzip body is decoded by the host). gRPC: `method` is the full RPC name
+    names), `body` (a gzip body already decoded by the front). gRPC: `method` is the full RPC name
     ("/tensorflow.serving.PredictionService/Predict"), `body` the serialized message, `client` the peer."""
 
     kind: Kind
@@ -51,7 +51,7 @@ class Request:
     path: str = ""
     query: bytes = b""
     headers: Headers = ()
-    client: str = ""  # "host:port" (HTTP) or gRPC's peer string
+    client: str = ""  # "address:port" (HTTP) or gRPC's peer string
     scheme: str = "http"
 
     def header(self, name: bytes) -> bytes | None:
@@ -64,7 +64,7 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A host's answer. HTTP: `status` and `headers` as sent (content-length is the front's to write).
+    """A model server's answer. HTTP: `status` and `headers` as sent (content-length is the front's to write).
     gRPC: `status` is the status code's number (0 OK) and `body` the serialized reply; a failure's message
     is `message`."""
 

@@ -1,7 +1,7 @@
 """One model process of `--model-processes N`: the models loaded here, requests taken from the front's channel.
 
 Started by the front (spawned: a fresh interpreter, nothing inherited but the channel's socket), it loads
-and warms the models (`model_host.ModelHost`), says `Ready` (or `Refused` with the one-line reason a user should
+and warms the models (`model_server.ModelServer`), says `Ready` (or `Refused` with the one-line reason a user should
 read) and answers requests until the front says `Stop` or goes away (`messages`). It holds no listening
 socket: clients only ever reach the front. If it dies, the front starts another in its place
 (`model_processes`). Its own process group keeps a terminal's Ctrl-C for the front, which passes the
@@ -39,17 +39,17 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
     from builder.measure.cores import keep_request_memory
 
     keep_request_memory()
-    from builder.server.process.channel import HostEnd
+    from builder.server.process.channel import ModelEnd
     from builder.server.config import config_from_json
     from builder.server.process.messages import Ready, Refused
 
-    end = HostEnd(sock)
+    end = ModelEnd(sock)
     end.hello()
     config = config_from_json(config_json)
     try:
-        from builder.server.model_host import ModelHost
+        from builder.server.model_server import ModelServer
 
-        host = ModelHost(config)
+        server = ModelServer(config)
     except TfsmithError as error:
         end.say(Refused(str(error), error.exit_code))
         sys.exit(error.exit_code)
@@ -58,25 +58,25 @@ def run(config_json: str, sock: socket.socket, index: int, front_pid: int, log_l
         end.say(Refused(f"{config.model_name} v{config.version} could not be served: {type(error).__name__}: "
                         f"{error}", 1))
         sys.exit(1)
-    end.say(Ready(os.getpid(), **host.info))
+    end.say(Ready(os.getpid(), **server.info))
     import uvloop
 
-    uvloop.run(_serve(host, end))
+    uvloop.run(_serve(server, end))
 
 
-async def _serve(host: object, end: object) -> None:
-    from builder.server.process.channel import HostEnd
-    from builder.server.model_host import ModelHost
+async def _serve(server: object, end: object) -> None:
+    from builder.server.process.channel import ModelEnd
+    from builder.server.model_server import ModelServer
 
-    assert isinstance(host, ModelHost) and isinstance(end, HostEnd)
-    await host.start()
-    end.on_drain = host.drain
-    end.on_load = host.stage
-    end.on_activate = host.activate
+    assert isinstance(server, ModelServer) and isinstance(end, ModelEnd)
+    await server.start()
+    end.on_drain = server.drain
+    end.on_load = server.stage
+    end.on_activate = server.activate
     try:
-        await end.serve(host.answer)
+        await end.serve(server.answer)
     finally:
-        await host.stop()
+        await server.stop()
 
 
 def yield_to_the_front() -> None:

@@ -2,7 +2,7 @@
 `/healthz` (liveness and what is served).
 
 The route table's handlers (`live`, `ready`, `healthz`, and the metrics scrape) answer from the
-context's `Health`: in a model host, `routes.HostHealth` (its data plane); with model processes the front's own
+context's `Health`: in a model server, `routes.ModelHealth` (its data plane); with model processes the front's own
 router answers the same routes with the same handlers (`Route.front`) from the front's view of its processes
 (`front/model_processes`), since a process may be inside a long model call.
 """

@@ -1,6 +1,6 @@
 """TensorFlow Serving's gRPC API (port 8500): PredictionService.Predict/GetModelMetadata, ModelService.GetModelStatus.
 
-The front listens (`grpc_front`) and hands each call's serialized message to a model host, where these
+The front listens (`grpc_front`) and hands each call's serialized message to a model server, where these
 handlers (declared in `routes`, as every REST route is) answer it through the same data plane, batcher and
 interpreters as a REST request, over our own message classes (`tfs_proto`): no generated stubs, no
 TensorFlow. Errors are raised and written by the router as gRPC status codes as TF Serving uses them
@@ -21,7 +21,7 @@ from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, check_output_names, make_call, pick_outputs
 from builder.server.protocols.tfs_json import PREDICT_METHOD
 from builder.wire.tensors import wire_shape
-from builder.server.core.repository import ServedModel
+from builder.server.core.dataplane import ServedModel
 from builder.wire import tfs_proto as pb
 from builder.wire.predict_split import parse_predict
 from builder.wire.tensors import ENUM_OF_DTYPE, WireError, fill_proto, read_tensor

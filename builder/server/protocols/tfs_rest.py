@@ -4,7 +4,7 @@ Its routes (TF Serving's, so existing clients and probes work unchanged; declare
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]            model status (every served version AVAILABLE)
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
-This module only translates: a predict body (decoded from gzip when so sent, `bodies`) is decoded into numpy by one
+This module only translates: a predict body (as the front handed it, gzip already decoded) is read into numpy by one
 fast path (`tensor_json`, simdjson straight into an array for one numeric input) or else the general path
 once (`tfs_json.parse_predict` over `jsoncodec`), and the outputs are written back in the request's form.
 Lookup, readiness and decoding off the event loop are the data plane's (`dataplane`), the call and its rules
@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from builder.server.process.messages import JSON, Answer, Request
 from builder.server.protocols import jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
-from builder.server.protocols.bodies import content
 from builder.server.protocols.tfs_json import (
     TfsCall,
     format_outputs,
@@ -69,8 +68,7 @@ async def predict(context: Context, request: Request, name: str, version: str | 
     """TF Serving's predict: the body (as it lies, or gunzipped) decoded into a call against the addressed
     version's signatures, the call run, the outputs written in the request's form (rows or columns)."""
     plane, config = context.plane, context.config
-    body = content(request, request.body if isinstance(request.body, bytes) else bytes(request.body),
-                   config.max_body_bytes)
+    body = request.body if isinstance(request.body, bytes) else bytes(request.body)
     served = plane.resolve(name, version, label)
     call = await plane.decode(len(body), lambda: decode_predict(body, served.signatures, config.max_request_batch,
                                                                served.default_signature))

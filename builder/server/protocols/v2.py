@@ -26,13 +26,11 @@ import numpy as np
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
-from builder.server.protocols.bodies import content
-from builder.server.core.dataplane import ModelMetadata
+from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, check_output_names, make_call
 from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
-from builder.server.core.repository import ServedModel
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
 
@@ -304,7 +302,6 @@ async def infer(context: Context, request: Request, name: str, version: str | No
     body = request.body
     if header_length is None and not isinstance(body, bytes):
         body = bytes(body)  # all of it is JSON
-    body = content(request, body, context.config.max_body_bytes)
     served = plane.resolve(name, version)
     codec = InferCodec(header_length)
     call, kept = await plane.decode(codec.size(body), lambda: codec.decode(served, body))

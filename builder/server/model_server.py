@@ -1,10 +1,10 @@
-"""A model host: the served models answering the requests the front hands over, in the front's own process
+"""A model server: the served models answering the requests the front hands over, in the front's own process
 (`--model-processes 1`) or in a model process of its own (`model_process`).
 
 It loads and warms the models, builds the data plane over them and answers every request through the route
 table (`routes.Router`): the same handlers, whichever layout, and no web framework between a request and its
 codec. In the front's own process it also runs the version poller (`reload`); in a model process the front
-decides when versions change and tells it (`stage`, `activate`). A host always answers: a failure of its own
+decides when versions change and tells it (`stage`, `activate`). A model server always answers: a failure of its own
 becomes a 500 (gRPC INTERNAL), never an exception into the front.
 """
 
@@ -18,7 +18,6 @@ from builder.server.core import reload
 from builder.server.config import ServerConfig
 from builder.server.core.dataplane import DataPlane
 from builder.server.core.loading import load_models, load_version
-from builder.server.process.messages import Answer, Request
 from builder.server.core.metrics import Metrics
 from builder.server.core.interpreters import BackendPool
 from builder.server.routes import Context, Router
@@ -26,7 +25,7 @@ from builder.server.routes import Context, Router
 log = logging.getLogger("tfsmith.serve")
 
 
-class ModelHost:
+class ModelServer:
     """The models (loaded and warmed when this is built), answering forwarded requests through the route table."""
 
     def __init__(self, config: ServerConfig, pool: BackendPool | None = None) -> None:
