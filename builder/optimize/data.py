@@ -145,6 +145,11 @@ def _dataset_arrays(ds: Any, part: str, inputs: tuple[TensorSpec, ...], outputs:
                          f"{logged('data-' + part, error)}") from error
     if not xs:
         return {}, {}
+    names = {s.name for s in inputs}
+    stray = sorted({name for chunk in xs for name in chunk} - names)
+    if stray:
+        raise InputError(f"data {source}: the {part} dataset's x has {stray[0]!r}, which names no input of the model "
+                         f"(it has: {', '.join(sorted(names))})")
     rank = {s.name: len(s.shape) for s in inputs}
     free = unbatched(inputs)
     first = next((name for name in xs[0] if name not in free), None)
@@ -252,6 +257,8 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
             raise InputError(f"data {source}: {where} has non-integer values; input {name!r} takes {want} ids")
     if want.kind == "f" and x.dtype.kind == "f" and not np.all(np.isfinite(x)):
         raise InputError(f"data {source}: {where} contains NaN or infinite values")
+    if want.kind == "f" and x.dtype.kind in "fiu" and x.size and np.max(np.abs(x)) > np.finfo(want).max:
+        raise InputError(f"data {source}: {where} has values outside {want}'s range (largest {np.finfo(want).max:g})")
     if want.kind in "iu" and x.size:
         info = np.iinfo(want)
         if x.min() < info.min or x.max() > info.max:
@@ -315,6 +322,8 @@ def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: 
         elif y.dtype.kind not in "fiub":
             expected = "strings or numbers" if spec.dtype == STRING else "numbers (class ids or values)"
             raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected {expected}")
+        if rows == 1 and y.ndim == 0 and not spec.shape:
+            y = y[np.newaxis]  # a scalar output's one answer to a signature of scalars, as the output declares it
         if y.ndim == 0:
             raise InputError(f"data {source}: {key} has shape (): labels are one per row, ({rows}, ...)")
         if len(y) != rows:
