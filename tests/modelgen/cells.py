@@ -97,7 +97,7 @@ def build_one(spec: CellSpec, folder: Path) -> dict[str, Any]:
     arrays = {"x_val/x": x_val}
     probe = {"x": values(cell, PROBE_ROWS, rng)}
     if cell.rank == 0:
-        probe["x"] = probe["x"][0]  # a signature of scalars: one call, as declared
+        probe["x"] = probe["x"][:1].reshape(())  # a signature of scalars: one call, as declared
     if cell.beside:
         arrays["x_val/scale"] = np.array(DATA_SCALE, np.float32)
         probe["scale"] = np.array(PROBE_SCALE, np.float32)
