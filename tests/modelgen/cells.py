@@ -104,7 +104,7 @@ def build_one(spec: CellSpec, folder: Path) -> dict[str, Any]:
     data_path = folder / f"{spec.id}.npz"
     np.savez(data_path, **arrays)
     loaded = tf.saved_model.load(str(path)).signatures["serving_default"]
-    answers = {k: v.numpy() for k, v in loaded(**{n: tf.constant(v) for n, v in probe.items()}).items()}
+    answers = {k: np.asarray(v.numpy()) for k, v in loaded(**{n: tf.constant(v) for n, v in probe.items()}).items()}
     answers = {k: v.astype(np.bytes_) if v.dtype == object else v for k, v in answers.items()}  # np.load-able
     reference = {**{f"x/serving_default/{n}": v for n, v in probe.items()},
                  **{f"y/serving_default/{n}": v for n, v in answers.items()}}
