@@ -104,3 +104,13 @@ def test_every_dtype_has_the_protocols_own_spelling() -> None:
     assert DT["uint32"] == "DT_UINT32" and DT["complex128"] == "DT_COMPLEX128" and DT["bfloat16"] == "DT_BFLOAT16"
     assert V2_SPELLING["uint64"] == "UINT64" and V2_SPELLING["bfloat16"] == "BF16"
     assert not set(lattice.NO_V2_TYPE) & set(V2_SPELLING)
+
+
+def test_the_sweep_groups_failures_by_what_does_not_vary() -> None:
+    from tests.modelgen.cell_sweep import failure_class
+
+    one = failure_class("served: gRPC: INVALID_ARGUMENT: c1-004-uint32-r2-fixed: input 'x' shape [5, 2] in /tmp/a/b")
+    other = failure_class("served: gRPC: INVALID_ARGUMENT: c1-017-int8-r3-unknown-scalar: input 'x' shape [3, 1] "
+                          "in /tmp/c")
+    assert one == other == "served: gRPC: INVALID_ARGUMENT: <cell>: input 'x' shape [N, N] in <path>"
+    assert failure_class("optimize exit 1: TypeError: x") != failure_class("optimize exit 2: tfsmith: error: y")
