@@ -78,7 +78,10 @@ def module_for(cell: Cell) -> Any:
     class CellModule(tf.Module):
         @tf.function(input_signature=specs)
         def serve(self, x: Any, scale: Any | None = None) -> dict[str, Any]:
-            return {"y": transform(x, scale), "summary": summary(x)}
+            answers = {"y": transform(x, scale), "summary": summary(x)}
+            if cell.out_scalar:
+                answers["total"] = tf.reduce_sum(answers["summary"])
+            return answers
 
     return CellModule()
 

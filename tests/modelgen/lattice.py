@@ -9,7 +9,8 @@ cannot drift from what the generator checks.
 A cell's model (`tests.modelgen.cells`) is a `tf.Module` SavedModel: input `x` of the cell's dtype and shape
 (rank 0: a signature of scalars), beside it `scale` [] float32 when the cell has a scalar beside the batch;
 outputs `y` (x's dtype and shape: x times 2 or the scale, negated for bool, suffixed for strings) and `summary`
-(float64, one value per row: the row's sum, or a string's length, or a complex number's real part).
+(float64, one value per row: the row's sum, or a string's length, or a complex number's real part), and when
+the cell has a scalar output, `total` [] float64 beside them (the summaries' sum: an answer without a batch).
 """
 
 from __future__ import annotations
@@ -39,16 +40,19 @@ NO_V2_TYPE = ("complex64", "complex128")
 @dataclass(frozen=True)
 class Cell:
     """One signature of the lattice: `x` of `dtype` at `rank`, its dimensions past the batch `dims`, and a scalar
-    `scale` beside it when `beside` (rank 0 with `beside`: a signature of two scalars)."""
+    `scale` beside it when `beside` (rank 0 with `beside`: a signature of two scalars); `out_scalar`: a scalar
+    output `total` beside the batched ones (rank 1-5)."""
 
     dtype: str
     rank: int
     dims: str
     beside: bool
+    out_scalar: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.dtype}-r{self.rank}-{self.dims}{'-scalar' if self.beside else ''}"
+        return (f"{self.dtype}-r{self.rank}-{self.dims}{'-scalar' if self.beside else ''}"
+                f"{'-total' if self.out_scalar else ''}")
 
     @property
     def x_shape(self) -> tuple[int | None, ...]:
@@ -63,17 +67,20 @@ class Cell:
 
     def describe(self) -> str:
         shape = "[" + ", ".join("-1" if d is None else str(d) for d in self.x_shape) + "]"
-        return f"x {self.dtype} {shape}" + (" + scale float32 []" if self.beside else "")
+        return (f"x {self.dtype} {shape}" + (" + scale float32 []" if self.beside else "")
+                + (" -> y, summary and total float64 []" if self.out_scalar else " -> y, summary"))
 
 
 def all_cells() -> tuple[Cell, ...]:
-    """The whole lattice: every dtype x (rank 0, rank 1, ranks 2-5 fixed and unknown) x with/without a scalar."""
+    """The whole lattice: every dtype x (rank 0, rank 1, ranks 2-5 fixed and unknown) x with/without a scalar
+    input beside x x (ranks 1-5) with/without a scalar output beside the batched ones."""
     cells = []
     for dtype in DTYPES:
         for rank in RANKS:
             for dims in ((NONE,) if rank < 2 else (FIXED, UNKNOWN)):
                 for beside in (False, True):
-                    cells.append(Cell(dtype, rank, dims, beside))
+                    for out_scalar in ((False,) if rank == 0 else (False, True)):
+                        cells.append(Cell(dtype, rank, dims, beside, out_scalar))
     return tuple(cells)
 
 
@@ -102,6 +109,7 @@ SERVED = Verdict(True)
 REASON_DTYPE = "optimize refuses the dtype in one line (tfsmith's contract has no numpy spelling for it yet)"
 REASON_ROWS = "the row format cannot carry a scalar beside rows (each instance is one row of every input)"
 REASON_V2 = "v2 has no complex datatype"
+REASON_ROWS_OUT = "the row format cannot answer an output without a batch (one entry per instance)"
 
 
 def verdict(cell: Cell, protocol: str) -> Verdict:
@@ -110,6 +118,8 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
         return Verdict(False, "optimize", "exit 2", REASON_DTYPE)
     if protocol == REST_ROWS and cell.has_scalar_input:
         return Verdict(False, protocol, "HTTP 400", REASON_ROWS)
+    if protocol == REST_ROWS and cell.out_scalar:  # TF Serving: "Tensor name: total has no shape information"
+        return Verdict(False, protocol, "HTTP 400", REASON_ROWS_OUT)
     if protocol == V2 and cell.dtype in NO_V2_TYPE:
         return Verdict(False, protocol, "HTTP 400", REASON_V2)
     return SERVED

@@ -574,7 +574,7 @@ def run_cell(built: Built, work: Path) -> Outcome:
     verdict (`tests.modelgen.lattice.verdict`): the original's answers, or the refusal's status and reason.
     `Outcome.checks` lists what was checked: `optimize refused`, `metadata`, and one entry per protocol."""
     from builder.report import Report
-    from tests.modelgen.lattice import PROTOCOLS, REASON_ROWS, REASON_V2, verdict
+    from tests.modelgen.lattice import PROTOCOLS, REASON_ROWS, REASON_ROWS_OUT, REASON_V2, verdict
 
     outcome = Outcome(built.spec)
     cell = built.spec.the_cell
@@ -614,7 +614,7 @@ def run_cell(built: Built, work: Path) -> Outcome:
         outcome.failure = f"serve: {error}"
         return outcome
     problems: list[str] = []
-    words = {REASON_ROWS: "scalar", REASON_V2: "complex"}
+    words = {REASON_ROWS: "scalar", REASON_V2: "complex", REASON_ROWS_OUT: "total"}  # what the refusal must name
     try:
         problems += metadata_problems(server, built)
         outcome.checks.append("metadata")

@@ -11,8 +11,9 @@ from tests.modelgen.lattice import CELLS, DTYPES, FIXED, PROTOCOLS, RANKS, SIZES
 #: the table's columns: (heading, the cells of a dtype it stands for)
 COLUMNS: tuple[tuple[str, object], ...] = (
     ("scalars only", lambda c: c.rank == 0),
-    *((f"rank {r}", (lambda r: lambda c: c.rank == r and not c.beside)(r)) for r in RANKS[1:]),
-    ("rank 1-5 + a scalar", lambda c: c.rank >= 1 and c.beside),
+    *((f"rank {r}", (lambda r: lambda c: c.rank == r and not c.beside and not c.out_scalar)(r)) for r in RANKS[1:]),
+    ("rank 1-5 + a scalar input", lambda c: c.rank >= 1 and c.beside),
+    ("rank 1-5 + a scalar output", lambda c: c.rank >= 1 and not c.beside and c.out_scalar),
 )
 
 
@@ -38,10 +39,11 @@ def render() -> str:
         "(`tests/modelgen/lattice.py`); a unit test fails when this page and the lattice differ. Each cell is a",
         "`tf.Module` SavedModel taking `x` of the dtype and rank (ranks 2-5 with the dimensions past the batch all",
         f"fixed ({', '.join(map(str, SIZES))} ...) or all unknown: the verdict is the same for both), beside it a",
-        "float32 scalar `scale` in the last column, answering `y` in x's dtype and shape and a float64 `summary`",
-        "per row. \"served\": after `tfsmith optimize`, `tfsmith serve` answers as the original does (the",
-        "generator compares every answer and the metadata); \"refused\": the request (or optimize) is refused with",
-        "TF Serving's own status and the one-line reason below.",
+        "float32 scalar `scale` in the \"scalar input\" column, answering `y` in x's dtype and shape and a float64",
+        "`summary` per row (and in the \"scalar output\" column a float64 scalar `total` too). \"served\": after",
+        "`tfsmith optimize`, `tfsmith serve` answers as the original does (the generator compares every answer and",
+        "the metadata); \"refused\": the request (or optimize) is refused with TF Serving's own status and the",
+        "one-line reason below.",
         "",
         f"The lattice holds {len(CELLS)} cells ({len(DTYPES)} dtypes); the generator draws them in a seeded order",
         "(`tests.modelgen.lattice.compose_cells`), `make test` runs a seeded sample of them.",
