@@ -27,11 +27,3 @@ def test_strings_in_any_form_are_dt_string(value, shape, values, content: bool) 
     back = to_array(proto, "t")
     assert back.shape == shape and back.dtype == object and back.reshape(-1).tolist() == values
 
-
-def test_tensorflow_reads_what_is_written() -> None:
-    tf = pytest.importorskip("tensorflow")
-    from tensorflow.core.framework import tensor_pb2
-
-    written = fill_proto(ours.TensorProto(), np.array(["one", "two"]))
-    theirs = tensor_pb2.TensorProto.FromString(written.SerializeToString())
-    assert tf.make_ndarray(theirs).tolist() == [b"one", b"two"]
