@@ -67,7 +67,10 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
 
 @pytest.mark.parametrize("spec", CELL_SPECS, ids=[spec.id for spec in CELL_SPECS])
 def test_a_lattice_cell_is_served_or_refused_as_tf_serving_would(spec: lattice.CellSpec, cells: dict[str, Built],
-                                                                  tmp_path: Path) -> None:
+                                                                  tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    known = lattice.known_failure(spec.the_cell)
+    if known:  # strict: a cell that starts going through fails here until it leaves lattice.known_failure
+        request.applymarker(pytest.mark.xfail(reason=f"not yet: {known}", strict=True))
     model = cells[spec.id]
     assert model.build_error is None, f"the generator could not build {spec.id}:\n{model.build_error[-3000:]}"
     outcome = run_cell(model, tmp_path)

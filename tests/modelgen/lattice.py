@@ -125,6 +125,27 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
     return SERVED
 
 
+#: cells whose verdict tfsmith does not meet yet, each with where it fails (found by the generator; the e2e test
+#: expects these to fail, strictly: one that starts passing fails the test until it leaves this list)
+KNOWN_SCALAR_OUTPUT = ("optimize refuses a model with an output without a batch (a sum over the request's rows): "
+                       "its evaluation in batches concatenates the 0-d answers (model_io._in_batches) or, with an "
+                       "input in row form, calls the batch-dependent answer nondeterministic")
+KNOWN_STRING_SCALAR = ("a scalar string answer from TensorFlow is a bare bytes (builder/model/tensorflow.py's "
+                       ".numpy()), which REST columns and v2 answer 500")
+
+
+def known_failure(cell: Cell, protocol: str | None = None) -> str | None:
+    """Why tfsmith does not yet do what `verdict` says in `cell` over `protocol` (any protocol when None; None: it
+    does)."""
+    if cell.dtype in NOT_SERVED:
+        return None
+    if cell.out_scalar:  # optimize stops: no protocol is reached
+        return KNOWN_SCALAR_OUTPUT
+    if cell.dtype == "string" and cell.rank == 0 and protocol in (None, REST_COLUMNS, V2):
+        return KNOWN_STRING_SCALAR
+    return None
+
+
 @dataclass(frozen=True)
 class CellSpec:
     """One generated model of the lattice: `cell`'s signature, built for a (seed, index). Its id (`-k`) rebuilds
