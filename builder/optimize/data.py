@@ -257,8 +257,9 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
             raise InputError(f"data {source}: {where} has non-integer values; input {name!r} takes {want} ids")
     if want.kind == "f" and x.dtype.kind == "f" and not np.all(np.isfinite(x)):
         raise InputError(f"data {source}: {where} contains NaN or infinite values")
-    if want.kind == "f" and x.dtype.kind in "fiu" and x.size and np.max(np.abs(x)) > np.finfo(want).max:
-        raise InputError(f"data {source}: {where} has values outside {want}'s range (largest {np.finfo(want).max:g})")
+    largest = np.finfo(want).max if want.kind == "f" else None
+    if largest is not None and x.dtype.kind in "fiu" and x.size and np.max(np.abs(x.astype(np.float64))) > largest:
+        raise InputError(f"data {source}: {where} has values outside {want}'s range (largest {largest:g})")
     if want.kind in "iu" and x.size:
         info = np.iinfo(want)
         if x.min() < info.min or x.max() > info.max:

@@ -154,6 +154,8 @@ def test_values_a_smaller_float_cannot_hold_are_refused_not_made_infinite() -> N
     with pytest.raises(InputError, match=r"x_val has values outside float16's range \(largest 65504\)"):
         read({"x_val": np.array([[1.0, 7e4]])}, inputs, outputs)
     assert read({"x_val": np.array([[1.0, 6e4]])}, inputs, outputs).x_val["x"].dtype == np.float16
+    with pytest.raises(InputError, match="outside float16's range"):  # |int64 min| is no int64: judged as a float
+        read({"x_val": np.array([[1, np.iinfo(np.int64).min]])}, inputs, outputs)
 
 
 def test_a_dataset_naming_no_input_is_one_line() -> None:
