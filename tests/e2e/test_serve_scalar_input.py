@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -541,9 +541,9 @@ def ask_protocol(server: Server, protocol: str, x: dict[str, np.ndarray], want: 
         try:
             return Reply(grpc_predict(server.grpc_port, "serving_default", x))
         except Exception as error:
-            code = getattr(error, "code", None)
+            code, details = getattr(error, "code", None), getattr(error, "details", None)
             return Reply(None, code().name if callable(code) else type(error).__name__,
-                         getattr(error, "details", lambda: str(error))())
+                         details() if callable(details) else str(error))
     assert protocol == V2_PROTOCOL, protocol
     inputs = []
     for name, value in x.items():
