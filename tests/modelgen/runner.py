@@ -381,7 +381,8 @@ def ask_once(server: Server, signature: str, part: dict[str, np.ndarray], expect
     try:
         out["gRPC"] = grpc_predict(server.grpc_port, signature, part)
     except Exception as error:  # a gRPC status is a finding, reported in one line
-        out["gRPC"] = f"gRPC {where}: {type(error).__name__}: {getattr(error, 'details', lambda: error)()}"
+        details = getattr(error, "details", None)
+        out["gRPC"] = f"gRPC {where}: {type(error).__name__}: {details() if callable(details) else error}"
     if signature == "serving_default":  # v2 serves the default signature
         out["v2"] = ask_v2(server, part, expect, where)
     return out
