@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
-from builder.model.rows import as_rows, unbatched
+from builder.model.rows import as_rows, fixed_batch, unbatched
 from builder.report import TensorSpec
 
 SPLITS = ("train", "val", "calib")
@@ -301,7 +301,14 @@ def _check_x(split: str, arrays: Arrays, inputs: tuple[TensorSpec, ...], source:
     counts = {len(v) for k, v in out.items() if k not in free or v.ndim == len(_spec(inputs, k).shape) + 1}
     if len(counts) > 1:
         raise InputError(f"data {source}: the x_{split} arrays have different row counts ({sorted(counts)})")
-    return as_rows(inputs, out, counts.pop() if counts else 1)
+    rows = counts.pop() if counts else 1
+    batch = fixed_batch(inputs)
+    if batch and rows % batch:
+        batched = next(s.name for s in inputs if s.name not in free)
+        key = f"x_{split}/{batched}" if len(inputs) > 1 else f"x_{split}"
+        raise InputError(f"data {source}: {key} has {rows} rows; input {batched!r} takes batches of exactly {batch} "
+                         f"rows, so give a multiple of {batch}")
+    return as_rows(inputs, out, rows)
 
 
 def _spec(inputs: tuple[TensorSpec, ...], name: str) -> TensorSpec:

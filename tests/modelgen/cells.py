@@ -98,7 +98,7 @@ def build_one(spec: CellSpec, folder: Path) -> dict[str, Any]:
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
     x_val = values(cell, VAL_ROWS, rng)
     arrays = {"x_val/x": x_val}
-    probe = {"x": values(cell, PROBE_ROWS, rng)}
+    probe = {"x": values(cell, cell.x_shape[0] if cell.rank and cell.x_shape[0] else PROBE_ROWS, rng)}
     if cell.rank == 0:
         probe["x"] = probe["x"][:1].reshape(())  # a signature of scalars: one call, as declared
     if cell.beside:

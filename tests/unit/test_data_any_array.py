@@ -133,6 +133,12 @@ def test_a_fixed_batch_is_rows_of_that_batch() -> None:
     with pytest.raises(InputError) as error:
         read({"x_val/a": np.ones((5, 9)), "x_val/b": np.ones((5, 4), np.int32)}, inputs, outputs)
     assert "x_val/a has shape (5, 9), input 'a' is (N, 10)" in str(error.value)
+    pairs = (T("x", "float32", (2, 3)),)  # a model built for batches of exactly 2 rows
+    assert read({"x_val": np.ones((6, 3))}, pairs, (T("y", "float32", (2,)),)).held_out_rows == 6
+    with pytest.raises(InputError) as error:
+        read({"x_val": np.ones((5, 3))}, pairs, (T("y", "float32", (2,)),))
+    assert str(error.value) == ("data data.npz: x_val has 5 rows; input 'x' takes batches of exactly 2 rows, so give "
+                                "a multiple of 2")
 
 
 def test_an_input_whose_first_dimension_is_no_batch_is_read_as_declared_or_per_row() -> None:
