@@ -49,6 +49,7 @@ def test_the_short_sample_holds_the_cells_a_user_meets_first(seed: int) -> None:
     assert any(c.dtype == "float64" and c.rank >= 1 for c in chosen)
     assert any(c.rank >= 1 and c.beside for c in chosen)
     assert any(c.rank == 0 for c in chosen)
+    assert not any(lattice.known_failure(c) for c in chosen)
     assert len(lattice.sample(seed, 6)) == 6 and lattice.sample(seed, 6)[:0] == []
 
 
