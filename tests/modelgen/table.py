@@ -55,7 +55,9 @@ def render() -> str:
         "one-line reason below.",
         "",
         f"The lattice holds {len(CELLS)} cells ({len(DTYPES)} dtypes); the generator draws them in a seeded order",
-        "(`tests.modelgen.lattice.compose_cells`), `make test` runs a seeded sample of them.",
+        "(`tests.modelgen.lattice.compose_cells`), `make test` runs a seeded sample of them",
+        "(tests/e2e/test_model_generator_lattice.py) and `python -m tests.modelgen.cell_sweep --count N` any number",
+        "of them, failures grouped by class.",
         "",
     ]
     for protocol in PROTOCOLS:
