@@ -9,7 +9,7 @@ metadata compared with the original's (`tests.modelgen.runner`).
   holds a float64 signature, a scalar beside the batch and a signature of scalars.
 
 `LATTICE_SEED` and `LATTICE_COUNT` choose another sample of models, `LATTICE_CELL_SEED` and `LATTICE_CELL_COUNT`
-of cells (`LATTICE_CELL_COUNT=320`: the whole lattice); reproduce one with `-k <id>`.
+of cells (`LATTICE_CELL_COUNT=928`: the whole lattice); reproduce one with `-k <id>`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The signature lattice swept: `python -m tests.modelgen.cell_sweep --seed S --count N [--start I] [--keep DIR]`.
 
-Builds N cells of a seed's order (`tests.modelgen.lattice.compose_cells`; N = 320 is the whole lattice), runs
+Builds N cells of a seed's order (`tests.modelgen.lattice.compose_cells`; N = 928 is the whole lattice), runs
 each through optimize -> serve -> every protocol (`tests.modelgen.runner.run_cell`), and prints one line per
 cell, then the failures grouped by class (what varies per cell folded). Exit 1 when a cell failed that
 `lattice.known_failure` does not name. About 12 s
-a cell on 2 cores, so the whole lattice takes about an hour: a benchmark's run, not a test's.
+a cell on an idle 2-core host (about 40 s beside other work), so the whole lattice takes hours: a benchmark's run, not a test's.
 """
 
 from __future__ import annotations
