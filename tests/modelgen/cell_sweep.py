@@ -3,8 +3,8 @@
 Builds N cells of a seed's order (`tests.modelgen.lattice.compose_cells`; N = 928 is the whole lattice), runs
 each through optimize -> serve -> every protocol (`tests.modelgen.runner.run_cell`), and prints one line per
 cell, then the failures grouped by class (what varies per cell folded). Exit 1 when a cell failed that
-`lattice.known_failure` does not name. About 12 s
-a cell on an idle 2-core host (about 40 s beside other work), so the whole lattice takes hours: a benchmark's run, not a test's.
+`lattice.known_failure` does not name. About 12 s a cell on an idle 2-core host (about 40 s beside other work),
+so the whole lattice takes hours: a benchmark's run, not a test's.
 """
 
 from __future__ import annotations
