@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from builder.errors import InputError
-from builder.model.rows import as_rows, unbatched
+from builder.model.rows import as_rows, fixed_batch, unbatched
 from builder.report import TensorSpec
 
 SPLITS = ("train", "val", "calib")
@@ -145,6 +145,11 @@ def _dataset_arrays(ds: Any, part: str, inputs: tuple[TensorSpec, ...], outputs:
                          f"{logged('data-' + part, error)}") from error
     if not xs:
         return {}, {}
+    names = {s.name for s in inputs}
+    stray = sorted({name for chunk in xs for name in chunk} - names)
+    if stray:
+        raise InputError(f"data {source}: the {part} dataset's x has {stray[0]!r}, which names no input of the model "
+                         f"(it has: {', '.join(sorted(names))})")
     rank = {s.name: len(s.shape) for s in inputs}
     free = unbatched(inputs)
     first = next((name for name in xs[0] if name not in free), None)
@@ -252,6 +257,9 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
             raise InputError(f"data {source}: {where} has non-integer values; input {name!r} takes {want} ids")
     if want.kind == "f" and x.dtype.kind == "f" and not np.all(np.isfinite(x)):
         raise InputError(f"data {source}: {where} contains NaN or infinite values")
+    largest = np.finfo(want).max if want.kind == "f" else None
+    if largest is not None and x.dtype.kind in "fiu" and x.size and np.max(np.abs(x.astype(np.float64))) > largest:
+        raise InputError(f"data {source}: {where} has values outside {want}'s range (largest {largest:g})")
     if want.kind in "iu" and x.size:
         info = np.iinfo(want)
         if x.min() < info.min or x.max() > info.max:
@@ -293,7 +301,14 @@ def _check_x(split: str, arrays: Arrays, inputs: tuple[TensorSpec, ...], source:
     counts = {len(v) for k, v in out.items() if k not in free or v.ndim == len(_spec(inputs, k).shape) + 1}
     if len(counts) > 1:
         raise InputError(f"data {source}: the x_{split} arrays have different row counts ({sorted(counts)})")
-    return as_rows(inputs, out, counts.pop() if counts else 1)
+    rows = counts.pop() if counts else 1
+    batch = fixed_batch(inputs)
+    if batch and rows % batch:
+        batched = next(s.name for s in inputs if s.name not in free)
+        key = f"x_{split}/{batched}" if len(inputs) > 1 else f"x_{split}"
+        raise InputError(f"data {source}: {key} has {rows} rows; input {batched!r} takes batches of exactly {batch} "
+                         f"rows, so give a multiple of {batch}")
+    return as_rows(inputs, out, rows)
 
 
 def _spec(inputs: tuple[TensorSpec, ...], name: str) -> TensorSpec:
@@ -315,6 +330,8 @@ def _check_y(split: str, arrays: Arrays, outputs: tuple[TensorSpec, ...], rows: 
         elif y.dtype.kind not in "fiub":
             expected = "strings or numbers" if spec.dtype == STRING else "numbers (class ids or values)"
             raise InputError(f"data {source}: {key} has dtype {y.dtype}, expected {expected}")
+        if rows == 1 and y.ndim == 0 and not spec.shape:
+            y = y[np.newaxis]  # a scalar output's one answer to a signature of scalars, as the output declares it
         if y.ndim == 0:
             raise InputError(f"data {source}: {key} has shape (): labels are one per row, ({rows}, ...)")
         if len(y) != rows:

@@ -123,8 +123,9 @@ def _strings(proto: Any, shape: tuple[int, ...], size: int, where: str) -> np.nd
 
 def fill_proto(proto: Any, array: np.ndarray, content: bool = True) -> Any:
     """Write `array` into an (empty) TensorProto: raw `tensor_content`, or the typed field when not `content`
-    (strings: always `string_val`)."""
-    array = np.asarray(array)
+    (strings: always `string_val`). Strings may come as bytes, str, or numpy `S`/`U` arrays (a runtime's scalar
+    string answer is a bare `bytes`): all are DT_STRING, UTF-8 bytes per element."""
+    array = _strings_as_objects(np.asarray(array))
     proto.dtype = ENUM_OF_DTYPE[array.dtype.name]
     for size in array.shape:
         proto.tensor_shape.dim.add(size=int(size))
@@ -137,3 +138,12 @@ def fill_proto(proto: Any, array: np.ndarray, content: bool = True) -> Any:
     else:
         getattr(proto, VALUE_FIELD[array.dtype.name]).extend(array.reshape(-1).tolist())
     return proto
+
+
+def _strings_as_objects(array: np.ndarray) -> np.ndarray:
+    """`S` and `U` arrays (of any rank, 0-d included) as object arrays of bytes, the form DT_STRING is written from."""
+    if array.dtype.kind not in "SU":
+        return array
+    flat = np.empty(array.size, dtype=object)
+    flat[:] = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in array.reshape(-1).tolist()]
+    return flat.reshape(array.shape)

@@ -41,9 +41,12 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 #: contract dtype -> TensorFlow's DataType name and the v2 datatype (the protocols' own spellings, written here,
 #: not taken from tfsmith, so a wrong mapping there shows up)
 DT = {"float32": "DT_FLOAT", "float16": "DT_HALF", "float64": "DT_DOUBLE", "int32": "DT_INT32", "int64": "DT_INT64",
-      "uint8": "DT_UINT8", "int8": "DT_INT8", "bool": "DT_BOOL", "string": "DT_STRING"}
+      "uint8": "DT_UINT8", "int8": "DT_INT8", "bool": "DT_BOOL", "string": "DT_STRING", "int16": "DT_INT16",
+      "uint16": "DT_UINT16", "uint32": "DT_UINT32", "uint64": "DT_UINT64", "bfloat16": "DT_BFLOAT16",
+      "complex64": "DT_COMPLEX64", "complex128": "DT_COMPLEX128"}
 V2 = {"float32": "FP32", "float16": "FP16", "float64": "FP64", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
-      "int8": "INT8", "bool": "BOOL", "string": "BYTES"}
+      "int8": "INT8", "bool": "BOOL", "string": "BYTES", "int16": "INT16", "uint16": "UINT16", "uint32": "UINT32",
+      "uint64": "UINT64", "bfloat16": "BF16"}
 
 
 @dataclass(frozen=True)
@@ -378,7 +381,8 @@ def ask_once(server: Server, signature: str, part: dict[str, np.ndarray], expect
     try:
         out["gRPC"] = grpc_predict(server.grpc_port, signature, part)
     except Exception as error:  # a gRPC status is a finding, reported in one line
-        out["gRPC"] = f"gRPC {where}: {type(error).__name__}: {getattr(error, 'details', lambda: error)()}"
+        details = getattr(error, "details", None)
+        out["gRPC"] = f"gRPC {where}: {type(error).__name__}: {details() if callable(details) else error}"
     if signature == "serving_default":  # v2 serves the default signature
         out["v2"] = ask_v2(server, part, expect, where)
     return out
@@ -463,6 +467,178 @@ def run_model(built: Built, work: Path) -> Outcome:
         outcome.checks.append("metadata")
         problems += ask_everything(server, built, tasks, gate)
         outcome.checks.append("answers")
+        if problems:
+            outcome.failure = "served: " + problems[0]
+            outcome.detail = "\n".join(problems) + f"\nchosen: {report.chosen} on {report.chosen_runtime}\n" + \
+                server.output()[-3000:]
+        else:
+            outcome.served = True
+    except Exception as error:  # a client that cannot even ask is a finding too, kept to one line
+        outcome.failure = f"served: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        outcome.detail = server.output()[-3000:]
+    finally:
+        server.stop()
+    return outcome
+
+
+# ------------------------------------------------------------------------------------------------ lattice cells
+
+
+def build_cells(specs: list[Any], out: Path) -> dict[str, Built]:
+    """Build every cell model (`tests.modelgen.cells`) in one subprocess; the same files as `build_models`."""
+    out.mkdir(parents=True, exist_ok=True)
+    specs_path = out / "cells.json"
+    specs_path.write_text(json.dumps([s.as_dict() for s in specs]))
+    made = subprocess.run([str(PYTHON), "-m", "tests.modelgen.cells", str(out), str(specs_path)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=BUILD_DEADLINE_S)
+    built: dict[str, Built] = {}
+    for spec in specs:
+        error_file, entry_file = out / f"{spec.id}.build-error.txt", out / f"{spec.id}.contract.json"
+        if error_file.exists() or not entry_file.exists():
+            error = error_file.read_text() if error_file.exists() else f"no output (builder: {made.stderr[-2000:]})"
+            built[spec.id] = Built(spec, Path(), Path(), {}, Path(), (), build_error=error)
+            continue
+        entry = json.loads(entry_file.read_text())
+        built[spec.id] = Built(spec, Path(entry["model"]), Path(entry["data"]), entry["contract"],
+                               out / f"{spec.id}.reference.npz", ())
+    return built
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One protocol's reply: the answers by output name, or the refusal's status and its message."""
+
+    answers: dict[str, np.ndarray] | None
+    status: str = ""
+    message: str = ""
+
+
+def ask_protocol(server: Server, protocol: str, x: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> Reply:
+    """`x` (each input as declared: `x` with its batch, a scalar as a 0-d array) as a client of `protocol` sends it."""
+    import httpx
+
+    from tests.modelgen.lattice import GRPC, REST_COLUMNS, REST_ROWS, V2 as V2_PROTOCOL
+
+    if protocol in (REST_ROWS, REST_COLUMNS):
+        if protocol == REST_ROWS:  # every instance one row of every input: a scalar repeated in each
+            rows = len(x["x"]) if np.ndim(x["x"]) else 1
+            body: dict[str, Any] = {"instances": [{k: to_json(v[i] if np.ndim(v) and k == "x" else v)
+                                                   for k, v in x.items()} for i in range(rows)]}
+        else:
+            body = {"inputs": {k: to_json(v) for k, v in x.items()}}
+        try:
+            reply = server.http.post(f"{server.url}/v1/models/{MODEL_NAME}:predict", json=body)
+        except httpx.HTTPError as error:
+            return Reply(None, type(error).__name__, str(error))
+        if reply.status_code != 200:
+            return Reply(None, f"HTTP {reply.status_code}", str(reply.json().get("error", reply.text))
+                         if reply.headers.get("content-type", "").startswith("application/json") else reply.text)
+        doc = reply.json()
+        if protocol == REST_ROWS:
+            rows_out = doc["predictions"]
+            return Reply({k: from_json([r[k] for r in rows_out], v) for k, v in want.items()})
+        return Reply({k: from_json(doc["outputs"][k], v) for k, v in want.items() if k in doc["outputs"]})
+    if protocol == GRPC:
+        try:
+            return Reply(grpc_predict(server.grpc_port, "serving_default", x))
+        except Exception as error:
+            code, details = getattr(error, "code", None), getattr(error, "details", None)
+            return Reply(None, code().name if callable(code) else type(error).__name__,
+                         details() if callable(details) else str(error))
+    assert protocol == V2_PROTOCOL, protocol
+    inputs = []
+    for name, value in x.items():
+        dtype = "string" if value.dtype.kind == "S" else str(value.dtype)
+        data = np.char.decode(value, "utf-8").reshape(-1).tolist() if dtype == "string" else value.reshape(-1).tolist()
+        inputs.append({"name": name, "shape": list(value.shape), "datatype": V2.get(dtype, dtype.upper()),
+                       "data": data})
+    reply = server.http.post(f"{server.url}/v2/models/{MODEL_NAME}/infer", json={"inputs": inputs})
+    if reply.status_code != 200:
+        return Reply(None, f"HTTP {reply.status_code}", str(reply.json().get("error", reply.text)))
+    return Reply({out["name"]: from_json(out["data"], want[out["name"]]).reshape(out["shape"])
+                  for out in reply.json().get("outputs", []) if out["name"] in want})
+
+
+def cell_agree(got: np.ndarray, want: np.ndarray, gate: dict[str, float]) -> str | None:
+    """`agree` for a cell's answer: a lone float (a signature of scalars) within the gate's relative error of the
+    original's; anything else as `agree` judges it."""
+    want, got = np.asarray(want), np.asarray(got)
+    if want.dtype.kind == "f" and want.size == 1 and got.size == 1:
+        g, w = float(got.reshape(-1)[0]), float(want.reshape(-1)[0])
+        close = np.isfinite(g) and abs(g - w) <= gate["max_relative_error"] * max(abs(w), 1e-6)
+        return None if close else f"{g!r}, the original's {w!r}"
+    return agree(got, want, "regression", gate)
+
+
+def run_cell(built: Built, work: Path) -> Outcome:
+    """A lattice cell through optimize -> serve -> every protocol; each protocol's reply held to the cell's
+    verdict (`tests.modelgen.lattice.verdict`): the original's answers, or the refusal's status and reason.
+    `Outcome.checks` lists what was checked: `optimize refused`, `metadata`, and one entry per protocol."""
+    from builder.report import Report
+    from tests.modelgen.lattice import PROTOCOLS, REASON_ROWS, REASON_ROWS_OUT, REASON_V2, verdict
+
+    outcome = Outcome(built.spec)
+    cell = built.spec.the_cell
+    work.mkdir(parents=True, exist_ok=True)
+    recipe = work / "light.toml"
+    recipe.write_text(LIGHT_RECIPE)
+    out = work / "optimized"
+    outcome.repro = f"pytest tests/e2e/test_model_generator_lattice.py -k '{built.spec.id}'"
+    if built.build_error:
+        outcome.failure = "build: " + one_line(built.build_error)
+        outcome.detail = built.build_error
+        return outcome
+    done = subprocess.run(optimize_command(built, out, recipe), cwd=work, env=ENV, capture_output=True, text=True,
+                          timeout=OPTIMIZE_DEADLINE_S)
+    text = done.stdout + done.stderr
+    first = verdict(cell, PROTOCOLS[0])
+    if first.stage == "optimize":
+        errors = [line for line in text.splitlines() if line.startswith("tfsmith: error:")]
+        if done.returncode != 2 or "Traceback" in text or len(errors) != 1 or cell.dtype not in errors[0] \
+                or out.exists():
+            outcome.failure = (f"optimize of a {cell.dtype} signature: expected one line refusing the dtype (exit 2, "
+                               f"nothing written), got exit {done.returncode}: {one_line(text)}")
+            outcome.detail = text[-6000:]
+        else:
+            outcome.checks.append("optimize refused")
+        return outcome
+    if done.returncode != 0 or "Traceback" in text:
+        outcome.failure = f"optimize exit {done.returncode}: {one_line(done.stderr + chr(10) + done.stdout)}"
+        outcome.detail = text[-6000:]
+        return outcome
+    outcome.optimized = True
+    report = Report.load(out)
+    gate = {"max_accuracy_drop": report.gate.max_accuracy_drop, "max_relative_error": report.gate.max_relative_error}
+    try:
+        server = Server(out)
+    except RuntimeError as error:
+        outcome.failure = f"serve: {error}"
+        return outcome
+    problems: list[str] = []
+    words = {REASON_ROWS: "scalar", REASON_V2: "complex", REASON_ROWS_OUT: "total"}  # what the refusal must name
+    try:
+        problems += metadata_problems(server, built)
+        outcome.checks.append("metadata")
+        pair = built.answers()["serving_default"]
+        for protocol in PROTOCOLS:
+            expected = verdict(cell, protocol)
+            reply = ask_protocol(server, protocol, pair["x"], pair["y"])
+            if expected.served:
+                if reply.answers is None:
+                    problems.append(f"{protocol}: {reply.status}: {reply.message.splitlines()[0] if reply.message else ''}")
+                    continue
+                if set(reply.answers) != set(pair["y"]):
+                    problems.append(f"{protocol}: outputs {sorted(reply.answers)}, the original's {sorted(pair['y'])}")
+                    continue
+                problems += [f"{protocol}: {name}: {why}" for name, value in pair["y"].items()
+                             if (why := cell_agree(reply.answers[name], value, gate))]
+            elif reply.answers is not None:
+                problems.append(f"{protocol}: answered where TF Serving refuses ({expected.reason})")
+            elif reply.status != expected.status or "\n" in reply.message or \
+                    words.get(expected.reason, "") not in reply.message:
+                problems.append(f"{protocol}: refused {reply.status} ({reply.message[:200]!r}), expected "
+                                f"{expected.status}: {expected.reason}")
+            outcome.checks.append(protocol)
         if problems:
             outcome.failure = "served: " + problems[0]
             outcome.detail = "\n".join(problems) + f"\nchosen: {report.chosen} on {report.chosen_runtime}\n" + \
