@@ -28,7 +28,7 @@ pygments_style = "friendly"
 
 #: Every page, in the order the site lists them: (caption, [pages]).
 NAV = [
-    ("Guide", ["build", "gpu", "optimize", "serve", "bench", "deploy", "arm64", "troubleshooting", "limits",
+    ("Guide", ["build", "gpu", "optimize", "serve", "lattice", "bench", "deploy", "arm64", "troubleshooting", "limits",
                "development"]),
     ("Reference", ["reference/commands", "reference/serve"]),
     ("Design", ["design/server", "design/optimize"]),
