@@ -159,7 +159,13 @@ class SavedModelBackend(Backend):
                 results = self._functions[signature.name](**inputs)
         except self._tf.errors.InvalidArgumentError as error:  # a kernel refusing these values or shapes
             raise ModelInputError(clean_message(error.message)) from None
-        return {spec.name: results[spec.name].numpy() for spec in signature.outputs}
+        return {spec.name: _array(results[spec.name].numpy()) for spec in signature.outputs}
+
+
+def _array(value: Any) -> np.ndarray:
+    """An answer as an array: a scalar string comes from `.numpy()` as bare bytes, which every encoder would
+    have to special-case; as a 0-d object array it is a string tensor like any other."""
+    return np.asarray(value, dtype=object) if isinstance(value, bytes) else value
 
 
 #: TensorFlow's Grappler pass that rewrites float32 ops oneDNN runs in bfloat16 (AMX / AVX512-BF16 on x86).

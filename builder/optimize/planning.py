@@ -181,19 +181,24 @@ class Plan:
     @functools.cached_property
     def gate_x(self) -> dict[str, np.ndarray]:
         """The rows the gate judges every artifact on: the held-out rows, then one all-zero input (`gate_rows`)."""
-        return gate_rows(self.data.x_val)
+        from builder.model.rows import fixed_batch
+
+        return gate_rows(self.data.x_val, fixed_batch(self.loaded.inputs))
 
 
-def gate_rows(x_val: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The held-out rows and one all-zero row after them, for numeric inputs (text has no all-zero input).
+def gate_rows(x_val: Mapping[str, np.ndarray], fixed: int | None = None) -> dict[str, np.ndarray]:
+    """The held-out rows and one all-zero row after them, for numeric inputs (text has no all-zero input); for a
+    model built for batches of exactly `fixed` rows, a whole batch of zero rows, so every call stays whole.
 
     Why: a blank input is where an int8 file most often answers equal top scores (every activation near its
     zero point) while the float original still has a clear answer; real traffic sends such inputs. Labels
-    cover the held-out rows only; the zero row is judged against the original's own answer.
+    cover the held-out rows only; the zero rows are judged against the original's own answer.
     """
-    if not x_val or any(np.asarray(v).dtype.kind not in "biuf" for v in x_val.values()):
+    if not x_val or any(np.asarray(v).dtype.kind not in "biuf" or np.ndim(v) == 0 for v in x_val.values()):
         return dict(x_val)
-    return {k: np.concatenate([v, np.zeros_like(v[:1])]) for k, v in x_val.items()}
+    zeros = fixed or 1
+    return {k: np.concatenate([v, np.zeros((zeros, *np.shape(v)[1:]), dtype=np.asarray(v).dtype)])
+            for k, v in x_val.items()}
 
 def make_plan(options: Options, say: Say) -> Plan:
     """Recipe, model, contract and DATA, all checked; raises one-line errors with nothing written."""

@@ -133,11 +133,6 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
 KNOWN_SCALAR_OUTPUT = ("optimize refuses a model with an output without a batch (a sum over the request's rows): "
                        "its evaluation in batches concatenates the 0-d answers (model_io._in_batches) or, with an "
                        "input in row form, calls the batch-dependent answer nondeterministic")
-KNOWN_FIXED_BATCH = ("optimize stops with a traceback on a model built for batches of exactly 2 rows: the gate adds "
-                     "one row of its own to the held-out rows, so the last call has 1 row (builder/model/backend.py: "
-                     "'batch 1 is not a multiple of the model's fixed batch size 2')")
-KNOWN_STRING_SCALAR = ("a scalar string answer from TensorFlow is a bare bytes (builder/model/tensorflow.py's "
-                       ".numpy()), which REST columns and v2 answer 500")
 
 
 def known_failure(cell: Cell, protocol: str | None = None) -> str | None:
@@ -145,12 +140,8 @@ def known_failure(cell: Cell, protocol: str | None = None) -> str | None:
     does)."""
     if cell.dtype in NOT_SERVED:
         return None
-    if cell.dims == BATCH2:  # optimize stops: no protocol is reached
-        return KNOWN_FIXED_BATCH
-    if cell.out_scalar:  # the same
+    if cell.out_scalar:  # optimize stops: no protocol is reached
         return KNOWN_SCALAR_OUTPUT
-    if cell.dtype == "string" and cell.rank == 0 and protocol in (None, REST_COLUMNS, V2):
-        return KNOWN_STRING_SCALAR
     return None
 
 

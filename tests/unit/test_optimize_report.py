@@ -304,6 +304,9 @@ def test_the_gate_rows_end_with_one_all_zero_input_for_numeric_inputs_only() -> 
     assert np.array_equal(rows["pixels"][:5], x["pixels"])
     text = {"text": np.array([b"a", b"b"])}
     assert gate_rows(text)["text"].shape == (2,)  # text has no all-zero input
+    # a model built for batches of exactly 2 rows gets a whole batch of zeros, so no call is cut short
+    fixed = gate_rows({"x": np.ones((4, 3), np.float32)}, fixed=2)["x"]
+    assert fixed.shape == (6, 3) and not fixed[4:].any() and fixed[:4].all()
 
 
 def test_rows_per_s_batch_shrinks_for_slow_models_and_follows_a_fixed_batch() -> None:

@@ -140,6 +140,16 @@ def test_answers_follow_tf_serving_shapes() -> None:
     double = {"sum": np.array([[1.0], [2.0]], dtype=np.float32), "idx": np.array([4, 5], dtype=np.int32)}
     assert format_outputs(double, TWO, row_format=True)["predictions"] == [{"sum": [1.0], "idx": 4}, {"sum": [2.0], "idx": 5}]
     assert format_outputs(double, TWO, row_format=False)["outputs"] == {"sum": [[1.0], [2.0]], "idx": [4, 5]}
+    # an output without a batch (a scalar beside the rows) cannot be written as rows: 400, as TF Serving says it;
+    # the column format carries it
+    scalar = {"sum": np.array([[1.0], [2.0]], dtype=np.float32), "idx": np.array(7, dtype=np.int32)}
+    with pytest.raises(RequestError, match="Tensor name: idx has no shape information") as refused:
+        format_outputs(scalar, TWO, row_format=True)
+    assert refused.value.status == 400
+    assert format_outputs(scalar, TWO, row_format=False)["outputs"]["idx"] == 7
+    uneven = {"sum": np.array([[1.0], [2.0]], dtype=np.float32), "idx": np.array([4, 5, 6], dtype=np.int32)}
+    with pytest.raises(RequestError, match="batch sizes differ"):
+        format_outputs(uneven, TWO, row_format=True)
 
 
 def test_status_and_metadata_documents() -> None:

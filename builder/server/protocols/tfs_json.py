@@ -271,6 +271,7 @@ def format_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec, 
     """TF Serving's answer: `predictions` (one entry per instance) or `outputs` (batched tensors)."""
     names = [spec.name for spec in signature.outputs]
     if row_format:
+        batched_rows(outputs, names)
         if len(names) == 1:
             return {"predictions": json_values(outputs[names[0]], names[0])}
         lists = {name: json_values(outputs[name], name) for name in names}
@@ -279,6 +280,22 @@ def format_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec, 
     if len(names) == 1:
         return {"outputs": json_values(outputs[names[0]], names[0])}
     return {"outputs": {name: json_values(outputs[name], name) for name in names}}
+
+
+def batched_rows(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
+    """Rows can carry only outputs that all have the same batch: an output without a batch dimension (a scalar
+    beside the batched ones), or one whose first dimension differs, is refused as TF Serving refuses it (400),
+    instead of failing while the answer is written. The column format (`inputs`) carries them."""
+    sizes: dict[str, int] = {}
+    for name in names:
+        shape = np.shape(outputs[name])
+        if not shape:
+            raise RequestError(f"Tensor name: {name} has no shape information; ask with \"inputs\" (the column "
+                               "format) for an output without a batch")
+        sizes[name] = shape[0]
+    if len(set(sizes.values())) > 1:
+        raise RequestError("the outputs' batch sizes differ (" + ", ".join(f"{n}: {b}" for n, b in sizes.items())
+                           + "), so they cannot be answered as rows; ask with \"inputs\" (the column format)")
 
 
 def model_status(versions: Sequence[int]) -> dict[str, Any]:
