@@ -18,8 +18,10 @@ cgroup's limit, else the machine's memory.
 
 Per model the table gives: parameters and float32 weights, optimize's wall time, peak RSS (and its multiple of
 the weights), the budget, the choice (artifact on runtime), its batch-1 p50 against the SavedModel on
-TensorFlow and against the fastest candidate optimize timed, its rows/s at optimize's batch against the
-SavedModel's, and its size against the SavedModel's. Writes real_size.json and real_size.md under --out; exit
+TensorFlow and against the fastest candidate optimize timed, the chosen runtime against the fastest runtime
+`tfsmith bench` finds when it times the optimized folder in rounds of its own (every file on every runtime it
+can run, at batch 1, in the same cgroup), its rows/s at optimize's batch against the SavedModel's, and its size
+against the SavedModel's. Writes real_size.json and real_size.md under --out; exit
 status 1 when an optimize failed (its tail is in the table's note).
 """
 
@@ -160,6 +162,12 @@ class Row:
     chosen_bytes: int | None = None
     saved_model_bytes: int | None = None
     saved_model_variables_bytes: int | None = None
+    #: `tfsmith bench` of the optimize folder (every file on every runtime it can run, in its own interleaved
+    #: rounds): its fastest runtime that kept the original's quality, and the p50 it gave the chosen runtime
+    bench_fastest: str = ""
+    bench_fastest_p50_us: float | None = None
+    bench_chosen_p50_us: float | None = None
+    bench_note: str = ""
 
     def ratio(self, a: float | None, b: float | None) -> float | None:
         return round(a / b, 2) if a and b else None
@@ -189,6 +197,35 @@ def read_report(out: Path) -> dict[str, object]:
         "saved_model_bytes": saved_row.size_bytes if saved_row else None,
         "saved_model_variables_bytes": saved_row.variables_bytes if saved_row else None,
     }
+
+
+def read_bench(bench_json: Path) -> dict[str, object]:
+    """From `tfsmith bench`'s bench.json: the fastest runtime at batch 1 among those that ran and kept the
+    original's quality (agreement or relative error as the bench judged it: its `reason` is empty), and the p50
+    of the runtime serving what optimize chose (`shipped`)."""
+    from builder.bench.results import BenchRun
+
+    run = BenchRun.from_dict(json.loads(bench_json.read_text()))
+    ran = [r for r in run.results if r.ok and r.p50 is not None]
+    fastest = min(ran, key=lambda r: r.p50 or float("inf"), default=None)
+    shipped = next((r for r in ran if run.shipped and r.name == run.shipped), None)
+    return {"bench_fastest": f"{fastest.artifact} on {fastest.name}" if fastest else "",
+            "bench_fastest_p50_us": fastest.p50 * 1e6 if fastest and fastest.p50 else None,
+            "bench_chosen_p50_us": shipped.p50 * 1e6 if shipped and shipped.p50 else None,
+            "bench_note": "" if shipped else f"bench did not time the chosen runtime ({run.shipped or 'none named'})"}
+
+
+def run_bench(optimized: Path, data: str, folder: Path, cgroup_limit: str | None) -> dict[str, object]:
+    """`tfsmith bench` of optimize's folder at batch 1, in the same memory cgroup; its figures, or a note."""
+    out, log = folder / "bench", folder / "bench.log"
+    with log.open("w") as sink:
+        returncode = run_limited([*_tfsmith(), "bench", str(optimized), "--data", data, "--batch", "1", "--out",
+                                  str(out)], cgroup_limit, OPTIMIZE_TIMEOUT_S, stdout=sink, stderr=subprocess.STDOUT,
+                                 env={**os.environ, "COLUMNS": "200"})
+    if returncode != 0 or not (out / "bench.json").is_file():
+        tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
+        return {"bench_note": f"tfsmith bench exit {returncode}: {tail[0][:160] if tail else 'no output'}"}
+    return read_bench(out / "bench.json")
 
 
 def build_model(name: str, folder: Path, cgroup_limit: str | None) -> dict[str, object]:
@@ -235,7 +272,9 @@ def run_model(name: str, out: Path, memory: str | None, cgroup_limit: str | None
         tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
         why = timed.killed or f"exit {timed.exit_status}"
         return Row(**base, ok=False, note=f"{why}: {tail[0][:160] if tail else 'no output'}")
-    return Row(**base, ok=True, note="", **read_report(optimized))  # type: ignore[arg-type]
+    print(f"==> {name}: tfsmith bench of the optimized folder (log {folder / 'bench.log'})", flush=True)
+    benched = run_bench(optimized, str(built["data_path"]), folder, cgroup_limit)
+    return Row(**base, ok=True, note="", **read_report(optimized), **benched)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------- the table
@@ -255,8 +294,8 @@ def _x(value: float | None) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     lines = ["| model | params | weights | optimize wall | peak RSS | budget | chosen | p50 | vs SavedModel on TF "
-             "| vs fastest timed | rows/s vs SavedModel | size vs SavedModel |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| vs fastest timed | vs tfsmith bench's fastest | rows/s vs SavedModel | size vs SavedModel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         peak = f"{_size(r.peak_rss_bytes)} ({r.peak_rss_bytes / r.weight_bytes:.1f}x weights)" if r.weight_bytes \
@@ -265,7 +304,7 @@ def table(rows: Sequence[Row]) -> str:
         wall = f"{r.wall_s / 60:.1f} min" if r.wall_s else "-"
         if not r.ok:
             lines.append(f"| {r.model} | {r.parameters / 1e6:.1f}M | {_size(r.weight_bytes)} | {wall} | {peak} | "
-                         f"{budget} | FAILED | - | - | - | - | - |")
+                         f"{budget} | FAILED | - | - | - | - | - | - |")
             notes.append(f"- {r.model}: {r.note}")
             continue
         lines.append(
@@ -273,13 +312,23 @@ def table(rows: Sequence[Row]) -> str:
             f"{r.chosen} on {r.chosen_runtime} | {_ms(r.chosen_p50_us)} | "
             f"{_x(r.ratio(r.saved_model_p50_us, r.chosen_p50_us))} faster | "
             f"{_x(r.ratio(r.chosen_p50_us, r.fastest_p50_us))} of {r.fastest} | "
+            f"{_bench(r)} | "
             f"{_x(r.ratio(r.chosen_rows_per_s, r.saved_model_rows_per_s))} | "
             f"{_size(r.chosen_bytes)} vs {_size(r.saved_model_bytes)} "
             f"({_x(r.ratio(r.chosen_bytes, r.saved_model_bytes))}) |")
+        if r.bench_note:
+            notes.append(f"- {r.model}: {r.bench_note}")
         if r.saved_model_variables_bytes and r.saved_model_variables_bytes > 1.05 * r.weight_bytes:
             notes.append(f"- {r.model}: the SavedModel's variables are {_size(r.saved_model_variables_bytes)} for "
                          f"{_size(r.weight_bytes)} of weights")
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _bench(row: Row) -> str:
+    """The chosen runtime's p50 in `tfsmith bench`'s own rounds, as a multiple of the fastest it found."""
+    if row.bench_fastest_p50_us is None or row.bench_chosen_p50_us is None:
+        return "-"
+    return f"{_x(row.ratio(row.bench_chosen_p50_us, row.bench_fastest_p50_us))} of {row.bench_fastest}"
 
 
 def earlier_rows(path: Path, rerun: set[str]) -> list[Row]:
