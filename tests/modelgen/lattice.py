@@ -130,9 +130,9 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
 
 #: cells whose verdict tfsmith does not meet yet, each with where it fails (found by the generator; the e2e test
 #: expects these to fail, strictly: one that starts passing fails the test until it leaves this list)
-KNOWN_SCALAR_OUTPUT = ("optimize refuses a model with an output without a batch (a sum over the request's rows): "
-                       "its evaluation in batches concatenates the 0-d answers (model_io._in_batches) or, with an "
-                       "input in row form, calls the batch-dependent answer nondeterministic")
+KNOWN_SCALAR_OUTPUT = ("optimize does not yet take a model with an output without a batch (a sum over the "
+                       "request's rows): it computes the original's answers in batches of rows, which such an "
+                       "output does not have")
 
 
 def known_failure(cell: Cell, protocol: str | None = None) -> str | None:
