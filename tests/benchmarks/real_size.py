@@ -209,7 +209,7 @@ def read_bench(bench_json: Path) -> dict[str, object]:
     ran = [r for r in run.results if r.ok and r.p50 is not None]
     fastest = min(ran, key=lambda r: r.p50 or float("inf"), default=None)
     shipped = next((r for r in ran if run.shipped and r.name == run.shipped), None)
-    return {"bench_fastest": f"{fastest.artifact} on {fastest.name}" if fastest else "",
+    return {"bench_fastest": f"{Path(fastest.artifact).name} on {fastest.name}" if fastest else "",
             "bench_fastest_p50_us": fastest.p50 * 1e6 if fastest and fastest.p50 else None,
             "bench_chosen_p50_us": shipped.p50 * 1e6 if shipped and shipped.p50 else None,
             "bench_note": "" if shipped else f"bench did not time the chosen runtime ({run.shipped or 'none named'})"}
