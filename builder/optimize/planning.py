@@ -63,7 +63,7 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         skips.append(skip(QAT, why, said=f"QAT skipped: {why}"))
         quant = replace(quant, qat=False)
     if recipe.name == "auto" and pruning and not has_train and not one_shot:
-        skips.append(skip(PRUNING, "DATA has no x_train with labels for every output to fine-tune on"))
+        skips.append(skip(PRUNING, "DATA has no x_train with labels to fine-tune on"))
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
     if adapted.choose not in adapted.formats:
@@ -164,6 +164,9 @@ class Plan:
     asked: Recipe | None = None
     #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model DATA has no training rows for
     one_shot: bool = False
+    #: the original's answers on x_train for the outputs without training labels, computed once before any
+    #: fine-tuning (`contract.teacher_answers`): what pruning and QAT fine-tune those outputs to
+    train_answers: dict[str, np.ndarray] | None = None
 
     @property
     def notes(self) -> Any:
