@@ -181,23 +181,45 @@ def distillation_notes(plan: Any, set_aside: set[str] = frozenset()) -> list[str
     if step is None or not data.x_train:
         return []
     rows = data.train_rows
-    return [f"{step}: output {name!r} has {'its training labels set aside' if name in set_aside else 'no training labels'}"
-            f": fine-tuned to the original's own answers on the {rows} training row{'s' if rows != 1 else ''}"
-            for name in distilled_outputs(plan.loaded.outputs, data.y_train)]
+
+    def has(name: str) -> str:
+        return "its training labels set aside" if name in set_aside else "no training labels"
+
+    return [f"{step}: output {name!r} has {has(name)}: fine-tuned to the original's own answers on the {rows} "
+            f"training row{'s' if rows != 1 else ''}" for name in distilled_outputs(plan.loaded.outputs, data.y_train)]
+
+
+#: The most the original's answers on the training rows may take to be fine-tuned to (float32): a per-token
+#: vocabulary head on many rows would otherwise hold gigabytes for the whole run.
+TEACHER_BYTES = 1 << 30
 
 
 def teacher_answers(plan: Any) -> dict[str, np.ndarray]:
     """The original model's answers on the training rows for the outputs without training labels (what they are
     fine-tuned to), computed once with the loaded original, before any weight changes: pruning and QAT both
-    distil from the original, never from a pruned model."""
+    distil from the original, never from a pruned model. Refused in one line (the step drops out with it)
+    where they would take more than TEACHER_BYTES, judged from the answer to the first row."""
+    from builder.errors import TfsmithError
+    from builder.measure.memory import text as memory_text
     from builder.optimize.data import distilled_outputs
 
     names = distilled_outputs(plan.loaded.outputs, plan.data.y_train)
     if not names:
         return {}
     if plan.train_answers is None:
-        answers = plan.loaded.predict(plan.data.x_train)
-        plan.train_answers = {name: np.asarray(answers[name]) for name in names}
+        from builder.model.rows import fixed_batch
+
+        x, rows = plan.data.x_train, plan.data.train_rows
+        head = min(rows, fixed_batch(plan.loaded.inputs) or 1)  # a fixed-batch model answers whole batches
+        first = plan.loaded.predict({k: v[:head] for k, v in x.items()})
+        size = rows * sum(np.asarray(first[name]).size * 4 for name in names) // max(head, 1)
+        if size > TEACHER_BYTES:
+            raise TfsmithError(f"the original's answers for {', '.join(names)} (no training labels) on the {rows} "
+                               f"training rows would take {memory_text(size)}, more than the "
+                               f"{memory_text(TEACHER_BYTES)} fine-tuning holds them in: give labels for "
+                               f"{'them' if len(names) > 1 else 'it'}, or fewer x_train rows")
+        answers = plan.loaded.predict(x)
+        plan.train_answers = {name: np.asarray(answers[name], dtype=np.float32) for name in names}
     return plan.train_answers
 
 

@@ -121,7 +121,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
         how = (f"{p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
                f", {p.epochs} fine-tuning epochs")
         if one_shot:
-            how = "one-shot by magnitude (DATA has no training rows): the highest of 20-90% the gate keeps"
+            how = "one-shot by magnitude (DATA has no training rows with labels): the highest of 20-90% the gate keeps"
         lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
                                           if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
@@ -162,7 +162,7 @@ class Plan:
     checks: tuple[Any, ...] = ()
     #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
     asked: Recipe | None = None
-    #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model DATA has no training rows for
+    #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model without labelled training rows
     one_shot: bool = False
     #: the original's answers on x_train for the outputs without training labels, computed once before any
     #: fine-tuning (`contract.teacher_answers`): what pruning and QAT fine-tune those outputs to

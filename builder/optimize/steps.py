@@ -329,6 +329,7 @@ def qat_step(run: Run, made: Made) -> Made:
     plan, contract, model = run.plan, run.contract, made.model
     recipe = plan.recipe
     if not recipe.quantization.qat or model is None:
+        plan.train_answers = None  # the original's answers on the training rows: no later step fine-tunes
         return made
     path = run.staging / FILE_NAMES["tflite_qat_int8"]
 
@@ -344,6 +345,7 @@ def qat_step(run: Run, made: Made) -> Made:
 
     with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.sparsity is not None else ''}"):
         done = run.ledger.attempt(QAT, trained_and_converted, log="qat", kind="qat")
+    plan.train_answers = None
     return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
 
 

@@ -3,7 +3,7 @@
 other on the original model's own answers on the training rows, with a note saying so; pruning is no longer
 refused or skipped for the want of one output's labels.
 
-The model is built here, tiny (a small tf_keras two-head MLP on synthetic rows), in a subprocess; optimize runs
+The model is built here, tiny (a small two-head MLP on synthetic rows, in tf_keras and in Keras 3), in subprocesses; optimize runs
 in this process.
 """
 
@@ -25,14 +25,19 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "tf_keras", "
     pytest.skip("needs the optimize extra", allow_module_level=True)
 
 #: Pruning only: no quantization, OpenVINO or XLA, so the run is the pruning and the gate.
-RECIPE = ('name = "distil"\n[pruning]\nsparsity = 0.5\nepochs = 3\n[quantization]\nmodes = []\n'
+RECIPE = ('name = "distil"\n[pruning]\nsparsity = 0.3\nepochs = 5\n[quantization]\nmodes = []\n'
           "[export]\nopenvino = false\nxla = false\n")
 
 TWO_HEADS = r'''
 import os, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"; os.environ["TF_USE_LEGACY_KERAS"] = "1"
-import numpy as np, tf_keras as keras
-out = sys.argv[1]
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+out, flavour = sys.argv[1], sys.argv[2]
+if flavour == "tf_keras":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tf_keras as keras
+else:
+    import keras
+import numpy as np
 keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(500, 8)).astype("float32")
@@ -45,7 +50,7 @@ model = keras.Model(i, [keras.layers.Dense(3, activation="softmax", name="kind")
                         keras.layers.Dense(2, name="level")(h)])
 model.compile(keras.optimizers.Adam(0.01), ["sparse_categorical_crossentropy", "mse"])
 model.fit(x[:400], [kind[:400], level[:400]], epochs=20, batch_size=32, verbose=0)
-model.save(f"{out}/two_heads.h5")
+model.save(f"{out}/two_heads.h5" if flavour == "tf_keras" else f"{out}/two_heads.keras")
 train, val = slice(0, 400), slice(400, 500)
 # labels for `kind` only: `level` has none to fine-tune on
 np.savez(f"{out}/kind_only.npz", **{"x_train/features": x[train], "y_train/kind": kind[train],
@@ -56,12 +61,17 @@ np.savez(f"{out}/level_unfit.npz", **{"x_train/features": x[train], "y_train/kin
                                       "x_val/features": x[val], "y_val/kind": kind[val]})
 '''
 
+#: The same two-head model in tf_keras (pruned by tfmot) and in Keras 3 (pruned by tfsmith's own masks).
+MODELS = {"tf_keras": "two_heads.h5", "keras3": "two_heads.keras"}
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("distil")
-    done = subprocess.run([sys.executable, "-c", TWO_HEADS, str(out)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    for flavour in MODELS:
+        done = subprocess.run([sys.executable, "-c", TWO_HEADS, str(out), flavour], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
     return out
 
 
@@ -70,9 +80,11 @@ def optimize(models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capf
     recipe = tmp_path / "distil.toml"
     recipe.write_text(RECIPE)
 
-    def run(data: str, *extra: object) -> tuple[int, str, Path]:
-        out = tmp_path / Path(data).stem
-        code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", models / "two_heads.h5", "--data",
+    def run(model: str, data: str, *extra: object) -> tuple[int, str, Path]:
+        # a gate wider than the default: what is judged here is that the pruned model is made and judged, and a
+        # 64-unit layer loses more to pruning than a user's model does (relative error 0.08 at 30% here)
+        out = tmp_path / f"{Path(model).suffix[1:]}-{Path(data).stem}"
+        code, stdout, stderr = run_cli(monkeypatch, capfd, "optimize", models / model, "--data",
                                        models / data, "--recipe", recipe, "--latency-runs", 10, "--out", out,
                                        "--max-accuracy-drop", 0.05, "--max-relative-error", 0.25, *extra)
         assert code == 0, f"optimize exited {code}: {stderr[-3000:]}"
@@ -85,29 +97,30 @@ def report_of(out: Path) -> dict[str, Any]:
     return json.loads((out / "report.json").read_text())
 
 
-def test_an_output_without_training_labels_is_fine_tuned_to_the_originals_answers(optimize) -> None:
-    _, explained, _ = optimize("kind_only.npz", "--explain")
+@pytest.mark.parametrize("flavour", list(MODELS))
+def test_an_output_without_training_labels_is_fine_tuned_to_the_originals_answers(optimize, flavour: str) -> None:
+    _, explained, _ = optimize(MODELS[flavour], "kind_only.npz", "--explain")
     note = "output 'level' has no training labels: fine-tuned to the original's own answers on the 400 training rows"
     assert f"note: pruning: {note}" in explained
     assert "pruning (skipped" not in explained
 
-    _, stdout, out = optimize("kind_only.npz")
+    _, stdout, out = optimize(MODELS[flavour], "kind_only.npz")
     report = report_of(out)
-    assert f"pruning: {note}" in report["notes"]
+    assert f"note: pruning: {note}" in stdout and f"pruning: {note}" in report["notes"]
     assert not any("skipped" in line and "pruning" in line for line in report["notes"])
     # pruned, fine-tuned and kept by the gate against the original: the report gives the sparsity reached
-    assert report["sparsity"] is not None and report["sparsity"]["achieved"] >= 0.49
+    assert report["sparsity"] is not None and report["sparsity"]["achieved"] >= 0.29
     pruning = [a for a in report["attempts"] if a["step"] == "pruning"]
     assert pruning and pruning[-1]["outcome"] == "done", pruning
     assert report["data"]["train_rows"] == 400 and report["data"]["labels"] == ["kind"]
 
 
 def test_an_output_whose_training_labels_are_set_aside_is_distilled_not_skipped(optimize) -> None:
-    _, _, out = optimize("level_unfit.npz")
+    _, _, out = optimize(MODELS["tf_keras"], "level_unfit.npz")
     report = report_of(out)
     assert any(line.startswith("labels of 'level' set aside: y_train/level has shape (400, 5)")
                for line in report["notes"]), report["notes"]
     assert ("pruning: output 'level' has its training labels set aside: fine-tuned to the original's own answers "
             "on the 400 training rows") in report["notes"]
     assert not any("fine-tuning needs a label" in line for line in report["notes"])
-    assert report["sparsity"] is not None and report["sparsity"]["achieved"] >= 0.49
+    assert report["sparsity"] is not None and report["sparsity"]["achieved"] >= 0.29
