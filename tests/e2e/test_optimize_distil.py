@@ -124,3 +124,17 @@ def test_an_output_whose_training_labels_are_set_aside_is_distilled_not_skipped(
             "on the 400 training rows") in report["notes"]
     assert not any("fine-tuning needs a label" in line for line in report["notes"])
     assert report["sparsity"] is not None and report["sparsity"]["achieved"] >= 0.29
+
+
+def test_quantization_aware_training_fits_the_unlabelled_output_to_the_originals_answers(
+        optimize, tmp_path: Path) -> None:
+    recipe = tmp_path / "distil.toml"  # the fixture's recipe file, now QAT without pruning
+    recipe.write_text('name = "distil"\n[quantization]\nmodes = []\nqat = true\nqat_epochs = 1\n'
+                      "[export]\nopenvino = false\nxla = false\n")
+    _, _, out = optimize(MODELS["tf_keras"], "kind_only.npz")
+    report = report_of(out)
+    assert ("QAT: output 'level' has no training labels: fine-tuned to the original's own answers on the 400 "
+            "training rows") in report["notes"]
+    qat = [a for a in report["attempts"] if a["step"] == "quantization-aware training"]
+    assert qat and qat[-1]["outcome"] == "done", qat
+    assert any(a["path"] == "model_qat_int8.tflite" for a in report["artifacts"])
