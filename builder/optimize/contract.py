@@ -134,8 +134,9 @@ def answers_moved(first: Mapping[str, np.ndarray], again: Mapping[str, np.ndarra
 
 def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | None = None) -> ModelContract:
     """The contract of the plan's model, with DATA's labels checked against it: labels that fit no task are set
-    aside (`check_labels`: a note each; `plan.data` keeps only the others), and fine-tuning, which needs a label
-    for every output, is skipped with a note when the training labels of one are set aside.
+    aside (`check_labels`: a note each; `plan.data` keeps only the others). Fine-tuning (pruning, QAT) goes on:
+    an output without training labels, or whose training labels are set aside, is fine-tuned to the original's
+    own answers on the training rows (`teacher_answers`), with a note each (`distillation_notes`).
 
     `rows`: judge the task on the first rows only (`--explain` reads a few)."""
     from dataclasses import replace
@@ -149,20 +150,77 @@ def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | 
 
     contract = contract_with(y_val)
     dropped, notes = check_labels(contract, data.y_val, data.y_train)
-    if not dropped:
-        return contract
-    plan.notes.extend(notes)
-    keep = lambda labels: {k: v for k, v in (labels or {}).items() if k not in dropped}  # noqa: E731
-    plan.data = replace(data, y_val=keep(data.y_val), y_train=keep(data.y_train) if data.y_train is not None else None)
+    if dropped:
+        plan.notes.extend(notes)
+        keep = lambda labels: {k: v for k, v in (labels or {}).items() if k not in dropped}  # noqa: E731
+        set_aside = {k for k in (data.y_train or {}) if k in dropped}
+        plan.data = replace(data, y_val=keep(data.y_val),
+                            y_train=(keep(data.y_train) or None) if data.y_train is not None else None)
+        contract = contract_with(keep(y_val))
+    else:
+        set_aside = set()
+    plan.notes.extend(distillation_notes(plan, set_aside))
+    return contract
+
+
+def fine_tunes(plan: Any) -> str | None:
+    """What fine-tunes the model in this plan ("pruning", "QAT", "pruning and QAT"), or None: one-shot pruning
+    trains nothing."""
     recipe = plan.recipe
-    if recipe.pruning or recipe.quantization.qat:
-        plan.recipe = replace(recipe, pruning=None, quantization=replace(recipe.quantization, qat=False))
-        why = f"fine-tuning needs a label for every output, and those of {', '.join(sorted(dropped))} are set aside"
-        skipped = [step for step, asked in (("pruning", recipe.pruning), ("quantization-aware training",
-                                                                           recipe.quantization.qat)) if asked]
-        for n, step in enumerate(skipped):
-            plan.ledger.skipped(step, why, said="" if n else f"pruning and QAT skipped: {why}")
-    return contract_with(keep(y_val))
+    steps = [step for step, asked in (("pruning", recipe.pruning is not None and not plan.one_shot),
+                                      ("QAT", recipe.quantization.qat)) if asked]
+    return " and ".join(steps) or None
+
+
+def distillation_notes(plan: Any, set_aside: set[str] = frozenset()) -> list[str]:
+    """A note for each output fine-tuning has no training labels for: it is fine-tuned to the original's own
+    answers on the training rows, so the report never suggests labels that are not there."""
+    from builder.optimize.data import distilled_outputs
+
+    step, data = fine_tunes(plan), plan.data
+    if step is None or not data.x_train:
+        return []
+    rows = data.train_rows
+
+    def has(name: str) -> str:
+        return "its training labels set aside" if name in set_aside else "no training labels"
+
+    return [f"{step}: output {name!r} has {has(name)}: fine-tuned to the original's own answers on the {rows} "
+            f"training row{'s' if rows != 1 else ''}" for name in distilled_outputs(plan.loaded.outputs, data.y_train)]
+
+
+#: The most the original's answers on the training rows may take to be fine-tuned to (float32): a per-token
+#: vocabulary head on many rows would otherwise hold gigabytes for the whole run.
+TEACHER_BYTES = 1 << 30
+
+
+def teacher_answers(plan: Any) -> dict[str, np.ndarray]:
+    """The original model's answers on the training rows for the outputs without training labels (what they are
+    fine-tuned to), computed once with the loaded original, before any weight changes: pruning and QAT both
+    distil from the original, never from a pruned model. Refused in one line (the step drops out with it)
+    where they would take more than TEACHER_BYTES, judged from the answer to the first row."""
+    from builder.errors import TfsmithError
+    from builder.measure.memory import text as memory_text
+    from builder.optimize.data import distilled_outputs
+
+    names = distilled_outputs(plan.loaded.outputs, plan.data.y_train)
+    if not names:
+        return {}
+    if plan.train_answers is None:
+        from builder.model.rows import fixed_batch
+
+        x, rows = plan.data.x_train, plan.data.train_rows
+        head = min(rows, fixed_batch(plan.loaded.inputs) or 1)  # a fixed-batch model answers whole batches
+        first = plan.loaded.predict({k: v[:head] for k, v in x.items()})
+        size = rows * sum(np.asarray(first[name]).size * 4 for name in names) // max(head, 1)
+        if size > TEACHER_BYTES:
+            raise TfsmithError(f"the original's answers for {', '.join(names)} (no training labels) on the {rows} "
+                               f"training rows would take {memory_text(size)}, more than the "
+                               f"{memory_text(TEACHER_BYTES)} fine-tuning holds them in: give labels for "
+                               f"{'them' if len(names) > 1 else 'it'}, or fewer x_train rows")
+        answers = plan.loaded.predict(x)
+        plan.train_answers = {name: np.asarray(answers[name], dtype=np.float32) for name in names}
+    return plan.train_answers
 
 
 def check_labels(contract: ModelContract, y_val: Mapping[str, np.ndarray], y_train: Mapping[str, np.ndarray] | None
@@ -208,6 +266,8 @@ def training_labels(contract: ModelContract, y: Mapping[str, np.ndarray]) -> dic
 
     out = {}
     for spec in contract.outputs:
+        if spec.name not in y:  # no labels: fine-tuned to the original's answers (`soft_targets`)
+            continue
         if spec.task == "classification":
             answers = shape_positions(spec.shape)
             out[spec.name] = class_ids(y[spec.name], int(spec.shape[-1] or 1), f"y_train/{spec.name}", answers)
@@ -218,24 +278,58 @@ def training_labels(contract: ModelContract, y: Mapping[str, np.ndarray]) -> dic
     return out
 
 
-def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarray], y: Mapping[str, np.ndarray],
-                  reference: Mapping[str, np.ndarray]) -> tuple[Any, Any, Any]:
+def soft_targets(contract: ModelContract, answers: Mapping[str, np.ndarray], probabilities: Mapping[str, bool]
+                 ) -> dict[str, np.ndarray]:
+    """The original's answers as the targets of the outputs without labels (distillation): a classification
+    output's class probabilities (softmax of its logits where it answers logits), a binary one's probability
+    (sigmoid of its logit), any other output's values as they are."""
+    out = {}
+    for spec in contract.outputs:
+        if spec.name not in answers:
+            continue
+        value = np.asarray(answers[spec.name], dtype=np.float64)
+        if spec.task == "classification" and not probabilities.get(spec.name, False):
+            shifted = np.exp(value - value.max(axis=-1, keepdims=True))
+            value = shifted / shifted.sum(axis=-1, keepdims=True)
+        elif spec.task == "binary" and not probabilities.get(spec.name, False):
+            value = 1.0 / (1.0 + np.exp(-value))
+        out[spec.name] = value.astype(np.float32)
+    return out
+
+
+def fit_arguments(model: Any, contract: ModelContract, x: Mapping[str, np.ndarray], y: Mapping[str, np.ndarray] | None,
+                  reference: Mapping[str, np.ndarray], teacher: Mapping[str, np.ndarray] | None = None
+                  ) -> tuple[Any, Any, Any]:
     """(x, y, losses) for `model.fit`, as lists in the model's own input/output order.
+
+    `y`: the labels of the outputs that have them; `teacher`: the original's answers on the same rows for the
+    others (`teacher_answers`), which are fine-tuned to those answers: cross-entropy against the original's
+    probabilities for classification and binary outputs, mean squared error against its values otherwise.
+    Rows where the original answers NaN or infinity for such an output teach nothing and are left out.
 
     Lists, not dicts: tfmot's wrappers rename output layers (`prune_low_magnitude_<name>`), so names would not
     match any more; the order does.
     """
     from builder.optimize import prune, quality
-    from builder.optimize.model_io import keras_specs
+    from builder.optimize.model_io import input_structure, keras_specs
 
     in_specs, out_specs = keras_specs(model)
-    labels = training_labels(contract, y)
+    y, teacher = dict(y or {}), dict(teacher or {})
+    missing = [s.name for s in contract.outputs if s.name not in y and s.name not in teacher]
+    if missing:
+        raise ValueError(f"no labels and no original answers to fine-tune output(s) {', '.join(missing)} on")
+    if teacher:
+        finite = quality.answered_rows(teacher)
+        if not finite.all():
+            x = {k: np.asarray(v)[finite] for k, v in x.items()}
+            y = {k: np.asarray(v)[finite] for k, v in y.items()}
+            teacher = {k: np.asarray(v)[finite] for k, v in teacher.items()}
     tasks = {s.name: s.task for s in contract.outputs}
     probabilities = {s.name: (bool(np.all((reference[s.name] >= 0) & (reference[s.name] <= 1)))
                               if s.task == "binary" else quality._is_probabilities(reference[s.name]))
                      for s in contract.outputs}
-    losses = prune.losses_for(tasks, probabilities)
-    from builder.optimize.model_io import input_structure
+    labels = {**training_labels(contract, y), **soft_targets(contract, teacher, probabilities)}
+    losses = prune.losses_for(tasks, probabilities, soft=frozenset(teacher))
 
     if input_structure(model) is not None:  # a model built on a dict of inputs is fed that dict
         xs = [{s.name: x[s.name] for s in in_specs}]

@@ -6,7 +6,7 @@ Two forms:
   plain names `x_train`, `y_train`, `x_val`, `y_val`, `x_calib`. `x_val` is required (the held-out rows every
   number is reported on); the rest only when the recipe needs it (pruning/QAT: the train split; int8: calibration
   rows). Labels are optional per output: an output without `y_val/<output>` is judged by fidelity to the
-  original model.
+  original model, and one without `y_train/<output>` is fine-tuned to the original's own answers.
 - `package.module:function` returning `{"train": ds, "val": ds, "calib": ds}` or `(train, val[, calib])`, each
   a `tf.data.Dataset` (or any iterable) of `(x, y)` or `x` elements, batched or not, where `x` is a dict keyed by
   input name (or one array for a one-input model) and `y` a dict keyed by output name (or one array).
@@ -354,9 +354,10 @@ def validate_data(raw: RawData, inputs: tuple[TensorSpec, ...], outputs: tuple[T
     if raw.x["train"]:
         x_train = _check_x("train", raw.x["train"], inputs, source)
         y_train = _check_y("train", raw.y["train"], outputs, _rows(x_train), source)
-    if need_train and (not x_train or not y_train or len(y_train) < len(outputs) or _rows(x_train) == 0):
-        raise InputError(f"data {source}: the recipe prunes or trains, which needs x_train and y_train for every "
-                         f"output ({', '.join(s.name for s in outputs)})")
+    if need_train and (not x_train or _rows(x_train) == 0):
+        raise InputError(f"data {source}: the recipe prunes or trains, which needs x_train rows (with y_train "
+                         f"labels for the outputs that have them: {', '.join(s.name for s in outputs)}; the others "
+                         "are fine-tuned to the original's own answers)")
     x_calib, calibration_from = None, "none"
     if raw.x["calib"]:
         x_calib, calibration_from = _check_x("calib", raw.x["calib"], inputs, source), "x_calib"
@@ -373,8 +374,19 @@ def validate_data(raw: RawData, inputs: tuple[TensorSpec, ...], outputs: tuple[T
 
 
 def has_training_data(raw: RawData, outputs: tuple[TensorSpec, ...]) -> bool:
-    """x_train and labels for every output: what fine-tuning (pruning, QAT) needs."""
-    return bool(raw.x["train"]) and all(s.name in raw.y["train"] for s in outputs)
+    """x_train and labels for at least one output: what fine-tuning (pruning, QAT) needs. An output without
+    labels is fine-tuned to the original model's own answers on the training rows (`distilled_outputs`).
+
+    Why one label and not none: with no labels at all, `auto` prunes one-shot (the highest sparsity the gate
+    keeps, found on the held-out rows) rather than fine-tuning to a fixed target on the original's answers alone."""
+    return bool(raw.x["train"]) and any(s.name in raw.y["train"] for s in outputs)
+
+
+def distilled_outputs(outputs: tuple[TensorSpec, ...], y_train: Mapping[str, np.ndarray] | None) -> tuple[str, ...]:
+    """The outputs fine-tuning has no training labels for, in the model's order: they are fine-tuned to the
+    original model's own answers on the training rows (distillation), so one output without labels does not
+    stop pruning or QAT for the others."""
+    return tuple(s.name for s in outputs if s.name not in (y_train or {}))
 
 
 def shared_rows(a: Arrays | None, b: Arrays | None) -> int:

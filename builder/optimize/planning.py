@@ -63,7 +63,7 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
         skips.append(skip(QAT, why, said=f"QAT skipped: {why}"))
         quant = replace(quant, qat=False)
     if recipe.name == "auto" and pruning and not has_train and not one_shot:
-        skips.append(skip(PRUNING, "DATA has no x_train with labels for every output to fine-tune on"))
+        skips.append(skip(PRUNING, "DATA has no x_train with labels to fine-tune on"))
         pruning = None
     adapted = replace(recipe, pruning=pruning, quantization=quant)
     if adapted.choose not in adapted.formats:
@@ -121,7 +121,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
         how = (f"{p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
                f", {p.epochs} fine-tuning epochs")
         if one_shot:
-            how = "one-shot by magnitude (DATA has no training rows): the highest of 20-90% the gate keeps"
+            how = "one-shot by magnitude (DATA has no training rows with labels): the highest of 20-90% the gate keeps"
         lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
                                           if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
@@ -162,8 +162,11 @@ class Plan:
     checks: tuple[Any, ...] = ()
     #: the recipe as asked, before the model and DATA took steps out of it: what the ledger must account for
     asked: Recipe | None = None
-    #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model DATA has no training rows for
+    #: pruning without fine-tuning (`prune_oneshot`): auto's pruning of a Keras model without labelled training rows
     one_shot: bool = False
+    #: the original's answers on x_train for the outputs without training labels, computed once before any
+    #: fine-tuning (`contract.teacher_answers`): what pruning and QAT fine-tune those outputs to
+    train_answers: dict[str, np.ndarray] | None = None
 
     @property
     def notes(self) -> Any:

@@ -44,10 +44,15 @@ class SparsityResult:
         }
 
 
-def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool]) -> dict[str, Any]:
+def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool],
+               soft: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A fine-tuning loss per output: sparse cross-entropy (on probabilities or logits) for classification, whose
     labels are class ids after DATA checks; binary cross-entropy for a yes/no column; mean squared error for
     regression.
+
+    `soft`: the outputs fine-tuned to the original's own answers (no labels): categorical cross-entropy against
+    the original's class probabilities (the soft targets of distillation), binary cross-entropy against its
+    probability, mean squared error against its values.
 
     Decided from the task and from what the model outputs rather than from its compiled loss, which may expect
     one-hot labels or be missing (models saved without compile).
@@ -57,8 +62,10 @@ def losses_for(tasks: Mapping[str, str], probabilities: Mapping[str, bool]) -> d
     def loss(name: str, task: str) -> Any:
         from_logits = not probabilities.get(name, False)
         if task == "classification":
+            if name in soft:
+                return keras.losses.CategoricalCrossentropy(from_logits=from_logits)
             return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
-        if task == "binary":  # labels 0/1; a sigmoid output is a probability, anything else a logit
+        if task == "binary":  # labels 0/1 (or the original's probability); a sigmoid output is a probability
             return keras.losses.BinaryCrossentropy(from_logits=from_logits)
         return keras.losses.MeanSquaredError()
 

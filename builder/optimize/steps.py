@@ -17,7 +17,7 @@ import numpy as np
 
 from builder.optimize import isolated
 from builder.optimize.context import Made, Opened, Run
-from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments
+from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments, teacher_answers
 from builder.optimize.layout import (FILE_NAMES, IR_FORMATS, SAMPLES_NAME, SAMPLE_ROWS, TF, XLA_SIGNATURE,
                                      evaluated_on)
 from builder.optimize.options import Options, stage
@@ -66,7 +66,9 @@ def prune_step(run: Run, made: Made) -> Made:
             model, sparsity, tried = prune_oneshot.prune_one_shot(original, judged)
             run.ledger.note(prune_oneshot.search_note(tried))
             return model, sparsity, answers(model)
-        x_train, y_train, losses = fit_arguments(original, contract, data.x_train, data.y_train, run.reference)
+        teacher = teacher_answers(plan)  # the original's own answers for outputs without labels, before pruning
+        x_train, y_train, losses = fit_arguments(original, contract, data.x_train, data.y_train, run.reference,
+                                                 teacher)
         model, sparsity = pruner(original, recipe.pruning, x_train, y_train, losses)
         return model, sparsity, answers(model)
 
@@ -327,11 +329,13 @@ def qat_step(run: Run, made: Made) -> Made:
     plan, contract, model = run.plan, run.contract, made.model
     recipe = plan.recipe
     if not recipe.quantization.qat or model is None:
+        plan.train_answers = None  # the original's answers on the training rows: no later step fine-tunes
         return made
     path = run.staging / FILE_NAMES["tflite_qat_int8"]
 
     def trained_and_converted() -> Path:
-        x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, run.reference)
+        x_train, y_train, losses = fit_arguments(model, contract, plan.data.x_train, plan.data.y_train, run.reference,
+                                                 teacher_answers(plan))
         qat_model = quantize.quantization_aware_train(
             model, x_train, y_train, losses,
             recipe.quantization.qat_epochs, recipe.pruning.batch_size if recipe.pruning else 32, pruned=made.sparsity is not None)
@@ -341,6 +345,7 @@ def qat_step(run: Run, made: Made) -> Made:
 
     with stage(run.say, f"quantization-aware training{' (pruning-preserving)' if made.sparsity is not None else ''}"):
         done = run.ledger.attempt(QAT, trained_and_converted, log="qat", kind="qat")
+    plan.train_answers = None
     return made if done is None else replace(made, produced=(*made.produced, ("tflite_qat_int8", done)))
 
 

@@ -89,3 +89,128 @@ def test_per_pixel_training_labels_keep_their_positions() -> None:
     contract = ModelContract((TensorSpec("image", "float32", (None, 8, 8, 3)),), (MASK,))
     ids = np.argmax(SEGMENTS, axis=-1)
     assert training_labels(contract, {"mask": np.eye(4)[ids]})["mask"].shape == (12, 8, 8)
+
+
+# --- fine-tuning with the labels there are: the others fitted to the original's own answers -------------------
+
+KIND = OutputSpec("kind", "float32", (None, 3), "classification", "test")
+LEVEL = OutputSpec("level", "float32", (None, 2), "regression", "test")
+FLAG = OutputSpec("flag", "float32", (None, 1), "binary", "test")
+
+
+def test_soft_targets_are_the_originals_probabilities_or_values() -> None:
+    from builder.optimize.contract import soft_targets
+    from builder.report import ModelContract
+
+    contract = ModelContract((TensorSpec("x", "float32", (None, 4)),), (KIND, LEVEL, FLAG))
+    logits, level, flag_logit = RNG.normal(size=(6, 3)), RNG.normal(size=(6, 2)), RNG.normal(size=(6, 1))
+    targets = soft_targets(contract, {"kind": logits, "level": level, "flag": flag_logit},
+                           {"kind": False, "level": False, "flag": False})
+    assert np.allclose(targets["kind"], softmax(logits), atol=1e-6)  # logits: their softmax
+    assert np.allclose(targets["flag"], 1 / (1 + np.exp(-flag_logit)), atol=1e-6)  # a logit: its sigmoid
+    assert np.allclose(targets["level"], level, atol=1e-6) and targets["level"].dtype == np.float32
+    probs = softmax(logits)  # probabilities are the soft targets as they are
+    assert np.allclose(soft_targets(contract, {"kind": probs}, {"kind": True})["kind"], probs, atol=1e-6)
+    assert set(soft_targets(contract, {"level": level}, {})) == {"level"}  # only the outputs asked for
+
+
+def test_fit_arguments_take_labels_where_given_and_the_originals_answers_elsewhere(monkeypatch) -> None:
+    from builder.optimize import contract as contract_mod, model_io, prune
+    from builder.report import ModelContract
+
+    contract = ModelContract((TensorSpec("x", "float32", (None, 4)),), (KIND, LEVEL))
+    asked: dict = {}
+
+    def losses_for(tasks, probabilities, soft=frozenset()):
+        asked.update(tasks=dict(tasks), probabilities=dict(probabilities), soft=set(soft))
+        return {name: f"{'soft ' if name in soft else ''}{task}" for name, task in tasks.items()}
+
+    monkeypatch.setattr(prune, "losses_for", losses_for)
+    monkeypatch.setattr(model_io, "keras_specs", lambda model: (contract.inputs, (LEVEL, KIND)))  # its own order
+    monkeypatch.setattr(model_io, "input_structure", lambda model: None)
+    x = {"x": RNG.normal(size=(5, 4)).astype(np.float32)}
+    ids = np.array([0, 2, 1, 1, 0])
+    teacher = RNG.normal(size=(5, 2)).astype(np.float32)
+    teacher[3, 1] = np.nan  # the original answers NaN on one training row: nothing to learn there
+    reference = {"kind": softmax(RNG.normal(size=(7, 3))), "level": RNG.normal(size=(7, 2))}
+    xs, ys, losses = contract_mod.fit_arguments(object(), contract, x, {"kind": ids}, reference, {"level": teacher})
+    kept = [0, 1, 2, 4]
+    assert np.array_equal(xs, x["x"][kept])
+    assert np.allclose(ys[0], teacher[kept]) and np.array_equal(ys[1], ids[kept])  # in the model's output order
+    assert losses == ["soft regression", "classification"] and asked["soft"] == {"level"}
+    assert asked["probabilities"]["kind"] is True
+    with pytest.raises(ValueError, match="level"):  # neither labels nor the original's answers: a bug, said
+        contract_mod.fit_arguments(object(), contract, x, {"kind": ids}, reference, None)
+
+
+def fake_plan(y_train: dict | None, pruning: bool = True, qat: bool = False, one_shot: bool = False) -> object:
+    from types import SimpleNamespace
+
+    from builder.optimize.data import Data
+
+    rows = 10
+    x = {"x": RNG.normal(size=(rows, 4)).astype(np.float32)}
+    data = Data(x_train=x, y_train=y_train, x_val=x, y_val={}, x_calib=None, calibration_from="none", source="d.npz")
+    specs = (TensorSpec("kind", "float32", (None, 3)), TensorSpec("level", "float32", (None, 2)))
+    loaded = SimpleNamespace(inputs=(TensorSpec("x", "float32", (None, 4)),), outputs=specs,
+                             signature="serving_default", quantized_outputs={},
+                             predict=lambda rows_: {"kind": softmax(rows_["x"][:, :3]), "level": rows_["x"][:, :2]})
+    recipe = SimpleNamespace(tasks=(), pruning=object() if pruning else None,
+                             quantization=SimpleNamespace(qat=qat))
+    return SimpleNamespace(loaded=loaded, data=data, recipe=recipe, one_shot=one_shot, notes=[], train_answers=None)
+
+
+def reference_of(plan) -> dict:
+    return plan.loaded.predict(plan.data.x_val)
+
+
+def test_an_output_without_training_labels_keeps_fine_tuning_with_a_note() -> None:
+    from builder.optimize.contract import settle_contract, teacher_answers
+
+    plan = fake_plan({"kind": RNG.integers(0, 3, 10)})
+    settle_contract(plan, reference_of(plan))
+    assert plan.recipe.pruning is not None  # not skipped
+    assert plan.notes == ["pruning: output 'level' has no training labels: fine-tuned to the original's own "
+                          "answers on the 10 training rows"]
+    answers = teacher_answers(plan)
+    assert set(answers) == {"level"} and np.allclose(answers["level"], plan.data.x_train["x"][:, :2])
+    plan.loaded.predict = None  # computed once: QAT after pruning reads the same answers of the original
+    assert teacher_answers(plan) is answers
+    both = fake_plan(None, qat=True)  # no labels at all, and a recipe that asks for fine-tuning: all distilled
+    settle_contract(both, reference_of(both))
+    assert [n.split(":")[0] for n in both.notes] == ["pruning and QAT", "pruning and QAT"]
+    assert set(teacher_answers(both)) == {"kind", "level"}
+
+
+def test_answers_too_large_to_hold_are_refused_in_one_line(monkeypatch) -> None:
+    from builder.errors import TfsmithError
+    from builder.optimize import contract as contract_mod
+
+    plan = fake_plan({"kind": RNG.integers(0, 3, 10)})
+    monkeypatch.setattr(contract_mod, "TEACHER_BYTES", 10 * 2 * 4 - 1)  # one float32 short of 10 rows x 2 values
+    with pytest.raises(TfsmithError) as error:
+        contract_mod.teacher_answers(plan)
+    assert "answers for level (no training labels) on the 10 training rows would take" in str(error.value)
+    assert "\n" not in str(error.value) and plan.train_answers is None
+    monkeypatch.setattr(contract_mod, "TEACHER_BYTES", 10 * 2 * 4)
+    assert contract_mod.teacher_answers(plan)["level"].shape == (10, 2)
+
+
+def test_training_labels_set_aside_are_distilled_not_a_reason_to_skip_pruning() -> None:
+    from builder.optimize.contract import settle_contract
+
+    plan = fake_plan({"kind": RNG.integers(0, 3, 10), "level": np.zeros((10, 5), np.float32)})
+    settle_contract(plan, reference_of(plan))
+    assert plan.recipe.pruning is not None and set(plan.data.y_train) == {"kind"}
+    assert plan.notes[0].startswith("labels of 'level' set aside: y_train/level has shape (10, 5)")
+    assert plan.notes[1:] == ["pruning: output 'level' has its training labels set aside: fine-tuned to the "
+                              "original's own answers on the 10 training rows"]
+    assert not any("skipped" in n for n in plan.notes)
+
+
+def test_no_distillation_note_where_nothing_is_fine_tuned() -> None:
+    from builder.optimize.contract import distillation_notes
+
+    assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10)}, one_shot=True)) == []  # one-shot
+    assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10)}, pruning=False)) == []
+    assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10), "level": np.zeros((10, 2))})) == []

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from builder.errors import InputError
-from builder.optimize.data import RawData, shared_rows, split_npz, validate_data
+from builder.optimize.data import (RawData, distilled_outputs, has_training_data, shared_rows, split_npz,
+                                  validate_data)
 from builder.report import TensorSpec
 
 IMAGE = (TensorSpec("image", "float32", (None, 8, 8, 1)),)
@@ -53,6 +54,20 @@ def test_named_form_keeps_id_dtypes_everywhere_and_labels_are_optional_per_outpu
     assert set(data.y_val) == {"label"} and set(data.y_train) == {"label", "score"}
 
 
+def test_an_output_without_training_labels_is_distilled_not_refused() -> None:
+    arrays = {k: v for k, v in named().items() if k != "y_train/score"}
+    raw = split_npz(arrays, TWO_IN, TWO_OUT, "d.npz")
+    assert has_training_data(raw, TWO_OUT)  # one output's labels are enough to fine-tune
+    data = validate_data(raw, TWO_IN, TWO_OUT, need_train=True, need_calib=False, calib_samples=10)
+    assert set(data.y_train) == {"label"} and distilled_outputs(TWO_OUT, data.y_train) == ("score",)
+    # x_train without any labels: the recipe that asks for fine-tuning gets it all by distillation, while
+    # `auto` (has_training_data False) prunes one-shot
+    bare = split_npz({k: v for k, v in arrays.items() if not k.startswith("y_train")}, TWO_IN, TWO_OUT, "d.npz")
+    assert not has_training_data(bare, TWO_OUT)
+    data = validate_data(bare, TWO_IN, TWO_OUT, need_train=True, need_calib=False, calib_samples=10)
+    assert data.y_train is None and distilled_outputs(TWO_OUT, data.y_train) == ("label", "score")
+
+
 def test_calibration_falls_back_to_training_rows_never_validation() -> None:
     raw = split_npz(single(calib=False), IMAGE, PROBS, "d.npz")
     data = validate_data(raw, IMAGE, PROBS, need_train=False, need_calib=True, calib_samples=100)
@@ -94,7 +109,8 @@ def test_badly_named_arrays_are_one_line(arrays: dict, fragment: str) -> None:
         ({"x_val/extra": np.full((15, 3), "x")}, False, False, "has dtype <U1"),
         ({"x_val/extra": np.zeros((14, 3), np.float32)}, False, False, "different row counts"),
         ({"y_val/label": np.zeros(14, int)}, False, False, "y_val/label has 14 labels for 15 inputs"),
-        ({"y_train/score": None}, True, False, "needs x_train and y_train for every output (label, score)"),
+        ({"x_train/tokens": None, "x_train/extra": None, "y_train/label": None, "y_train/score": None}, True, False,
+         "the recipe prunes or trains, which needs x_train rows"),
         ({"x_calib/tokens": None, "x_calib/extra": None, "x_train/tokens": None, "x_train/extra": None,
           "y_train/label": None, "y_train/score": None}, False, True, "give x_calib or x_train (never x_val)"),
         ({"x_val/extra": None}, False, False, "x_val/extra is missing"),
