@@ -152,11 +152,15 @@ class LoadedModel:
     #: conversion reads instead of loading the folder again (`builder.optimize.loads`)
     loaded_saved_model: Any = field(default=None, repr=False)
 
-    def predict(self, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
-        """The original model's outputs by output name, in batches (fixed-batch models: their batch size).
+    def predict(self, x: Arrays, batch: int | None = None) -> dict[str, np.ndarray]:
+        """The original model's outputs by output name, in batches (fixed-batch models: their batch size; else
+        `batch`, by default `budget.rows_per_call` for its weights).
 
         Inputs that take no batch (a scalar beside the batch) come in row form (`builder.model.rows`)."""
-        return _in_batches(self.inputs, x, self._predict, fixed_batch(self.inputs) or batch)
+        from builder.optimize.budget import rows_per_call
+
+        step = fixed_batch(self.inputs) or batch or rows_per_call(4 * self.params if self.params else None)
+        return _in_batches(self.inputs, x, self._predict, step)
 
     def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
         """The original's outputs of another of its signatures (`others`), in batches."""
@@ -191,12 +195,19 @@ class LoadedModel:
         self.keras3_file = None
         self._predict = _released
         self._predict_other = None
+        from builder.optimize.original_process import OriginalProcess
+
+        for item in self._keep:
+            if isinstance(item, OriginalProcess):
+                item.close()  # the process the original answers from ends
         self._keep[:] = [item for item in self._keep if isinstance(item, tempfile.TemporaryDirectory)]
 
     def close(self) -> None:
         for item in self._keep:
             if isinstance(item, tempfile.TemporaryDirectory):
                 item.cleanup()
+            elif hasattr(item, "found") and hasattr(item, "close"):  # an OriginalProcess
+                item.close()
 
 
 def _released(_: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -480,12 +491,14 @@ def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
 
 
 def saved_model_contract(fn: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """A loaded signature's (inputs, outputs). Outputs come sorted by name: a SavedModel stores them as a map,
+    which a loaded function lists in an order that differs from one process to the next."""
     inputs = fn.structured_input_signature[1]
     outputs = fn.structured_outputs
     if not isinstance(outputs, Mapping):
         outputs = {"output_0": outputs}
     return (tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in inputs.items()),
-            tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in outputs.items()))
+            tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in sorted(outputs.items())))
 
 
 def _signature_predict(fn: Any, inputs: tuple[TensorSpec, ...]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
@@ -540,6 +553,21 @@ def _from_saved_model(facts: ModelFacts, directory: Path, keep: list[Any], why: 
                        params=int(keras_model.count_params()) if keras_model is not None else (params or None),
                        signature=key, others=others, _predict=_signature_predict(fn, inputs),
                        _predict_other=lambda name, x: predictors[name](x), _keep=keep, loaded_saved_model=loaded)
+
+
+def _answering_apart(facts: ModelFacts, directory: Path, keep: list[Any], why: str | None,
+                     signature: str | None = None) -> LoadedModel:
+    """A SavedModel loaded and answering in a process of its own (`builder.optimize.original_process`): the
+    same contract and answers as `_from_saved_model`, and its memory the machine's again once it is released."""
+    from builder.optimize.original_process import OriginalProcess
+
+    process = OriginalProcess(_from_saved_model, facts, Path(directory), [], why, None, signature)
+    keep.append(process)
+    found = process.found
+    return LoadedModel(facts=facts, inputs=found.inputs, outputs=found.outputs, keras_model=None,
+                       saved_model_dir=directory, tflite_path=None, trainable_why_not=why, params=found.params,
+                       signature=found.signature, others=found.others,
+                       _predict=lambda x: process.predict(None, x), _predict_other=process.predict, _keep=keep)
 
 
 def _from_keras2(facts: ModelFacts, model: Any, keep: list[Any]) -> LoadedModel:
@@ -828,9 +856,10 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
 
     `signature`: the SavedModel signature that is the contract (default serving_default); `imports`: the user's
     modules to import first (custom layers). `apart`: a Keras 3 model is loaded and exported in a process of its
-    own, watched against `limit` (`builder.optimize.isolated`), and only its SavedModel is loaded here: with
-    oneDNN, TensorFlow keeps what a model held in its allocator's pools after the model is gone, so a big Keras
-    model loaded here would hold its memory for the whole run."""
+    own, watched against `limit` (`builder.optimize.isolated`), and its SavedModel (or the SavedModel given, when
+    no Keras 2 model is inside) is loaded and answers from another (`builder.optimize.original_process`) until
+    it is released: with oneDNN, TensorFlow keeps what a model held in its allocator's pools after the model is
+    gone, so a big model loaded here would hold its memory for the whole run."""
     facts = sniff_model(path)
     if signature and signature != DEFAULT_SIGNATURE and facts.format != "saved_model":
         raise InputError(f"--signature {signature}: only a SavedModel has signatures to choose from; "
@@ -862,7 +891,7 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
             model3, notes, twin = _keras3_exported(facts, imports, exported, twin_dir)
         why = (f"a Keras {facts.keras_version} model: tfmot quantization-aware-trains only Keras 2 (tf_keras) "
                "models, so QAT does not apply (pruning is tfsmith's own for Keras 3)")
-        found = _from_saved_model(facts, exported, keep, why)
+        found = (_answering_apart if apart else _from_saved_model)(facts, exported, keep, why)
         found.keras3_model, found.keras3_file = model3, (facts.path, imports)
         if twin:
             found.convert_from = twin_dir
@@ -883,6 +912,8 @@ def load_model(path: Path, signature: str | None = None, imports: tuple[str, ...
     why = None if model is not None else why
     if model is not None and is_quantization_aware(model):
         why = QAT_WHY
+    if apart and model is None:
+        return _answering_apart(facts, facts.path, keep, why, signature=signature)
     loaded = _from_saved_model(facts, facts.path, keep, why, keras_model=model, signature=signature)
     return _with_float32_twin(loaded, model, keras3=False) if model is not None else loaded
 

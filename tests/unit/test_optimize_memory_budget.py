@@ -71,6 +71,19 @@ def test_artifacts_are_raced_in_groups_that_fit_and_in_one_race_where_everything
     assert all(len(g) == 1 for g in steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, nothing))
 
 
+def test_artifacts_whose_runners_the_evaluation_kept_open_are_raced_in_the_first_group(tmp_path: Path) -> None:
+    files = [_result(f"m{i}.tflite", "tflite_fp32", "litert") for i in range(4)]
+    for f in files:
+        (tmp_path / f.path).write_bytes(b"\0" * 1024)
+    tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
+    tight.held = 2 * MIB
+    opened = {(str((tmp_path / "m3.tflite").resolve()), "litert", None): object()}
+    groups = steps.race_groups(files, tmp_path, CONTRACT, ("f32",), opened, tight)
+    assert groups[0][0].path == "m3.tflite"  # open already: it costs nothing to race now
+    assert sorted(r.path for g in groups for r in g) == sorted(f.path for f in files)
+    assert [r.path for g in groups for r in g][1:] == ["m0.tflite", "m1.tflite", "m2.tflite"]
+
+
 def test_a_later_group_is_put_on_the_first_groups_scale_through_the_best_so_far() -> None:
     best = Candidate("a.tflite", "litert", 100.0, 50, 10, "", "serving_default", 95.0, 105.0)
     first = Latency(100.0, 150.0, 50, 95.0, 105.0)
