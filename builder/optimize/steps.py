@@ -671,17 +671,21 @@ def measure_step(run: Run, made: Made) -> Made:
     best_so_far: tuple[ArtifactResult, Candidate, Latency] | None = None  # the best so far, timed beside each group
     # each group is formed when its turn comes, from the room left then: the runners the evaluation kept open
     # are closed after the first group, and what is resident falls
-    remaining, groups = list(results), 0
-    while remaining:
-        group = race_groups(remaining, staging, contract, precisions, opened, held_to)[0]
-        remaining = [r for r in remaining if all(r is not g for g in group)]
-        single = groups == 0 and not remaining
+    left: list[Pair] = [(r, runtime, signature) for r in results
+                        for runtime, signature in cands.candidate_pairs(r, contract, precisions)]
+    groups = 0
+    while left:
+        group = race_groups(left, staging, opened, held_to)[0]
+        left = [p for p in left if all(p is not q for q in group)]
+        single = groups == 0 and not left
         n, groups = groups, groups + 1
-        members = group if best_so_far is None or best_so_far[0] in group else [*group, best_so_far[0]]
-        keep = None if best_so_far is None else _keeping(group, best_so_far[1])
-        share = budget * max(1, sum(len(cands.candidate_pairs(r, contract, precisions)) for r in group)) / max(1, pairs)
+        members = [r for r in results if any(p[0] is r for p in group)]
+        if best_so_far is not None and all(best_so_far[0] is not m for m in members):
+            members.append(best_so_far[0])
+        keep = None if single else _keeping(group, best_so_far[1] if best_so_far is not None else None)
+        share = budget * max(1, len(group)) / max(1, pairs)
         with_baseline[0] = n == 0 and baseline_runner is not None
-        label = "" if single else f"group {n + 1} ({len(group)} artifacts, {len(remaining)} after it): "
+        label = "" if single else f"group {n + 1} ({len(group)} pairs, {len(left)} after it): "
         found, timing, runners = cands.measure(
             members, staging, contract, plan.data.x_val, precisions, make, judge, timer, max(0.5, share), cause,
             lambda text: stage(say, label + text), only=named, keep=keep)
@@ -694,7 +698,7 @@ def measure_step(run: Run, made: Made) -> Made:
         rows_per_s |= _time_batches({k: timing[k] for k in [*primaries.values(), baseline_key]
                                      if k in runners and k in timing}, runners, plan, share, say)
         best_so_far = _best_so_far(candidates, results, latencies, contract, named) or best_so_far
-        if remaining:  # close this group's runners but the best so far's: the next group takes it over
+        if left:  # close this group's runners but the best so far's: the next group takes it over
             kept = runners.get(cands.key(best_so_far[1].artifact, best_so_far[1].runtime, _own(best_so_far[1]))) \
                 if best_so_far is not None else None
             runners.clear()
@@ -708,7 +712,7 @@ def measure_step(run: Run, made: Made) -> Made:
     if timed:
         run.ledger.note(cands.race_line(timed, budget))
     if groups > 1:
-        run.ledger.note(f"memory: the {len(results)} artifacts were raced in {groups} groups, each "
+        run.ledger.note(f"memory: the {pairs} artifact x runtime pairs were raced in {groups} groups, each "
                         f"beside the best so far, so that the runners open at once fit in {RACE_SHARE:.0%} of the budget "
                         f"({held_to.describe() if held_to is not None else 'unknown'}); each group's timings are on "
                         "the first group's scale through that shared candidate")
@@ -734,40 +738,43 @@ def measure_step(run: Run, made: Made) -> Made:
 RACE_SHARE = 0.4
 
 
-def race_groups(results: list[ArtifactResult], staging: Path, contract: ModelContract, precisions: tuple[str, ...],
-                opened: Opened, budget: Any) -> list[list[ArtifactResult]]:
-    """The artifacts in groups whose runners fit at once in the race's share of the memory budget beside what
-    is resident now (a group holds at least one artifact): those whose runners are open already (the evaluation
-    kept them) first, then in order. One group where everything fits, or where the budget is unknown: one race,
-    as on a host with room to spare."""
-    from builder.optimize import candidates as cands
+#: One artifact on one runtime, at one signature ("": the file's own): what the race opens and times.
+Pair = tuple[ArtifactResult, str, str]
 
+
+def race_groups(pairs: list[Pair], staging: Path, opened: Opened, budget: Any) -> list[list[Pair]]:
+    """The artifact x runtime pairs in groups whose runners fit at once in the race's share of the memory budget
+    beside what is resident now (a group holds at least one pair): those whose runners are open already (the
+    evaluation kept them) first, then in order. Pairs, not artifacts: each runtime loads its own copy of a file
+    (a BERT-base-sized float .tflite on LiteRT, OpenVINO and OpenVINO's bf16 took 2.6 GiB at once), except
+    TensorFlow's runtimes, which share one load of a SavedModel within a group. One group where everything
+    fits, or where the budget is unknown: one race, as on a host with room to spare."""
     room = budget.room(RACE_SHARE) if budget is not None else None
     if room is None:
-        return [list(results)]
-    held = {key[0] for key in opened}
+        return [pairs]
+    held = {(key[0], key[1]) for key in opened}
 
-    def need(result: ArtifactResult) -> int:
-        path = staging / result.path
-        if str(path.resolve()) in held or not path.exists():
-            return 0
-        runtimes = {runner_kind(runtime) for runtime, _ in cands.candidate_pairs(result, contract, precisions)}
-        size = file_bytes(path)
-        # a SavedModel's TensorFlow runtimes share one load; every other runtime loads its own copy
-        return sum(budget.need(kind, size) * (1 if kind == "runner:tensorflow" else
-                                              sum(1 for rt, _ in cands.candidate_pairs(result, contract, precisions)
-                                                  if runner_kind(rt) == kind))
-                   for kind in runtimes)
+    def is_held(pair: Pair) -> bool:
+        return (str((staging / pair[0].path).resolve()), pair[1]) in held
 
-    groups: list[list[ArtifactResult]] = [[]]
+    groups: list[list[Pair]] = [[]]
     used = 0
-    for result in sorted(results, key=lambda r: need(r) > 0):  # stable: the open ones first, each in order
-        cost = need(result)
+    shared: set[str] = set()  # SavedModels loaded on TensorFlow in this group
+    for pair in sorted(pairs, key=lambda p: not is_held(p)):  # stable: the open ones first, each in order
+        result, runtime, _ = pair
+        path = staging / result.path
+        kind = runner_kind(runtime)
+        sharing = kind == "runner:tensorflow" and result.path in shared
+        cost = 0 if is_held(pair) or sharing or not path.exists() else budget.need(kind, file_bytes(path))
         if groups[-1] and used + cost > room:
             groups.append([])
             used = 0
-        groups[-1].append(result)
+            shared = set()
+            cost = 0 if is_held(pair) or not path.exists() else budget.need(kind, file_bytes(path))
+        groups[-1].append(pair)
         used += cost
+        if kind == "runner:tensorflow":
+            shared.add(result.path)
     return groups
 
 
@@ -782,14 +789,15 @@ def _asked(candidate: Candidate, contract: ModelContract, plan: Plan) -> str | N
     return own or (contract.signature if plan.checks else None)
 
 
-def _keeping(group: list[ArtifactResult], reference: Candidate) -> Callable[[ArtifactResult, str, str], bool]:
-    """The pairs a later group times: all of its own, and the best so far on its own runtime only."""
-    paths = {r.path for r in group}
+def _keeping(group: list[Pair], reference: Candidate | None) -> Callable[[ArtifactResult, str, str], bool]:
+    """The pairs a group times: its own, and the best so far (on its own runtime and signature) beside them."""
+    chosen = {(r.path, runtime, signature) for r, runtime, signature in group}
 
     def keep(result: ArtifactResult, runtime: str, signature: str) -> bool:
-        if result.path in paths:
+        if (result.path, runtime, signature) in chosen:
             return True
-        return runtime == reference.runtime and (signature or reference.signature) == reference.signature
+        return (reference is not None and result.path == reference.artifact and runtime == reference.runtime
+                and (signature or reference.signature) == reference.signature)
 
     return keep
 

@@ -53,35 +53,44 @@ CONTRACT = ModelContract(inputs=(TensorSpec("x", "float32", (None, 4)),),
                          outputs=(OutputSpec("y", "float32", (None, 2), "regression", "test"),))
 
 
-def test_artifacts_are_raced_in_groups_that_fit_and_in_one_race_where_everything_does(tmp_path: Path) -> None:
+def _pairs(tmp_path: Path, runtimes: tuple[str, ...] = ("litert",)) -> list[steps.Pair]:
     files = [_result(f"m{i}.tflite", "tflite_fp32", "litert") for i in range(4)]
     for f in files:
         (tmp_path / f.path).write_bytes(b"\0" * 1024)
+    return [(f, runtime, "") for f in files for runtime in runtimes]
+
+
+def test_pairs_are_raced_in_groups_that_fit_and_in_one_race_where_everything_does(tmp_path: Path) -> None:
+    pairs = _pairs(tmp_path)
     everything = FixedRoom(limit=10**12, weights=0)
-    assert steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, everything) == [files]
-    assert steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, None) == [files]
+    assert steps.race_groups(pairs, tmp_path, {}, everything) == [pairs]
+    assert steps.race_groups(pairs, tmp_path, {}, None) == [pairs]
     # each file's runners are learned to take 1000x its size (about 1 MiB each); room for two at a time
     tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
     tight.held = 2 * MIB
-    groups = steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, tight)
+    groups = steps.race_groups(pairs, tmp_path, {}, tight)
     assert [g for g in groups if g] and sum(len(g) for g in groups) == 4 and len(groups) > 1
-    assert [r.path for g in groups for r in g] == [f.path for f in files]  # in order, every one once
+    assert [p for g in groups for p in g] == pairs  # in order, every one once
     nothing = FixedRoom(limit=MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
-    nothing.held = 10 * MIB  # over the budget already: still one artifact a group, never none
-    assert all(len(g) == 1 for g in steps.race_groups(files, tmp_path, CONTRACT, ("f32",), {}, nothing))
+    nothing.held = 10 * MIB  # over the budget already: still one pair a group, never none
+    assert all(len(g) == 1 for g in steps.race_groups(pairs, tmp_path, {}, nothing))
 
 
-def test_artifacts_whose_runners_the_evaluation_kept_open_are_raced_in_the_first_group(tmp_path: Path) -> None:
-    files = [_result(f"m{i}.tflite", "tflite_fp32", "litert") for i in range(4)]
-    for f in files:
-        (tmp_path / f.path).write_bytes(b"\0" * 1024)
+def test_one_files_runtimes_are_split_between_groups_when_together_they_do_not_fit(tmp_path: Path) -> None:
+    pairs = _pairs(tmp_path, ("litert", "openvino"))[:2]  # one file on two runtimes, each its own copy
+    tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
+    tight.held = 3 * MIB  # room for one runner of about 1 MiB, not two
+    assert steps.race_groups(pairs, tmp_path, {}, tight) == [[pairs[0]], [pairs[1]]]
+
+
+def test_pairs_whose_runners_the_evaluation_kept_open_are_raced_in_the_first_group(tmp_path: Path) -> None:
+    pairs = _pairs(tmp_path)
     tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
     tight.held = 2 * MIB
     opened = {(str((tmp_path / "m3.tflite").resolve()), "litert", None): object()}
-    groups = steps.race_groups(files, tmp_path, CONTRACT, ("f32",), opened, tight)
-    assert groups[0][0].path == "m3.tflite"  # open already: it costs nothing to race now
-    assert sorted(r.path for g in groups for r in g) == sorted(f.path for f in files)
-    assert [r.path for g in groups for r in g][1:] == ["m0.tflite", "m1.tflite", "m2.tflite"]
+    groups = steps.race_groups(pairs, tmp_path, opened, tight)
+    assert groups[0][0][0].path == "m3.tflite"  # open already: it costs nothing to race now
+    assert [p[0].path for g in groups for p in g] == ["m3.tflite", "m0.tflite", "m1.tflite", "m2.tflite"]
 
 
 def test_a_later_group_is_put_on_the_first_groups_scale_through_the_best_so_far() -> None:
