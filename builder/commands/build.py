@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         base_image: str = typer.Option(None, "--base-image", help="Base image to create when missing."),
         arch: str = typer.Option(
             None, "--arch", help="Architecture of the base image: this machine's (default), amd64 or arm64 "
-            "(arm64 on x86 installs and registers QEMU emulation, then bootstraps under it: minutes, once)."
+            "(arm64 on x86 installs and registers QEMU emulation for the image's checks; the base itself is configured on this machine: about half a minute, once)."
         ),
     ) -> None:
         """Bring up a Docker engine (install + start dockerd when needed) and the local Python base image."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import builder.engine.emulation as emulation
 from builder.engine.base import EngineUnavailable
+from builder.engine.foreign_rootfs import finish_second_stage, first_stage_packages, not_repeated
 from builder.say import Say
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")
@@ -48,6 +49,12 @@ class Requirement:
 ENGINE = Requirement("dockerd", "docker.io", "the Docker daemon (and /usr/bin/docker, a CLI with BuildKit built in)")
 BUILDKIT_CLI = Requirement("/usr/bin/docker", "docker.io", "builds with RUN --mount without the buildx plugin")
 DEBOOTSTRAP = Requirement("debootstrap", "debootstrap", "creates the base image when no registry can be reached")
+#: Host tools that finish another architecture's root filesystem (`foreign_rootfs`); a bare Debian machine has
+#: them (so they are not in REQUIREMENTS), they are checked all the same.
+FOREIGN_ROOTFS = (
+    Requirement("openssl", "openssl", "hashes the CA certificates of another architecture's base image"),
+    Requirement("pam-auth-update", "libpam-runtime", "writes /etc/pam.d/common-* of another architecture's base image"),
+)
 REGISTRY = Requirement("docker-registry", "docker-registry", "a local registry to push to and pull from")
 #: Everything beyond a bare Debian machine that tfsmith's engine set-up and its test suite run. (QEMU is not
 #: here: Debian's own is too old for LiteRT; `ensure_qemu` fetches trixie's without installing it.)
@@ -384,9 +391,11 @@ def ensure_base_image(
     debootstrap when it is not there; returns its tag (`base_image_ref(arch)` unless `ref` is given).
 
     No registry is needed: the root filesystem is bootstrapped from Debian's archive and imported with the
-    image architecture set, so BuildKit takes it for `--platform linux/<arch>` builds. Another
-    architecture's root filesystem is configured under QEMU (`ensure_emulation`): a few minutes instead of
-    one, once; the image is kept and reused.
+    image architecture set, so BuildKit takes it for `--platform linux/<arch>` builds. Another architecture's
+    root filesystem is not configured under QEMU: debootstrap's first stage (`--foreign`) fetches and unpacks,
+    and `foreign_rootfs.finish_second_stage` does the rest with the host's tools (the arm64 image in 31 s on
+    an x86 host, against 188 s with the second stage emulated; both cold); only its `ldconfig` runs emulated, which is
+    why emulation is made ready first.
     """
     wanted = docker_arch(arch) if arch else host_arch()
     ref = ref or base_image_ref(wanted)
@@ -395,12 +404,12 @@ def ensure_base_image(
         if found != wanted:
             raise EngineUnavailable(f"image {ref} is for {found}, not {wanted}; remove it or pass another tag")
         return ref
-    ensure_programs((DEBOOTSTRAP,), say)
     foreign = wanted != host_arch()
+    ensure_programs((DEBOOTSTRAP, *(FOREIGN_ROOTFS if foreign else ())), say)
     if foreign:
         ensure_emulation(wanted, say)
-    duration = "several minutes under emulation" if foreign else "about a minute"
-    say(f"creating base image {ref} ({wanted}) with debootstrap ({duration})")
+    how = "debootstrap --foreign, configured on this machine" if foreign else "debootstrap"
+    say(f"creating base image {ref} ({wanted}) with {how} (about a minute)")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tfsmith-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
@@ -410,6 +419,7 @@ def ensure_base_image(
                 f"--arch={wanted}",
                 "--variant=minbase",
                 f"--include={','.join(packages)}",
+                *(["--foreign"] if foreign else []),
                 "bookworm",
                 str(rootfs),
                 DEBIAN_MIRROR,
@@ -424,6 +434,8 @@ def ensure_base_image(
             log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
             raise EngineUnavailable(f"debootstrap ({wanted}) failed: {' '.join(tail)}; full log: {log_path}")
+        if foreign:
+            _second_stage(rootfs, wanted, say)
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / cache, ignore_errors=True)
             (rootfs / cache).mkdir(parents=True, exist_ok=True)
@@ -432,6 +444,27 @@ def ensure_base_image(
         raise EngineUnavailable(f"docker load made {ref} for {image_arch(ref)}, not {wanted}")
     say(f"base image {ref} ({wanted}) made in {time.monotonic() - started:.0f} s")
     return ref
+
+
+def _second_stage(rootfs: Path, arch: str, say: Say) -> None:
+    """Finish a `debootstrap --foreign` root filesystem: on the host when every maintainer script in it is one
+    `foreign_rootfs` repeats, else (another package set, a new Debian point release) as debootstrap does it,
+    emulated, rather than guess what an unread script does."""
+    packages = first_stage_packages(rootfs)
+    unknown = not_repeated(packages)
+    if not unknown:
+        finish_second_stage(rootfs, packages)
+        return
+    say(f"maintainer scripts of {', '.join(unknown)} are not repeated on this machine: running debootstrap's "
+        "second stage under emulation (several minutes)")
+    result = subprocess.run(["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        log_path = STATE_DIR / f"debootstrap-{arch}.log"
+        log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+        raise EngineUnavailable(f"debootstrap --second-stage ({arch}) failed: {' '.join(tail)}; full log: {log_path}")
 
 
 def _load_rootfs(rootfs: Path, ref: str, arch: str, layer: Path) -> None:

@@ -45,8 +45,9 @@ def base_image(docker_engine: None) -> str:
 @pytest.fixture(scope="session")
 def arm64_base_image(docker_engine: None, base_image: str) -> str:
     """Tag of a local arm64 Debian bookworm image with python3 and venv (this machine's own base on an arm64
-    host; on x86, QEMU emulation is installed and registered, and the image bootstrapped under it once). An
-    image built on it installs its Python packages in a stage on this machine's platform, from `base_image`."""
+    host; on x86, QEMU emulation is installed and registered for the checks, and the image is made once by
+    debootstrap's first stage and configured on this machine, not under emulation). An image built on it
+    installs its Python packages in a stage on this machine's platform, from `base_image`."""
     with one_at_a_time("arm64-base-image"):
         ensure_emulation("arm64", say=print)
         return ensure_base_image(say=print, arch="arm64")
