@@ -63,15 +63,16 @@ def test_a_version_that_is_not_ready_is_refused_with_503_and_unknown_ones_with_4
 
 def test_large_bodies_are_decoded_off_the_event_loop_only_while_others_are_in_flight() -> None:
     plane = _plane()
-    here = lambda: threading.current_thread().name  # noqa: E731
+    here = lambda served: (served.name, threading.current_thread().name)  # noqa: E731
 
     async def scenario() -> tuple[str, str, str, str]:
         metrics = plane.metrics
         first = metrics.begin()
-        alone = await plane.decode(10_000, here)  # nobody to keep waiting: no hop to a thread and back
+        _, (_, alone) = await plane.read("m", None, None, 10_000, here)  # nobody to keep waiting: no hop
         second = metrics.begin()
-        small = await plane.decode(10, here)
-        large = await plane.decode(10_000, here)
+        _, (_, small) = await plane.read("m", None, None, 10, here)
+        served, (name, large) = await plane.read("m", None, None, 10_000, here)  # decoded against the version
+        assert served.name == name == "m"
         metrics.end("m", "predict", "V2", "OK", second)
         metrics.end("m", "predict", "REST", "OK", first)
         return alone, small, large, threading.current_thread().name

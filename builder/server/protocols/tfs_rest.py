@@ -7,7 +7,7 @@ Its routes (TF Serving's, so existing clients and probes work unchanged; declare
 This module only translates: a predict body (as the front handed it, gzip already decoded) is read into numpy by one
 fast path (`tensor_json`, simdjson straight into an array for one numeric input) or else the general path
 once (`tfs_json.parse_predict` over `jsoncodec`), and the outputs are written back in the request's form.
-Lookup, readiness and decoding off the event loop are the data plane's (`dataplane`), the call and its rules
+Lookup, readiness and decoding off the event loop are the data plane's (`dataplane.read`), the call and its rules
 `core/call`'s; errors are raised, and answered and counted by the route table's router (`core.outcome`).
 """
 
@@ -69,9 +69,8 @@ async def predict(context: Context, request: Request, name: str, version: str | 
     version's signatures, the call run, the outputs written in the request's form (rows or columns)."""
     plane, config = context.plane, context.config
     body = request.body if isinstance(request.body, bytes) else bytes(request.body)
-    served = plane.resolve(name, version, label)
-    call = await plane.decode(len(body), lambda: decode_predict(body, served.signatures, config.max_request_batch,
-                                                               served.default_signature))
+    served, call = await plane.read(name, version, label, len(body), lambda served: decode_predict(
+        body, served.signatures, config.max_request_batch, served.default_signature))
     outputs = await served.predict(call)
     return Answer(200, jsoncodec.dumps(format_outputs(outputs, served.signatures[call.signature], call.row_format)),
                   JSON)

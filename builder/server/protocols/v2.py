@@ -28,7 +28,7 @@ from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
 from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
-from builder.server.core.call import Call, RequestError, check_output_names, make_call
+from builder.server.core.call import Call, RequestError, choose_signature, make_call
 from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
 from builder.wire.tensors import WireError
@@ -263,11 +263,10 @@ class InferCodec:
 
     @staticmethod
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
-        signature = served.signature("")
+        signature = choose_signature("", served.signatures, served.default_signature)
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
-        check_output_names(signature, order)
-        return make_call(signature, arrays, served.max_request_batch), (document, order, binary)
+        return make_call(signature, arrays, served.max_request_batch, order), (document, order, binary)
 
     def encode(self, served: ServedModel, call: Call, request: Kept,
                outputs: Mapping[str, np.ndarray]) -> InferAnswer:
@@ -302,8 +301,8 @@ async def infer(context: Context, request: Request, name: str, version: str | No
     body = request.body
     if header_length is None and not isinstance(body, bytes):
         body = bytes(body)  # all of it is JSON
-    served = plane.resolve(name, version)
     codec = InferCodec(header_length)
-    call, kept = await plane.decode(codec.size(body), lambda: codec.decode(served, body))
+    served, (call, kept) = await plane.read(name, version, None, codec.size(body),
+                                            lambda served: codec.decode(served, body))
     answer = codec.encode(served, call, kept, await served.predict(call))
     return Answer(200, answer.body, answer.headers)
