@@ -19,7 +19,7 @@ import numpy as np
 
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, choose_signature, make_call
-from builder.server.protocols.tfs_json import PREDICT_METHOD
+from builder.server.protocols.tfs_rest import PREDICT_METHOD
 from builder.wire.tensors import wire_shape
 from builder.server.core.dataplane import ServedModel
 from builder.wire import tfs_proto as pb

@@ -29,7 +29,7 @@ from builder.server.protocols.answers import json_answer
 from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, choose_signature, make_call
-from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
+from builder.server.protocols.tfs_rest import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
