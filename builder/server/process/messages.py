@@ -55,13 +55,6 @@ class Request(NamedTuple):
     client: str = ""  # "address:port" (HTTP) or gRPC's peer string
     scheme: str = "http"
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a (lower-case) header, or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
-
 
 class Answer(NamedTuple):
     """A model server's answer. HTTP: `status` and `headers` as sent (content-length is the front's to write).

@@ -241,20 +241,14 @@ class InferCodec:
         return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
 
     def decode(self, served: ServedModel, body: bytes) -> Decoded:
-        """The fast path's call once its structure check agrees; else the general path's. A request the fast
-        path's document makes invalid is refused only once the check agrees (else the general path's document
-        decides, and its refusal is the one a client gets)."""
-        fast = (tensor_json.Left.PARSED if self.header_length is not None
-                else tensor_json.read_v2_unconfirmed(body, DATATYPES))
+        """The fast path's call once its structure check agrees (`tensor_json.read_v2`: read and checked in one
+        call); else the general path's. A request the fast path's document makes invalid is refused only once
+        the check agrees (else the general path's document decides, and its refusal is the one a client
+        gets)."""
+        fast = tensor_json.Left.PARSED if self.header_length is not None else tensor_json.read_v2(body, DATATYPES)
         if isinstance(fast, tensor_json.Left):
             return self._decode(served, body, fast)
-        try:
-            decoded = self._call(served, body, fast.value, memoryview(b""))
-        except RequestError:
-            if fast.confirmed():
-                raise
-            return self._decode(served, body, tensor_json.Left.PARSED)
-        return decoded if fast.confirmed() else self._decode(served, body, tensor_json.Left.PARSED)
+        return self._call(served, body, fast, memoryview(b""))
 
     def _decode(self, served: ServedModel, body: bytes, left: tensor_json.Left) -> Decoded:
         """The general path: the body decoded once by the decoder `left` names."""
@@ -296,7 +290,7 @@ async def infer(context: Context, request: Request, name: str, version: str | No
     """Inference: JSON, or the binary extension (whose tensors stay where they lie: in a model process, in the
     shared memory the front wrote them to)."""
     plane = context.plane
-    length = request.header(HEADER_LENGTH_KEY)
+    length = next((value for key, value in request.headers if key == HEADER_LENGTH_KEY), None)
     header_length = None if length is None else length.decode("latin-1")
     body = request.body
     if header_length is None and not isinstance(body, bytes):
