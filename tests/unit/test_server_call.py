@@ -72,3 +72,17 @@ def test_float64_passes_every_decoder_exactly() -> None:
     assert call.batch == 2
     with pytest.raises(RequestError, match="expects float64, got float32"):
         make_call(DOUBLES, {"state": np.array(values, np.float32)}, max_batch=64)
+
+
+TWO_OUTPUTS = SignatureSpec("serving_default", inputs=(TensorSpec("x", "float32", (None, 2)),),
+                            outputs=(TensorSpec("a", "float32", (None, 1)), TensorSpec("b", "float32", (None, 1))))
+
+
+def test_the_outputs_asked_for_are_checked_before_the_inputs_and_kept_in_the_call() -> None:
+    x = np.zeros((3, 2), np.float32)
+    assert make_call(TWO_OUTPUTS, {"x": x}, max_batch=8).outputs == ()  # none named: every output
+    assert make_call(TWO_OUTPUTS, {"x": x}, max_batch=8, outputs=["b"]).outputs == ("b",)
+    with pytest.raises(RequestError, match=r"unknown output\(s\) c; this signature has a, b"):
+        make_call(TWO_OUTPUTS, {"wrong": x}, max_batch=8, outputs=["c"])  # the outputs first, then the inputs
+    with pytest.raises(RequestError, match="missing"):
+        make_call(TWO_OUTPUTS, {"wrong": x}, max_batch=8, outputs=["a"])

@@ -8,10 +8,11 @@ import json
 import math
 import threading
 
+import numpy as np
 import pytest
 
 from builder.model.failures import ModelInputError
-from builder.server.core.call import RequestError
+from builder.server.core.call import Call, RequestError
 from builder.server.core.dataplane import DataPlane
 from builder.server.core.metrics import Metrics
 from builder.server.core.outcome import ClientGone, Outcome, of_grpc, outcome, outcome_of
@@ -109,3 +110,15 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
+
+
+def test_a_version_answers_only_the_outputs_its_call_asks_for_in_the_order_asked() -> None:
+    class Batcher:
+        async def predict(self, call: Call) -> dict[str, np.ndarray]:
+            return {"a": np.zeros(1), "b": np.ones(1), "c": np.full(1, 2.0)}
+
+    served = ServedModel(name="m", version=1, signatures={}, batcher=Batcher(),  # type: ignore[arg-type]
+                         runtime="litert")
+    every = asyncio.run(served.predict(Call("serving_default", {}, 1)))
+    picked = asyncio.run(served.predict(Call("serving_default", {}, 1, outputs=("c", "a"))))
+    assert list(every) == ["a", "b", "c"] and list(picked) == ["c", "a"] and picked["c"][0] == 2.0
