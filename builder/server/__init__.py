@@ -20,8 +20,8 @@ image). Its rooms, as a request meets them (docs/design/server.md draws the pict
   process's life).
 - `model_server`: the models answering every request handed over, through `routes` (every REST route and gRPC
   method declared once, with its handler), the same in the front's own process and in each model process.
-- `protocols/`: the handlers, translating only. `tfs_rest`, `v2`, `tfs_grpc` (the three protocols), `tfs_json`
-  (TF Serving's JSON in and out, pure), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`, `answers`
+- `protocols/`: the handlers, translating only. `tfs_rest` (TF Serving's REST routes and its JSON in and out),
+  `v2`, `tfs_grpc` (the three protocols), `tensor_json` (numeric JSON straight into numpy), `jsoncodec`, `answers`
   (JSON answers and the one error renderer), `health`, `openapi` (the document, from the route table).
 - `core/`: what every request does whichever door it came through. `dataplane` (the served models and versions;
   lookup, readiness, metadata, inference and their bookkeeping), `batching` (dynamic batching, and how model

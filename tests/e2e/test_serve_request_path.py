@@ -25,15 +25,19 @@ grpc = pytest.importorskip("grpc")
 REQUESTS = 4
 #: The most modules (builder.server.*, builder.wire.*) a request may pass, all its processes together.
 MOST_MODULES = {
-    "model-processes": {"v2": 16, "rest": 16, "grpc": 15},
-    "in-front": {"v2": 13, "rest": 13, "grpc": 12},
+    "model-processes": {"v2": 15, "rest": 14, "grpc": 14},
+    "in-front": {"v2": 12, "rest": 11, "grpc": 11},
 }
-#: Modules a request enters at most this often: its protocol's module (the router calls the handler; gRPC its
-#: message reader too), the data plane's hand-over to the model, and the front's hand-over to a model process.
+#: Modules a request enters at most this often: its protocol's module (the router calls the handler, the data
+#: plane its decoding; gRPC's message reader), the data plane (read, predict), the call's rules (the signature,
+#: the call), the JSON fast path (one read), the data plane's hand-over to the model, the front's hand-over to a
+#: model process; and the request and answer values, made without entering `messages` at all.
 MOST_ENTRIES = {
     "builder.server.protocols.v2": 2, "builder.server.protocols.tfs_rest": 2, "builder.server.protocols.tfs_grpc": 2,
+    "builder.server.core.dataplane": 2, "builder.server.core.call": 2, "builder.server.protocols.tensor_json": 1,
     "builder.server.core.batching": 1, "builder.server.core.interpreters": 1,
     "builder.server.front.model_processes": 1, "builder.server.front.balancer": 1, "builder.server.routes": 2,
+    "builder.server.process.messages": 0,
 }
 
 

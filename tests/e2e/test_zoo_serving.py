@@ -22,7 +22,7 @@ import pytest
 from builder.engine.base import Engine
 from builder.packaging.smoke import fidelity
 from builder.report import Report
-from builder.server.protocols.tfs_json import TF_DTYPES
+from builder.server.protocols.tfs_rest import TF_DTYPES
 from tests import zoo, zoo_runs
 from tests.e2e.test_serve import STOPPED, TFSMITH, Server
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from builder.server.core.batching import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
                                      take_count)
-from builder.server.protocols.tfs_json import (
+from builder.server.protocols.tfs_rest import (
     SignatureSpec,
     TensorSpec,
     format_outputs,
@@ -239,7 +239,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 
 
 def test_booleans_among_numbers_are_refused_unless_the_body_has_none() -> None:
-    from builder.server.protocols.tfs_json import may_hold_booleans, to_typed_array
+    from builder.server.protocols.tfs_rest import may_hold_booleans, to_typed_array
 
     spec = TensorSpec("x", "float32", (None, 2))
     with pytest.raises(RequestError, match="booleans"):

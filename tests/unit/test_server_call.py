@@ -10,7 +10,7 @@ import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server.core.call import Call, RequestError, batch_of, check_shape, make_call
-from builder.server.protocols import tensor_json, tfs_json, v2
+from builder.server.protocols import tensor_json, tfs_rest, v2
 
 SCALAR_BESIDE = SignatureSpec("serving_default",
                               inputs=(TensorSpec("features", "float32", (None, 3)), TensorSpec("temperature", "float32", ())),
@@ -42,12 +42,12 @@ def test_a_signature_of_scalars_only_is_a_batch_of_one() -> None:
 
 def test_tf_serving_columns_carry_a_scalar_and_rows_refuse_it_in_one_line() -> None:
     body = {"inputs": {"features": [[1, 2, 3], [4, 5, 6]], "temperature": 0.5}}
-    call = tfs_json.parse_predict(body, {"serving_default": SCALAR_BESIDE})
+    call = tfs_rest.parse_predict(body, {"serving_default": SCALAR_BESIDE})
     assert call.batch == 2 and call.inputs["temperature"].shape == () and not call.row_format
     rows = {"instances": [{"features": [1, 2, 3], "temperature": 0.5}]}
     with pytest.raises(RequestError, match=r"temperature of this signature are scalars \(shape \[\]\), which the row "
                                            r"format \('instances'\) cannot carry") as refused:
-        tfs_json.parse_predict(rows, {"serving_default": SCALAR_BESIDE})
+        tfs_rest.parse_predict(rows, {"serving_default": SCALAR_BESIDE})
     assert refused.value.status == 400
 
 
@@ -61,7 +61,7 @@ def test_v2_carries_a_scalar_beside_a_batch() -> None:
 
 def test_float64_passes_every_decoder_exactly() -> None:
     values = [[0.1, 1e-300], [2.5, -3.0]]
-    general = tfs_json.parse_predict({"inputs": values}, {"serving_default": DOUBLES})
+    general = tfs_rest.parse_predict({"inputs": values}, {"serving_default": DOUBLES})
     assert general.inputs["state"].dtype == np.float64
     np.testing.assert_array_equal(general.inputs["state"], np.array(values, np.float64))
     fast = tensor_json.parse_predict(json.dumps({"inputs": values}).encode(), {"serving_default": DOUBLES}, 64)
@@ -72,3 +72,17 @@ def test_float64_passes_every_decoder_exactly() -> None:
     assert call.batch == 2
     with pytest.raises(RequestError, match="expects float64, got float32"):
         make_call(DOUBLES, {"state": np.array(values, np.float32)}, max_batch=64)
+
+
+TWO_OUTPUTS = SignatureSpec("serving_default", inputs=(TensorSpec("x", "float32", (None, 2)),),
+                            outputs=(TensorSpec("a", "float32", (None, 1)), TensorSpec("b", "float32", (None, 1))))
+
+
+def test_the_outputs_asked_for_are_checked_before_the_inputs_and_kept_in_the_call() -> None:
+    x = np.zeros((3, 2), np.float32)
+    assert make_call(TWO_OUTPUTS, {"x": x}, max_batch=8).outputs == ()  # none named: every output
+    assert make_call(TWO_OUTPUTS, {"x": x}, max_batch=8, outputs=["b"]).outputs == ("b",)
+    with pytest.raises(RequestError, match=r"unknown output\(s\) c; this signature has a, b"):
+        make_call(TWO_OUTPUTS, {"wrong": x}, max_batch=8, outputs=["c"])  # the outputs first, then the inputs
+    with pytest.raises(RequestError, match="missing"):
+        make_call(TWO_OUTPUTS, {"wrong": x}, max_batch=8, outputs=["a"])

@@ -26,7 +26,7 @@ async def echo(request: Request) -> Answer:
     if request.kind == GRPC:
         return Answer(0, bytes(request.body)[::-1], message=request.method)
     return Answer(200, bytes(request.body)[::-1], ((b"x-path", request.path.encode()),
-                                                   (b"x-type", request.header(b"content-type") or b"")))
+                                                   (b"x-type", dict(request.headers).get(b"content-type", b""))))
 
 
 def test_requests_and_answers_cross_both_ways_with_more_in_flight_than_slots() -> None:

@@ -8,10 +8,11 @@ import json
 import math
 import threading
 
+import numpy as np
 import pytest
 
 from builder.model.failures import ModelInputError
-from builder.server.core.call import RequestError
+from builder.server.core.call import Call, RequestError
 from builder.server.core.dataplane import DataPlane
 from builder.server.core.metrics import Metrics
 from builder.server.core.outcome import ClientGone, Outcome, of_grpc, outcome, outcome_of
@@ -63,15 +64,16 @@ def test_a_version_that_is_not_ready_is_refused_with_503_and_unknown_ones_with_4
 
 def test_large_bodies_are_decoded_off_the_event_loop_only_while_others_are_in_flight() -> None:
     plane = _plane()
-    here = lambda: threading.current_thread().name  # noqa: E731
+    here = lambda served: (served.name, threading.current_thread().name)  # noqa: E731
 
     async def scenario() -> tuple[str, str, str, str]:
         metrics = plane.metrics
         first = metrics.begin()
-        alone = await plane.decode(10_000, here)  # nobody to keep waiting: no hop to a thread and back
+        _, (_, alone) = await plane.read("m", None, None, 10_000, here)  # nobody to keep waiting: no hop
         second = metrics.begin()
-        small = await plane.decode(10, here)
-        large = await plane.decode(10_000, here)
+        _, (_, small) = await plane.read("m", None, None, 10, here)
+        served, (name, large) = await plane.read("m", None, None, 10_000, here)  # decoded against the version
+        assert served.name == name == "m"
         metrics.end("m", "predict", "V2", "OK", second)
         metrics.end("m", "predict", "REST", "OK", first)
         return alone, small, large, threading.current_thread().name
@@ -108,3 +110,15 @@ def test_answers_round_trip_and_non_finite_floats_stay_nan_as_before() -> None:
     written = jsoncodec.dumps({"outputs": [math.nan, math.inf]})
     assert written == b'{"outputs":[NaN,Infinity]}'
     assert json.loads(jsoncodec.dumps({"error": "bad \ud800 key"})) == {"error": "bad \ud800 key"}
+
+
+def test_a_version_answers_only_the_outputs_its_call_asks_for_in_the_order_asked() -> None:
+    class Batcher:
+        async def predict(self, call: Call) -> dict[str, np.ndarray]:
+            return {"a": np.zeros(1), "b": np.ones(1), "c": np.full(1, 2.0)}
+
+    served = ServedModel(name="m", version=1, signatures={}, batcher=Batcher(),  # type: ignore[arg-type]
+                         runtime="litert")
+    every = asyncio.run(served.predict(Call("serving_default", {}, 1)))
+    picked = asyncio.run(served.predict(Call("serving_default", {}, 1, outputs=("c", "a"))))
+    assert list(every) == ["a", "b", "c"] and list(picked) == ["c", "a"] and picked["c"][0] == 2.0

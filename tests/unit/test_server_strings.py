@@ -14,7 +14,7 @@ import pytest
 
 from builder.wire import tfs_proto as ours
 from builder.server.protocols.openapi import BASE64_PATTERN, STRING_SCHEMA, predict_body, v2_infer_body
-from builder.server.protocols.tfs_json import (
+from builder.server.protocols.tfs_rest import (
     SignatureSpec,
     TensorSpec,
     format_outputs,

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from builder.report import TensorSpec
 from builder.server.protocols import tensor_json
 from builder.server.core.call import RequestError
-from builder.server.protocols.tfs_json import SignatureSpec, TfsCall, parse_json, parse_predict
+from builder.server.protocols.tensor_json import TfsCall
+from builder.server.protocols.tfs_rest import SignatureSpec, parse_json, parse_predict
 
 
 def signatures(dtype: str = "float32", shape: tuple[int | None, ...] = (None, 2, 3), *, inputs: int = 1,

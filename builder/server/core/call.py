@@ -38,6 +38,8 @@ class Call:
     signature: str
     inputs: Mapping[str, np.ndarray]
     batch: int
+    #: the outputs asked for, each one of the signature's (checked by `make_call`); empty: all of them
+    outputs: tuple[str, ...] = ()
 
 
 def parse_version(text: str) -> int:
@@ -131,9 +133,13 @@ def check_dtype(array: np.ndarray, spec: TensorSpec, where: str) -> None:
         raise RequestError(f"{where}: expects {spec.dtype}, got {array.dtype.name}")
 
 
-def make_call(signature: SignatureSpec, arrays: Mapping[str, np.ndarray], max_batch: int) -> Call:
-    """A call from named arrays already of some dtype (gRPC's tensors, v2's): names, dtypes, shapes and the
-    batch checked against the signature."""
+def make_call(signature: SignatureSpec, arrays: Mapping[str, np.ndarray], max_batch: int,
+              outputs: Sequence[str] = ()) -> Call:
+    """A call from named arrays already of some dtype (gRPC's tensors, v2's) and the outputs asked for: the
+    outputs' names checked first (an unknown one is refused before any input is looked at), then the inputs'
+    names, dtypes, shapes and the batch against the signature. One call makes the whole call, so a protocol
+    hands its request to these rules once."""
+    wanted = tuple(check_output_names(signature, outputs)) if outputs else ()
     check_names(signature, list(arrays))
     inputs: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
@@ -144,7 +150,7 @@ def make_call(signature: SignatureSpec, arrays: Mapping[str, np.ndarray], max_ba
         if array.ndim and array.shape[0] > max_batch:
             raise RequestError(f"{where}: batch {array.shape[0]} > {max_batch}")
         inputs[spec.name] = array
-    return Call(signature=signature.name, inputs=inputs, batch=batch_of(inputs))
+    return Call(signature=signature.name, inputs=inputs, batch=batch_of(inputs), outputs=wanted)
 
 
 # --- outputs ------------------------------------------------------------------------------------------------
@@ -158,10 +164,3 @@ def check_output_names(signature: SignatureSpec, wanted: Sequence[str]) -> list[
         raise RequestError(f"unknown output(s) {', '.join(unknown)}; this signature has {', '.join(sorted(known))}")
     return list(wanted)
 
-
-def pick_outputs(outputs: Mapping[str, np.ndarray], signature: SignatureSpec,
-                 wanted: Sequence[str]) -> dict[str, np.ndarray]:
-    """The requested outputs (all when none are named); RequestError 400 for a name the signature lacks."""
-    if not wanted:
-        return {spec.name: outputs[spec.name] for spec in signature.outputs}
-    return {name: outputs[name] for name in check_output_names(signature, wanted)}

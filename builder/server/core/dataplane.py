@@ -8,8 +8,9 @@ their wire forms into a `Call` and encode the outputs themselves; nothing here k
 - Lookup (`lookup`): a model by name, version (a number, or a URL path segment: a malformed one is a 404 as
   in TF Serving) and label, in TF Serving's wording (`ModelSet.get`); `resolve` also refuses a version that
   is not ready (503). Status (`status`), readiness (`model_ready`) and metadata (`metadata`) all start here.
-- Inference: a protocol resolves the model, decodes its body against the model's signatures (`decode` moves
-  a large body's decoding off the event loop) and runs the call (`ServedModel.predict`: the batcher).
+- Inference: a protocol reads its request (`read`: the model resolved and the body decoded against its
+  signatures, a large body off the event loop) and runs the call (`ServedModel.predict`: the batcher, which
+  answers the outputs the call asks for).
 - The served models: one version (`ServedModel`) and all of them (`ModelSet`). REST (TF Serving's and the
   Open Inference Protocol's) and gRPC all answer from one `ServedModel`, so a request means the same thing
   whichever door it comes through: the same name/version rules, the same validation (`call`), the same
@@ -60,14 +61,16 @@ class ServedModel:
         return choose_signature(name, self.signatures, self.default_signature)
 
     async def predict(self, call: Call) -> dict[str, np.ndarray]:
-        """The call's outputs; RequestError 400 for a value the original model refuses (`ranges`)."""
+        """The outputs the call asks for (`Call.outputs`, in its order; every one when it names none);
+        RequestError 400 for a value the original model refuses (`ranges`)."""
         if self.ranges:
             check_ranges(call, self.ranges)
         self.active += 1
         try:
-            return await self.batcher.predict(call)
+            outputs = await self.batcher.predict(call)
         finally:
             self.active -= 1
+        return {name: outputs[name] for name in call.outputs} if call.outputs else outputs
 
     def close(self) -> None:
         """Let go of the interpreters (called once no request uses this version any more)."""
@@ -203,13 +206,19 @@ class DataPlane:
 
     # --- inference ---------------------------------------------------------------------------------------
 
-    async def decode(self, size: int, parse: Callable[[], T]) -> T:
-        """`parse()`, which decodes `size` bytes of a request: on a worker thread when large and other requests
-        are in flight (a 3 MB image body takes milliseconds, which they would otherwise wait through), else
-        right here: alone in flight, the hop to the thread and back only adds to this request's time."""
+    async def read(self, name: str, version: int | str | None, label: str | None, size: int,
+                   decode: Callable[[ServedModel], T]) -> tuple[ServedModel, T]:
+        """The addressed version, ready to predict (`resolve`), and what `decode(served)` makes of a request of
+        `size` bytes against its signatures (a protocol's decoding of its body into a call). One call for
+        both, so a protocol enters the data plane once to read a request and once to run it (`predict`).
+
+        Decoded on a worker thread when large and other requests are in flight (a 3 MB image body takes
+        milliseconds, which they would otherwise wait through), else right here: alone in flight, the hop to
+        the thread and back only adds to this request's time."""
+        served = self.resolve(name, version, label)
         if size < self.offload_bytes or self.metrics.active <= 1:
-            return parse()
-        return await asyncio.get_running_loop().run_in_executor(self._decoder, parse)
+            return served, decode(served)
+        return served, await asyncio.get_running_loop().run_in_executor(self._decoder, decode, served)
 
     def close(self) -> None:
         self._decoder.shutdown(wait=False)

@@ -19,6 +19,10 @@ Notices (`NOTICE`: kind, slot, sequence number, length of the marshalled part, l
   model process -> front: ANSWER, and the control messages READY, REFUSED, LOADED
 A control message is one of `messages`' dataclasses, its fields `marshal`led after the notice (`tell`, `say`,
 `control`): each end reads typed values, never tuples by position.
+
+How a request and an answer are packed is this module's alone (`_pack_request` and the rest, beside the
+pipe they cross): everything but the body `marshal`led at the head of the slot, the body as raw bytes after
+it. So a request crosses with one call into the channel at each end and no hop elsewhere to pack it.
 """
 
 from __future__ import annotations
@@ -32,14 +36,13 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any
 
 from builder.server.core.outcome import outcome
-from builder.server.process.messages import (Activate, Answer, Control, Drain, Load, Loaded, Ready, Refused, Request,
-                                     Stop, pack_answer, pack_control, refusal, pack_request, unpack_answer, unpack_control,
-                                     unpack_request)
+from builder.server.process.messages import (C, Activate, Answer, Body, Control, Drain, Kind, Load, Loaded, Ready,
+                                             Refused, Request, Stop, refusal)
 
 NOTICE = struct.Struct("<BBHIIQ")  # kind, flags, slot, sequence, meta length, body length
 
@@ -69,6 +72,45 @@ OWN_AREA = 1
 #: Room in each slot for the marshalled part of a request (method, path, headers) beside the body.
 META_ROOM = 256 * 1024
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+
+
+# --- how messages are packed ------------------------------------------------------------------------------
+
+_KINDS = {int(kind): kind for kind in Kind}
+
+
+def _pack_request(request: Request) -> bytes:
+    """Everything of `request` but its body (the kind as a plain int: `marshal` takes no enum)."""
+    return marshal.dumps((int(request.kind), request.method, request.path, request.query, request.headers,
+                          request.client, request.scheme))
+
+
+def _unpack_request(meta: Body, body: Body) -> Request:
+    kind, method, path, query, headers, client, scheme = marshal.loads(meta)
+    return Request(_KINDS[kind], method, body, path, query, tuple(tuple(h) for h in headers), client, scheme)
+
+
+def _pack_answer(answer: Answer) -> bytes:
+    """Everything of `answer` but its body."""
+    return marshal.dumps((answer.status, answer.headers, answer.message))
+
+
+def _unpack_answer(meta: Body, body: Body) -> Answer:
+    status, headers, message = marshal.loads(meta)
+    return Answer(status, body, tuple(tuple(h) for h in headers), message)
+
+
+def _pack_control(message: Control) -> bytes:
+    """A control message's fields (its kind travels on the notice)."""
+    return marshal.dumps(tuple(getattr(message, field.name) for field in fields(message)))
+
+
+def _unpack_control(kind: type[C], data: bytes) -> C:
+    values: list[Any] = list(marshal.loads(data)) if data else []
+    for index, field in enumerate(fields(kind)):  # a sender may have given lists where the fields hold tuples
+        if field.name in ("versions", "model_p50_us"):
+            values[index] = tuple(values[index])
+    return kind(*values)
 
 
 class ChannelClosed(Exception):
@@ -245,13 +287,13 @@ class FrontEnd:
         notice, extra = await self._control.get()
         if notice.kind == NoticeKind.CLOSED:
             raise ChannelClosed()
-        return unpack_control(CONTROL_TYPES[NoticeKind(notice.kind)], extra)
+        return _unpack_control(CONTROL_TYPES[NoticeKind(notice.kind)], extra)
 
     async def answer(self, request: Request) -> Answer:
         assert self._end is not None
         if self._end.closed:
             raise ChannelClosed()
-        meta = pack_request(request)
+        meta = _pack_request(request)
         body = request.body
         while not self._free:
             await self._slot_freed()
@@ -294,7 +336,7 @@ class FrontEnd:
         """A control message to the process (none, once it is gone)."""
         if self._end is not None and not self._end.closed:
             try:
-                await self._end.send(Notice(CONTROL_KINDS[type(message)]), pack_control(message))
+                await self._end.send(Notice(CONTROL_KINDS[type(message)]), _pack_control(message))
             except ChannelClosed:
                 pass
 
@@ -310,7 +352,7 @@ class FrontEnd:
             meta_view, body_view = self.slots.read(notice.slot, notice.meta_length, notice.body_length)
             meta, body = bytes(meta_view), bytes(body_view)  # the slot is reused once this returns
         if waiting is not None and not waiting.done():
-            waiting.set_result(unpack_answer(meta, body))
+            waiting.set_result(_unpack_answer(meta, body))
 
     def _closed(self) -> None:
         for waiting in self._waiting.values():
@@ -370,7 +412,7 @@ class ModelEnd:
     def say(self, message: Ready | Refused) -> None:
         """Ready or Refused, before serving (blocking)."""
         self.sock.setblocking(True)
-        send_notice(self.sock, Notice(CONTROL_KINDS[type(message)]), pack_control(message))
+        send_notice(self.sock, Notice(CONTROL_KINDS[type(message)]), _pack_control(message))
 
     async def serve(self, answer: Callable[[Request], Any]) -> None:
         """Answer requests until STOP (then the requests in flight finish first) or until the front is gone."""
@@ -394,27 +436,27 @@ class ModelEnd:
         elif notice.kind == NoticeKind.STOP:
             self.stopped.set()
         elif notice.kind == NoticeKind.LOAD and self.on_load is not None:
-            task = asyncio.ensure_future(self._load(unpack_control(Load, extra)))
+            task = asyncio.ensure_future(self._load(_unpack_control(Load, extra)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif notice.kind == NoticeKind.ACTIVATE and self.on_activate is not None:
-            activate = unpack_control(Activate, extra)
+            activate = _unpack_control(Activate, extra)
             self.on_activate(activate.name, activate.versions, activate.commit)
 
     async def _load(self, load: Load) -> None:
         assert self.on_load is not None and self._end is not None
         ok, error = await self.on_load(load.name, load.versions)
         loaded = Loaded(load.name, load.versions, ok, error)
-        await self._end.send(Notice(NoticeKind.LOADED), pack_control(loaded))
+        await self._end.send(Notice(NoticeKind.LOADED), _pack_control(loaded))
 
     async def _request(self, notice: Notice) -> None:
         assert self.slots is not None and self._end is not None and self._answer is not None
         if notice.flags & OWN_AREA:
             meta, body = read_own_area(notice)
-            request = unpack_request(meta, body)
+            request = _unpack_request(meta, body)
         else:
             meta_view, body_view = self.slots.read(notice.slot, notice.meta_length, notice.body_length)
-            request = unpack_request(meta_view, body_view)
+            request = _unpack_request(meta_view, body_view)
         self.in_flight += 1
         try:
             answer: Answer = await self._answer(request)
@@ -422,7 +464,7 @@ class ModelEnd:
             answer = refusal(outcome(500, "internal error"), request.kind)
         finally:
             self.in_flight -= 1
-        meta, body = pack_answer(answer), answer.body
+        meta, body = _pack_answer(answer), answer.body
         if len(meta) + len(body) <= self.slots.size:
             self.slots.write(notice.slot, meta, body)
             reply = Notice(ANSWER, notice.slot, notice.sequence, len(meta), len(body))

@@ -4,9 +4,13 @@ process's life. Plain typed values, protocol-neutral.
 The front (`front`) speaks HTTP and gRPC to clients; model servers (`model_server`) hold the models. Between them a
 request is only what the model server needs to answer it (method, path, headers, body; or a gRPC method and its
 serialized message) and an answer is a status, headers and a body. A model server in the front's own process gets
-these objects as they are; one in a model process gets them through shared memory (`channel`), where
-`pack_request`/`pack_answer` write the small part (everything but the body) with `marshal` and the body
-travels as raw bytes beside it.
+these objects as they are; one in a model process gets them through shared memory (`channel`, which alone
+knows how they are packed: the small part with `marshal`, the body as raw bytes beside it).
+
+A request and an answer are named tuples, not dataclasses: every request makes two of them, and a tuple is
+built in C without running any of the server's code (about a third of a frozen dataclass's cost, measured:
+0.27 us against 0.86 us for a request's eight fields), and the channel packs and unpacks them as the tuples
+they are.
 
 A model process's life is told in control messages, one dataclass each (`Control`): the front says `Drain`,
 `Stop`, `Load` (stage these versions) and `Activate` (serve them, or drop them); the process says `Ready`,
@@ -15,10 +19,9 @@ A model process's life is told in control messages, one dataclass each (`Control
 
 from __future__ import annotations
 
-import marshal
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from builder.server.core.outcome import Outcome
@@ -33,14 +36,12 @@ class Kind(IntEnum):
 
 HTTP = Kind.HTTP
 GRPC = Kind.GRPC
-_KINDS = {int(kind): kind for kind in Kind}
 
 Headers = tuple[tuple[bytes, bytes], ...]
 Body = bytes | bytearray | memoryview
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One client request. HTTP: `method`, `path` (percent-decoded), `query` (raw), `headers` (lower-case
     names), `body` (a gzip body already decoded by the front). gRPC: `method` is the full RPC name
     ("/tensorflow.serving.PredictionService/Predict"), `body` the serialized message, `client` the peer."""
@@ -54,16 +55,8 @@ class Request:
     client: str = ""  # "address:port" (HTTP) or gRPC's peer string
     scheme: str = "http"
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a (lower-case) header, or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
 
-
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """A model server's answer. HTTP: `status` and `headers` as sent (content-length is the front's to write).
     gRPC: `status` is the status code's number (0 OK) and `body` the serialized reply; a failure's message
     is `message`."""
@@ -83,27 +76,6 @@ def refusal(outcome: Outcome, kind: Kind, headers: Headers = ()) -> Answer:
     if kind == GRPC:
         return Answer(outcome.grpc, message=outcome.reason)
     return Answer(outcome.http, outcome.body, JSON + headers)
-
-
-def pack_request(request: Request) -> bytes:
-    """Everything of `request` but its body, for the channel."""
-    return marshal.dumps((int(request.kind), request.method, request.path, request.query, request.headers,
-                          request.client, request.scheme))
-
-
-def unpack_request(meta: Body, body: Body) -> Request:
-    kind, method, path, query, headers, client, scheme = marshal.loads(meta)
-    return Request(_KINDS[kind], method, body, path, query, tuple(tuple(h) for h in headers), client, scheme)
-
-
-def pack_answer(answer: Answer) -> bytes:
-    """Everything of `answer` but its body, for the channel."""
-    return marshal.dumps((answer.status, answer.headers, answer.message))
-
-
-def unpack_answer(meta: Body, body: Body) -> Answer:
-    status, headers, message = marshal.loads(meta)
-    return Answer(status, body, tuple(tuple(h) for h in headers), message)
 
 
 # --- a model process's life ------------------------------------------------------------------------------
@@ -166,15 +138,3 @@ class Loaded:
 Control = Drain | Stop | Load | Activate | Ready | Refused | Loaded
 C = TypeVar("C", Drain, Stop, Load, Activate, Ready, Refused, Loaded)
 
-
-def pack_control(message: Control) -> bytes:
-    """A control message's fields, for the channel (its kind travels on the notice)."""
-    return marshal.dumps(tuple(getattr(message, field.name) for field in fields(message)))
-
-
-def unpack_control(kind: type[C], data: bytes) -> C:
-    values: list[Any] = list(marshal.loads(data)) if data else []
-    for index, field in enumerate(fields(kind)):  # a sender may have given lists where the fields hold tuples
-        if field.name in ("versions", "model_p50_us"):
-            values[index] = tuple(values[index])
-    return kind(*values)

@@ -20,7 +20,7 @@ answered from it until the pass agrees. `read_predict` and `read_v2` make the pa
 This is only a faster route to the same answer, and each body is read by it once. Whatever it does not
 recognise with certainty (several or named inputs, string, boolean or dynamic-shaped inputs, booleans among
 numbers, integers beyond what the dtype holds, numbers a double cannot hold, escaped keys, NaN literals,
-anything malformed) is left to the general path (`tfs_json.parse_predict`, `v2.parse_inputs`), which reads
+anything malformed) is left to the general path (`tfs_rest.parse_predict`, `v2.parse_inputs`), which reads
 it once more and accepts or refuses it with the message it always did: `Left.PARSED` when simdjson read the
 text (msgspec reads it next), `Left.UNREADABLE` when simdjson refused it (the standard library reads it next:
 msgspec refuses what simdjson refuses, and the standard library's refusal is the message a client gets).
@@ -45,8 +45,17 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from builder.model.signature import SignatureSpec
-from builder.server.core.call import RequestError, choose_signature
-from builder.server.protocols.tfs_json import TfsCall
+from builder.server.core.call import Call, RequestError, choose_signature
+
+
+@dataclass(frozen=True)
+class TfsCall(Call):
+    """A TF Serving predict as the data plane's call (made here by the fast path, and by `tfs_rest`'s
+    general path), plus how the client sent it: rows (`instances`, answered
+    as `predictions`) or columns (`inputs`, answered as `outputs`)."""
+
+    row_format: bool = False
+
 
 try:
     import simdjson

@@ -28,8 +28,8 @@ from builder.server.protocols import health, jsoncodec, tensor_json
 from builder.server.protocols.answers import json_answer
 from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
-from builder.server.core.call import Call, RequestError, check_output_names, make_call
-from builder.server.protocols.tfs_json import may_hold_booleans, parse_json, to_typed_array
+from builder.server.core.call import Call, RequestError, choose_signature, make_call
+from builder.server.protocols.tfs_rest import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
@@ -241,20 +241,14 @@ class InferCodec:
         return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
 
     def decode(self, served: ServedModel, body: bytes) -> Decoded:
-        """The fast path's call once its structure check agrees; else the general path's. A request the fast
-        path's document makes invalid is refused only once the check agrees (else the general path's document
-        decides, and its refusal is the one a client gets)."""
-        fast = (tensor_json.Left.PARSED if self.header_length is not None
-                else tensor_json.read_v2_unconfirmed(body, DATATYPES))
+        """The fast path's call once its structure check agrees (`tensor_json.read_v2`: read and checked in one
+        call); else the general path's. A request the fast path's document makes invalid is refused only once
+        the check agrees (else the general path's document decides, and its refusal is the one a client
+        gets)."""
+        fast = tensor_json.Left.PARSED if self.header_length is not None else tensor_json.read_v2(body, DATATYPES)
         if isinstance(fast, tensor_json.Left):
             return self._decode(served, body, fast)
-        try:
-            decoded = self._call(served, body, fast.value, memoryview(b""))
-        except RequestError:
-            if fast.confirmed():
-                raise
-            return self._decode(served, body, tensor_json.Left.PARSED)
-        return decoded if fast.confirmed() else self._decode(served, body, tensor_json.Left.PARSED)
+        return self._call(served, body, fast, memoryview(b""))
 
     def _decode(self, served: ServedModel, body: bytes, left: tensor_json.Left) -> Decoded:
         """The general path: the body decoded once by the decoder `left` names."""
@@ -263,11 +257,10 @@ class InferCodec:
 
     @staticmethod
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
-        signature = served.signature("")
+        signature = choose_signature("", served.signatures, served.default_signature)
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
-        check_output_names(signature, order)
-        return make_call(signature, arrays, served.max_request_batch), (document, order, binary)
+        return make_call(signature, arrays, served.max_request_batch, order), (document, order, binary)
 
     def encode(self, served: ServedModel, call: Call, request: Kept,
                outputs: Mapping[str, np.ndarray]) -> InferAnswer:
@@ -297,13 +290,13 @@ async def infer(context: Context, request: Request, name: str, version: str | No
     """Inference: JSON, or the binary extension (whose tensors stay where they lie: in a model process, in the
     shared memory the front wrote them to)."""
     plane = context.plane
-    length = request.header(HEADER_LENGTH_KEY)
+    length = next((value for key, value in request.headers if key == HEADER_LENGTH_KEY), None)
     header_length = None if length is None else length.decode("latin-1")
     body = request.body
     if header_length is None and not isinstance(body, bytes):
         body = bytes(body)  # all of it is JSON
-    served = plane.resolve(name, version)
     codec = InferCodec(header_length)
-    call, kept = await plane.decode(codec.size(body), lambda: codec.decode(served, body))
+    served, (call, kept) = await plane.read(name, version, None, codec.size(body),
+                                            lambda served: codec.decode(served, body))
     answer = codec.encode(served, call, kept, await served.predict(call))
     return Answer(200, answer.body, answer.headers)
