@@ -456,7 +456,7 @@ def evaluate_step(run: Run, made: Made) -> Made:
     while the memory budget has room for it and for the next evaluations' peaks (`keeps_room`; else it is
     closed, and the race opens it again when its turn comes). A file whose runner does not fit in the budget is
     rejected with both figures."""
-    import gc
+    from builder.optimize import tfenv
 
     plan, contract, options, budget = run.plan, run.contract, run.options, run.ledger.budget
     results = []
@@ -481,7 +481,9 @@ def evaluate_step(run: Run, made: Made) -> Made:
                 made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             else:
                 del runner
-                gc.collect()
+                # LiteRT's and OpenVINO's memory goes back to the machine once glibc is asked (a BERT-base-sized
+                # float .tflite on LiteRT: 1.32 GiB open, 0.56 after); only TensorFlow's pools stay
+                tfenv.give_memory_back()
         results.append(result)
     return replace(made, results=tuple(results))
 
@@ -604,6 +606,7 @@ def measure_step(run: Run, made: Made) -> Made:
     results, opened = list(made.results), made.opened
     unpruned_export = made.sparsity is None and any(r.format == "saved_model" for r in results)
     baseline_dir = None if unpruned_export else plan.loaded.saved_model_dir
+    from builder.measure import memory
     from builder.optimize import candidates as cands
     from builder.optimize import evaluate, quality, tfenv
     from builder.optimize.causes import cause
@@ -677,6 +680,8 @@ def measure_step(run: Run, made: Made) -> Made:
     while left:
         group = race_groups(left, staging, opened, held_to)[0]
         left = [p for p in left if all(p is not q for q in group)]
+        expected = group_cost(group, staging, opened, held_to) if held_to is not None else 0
+        resident_before = memory.rss_bytes()
         single = groups == 0 and not left
         n, groups = groups, groups + 1
         members = [r for r in results if any(p[0] is r for p in group)]
@@ -698,6 +703,8 @@ def measure_step(run: Run, made: Made) -> Made:
         rows_per_s |= _time_batches({k: timing[k] for k in [*primaries.values(), baseline_key]
                                      if k in runners and k in timing}, runners, plan, share, say)
         best_so_far = _best_so_far(candidates, results, latencies, contract, named) or best_so_far
+        if held_to is not None:  # what this group's runners grew to while timed, against what was expected
+            held_to.learn_race_growth(expected, resident_before, memory.rss_bytes())
         if left:  # close this group's runners but the best so far's: the next group takes it over
             kept = runners.get(cands.key(best_so_far[1].artifact, best_so_far[1].runtime, _own(best_so_far[1]))) \
                 if best_so_far is not None else None
@@ -732,9 +739,11 @@ def measure_step(run: Run, made: Made) -> Made:
 
 
 #: The share of the memory budget the evaluation's kept runners and the race's runners may hold at once, with
-#: everything else resident: the runtimes grow while they are timed (LiteRT's arenas, oneDNN's caches, the first
-#: calls at new shapes) beyond what opening them took. At half, a BERT-base-sized classifier peaked at 4.6 GiB
-#: under an 8 GiB budget, past its share; four tenths leaves that growth inside half.
+#: everything else resident. Runners grow after they open (first calls at new shapes, LiteRT's arenas, oneDNN's
+#: caches): the race sizes its later groups by the growth its groups showed (`Budget.race_growth`), and the
+#: share leaves room for the first group's. A BERT-base-sized classifier under an 8 GiB budget, on 2 quiet
+#: cores: at half, optimize peaked at 4.6 GiB; at 0.4, 4.1 GiB in 5.6 min (10 groups); at 0.35, 3.8 GiB in 6.1
+#: min (14 groups, most of one pair: what optimize holds beside them, 2-3 GiB, leaves little of the share).
 RACE_SHARE = 0.4
 
 
@@ -747,8 +756,10 @@ def race_groups(pairs: list[Pair], staging: Path, opened: Opened, budget: Any) -
     beside what is resident now (a group holds at least one pair): those whose runners are open already (the
     evaluation kept them) first, then in order. Pairs, not artifacts: each runtime loads its own copy of a file
     (a BERT-base-sized float .tflite on LiteRT, OpenVINO and OpenVINO's bf16 took 2.6 GiB at once), except
-    TensorFlow's runtimes, which share one load of a SavedModel within a group. One group where everything
-    fits, or where the budget is unknown: one race, as on a host with room to spare."""
+    TensorFlow's runtimes, which share one load of a SavedModel within a group. What a pair costs is what
+    opening its runtime took (`Budget.need`) times what the race's groups so far grew beyond that while they
+    were timed (`Budget.race_growth`). One group where everything fits, or where the budget is unknown: one
+    race, as on a host with room to spare."""
     room = budget.room(RACE_SHARE) if budget is not None else None
     if room is None:
         return [pairs]
@@ -761,21 +772,40 @@ def race_groups(pairs: list[Pair], staging: Path, opened: Opened, budget: Any) -
     used = 0
     shared: set[str] = set()  # SavedModels loaded on TensorFlow in this group
     for pair in sorted(pairs, key=lambda p: not is_held(p)):  # stable: the open ones first, each in order
-        result, runtime, _ = pair
-        path = staging / result.path
-        kind = runner_kind(runtime)
-        sharing = kind == "runner:tensorflow" and result.path in shared
-        cost = 0 if is_held(pair) or sharing or not path.exists() else budget.need(kind, file_bytes(path))
+        cost = pair_cost(pair, staging, is_held(pair), shared, budget)
         if groups[-1] and used + cost > room:
             groups.append([])
-            used = 0
-            shared = set()
-            cost = 0 if is_held(pair) or not path.exists() else budget.need(kind, file_bytes(path))
+            used, shared = 0, set()
+            cost = pair_cost(pair, staging, is_held(pair), shared, budget)
         groups[-1].append(pair)
         used += cost
-        if kind == "runner:tensorflow":
-            shared.add(result.path)
+        if runner_kind(pair[1]) == "runner:tensorflow":
+            shared.add(pair[0].path)
     return groups
+
+
+def pair_cost(pair: Pair, staging: Path, held: bool, shared: set[str], budget: Any) -> int:
+    """What opening and timing one pair is expected to add: nothing for a runner open already or a SavedModel
+    whose load another TensorFlow runtime of the group shares (`shared`), else `Budget.need` for its runtime
+    and file, times the growth the race's groups have shown."""
+    result, runtime, _ = pair
+    path = staging / result.path
+    kind = runner_kind(runtime)
+    if held or not path.exists() or (kind == "runner:tensorflow" and result.path in shared):
+        return 0
+    return int(budget.need(kind, file_bytes(path)) * budget.race_growth)
+
+
+def group_cost(group: list[Pair], staging: Path, opened: Opened, budget: Any) -> int:
+    """What a group's pairs are expected to add together (`pair_cost`), as `race_groups` counted them."""
+    held = {(key[0], key[1]) for key in opened}
+    shared: set[str] = set()
+    total = 0
+    for pair in group:
+        total += pair_cost(pair, staging, (str((staging / pair[0].path).resolve()), pair[1]) in held, shared, budget)
+        if runner_kind(pair[1]) == "runner:tensorflow":
+            shared.add(pair[0].path)
+    return total
 
 
 def _own(candidate: Candidate) -> str:

@@ -83,6 +83,21 @@ def test_one_files_runtimes_are_split_between_groups_when_together_they_do_not_f
     assert steps.race_groups(pairs, tmp_path, {}, tight) == [[pairs[0]], [pairs[1]]]
 
 
+def test_groups_after_one_that_grew_beyond_its_estimate_are_sized_by_that_growth(tmp_path: Path) -> None:
+    pairs = _pairs(tmp_path)
+    room_for_four = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0})
+    room_for_four.held = int(10 * MIB * steps.RACE_SHARE) - 4 * 1000 * 1024  # the share's room: four of 1000 KiB
+    assert len(steps.race_groups(pairs, tmp_path, {}, room_for_four)[0]) == 4
+    room_for_four.learn_race_growth(expected=1000, before=10_000, after=9_000)  # it shrank: nothing learned
+    room_for_four.learn_race_growth(expected=1000, before=None, after=9_000)  # not measured: nothing learned
+    assert room_for_four.race_growth == 1.0
+    room_for_four.learn_race_growth(expected=1000, before=10_000, after=12_000)  # held twice what it opened at
+    assert room_for_four.race_growth == 2.0
+    assert [len(g) for g in steps.race_groups(pairs, tmp_path, {}, room_for_four)] == [2, 2]
+    room_for_four.learn_race_growth(expected=1000, before=10_000, after=11_500)  # less than the most seen
+    assert room_for_four.race_growth == 2.0
+
+
 def test_pairs_whose_runners_the_evaluation_kept_open_are_raced_in_the_first_group(tmp_path: Path) -> None:
     pairs = _pairs(tmp_path)
     tight = FixedRoom(limit=2 * 5 * MIB, weights=0, taken={"runner:litert": 1000.0, "runner:openvino": 1000.0})
