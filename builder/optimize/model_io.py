@@ -491,13 +491,13 @@ def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
 
 
 def saved_model_contract(fn: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    """A loaded signature's (inputs, outputs). Outputs come sorted by name: a SavedModel stores them as a map,
-    which a loaded function lists in an order that differs from one process to the next."""
+    """A loaded signature's (inputs, outputs), each sorted by name: a SavedModel stores both as maps, which a
+    loaded function lists in an order that can differ from one process to the next."""
     inputs = fn.structured_input_signature[1]
     outputs = fn.structured_outputs
     if not isinstance(outputs, Mapping):
         outputs = {"output_0": outputs}
-    return (tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in inputs.items()),
+    return (tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in sorted(inputs.items())),
             tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in sorted(outputs.items())))
 
 
