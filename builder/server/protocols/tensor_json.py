@@ -12,10 +12,9 @@ checked separately and exactly: with every digit, sign, dot, exponent and blank 
 byte for byte the body of a rectangular tensor of the signature's shape (`[[,,],[,,]]` for 2x3) inside
 the envelope simdjson found. That one `bytes.translate` pass costs ~1.9 ms on the same body.
 
-That pass is the one step that needs the whole text again, so it can wait: `read_predict_unconfirmed` and
-`read_v2_unconfirmed` return what they read as `Unconfirmed`, and the data plane runs the model on it while
-`Unconfirmed.confirmed()` makes the pass (the interpreter computes on another core meanwhile); nothing is
-answered from it until the pass agrees. `read_predict` and `read_v2` make the pass before they return.
+That pass is the one step that needs the whole text again, so it comes last: `read_predict_unconfirmed` and
+`read_v2_unconfirmed` return what they read as `Unconfirmed`, and `read_predict` and `read_v2` make the pass
+(`Unconfirmed.confirmed()`) before they return; a reading the pass does not confirm goes to the general path.
 
 This is only a faster route to the same answer, and each body is read by it once. Whatever it does not
 recognise with certainty (several or named inputs, string, boolean or dynamic-shaped inputs, booleans among
