@@ -429,11 +429,7 @@ def ensure_base_image(
             check=False,
         )
         if result.returncode != 0:
-            STATE_DIR.mkdir(parents=True, exist_ok=True)
-            log_path = STATE_DIR / f"debootstrap-{wanted}.log"
-            log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
-            raise EngineUnavailable(f"debootstrap ({wanted}) failed: {' '.join(tail)}; full log: {log_path}")
+            raise _debootstrap_failed(result, wanted, "debootstrap")
         if foreign:
             _second_stage(rootfs, wanted, say)
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
@@ -460,11 +456,16 @@ def _second_stage(rootfs: Path, arch: str, say: Say) -> None:
     result = subprocess.run(["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        log_path = STATE_DIR / f"debootstrap-{arch}.log"
-        log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
-        raise EngineUnavailable(f"debootstrap --second-stage ({arch}) failed: {' '.join(tail)}; full log: {log_path}")
+        raise _debootstrap_failed(result, arch, "debootstrap --second-stage")
+
+
+def _debootstrap_failed(result: subprocess.CompletedProcess[str], arch: str, what: str) -> EngineUnavailable:
+    """One line for a debootstrap stage that failed: its last line, and its whole output in a log it names."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = STATE_DIR / f"debootstrap-{arch}.log"
+    log_path.write_text(result.stdout + result.stderr, encoding="utf-8")
+    tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+    return EngineUnavailable(f"{what} ({arch}) failed: {' '.join(tail)}; full log: {log_path}")
 
 
 def _load_rootfs(rootfs: Path, ref: str, arch: str, layer: Path) -> None:

@@ -678,9 +678,8 @@ def measure_step(run: Run, made: Made) -> Made:
                         for runtime, signature in cands.candidate_pairs(r, contract, precisions)]
     groups = 0
     while left:
-        group = race_groups(left, staging, opened, held_to)[0]
+        group, expected = costed_groups(left, staging, opened, held_to)[0]
         left = [p for p in left if all(p is not q for q in group)]
-        expected = group_cost(group, staging, opened, held_to) if held_to is not None else 0
         resident_before = memory.rss_bytes()
         single = groups == 0 and not left
         n, groups = groups, groups + 1
@@ -760,25 +759,29 @@ def race_groups(pairs: list[Pair], staging: Path, opened: Opened, budget: Any) -
     opening its runtime took (`Budget.need`) times what the race's groups so far grew beyond that while they
     were timed (`Budget.race_growth`). One group where everything fits, or where the budget is unknown: one
     race, as on a host with room to spare."""
+    return [group for group, _ in costed_groups(pairs, staging, opened, budget)]
+
+
+def costed_groups(pairs: list[Pair], staging: Path, opened: Opened, budget: Any) -> list[tuple[list[Pair], int]]:
+    """`race_groups`, each group with what its pairs are expected to add together (`pair_cost`; 0 where the
+    budget is unknown): what the race compares the group's growth with."""
     room = budget.room(RACE_SHARE) if budget is not None else None
     if room is None:
-        return [pairs]
+        return [(pairs, 0)]
     held = {(key[0], key[1]) for key in opened}
 
     def is_held(pair: Pair) -> bool:
         return (str((staging / pair[0].path).resolve()), pair[1]) in held
 
-    groups: list[list[Pair]] = [[]]
-    used = 0
+    groups: list[tuple[list[Pair], int]] = [([], 0)]
     shared: set[str] = set()  # SavedModels loaded on TensorFlow in this group
     for pair in sorted(pairs, key=lambda p: not is_held(p)):  # stable: the open ones first, each in order
         cost = pair_cost(pair, staging, is_held(pair), shared, budget)
-        if groups[-1] and used + cost > room:
-            groups.append([])
-            used, shared = 0, set()
+        if groups[-1][0] and groups[-1][1] + cost > room:
+            groups.append(([], 0))
+            shared = set()
             cost = pair_cost(pair, staging, is_held(pair), shared, budget)
-        groups[-1].append(pair)
-        used += cost
+        groups[-1] = ([*groups[-1][0], pair], groups[-1][1] + cost)
         if runner_kind(pair[1]) == "runner:tensorflow":
             shared.add(pair[0].path)
     return groups
@@ -794,18 +797,6 @@ def pair_cost(pair: Pair, staging: Path, held: bool, shared: set[str], budget: A
     if held or not path.exists() or (kind == "runner:tensorflow" and result.path in shared):
         return 0
     return int(budget.need(kind, file_bytes(path)) * budget.race_growth)
-
-
-def group_cost(group: list[Pair], staging: Path, opened: Opened, budget: Any) -> int:
-    """What a group's pairs are expected to add together (`pair_cost`), as `race_groups` counted them."""
-    held = {(key[0], key[1]) for key in opened}
-    shared: set[str] = set()
-    total = 0
-    for pair in group:
-        total += pair_cost(pair, staging, (str((staging / pair[0].path).resolve()), pair[1]) in held, shared, budget)
-        if runner_kind(pair[1]) == "runner:tensorflow":
-            shared.add(pair[0].path)
-    return total
 
 
 def _own(candidate: Candidate) -> str:
