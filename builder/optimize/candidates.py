@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -242,6 +242,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
             timer: Timer, budget: float, cause: Callable[[BaseException], str],
             stage: Callable[[str], Any], only: str | None = None,
             keep: Callable[[ArtifactResult, str, str], bool] | None = None,
+            known_shapes: Collection[str] = (),
             ) -> tuple[list[Candidate], dict[str, Latency], dict[str, Any]]:
     """Time every candidate; returns (candidates, latency by key, runner by key).
 
@@ -251,6 +252,8 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     choice is settled or `budget` is spent, and says so (`Candidate.timed_s`, `stopped`). `only`: the artifact
     the recipe names, the only one that can be chosen. `keep(result, runtime, signature)`: which of the pairs to
     time (default all: a race in groups times the best so far beside each group only on its own runtime).
+    `known_shapes`: keys whose first calls at new shapes an earlier group measured (the best so far, timed again
+    beside a later group only as its reference), not measured again.
 
     Every candidate is proved to run before it is timed: one call at the data's shapes. One that cannot (an
     XLA `serving_xla` of a model whose ops have no XLA kernel, a runtime that cannot prepare the file) is a
@@ -291,7 +294,7 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     feeds = new_shape_feeds(contract, x_val) if shapes_vary(contract) else []
     new_shape: dict[str, float | None] = {}
     stalled: set[str] = set()
-    plain_keys = [k for k in made if not k.endswith("#" + XLA_SIGNATURE)]
+    plain_keys = [k for k in made if not k.endswith("#" + XLA_SIGNATURE) and k not in known_shapes]
     if feeds and plain_keys:
         # Before the race, so that one which compiles per shape is never its best: a best excluded only after
         # it (OpenVINO reshaping MobileNetV2 at each new batch size, +50-370 ms) leaves the choice to candidates
@@ -336,7 +339,8 @@ def measure(results: list[ArtifactResult], folder: Path, contract: ModelContract
     if feeds:
         # serving_xla only where the race kept it: one slower than the best beyond noise is not chosen, whatever
         # a new shape costs it (XLA compiling MobileNetV2 at each new shape took most of this step's 18-37 s)
-        timed_keys = [k for k in made if k in latencies and k not in new_shape and not dropped(stops.get(k))
+        timed_keys = [k for k in made if k in latencies and k not in new_shape and k not in known_shapes
+                      and not dropped(stops.get(k))
                       and _trio_of(k, pairs) not in errors]
         with stage(f"first calls at {len(feeds)} new input shapes ({len(timed_keys)} serving_xla the race kept)") \
                 if timed_keys else contextlib.nullcontext():

@@ -692,7 +692,8 @@ def measure_step(run: Run, made: Made) -> Made:
         label = "" if single else f"group {n + 1} ({len(group)} pairs, {len(left)} after it): "
         found, timing, runners = cands.measure(
             members, staging, contract, plan.data.x_val, precisions, make, judge, timer, max(0.5, share), cause,
-            lambda text: stage(say, label + text), only=named, keep=keep)
+            lambda text: stage(say, label + text), only=named, keep=keep,
+            known_shapes={cands.key(c.artifact, c.runtime, _own(c)) for c in candidates if c.new_shape_us is not None})
         if with_baseline[0]:
             runners[baseline_key] = baseline_runner
         if best_so_far is not None:  # this group's figures on the scale of the first: the best so far is in both
