@@ -56,7 +56,8 @@ def rows_per_call(weight_bytes: int | None) -> int:
     held-out rows, an artifact's for the gate): few for a big model. Why: TensorFlow's oneDNN allocator keeps
     the largest activations a process ever held for the rest of its life; a BERT-base-sized classifier answering
     64 rows of 128 tokens at once left 1.26 GiB resident once its SavedModel was released, against 1.04 GiB at 8
-    rows a call (the same rows in about the same time). Small models keep the speed of big calls."""
+    rows a call (the same rows in about the same time; measured with oneDNN's pool, before optimize took
+    TensorFlow's tensors from malloc: `tfenv.setup`). Small models keep the speed of big calls."""
     return FEW_ROWS if weight_bytes is not None and weight_bytes >= BIG_WEIGHTS else MANY_ROWS
 
 

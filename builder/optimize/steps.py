@@ -481,8 +481,8 @@ def evaluate_step(run: Run, made: Made) -> Made:
                 made.opened[runner_key(path, runtime, evaluated_signature(path, plan, contract))] = runner
             else:
                 del runner
-                # LiteRT's and OpenVINO's memory goes back to the machine once glibc is asked (a BERT-base-sized
-                # float .tflite on LiteRT: 1.32 GiB open, 0.56 after); only TensorFlow's pools stay
+                # the runner's memory goes back to the machine once glibc is asked (a BERT-base-sized float .tflite
+                # on LiteRT: 1.32 GiB open, 0.56 after; TensorFlow's too, its tensors taken from malloc: `tfenv.setup`)
                 tfenv.give_memory_back()
         results.append(result)
     return replace(made, results=tuple(results))
