@@ -16,6 +16,7 @@ the cell has a scalar output, `total` [] float64 beside them (the summaries' sum
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: TF Serving's TensorProto dtypes (tensorflow/core/framework/types.proto), numpy's spelling; `string` is tf.string
@@ -128,20 +129,18 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
     return SERVED
 
 
-#: cells whose verdict tfsmith does not meet yet, each with where it fails (found by the generator; the e2e test
-#: expects these to fail, strictly: one that starts passing fails the test until it leaves this list)
-KNOWN_SCALAR_OUTPUT = ("optimize does not yet take a model with an output without a batch (a sum over the "
-                       "request's rows): it computes the original's answers in batches of rows, which such an "
-                       "output does not have")
+#: cells whose verdict tfsmith does not meet yet, each with the reason it fails (found by the generator; the e2e
+#: test expects these to fail, strictly: one that starts passing fails the test until it leaves this list). Each
+#: entry: (which cells, the protocol it concerns or None for every one, why). Empty: every cell meets its verdict.
+KNOWN: tuple[tuple[Callable[[Cell], bool], str | None, str], ...] = ()
 
 
 def known_failure(cell: Cell, protocol: str | None = None) -> str | None:
     """Why tfsmith does not yet do what `verdict` says in `cell` over `protocol` (any protocol when None; None: it
     does)."""
-    if cell.dtype in NOT_SERVED:
-        return None
-    if cell.out_scalar:  # optimize stops: no protocol is reached
-        return KNOWN_SCALAR_OUTPUT
+    for chooses, concerns, why in KNOWN:
+        if chooses(cell) and (protocol is None or concerns is None or concerns == protocol):
+            return why
     return None
 
 

@@ -118,15 +118,27 @@ def test_the_sweep_groups_failures_by_what_does_not_vary() -> None:
     assert failure_class("optimize exit 1: TypeError: x") != failure_class("optimize exit 2: tfsmith: error: y")
 
 
-def test_known_failures_are_named_and_shown_as_not_yet() -> None:
-    assert lattice.known_failure(CELL["float32-r2-fixed-total"]) == lattice.KNOWN_SCALAR_OUTPUT
-    for protocol in (lattice.GRPC, REST_COLUMNS, None):  # a scalar string answer is served on every protocol
-        assert lattice.known_failure(CELL["string-r0-none"], protocol) is None
+def test_a_scalar_output_is_served_where_the_protocol_carries_it() -> None:
+    cell = CELL["float32-r2-fixed-total"]
+    assert lattice.known_failure(cell) is None
+    refused = verdict(cell, REST_ROWS)
+    assert not refused.served and refused.status == "HTTP 400" and refused.reason == lattice.REASON_ROWS_OUT
+    assert all(verdict(cell, p).served for p in PROTOCOLS if p != REST_ROWS)
+    assert "| float32 | served | served | served | served | served | served | served | served | served | served |" \
+        in render().split("## REST columns")[1]
+
+
+def test_known_failures_are_named_and_shown_as_not_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not any(lattice.known_failure(c, p) for c in CELLS for p in (*PROTOCOLS, None))  # none today
+    why = "a reason found by the generator"
+    monkeypatch.setattr(lattice, "KNOWN", ((lambda c: c.out_scalar, lattice.GRPC, why),))
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"], lattice.GRPC) == why
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"], REST_COLUMNS) is None
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"]) == why  # any protocol
     assert lattice.known_failure(CELL["float64-r3-fixed"]) is None
-    assert lattice.known_failure(CELL["float64-r3-batch2"]) is None  # a fixed batch of 2 goes through
-    assert lattice.known_failure(CELL["complex64-r1-none"]) is None  # refused, as its verdict says
-    page = render()
     import re
 
-    mark = re.search(r"- \((\w)\) not yet as TF Serving does it: " + re.escape(lattice.KNOWN_SCALAR_OUTPUT), page)
-    assert mark and f"not yet ({mark.group(1)})" in page
+    page = render()
+    mark = re.search(r"- \((\w)\) not yet as TF Serving does it: " + re.escape(why), page)
+    assert mark and f"not yet ({mark.group(1)})" in page.split("## gRPC")[1].split("## v2")[0]
+    assert f"not yet ({mark.group(1)})" not in page.split("## gRPC")[0]

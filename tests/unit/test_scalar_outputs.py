@@ -1,0 +1,106 @@
+"""An output without a batch beside the batched ones (a sum over the call's rows), pure numpy: optimize's rows get
+one answer per row, each row's own call's, whatever batch they are asked in; a server's call is answered as the
+model answers it, the scalar as declared."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from builder.model.failures import ModelInputError
+from builder.model.rows import answer_rows, unbatched_outputs
+from builder.report import TensorSpec
+
+FEATURES = TensorSpec("features", "float32", (None, 3))
+TEMPERATURE = TensorSpec("temperature", "float32", ())
+DOUBLED = TensorSpec("doubled", "float32", (None, 3))
+TOTAL = TensorSpec("total", "float64", ())
+
+
+class Summing:
+    """doubled = 2 x features (per row), total = the sum of every value in the call (times the temperature)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        features = np.asarray(x["features"])
+        self.calls.append(len(features))
+        scale = float(np.asarray(x.get("temperature", 1.0)))
+        return {"doubled": features * 2, "total": np.float64(features.sum() * scale)}
+
+
+def test_which_outputs_carry_no_batch() -> None:
+    assert unbatched_outputs((FEATURES,), (DOUBLED, TOTAL)) == {"total"}
+    assert unbatched_outputs((FEATURES, TEMPERATURE), (TOTAL,)) == {"total"}
+    assert unbatched_outputs((FEATURES,), (DOUBLED,)) == set()
+    # a signature of scalars answers once per call: no batch to stand beside
+    assert unbatched_outputs((TEMPERATURE,), (TOTAL,)) == set()
+
+
+def test_rows_get_their_own_calls_answer_whatever_batch_they_come_in() -> None:
+    x = {"features": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    model = Summing()
+    together = answer_rows((FEATURES,), (DOUBLED, TOTAL), x, model)
+    assert model.calls == [1, 1, 1, 1]  # each row alone: its answer does not depend on its neighbours
+    assert together["total"].shape == (4,) and list(together["total"]) == [3.0, 12.0, 21.0, 30.0]
+    np.testing.assert_array_equal(together["doubled"], x["features"] * 2)
+    halves = [answer_rows((FEATURES,), (DOUBLED, TOTAL), {"features": x["features"][i:i + 2]}, Summing())
+              for i in (0, 2)]
+    assert list(np.concatenate([h["total"] for h in halves])) == list(together["total"])
+
+
+def test_a_scalar_input_in_row_form_goes_with_its_row() -> None:
+    x = {"features": np.ones((3, 3), np.float32), "temperature": np.array([1.0, 2.0, 2.0], np.float32)}
+    answers = answer_rows((FEATURES, TEMPERATURE), (DOUBLED, TOTAL), x, Summing())
+    assert list(answers["total"]) == [3.0, 6.0, 6.0]
+
+
+def test_a_fixed_batch_is_called_in_its_own_batches() -> None:
+    fixed = TensorSpec("features", "float32", (2, 3))
+    model = Summing()
+    answers = answer_rows((fixed,), (TensorSpec("doubled", "float32", (2, 3)), TOTAL),
+                          {"features": np.ones((4, 3), np.float32)}, model)
+    assert model.calls == [2, 2] and list(answers["total"]) == [6.0, 6.0, 6.0, 6.0]
+
+
+def test_without_a_scalar_output_rows_are_called_as_before() -> None:
+    model = Summing()
+    answers = answer_rows((FEATURES,), (DOUBLED,), {"features": np.ones((5, 3), np.float32)}, model)
+    assert model.calls == [5] and answers["doubled"].shape == (5, 3)
+
+
+def _backend(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]):  # type: ignore[no-untyped-def]
+    from builder.model.backend import Backend
+    from builder.model.signature import SignatureSpec
+
+    class Fake(Backend):
+        runtime = "fake"
+
+        def __init__(self) -> None:
+            self.signatures = {"serving_default": SignatureSpec("serving_default", inputs, outputs)}
+            self.model = Summing()
+
+        def _invoke(self, signature, feed):  # type: ignore[no-untyped-def]
+            return self.model(feed)
+
+    return Fake()
+
+
+def test_a_server_call_is_answered_as_declared_and_optimize_rows_one_per_row() -> None:
+    backend = _backend((FEATURES,), (DOUBLED, TOTAL))
+    x = {"features": np.ones((4, 3), np.float32)}
+    served = backend.answer("serving_default", x)
+    assert np.ndim(served["total"]) == 0 and float(served["total"]) == 12.0 and backend.model.calls == [4]
+    rows = backend.predict("serving_default", x)
+    assert rows["total"].shape == (4,) and list(rows["total"]) == [3.0] * 4
+
+
+def test_a_fixed_batch_model_answering_for_the_whole_batch_is_not_split() -> None:
+    fixed = TensorSpec("features", "float32", (2, 3))
+    backend = _backend((fixed,), (TensorSpec("doubled", "float32", (2, 3)), TOTAL))
+    assert float(backend.answer("serving_default", {"features": np.ones((2, 3), np.float32)})["total"]) == 6.0
+    with pytest.raises(ModelInputError, match="'total' for the whole batch"):
+        backend.answer("serving_default", {"features": np.ones((4, 3), np.float32)})
