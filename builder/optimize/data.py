@@ -250,6 +250,12 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
         except (TypeError, UnicodeError) as error:
             raise InputError(f"data {source}: {where} holds values that are not strings ({error})") from error
     want = np.dtype(spec.dtype)
+    if want.kind == "c":  # complex: any real or complex numbers, finite
+        if x.dtype.kind not in "fiuc":
+            raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
+        if x.dtype.kind in "fc" and not np.all(np.isfinite(x)):
+            raise InputError(f"data {source}: {where} contains NaN or infinite values")
+        return x.astype(want, copy=False)
     if x.dtype.kind not in "fiub":
         raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
     if want.kind in "iub" and x.dtype.kind == "f":

@@ -33,10 +33,12 @@ REST_ROWS, REST_COLUMNS, GRPC, V2 = "REST rows", "REST columns", "gRPC", "v2"
 PROTOCOLS = (REST_ROWS, REST_COLUMNS, GRPC, V2)
 
 #: dtypes `tfsmith optimize` refuses today in one line ("... has dtype X, which tfsmith does not serve"): its
-#: contract and wire know no numpy spelling for them (bfloat16 is not a numpy dtype; complex is not carried yet)
-NOT_SERVED = ("bfloat16", "complex64", "complex128")
+#: contract and wire know no numpy spelling for them (bfloat16 is not a numpy dtype)
+NOT_SERVED = ("bfloat16",)
 #: dtypes the v2 protocol has no datatype for (its datatypes: BOOL, UINT8..64, INT8..64, FP16/32/64, BYTES, BF16)
 NO_V2_TYPE = ("complex64", "complex128")
+#: dtypes TF Serving's JSON (REST, rows and columns) has no values for (its REST API refuses them)
+NO_JSON_TYPE = ("complex64", "complex128")
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ SERVED = Verdict(True)
 REASON_DTYPE = "optimize refuses the dtype in one line (tfsmith's contract has no numpy spelling for it yet)"
 REASON_ROWS = "the row format cannot carry a scalar beside rows (each instance is one row of every input)"
 REASON_V2 = "v2 has no complex datatype"
+REASON_JSON = "TF Serving's JSON (REST) carries no complex values"
 REASON_ROWS_OUT = "the row format cannot answer an output without a batch (one entry per instance)"
 
 
@@ -120,6 +123,8 @@ def verdict(cell: Cell, protocol: str) -> Verdict:
     """What `tfsmith serve` answers in `cell` over `protocol` after `tfsmith optimize`, as TF Serving would."""
     if cell.dtype in NOT_SERVED:
         return Verdict(False, "optimize", "exit 2", REASON_DTYPE)
+    if protocol in (REST_ROWS, REST_COLUMNS) and cell.dtype in NO_JSON_TYPE:
+        return Verdict(False, protocol, "HTTP 400", REASON_JSON)
     if protocol == REST_ROWS and cell.has_scalar_input:
         return Verdict(False, protocol, "HTTP 400", REASON_ROWS)
     if protocol == REST_ROWS and cell.out_scalar:  # TF Serving: "Tensor name: total has no shape information"

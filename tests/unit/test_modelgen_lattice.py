@@ -66,7 +66,12 @@ def test_verdicts_follow_tf_servings_rules() -> None:
     # dtypes optimize does not take yet: refused there, for every protocol, in one line
     for dtype in lattice.NOT_SERVED:
         assert {verdict(Cell(dtype, 1, lattice.NONE, False), p).stage for p in PROTOCOLS} == {"optimize"}
-    assert verdict(Cell("complex64", 1, lattice.NONE, False), V2).reason == lattice.REASON_DTYPE
+    assert verdict(Cell("bfloat16", 1, lattice.NONE, False), V2).reason == lattice.REASON_DTYPE
+    # complex: gRPC carries it; TF Serving's JSON has no complex values, v2 no complex datatype
+    for protocol in PROTOCOLS:
+        one = verdict(Cell("complex64", 2, lattice.FIXED, False), protocol)
+        assert one.served == (protocol == lattice.GRPC)
+        assert one.served or (one.status == "HTTP 400" and "complex" in one.reason)
     assert verdict(Cell("string", 0, lattice.NONE, True), REST_COLUMNS).served
 
 

@@ -350,10 +350,39 @@ def model_metadata(name: str, version: int, signatures: Mapping[str, SignatureSp
 def decode_predict(body: bytes, signatures: Mapping[str, Any], max_batch: int, default: str | None) -> TfsCall:
     """The call of a predict body: the fast path's (`tensor_json`, its structure check passed), else the general
     path's, read once."""
-    fast = tensor_json.read_predict(body, signatures, max_batch, default)
-    if not isinstance(fast, tensor_json.Left):
-        return fast
-    return decode_general(body, fast, signatures, max_batch, default)
+    try:
+        fast = tensor_json.read_predict(body, signatures, max_batch, default)
+        call = (fast if not isinstance(fast, tensor_json.Left)
+                else decode_general(body, fast, signatures, max_batch, default))
+    except RequestError:
+        addressed = _addressed(body, signatures, default)
+        if addressed is not None:
+            json_carries(addressed)  # complex values written somehow: the reason is that JSON has none
+        raise
+    json_carries(signatures[call.signature])
+    return call
+
+
+def _addressed(body: bytes, signatures: Mapping[str, Any], default: str | None) -> SignatureSpec | None:
+    """The signature a body that could not be read addresses, when that much can be read (else None)."""
+    import json
+
+    try:
+        document = json.loads(body)
+        name = document.get("signature_name") if isinstance(document, dict) else None
+        return choose_signature(name, signatures, default)
+    except (ValueError, TypeError, RequestError):
+        return None
+
+
+def json_carries(signature: SignatureSpec) -> None:
+    """TF Serving's JSON has numbers, booleans and strings, no complex values (its REST API refuses a complex
+    tensor): a signature with one is refused before the model runs (RequestError 400), in one line."""
+    for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            if spec.dtype.startswith("complex"):
+                raise RequestError(f"{kind} {spec.name!r} is {spec.dtype}: TF Serving's JSON (REST) carries no "
+                                   "complex values; ask over gRPC")
 
 
 def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,

@@ -1,6 +1,10 @@
-"""An output without a batch beside the batched ones (a sum over the call's rows), pure numpy: optimize's rows get
-one answer per row, each row's own call's, whatever batch they are asked in; a server's call is answered as the
-model answers it, the scalar as declared."""
+"""Signatures beyond rows of real numbers, pure numpy.
+
+- An output without a batch beside the batched ones (a sum over the call's rows): optimize's rows get one answer
+  per row, each row's own call's, whatever batch they are asked in; a server's call is answered as the model
+  answers it, the scalar as declared.
+- complex64/complex128: TensorFlow's TensorProto carries them (gRPC), DATA gives them, the gate measures both
+  parts; TF Serving's JSON has no complex values and v2 no complex datatype, so those refuse in one line."""
 
 from __future__ import annotations
 
@@ -104,3 +108,79 @@ def test_a_fixed_batch_model_answering_for_the_whole_batch_is_not_split() -> Non
     assert float(backend.answer("serving_default", {"features": np.ones((2, 3), np.float32)})["total"]) == 6.0
     with pytest.raises(ModelInputError, match="'total' for the whole batch"):
         backend.answer("serving_default", {"features": np.ones((4, 3), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("content", [True, False])
+def test_complex_tensors_cross_the_tensorproto_as_tensorflow_writes_them(dtype: str, content: bool) -> None:
+    from builder.wire.tensors import WireError, fill_proto, read_tensor
+    from builder.wire.tfs_proto import TensorProto
+
+    values = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(dtype).reshape(2, 3)
+    proto = TensorProto.FromString(fill_proto(TensorProto(), values, content).SerializeToString())
+    assert proto.dtype == {"complex64": 8, "complex128": 18}[dtype]
+    back, raw = read_tensor(proto, "x")
+    assert raw == content and back.dtype == values.dtype
+    np.testing.assert_array_equal(back, values)
+    field = {"complex64": "scomplex_val", "complex128": "dcomplex_val"}[dtype]
+    one = TensorProto(dtype=proto.dtype)
+    one.tensor_shape.dim.add(size=2)
+    getattr(one, field).extend([1.0, 2.0])  # one (real, imaginary) pair fills the shape, as in TensorFlow
+    assert list(read_tensor(one, "x")[0]) == [1 + 2j, 1 + 2j]
+    getattr(one, field).append(3.0)
+    with pytest.raises(WireError, match="pairs"):
+        read_tensor(one, "x")
+
+
+def test_data_for_a_complex_input_takes_real_or_complex_numbers() -> None:
+    from builder.errors import InputError
+    from builder.optimize.data import split_npz, validate_data
+
+    z = TensorSpec("z", "complex64", (None, 2))
+    out = (TensorSpec("w", "complex64", (None, 2)),)
+    for given in (np.ones((4, 2), np.complex128), np.ones((4, 2), np.float32), np.ones((4, 2), np.int64)):
+        data = validate_data(split_npz({"x_val": given}, (z,), out, "d.npz"), (z,), out, need_train=False,
+                             need_calib=False, calib_samples=8)
+        assert data.x_val["z"].dtype == np.complex64
+    for bad, why in ((np.full((4, 2), np.nan + 1j), "NaN"), (np.array([["a", "b"]] * 4), "dtype")):
+        with pytest.raises(InputError, match=why):
+            validate_data(split_npz({"x_val": bad}, (z,), out, "d.npz"), (z,), out, need_train=False,
+                          need_calib=False, calib_samples=8)
+
+
+def test_the_gate_measures_both_parts_of_a_complex_answer() -> None:
+    from builder.optimize.contract import answers_moved
+    from builder.optimize.quality import fidelity
+
+    original = np.array([[1 + 1j, 2 - 1j], [3 + 0j, -1 + 2j], [0 + 0j, 1 + 1j]], np.complex64)
+    assert fidelity(original, original)[0] == 0.0
+    imaginary_off = original + 0.5j  # the real parts alone would agree
+    assert fidelity(imaginary_off, original)[0] > 0.1
+    assert answers_moved({"w": original}, {"w": imaginary_off}) is not None
+    assert answers_moved({"w": original}, {"w": original.copy()}) is None
+
+
+def test_json_and_v2_refuse_a_complex_signature_in_one_line() -> None:
+    from builder.model.signature import SignatureSpec
+    from builder.server.core.call import RequestError
+    from builder.server.protocols.tfs_rest import json_carries
+
+    real = SignatureSpec("serving_default", (FEATURES,), (DOUBLED,))
+    json_carries(real)
+    spectrum = SignatureSpec("serving_default", (FEATURES,), (TensorSpec("spectrum", "complex64", (None, 3)),))
+    with pytest.raises(RequestError, match="output 'spectrum' is complex64: TF Serving's JSON") as refused:
+        json_carries(spectrum)
+    assert "\n" not in str(refused.value)
+
+    from builder.server.protocols.v2 import carried
+
+    class Served:
+        def __init__(self, signature: SignatureSpec) -> None:
+            self.signature_spec = signature
+
+        def signature(self, name: str) -> SignatureSpec:
+            return self.signature_spec
+
+    assert carried(Served(real)).signature_spec is real  # type: ignore[arg-type]
+    with pytest.raises(RequestError, match="v2 has no complex datatype"):
+        carried(Served(spectrum))  # type: ignore[arg-type]
