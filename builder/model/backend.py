@@ -67,6 +67,8 @@ class Backend(ABC):
         Unbatched inputs may come one value per row; an output without a batch comes one value per row, each
         row's own call's. For a signature with neither, the same as `answer`."""
         spec = self.signatures[signature]
+        if not unbatched_outputs(spec.inputs, spec.outputs):  # every output carries the rows: one call, as asked
+            return self.answer(signature, inputs)
         return answer_rows(spec.inputs, spec.outputs, inputs, lambda feed: self.answer(signature, feed))
 
     def answer(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -191,12 +191,14 @@ def compose_cells(seed: int, count: int, start: int = 0) -> list[CellSpec]:
 
 def sample(seed: int, count: int) -> list[CellSpec]:
     """`count` cells of a seed for a short run that still holds the cells a user meets first: a float64 signature,
-    a scalar beside the batch and a signature of scalars (each the seed's first such cell that goes through today),
-    then the seed's order."""
+    a scalar beside the batch, a signature of scalars and a scalar output beside the batched ones (each the seed's
+    first such cell that goes through today), then the seed's order."""
     order = compose_cells(seed, len(CELLS))
+    common = [d for d in DTYPES if d not in NOT_SERVED + NO_JSON_TYPE]  # what every protocol carries
     wanted = [lambda c: c.dtype == "float64" and c.rank >= 1 and not c.beside,
-              lambda c: c.rank >= 1 and c.beside and c.dtype not in NOT_SERVED,
-              lambda c: c.rank == 0 and c.dtype not in NOT_SERVED]
+              lambda c: c.rank >= 1 and c.beside and c.dtype in common,
+              lambda c: c.rank == 0 and c.dtype in common,
+              lambda c: c.out_scalar and c.dtype in common]
     chosen: list[CellSpec] = []
     for want in wanted:  # cells that go through today: the sample proves them served
         chosen.append(next(s for s in order if want(s.the_cell) and not known_failure(s.the_cell) and s not in chosen))

@@ -50,6 +50,7 @@ def test_the_short_sample_holds_the_cells_a_user_meets_first(seed: int) -> None:
     assert any(c.rank >= 1 and c.beside for c in chosen)
     assert any(c.rank == 0 for c in chosen)
     assert not any(lattice.known_failure(c) for c in chosen)
+    assert any(c.out_scalar for c in (s.the_cell for s in lattice.sample(seed, 4)))
     assert len(lattice.sample(seed, 6)) == 6 and lattice.sample(seed, 6)[:0] == []
 
 
