@@ -502,12 +502,21 @@ def saved_model_contract(fn: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorS
             tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in sorted(outputs.items())))
 
 
+def _as_array(tensor: Any) -> np.ndarray:
+    """A TensorFlow answer as an array: a scalar bfloat16 tensor's `__array__` gives numpy no array (an ml_dtypes
+    scalar), its `.numpy()` value does."""
+    try:
+        return np.asarray(tensor)
+    except ValueError:
+        return np.asarray(tensor.numpy())
+
+
 def _signature_predict(fn: Any, inputs: tuple[TensorSpec, ...]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
     tf = tfenv.tensorflow()
 
     def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = fn(**{s.name: tf.constant(x[s.name], dtype=tf.as_dtype(s.dtype)) for s in inputs})
-        return {k: np.asarray(v) for k, v in result.items()}
+        return {k: _as_array(v) for k, v in result.items()}
 
     return predict
 

@@ -64,16 +64,21 @@ def test_verdicts_follow_tf_servings_rules() -> None:
         refused = verdict(cell, REST_ROWS)
         assert not refused.served and refused.status == "HTTP 400" and "scalar" in refused.reason
         assert all(verdict(cell, p).served for p in PROTOCOLS if p != REST_ROWS)
-    # dtypes optimize does not take yet: refused there, for every protocol, in one line
-    for dtype in lattice.NOT_SERVED:
-        assert {verdict(Cell(dtype, 1, lattice.NONE, False), p).stage for p in PROTOCOLS} == {"optimize"}
-    assert verdict(Cell("bfloat16", 1, lattice.NONE, False), V2).reason == lattice.REASON_DTYPE
+    # bfloat16 as float16: every protocol (v2's BF16)
+    assert all(verdict(Cell("bfloat16", 2, lattice.FIXED, False), p).served for p in PROTOCOLS)
     # complex: gRPC carries it; TF Serving's JSON has no complex values, v2 no complex datatype
     for protocol in PROTOCOLS:
         one = verdict(Cell("complex64", 2, lattice.FIXED, False), protocol)
         assert one.served == (protocol == lattice.GRPC)
         assert one.served or (one.status == "HTTP 400" and "complex" in one.reason)
     assert verdict(Cell("string", 0, lattice.NONE, True), REST_COLUMNS).served
+
+
+def test_a_dtype_optimize_does_not_take_is_refused_there_for_every_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert lattice.NOT_SERVED == ()  # every dtype TF Serving carries is taken today
+    monkeypatch.setattr(lattice, "NOT_SERVED", ("bfloat16",))
+    refused = {verdict(Cell("bfloat16", 1, lattice.NONE, False), p) for p in PROTOCOLS}
+    assert refused == {lattice.Verdict(False, "optimize", "exit 2", lattice.REASON_DTYPE)}
 
 
 def test_the_lattice_page_is_what_the_lattice_writes() -> None:
@@ -83,7 +88,7 @@ def test_the_lattice_page_is_what_the_lattice_writes() -> None:
 
 def test_the_table_says_every_verdict() -> None:
     page = render()
-    for reason in (lattice.REASON_ROWS, lattice.REASON_DTYPE):
+    for reason in (lattice.REASON_ROWS, lattice.REASON_ROWS_OUT, lattice.REASON_JSON, lattice.REASON_V2):
         assert reason in page
     assert "| float64 | refused (a) | served | served | served | served | served | refused (a) |" in page
     served = sum(verdict(c, p).served and not lattice.known_failure(c, p) for c in CELLS for p in PROTOCOLS)

@@ -4,7 +4,9 @@
   per row, each row's own call's, whatever batch they are asked in; a server's call is answered as the model
   answers it, the scalar as declared.
 - complex64/complex128: TensorFlow's TensorProto carries them (gRPC), DATA gives them, the gate measures both
-  parts; TF Serving's JSON has no complex values and v2 no complex datatype, so those refuse in one line."""
+  parts; TF Serving's JSON has no complex values and v2 no complex datatype, so those refuse in one line.
+- bfloat16 (numpy's spelling from ml_dtypes, as TensorFlow's): `half_val` bit patterns or raw bytes on gRPC, BF16
+  on v2, numbers in JSON; DATA gives it as real numbers or as numpy saves a bfloat16 array (2-byte void)."""
 
 from __future__ import annotations
 
@@ -184,3 +186,53 @@ def test_json_and_v2_refuse_a_complex_signature_in_one_line() -> None:
     assert carried(Served(real)).signature_spec is real  # type: ignore[arg-type]
     with pytest.raises(RequestError, match="v2 has no complex datatype"):
         carried(Served(spectrum))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("content", [True, False])
+def test_bfloat16_crosses_the_tensorproto_as_bit_patterns(content: bool) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from builder.wire.tensors import fill_proto, read_tensor
+    from builder.wire.tfs_proto import TensorProto
+
+    values = np.array([[0.5, -2.0, 3.0e38], [1.0, 0.0, -1.5]], dtype=ml_dtypes.bfloat16)
+    proto = TensorProto.FromString(fill_proto(TensorProto(), values, content).SerializeToString())
+    assert proto.dtype == 14 and (len(proto.half_val) == 0) == content
+    back, _ = read_tensor(proto, "x")
+    assert back.dtype == values.dtype
+    np.testing.assert_array_equal(back.astype(np.float32), values.astype(np.float32))
+
+
+def test_data_for_a_bfloat16_input_takes_numbers_or_numpys_saved_bfloat16() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import io
+
+    from builder.errors import InputError
+    from builder.optimize.data import split_npz, validate_data
+
+    b = TensorSpec("b", "bfloat16", (None, 2))
+    out = (TensorSpec("o", "float32", (None, 2)),)
+    saved = io.BytesIO()
+    np.savez(saved, x_val=np.full((4, 2), 1.5, ml_dtypes.bfloat16))
+    saved.seek(0)
+    as_numpy_saves_it = np.load(saved)["x_val"]
+    assert as_numpy_saves_it.dtype.kind == "V"
+    for given in (as_numpy_saves_it, np.full((4, 2), 1.5, np.float32), np.ones((4, 2), np.int32)):
+        data = validate_data(split_npz({"x_val": given}, (b,), out, "d.npz"), (b,), out, need_train=False,
+                             need_calib=False, calib_samples=8)
+        assert data.x_val["b"].dtype.name == "bfloat16" and float(data.x_val["b"].astype(np.float32).max()) >= 1.0
+    for bad, why in ((np.full((4, 2), 1e39), "range"), (np.full((4, 2), np.inf), "NaN or infinite"),
+                     (np.array([["a", "b"]] * 4), "dtype")):
+        with pytest.raises(InputError, match=why):
+            validate_data(split_npz({"x_val": bad}, (b,), out, "d.npz"), (b,), out, need_train=False,
+                          need_calib=False, calib_samples=8)
+
+
+def test_json_numbers_for_a_bfloat16_input_within_its_range() -> None:
+    from builder.server.core.call import RequestError
+    from builder.server.protocols.tfs_rest import to_typed_array
+
+    spec = TensorSpec("b", "bfloat16", (None, 2))
+    got = to_typed_array([[0.5, 2.0], [1.0, -3.0]], spec, "inputs.b")
+    assert got.dtype.name == "bfloat16" and got.astype(np.float32).tolist() == [[0.5, 2.0], [1.0, -3.0]]
+    with pytest.raises(RequestError, match="out of range"):
+        to_typed_array([[1e39, 0.0]], spec, "inputs.b")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 
-from builder.wire.tensors import TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
+from builder.wire.tensors import BFLOAT16_MAX, TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
@@ -85,10 +85,11 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
             raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
-    elif want.kind == "f" and raw.dtype.kind in "fiu" and raw.size and want.itemsize < raw.dtype.itemsize:
+    elif (want.kind == "f" or want.name == "bfloat16") and raw.dtype.kind in "fiu" and raw.size \
+            and want.itemsize < raw.dtype.itemsize:
         # Finite values beyond the dtype's largest are refused, also those a cast would round down to it
         # (two reductions first: the exact test with its temporaries runs only when one is out of range).
-        limit = np.finfo(want).max
+        limit = float(np.finfo(want).max) if want.kind == "f" else BFLOAT16_MAX
         if (raw.max() > limit or raw.min() < -limit) and np.any(np.abs(raw[np.isfinite(raw)]) > limit):
             raise RequestError(f"{where}: value out of range for {spec.dtype}")
         return raw.astype(want)
