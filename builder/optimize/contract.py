@@ -31,6 +31,9 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
             answers = answers[kept]
         task, why = infer_task(t.name, answers, labels.get(t.name), overrides.get(t.name),
                                (quantized or {}).get(t.name))
+        if not t.shape and task == "regression" and not overrides.get(t.name):
+            why = ("one value a call, not one a row (a scalar beside the batch): each held-out row asked alone, "
+                   "its answer judged as a value")
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
     return ModelContract(tuple(inputs), tuple(specs), signature)
 

@@ -236,3 +236,13 @@ def test_json_numbers_for_a_bfloat16_input_within_its_range() -> None:
     assert got.dtype.name == "bfloat16" and got.astype(np.float32).tolist() == [[0.5, 2.0], [1.0, -3.0]]
     with pytest.raises(RequestError, match="out of range"):
         to_typed_array([[1e39, 0.0]], spec, "inputs.b")
+
+
+def test_the_report_says_how_a_scalar_output_is_judged() -> None:
+    from builder.optimize.contract import make_contract
+
+    reference = {"doubled": np.ones((4, 3), np.float32), "total": np.array([3.0, 6.0, 9.0, 1.0])}
+    contract = make_contract((FEATURES,), (DOUBLED, TOTAL), reference, {}, {})
+    total = next(o for o in contract.outputs if o.name == "total")
+    assert total.task == "regression" and total.task_why.startswith("one value a call, not one a row")
+    assert next(o for o in contract.outputs if o.name == "doubled").task_why != total.task_why
