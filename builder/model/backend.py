@@ -20,7 +20,8 @@ import numpy as np
 
 from builder.errors import InputError
 from builder.model.failures import ModelInputError, clean_message, fresh_report
-from builder.model.rows import call_rows, contiguous, fixed_batch, in_row_form, unbatched
+from builder.model.rows import (answer_rows, call_rows, contiguous, fixed_batch, in_row_form, unbatched,
+                                unbatched_outputs)
 from builder.model.signature import DEFAULT_SIGNATURE, STRING, SignatureSpec, TensorSpec
 
 #: What LiteRT (and TensorFlow's interpreter without the Flex delegate) says for a Select-TF-ops model.
@@ -62,11 +63,22 @@ class Backend(ABC):
         """Run one batch whose size the model accepts; returns arrays the caller may keep."""
 
     def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run a batch; models with a fixed batch size take it one fixed-size slice at a time. A model that
-        refuses the inputs' values or shapes while it computes raises `ModelInputError` (the client's fault)."""
+        """Rows in, one answer per row out (`builder.model.rows.answer_rows`): what optimize compares and times.
+        Unbatched inputs may come one value per row; an output without a batch comes one value per row, each
+        row's own call's. For a signature with neither, the same as `answer`."""
+        spec = self.signatures[signature]
+        if not unbatched_outputs(spec.inputs, spec.outputs):  # every output carries the rows: one call, as asked
+            return self.answer(signature, inputs)
+        return answer_rows(spec.inputs, spec.outputs, inputs, lambda feed: self.answer(signature, feed))
+
+    def answer(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One call as a client makes it (every input as declared), answered as the model answers it: what a
+        server runs. Models with a fixed batch size take a multiple of it one fixed-size slice at a time (not
+        one that answers for the whole call: a slice's answer is not the call's). A model that refuses the
+        inputs' values or shapes while it computes raises `ModelInputError` (the client's fault)."""
         spec = self.signatures[signature]
         if in_row_form(spec.inputs, inputs):  # rows whose unbatched inputs come one value per row
-            return call_rows(spec.inputs, inputs, lambda feed: self.predict(signature, feed))
+            return call_rows(spec.inputs, inputs, lambda feed: self.answer(signature, feed))
         free = unbatched(spec.inputs)
         fixed = fixed_batch(spec.inputs)
         batch = next((np.shape(v)[0] for k, v in inputs.items() if k not in free and np.ndim(v)), fixed)
@@ -74,6 +86,10 @@ class Backend(ABC):
             return self._invoke(spec, inputs)
         if batch % fixed:
             raise ValueError(f"batch {batch} is not a multiple of the model's fixed batch size {fixed}")
+        whole = sorted(unbatched_outputs(spec.inputs, spec.outputs))
+        if whole:
+            raise ModelInputError(f"the model takes batches of exactly {fixed} rows and answers {whole[0]!r} for "
+                                  f"the whole batch: a batch of {batch} rows has no such answer")
         parts = [
             self._invoke(spec, {k: v if k in free else v[i : i + fixed] for k, v in inputs.items()})
             for i in range(0, batch, fixed)

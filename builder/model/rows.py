@@ -10,6 +10,13 @@ whose unbatched values are equal go in one call, those inputs as declared; the a
 
 A model in a server never sees row form: a request's tensors have the declared ranks (the protocols' shape
 rules refuse others before the model), and `call_rows` only takes an unbatched input of exactly one rank more.
+
+Outputs too: beside batched outputs a signature may answer a scalar for the whole call (a sum over the request's
+rows). Such an answer belongs to the call, not to a row, so what it is depends on which rows were called
+together. `answer_rows` gives every output one value per row whatever batch it is asked in: each row is called
+alone (a model with a fixed batch: in its own batches, from the first row), and the call's scalar is that row's.
+So the original and every file made from it are compared on the same calls, however many rows each is asked at
+once; a server answers a request in one call, as declared (`Backend.answer`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,14 @@ def unbatched(inputs: Sequence[TensorSpec]) -> frozenset[str]:
     if len({spec.shape[0] for spec in ranked}) > 1:
         return frozenset(spec.name for spec in inputs)
     return frozenset(scalars)
+
+
+def unbatched_outputs(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> frozenset[str]:
+    """The outputs that carry no batch beside a batched input: scalars (a sum over the call's rows). A signature
+    with no batched input answers every output for its one call, and rows of it are `call_rows`' concern."""
+    if all(spec.name in unbatched(inputs) for spec in inputs):
+        return frozenset()
+    return frozenset(spec.name for spec in outputs if len(spec.shape) == 0)
 
 
 def fixed_batch(inputs: Sequence[TensorSpec]) -> int | None:
@@ -112,6 +127,24 @@ def call_rows(inputs: Sequence[TensorSpec], x: Arrays,
         answers = call(feed)
         parts.append({name: _per_row(np.asarray(value), stop - start, batched=len(free) < len(inputs))
                       for name, value in answers.items()})
+    return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+
+
+def answer_rows(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], x: Arrays,
+                call: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """`call_rows`, with every output one value per row: where the signature answers an output without a batch,
+    each row is called alone (in the model's fixed batch when it has one), and that call's answer is the row's."""
+    scalars = unbatched_outputs(inputs, outputs)
+    if not scalars:
+        return call_rows(inputs, x, call)
+    rows = row_count(inputs, x)
+    step = fixed_batch(inputs) or 1
+    parts: list[dict[str, np.ndarray]] = []
+    for start in range(0, rows, step):
+        count = min(step, rows - start)
+        answers = call_rows(inputs, take(inputs, x, start, start + count), call)
+        parts.append({name: (np.broadcast_to(value, (count,)).copy() if name in scalars and np.ndim(value) == 0
+                             else np.asarray(value)) for name, value in answers.items()})
     return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
 

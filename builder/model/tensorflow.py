@@ -164,8 +164,9 @@ class SavedModelBackend(Backend):
 
 def _array(value: Any) -> np.ndarray:
     """An answer as an array: a scalar string comes from `.numpy()` as bare bytes, which every encoder would
-    have to special-case; as a 0-d object array it is a string tensor like any other."""
-    return np.asarray(value, dtype=object) if isinstance(value, bytes) else value
+    have to special-case; as a 0-d object array it is a string tensor like any other. A scalar of another dtype
+    comes as a numpy scalar (bfloat16's from ml_dtypes): a 0-d array too."""
+    return np.asarray(value, dtype=object) if isinstance(value, bytes) else np.asarray(value)  # a bfloat16 scalar too
 
 
 #: TensorFlow's Grappler pass that rewrites float32 ops oneDNN runs in bfloat16 (AMX / AVX512-BF16 on x86).

@@ -31,6 +31,9 @@ def make_contract(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...
             answers = answers[kept]
         task, why = infer_task(t.name, answers, labels.get(t.name), overrides.get(t.name),
                                (quantized or {}).get(t.name))
+        if not t.shape and task == "regression" and not overrides.get(t.name):
+            why = ("one value a call, not one a row (a scalar beside the batch): each held-out row asked alone, "
+                   "its answer judged as a value")
         specs.append(OutputSpec(t.name, t.dtype, t.shape, task, why))
     return ModelContract(tuple(inputs), tuple(specs), signature)
 
@@ -126,7 +129,8 @@ def answers_moved(first: Mapping[str, np.ndarray], again: Mapping[str, np.ndarra
                 return f"output {name!r} values differ"
             continue
         scale = max(spread(np.asarray(answers)), float(np.max(np.abs(before))) if before.size else 0.0, 1e-12)
-        diff = float(np.max(np.abs(before.astype(np.float64) - after))) if before.size else 0.0
+        wide = np.complex128 if before.dtype.kind == "c" else np.float64  # a complex value differs in either part
+        diff = float(np.max(np.abs(before.astype(wide) - after))) if before.size else 0.0
         if diff > 1e-3 * scale:
             return f"output {name!r} by up to {diff:.3g}"
     return None

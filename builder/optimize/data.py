@@ -35,6 +35,7 @@ import numpy as np
 from builder.errors import InputError
 from builder.model.rows import as_rows, fixed_batch, unbatched
 from builder.report import TensorSpec
+from builder.wire.tensors import BFLOAT16_MAX  # and numpy spells bfloat16 (ml_dtypes registered)
 
 SPLITS = ("train", "val", "calib")
 Arrays = dict[str, np.ndarray]
@@ -250,6 +251,14 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
         except (TypeError, UnicodeError) as error:
             raise InputError(f"data {source}: {where} holds values that are not strings ({error})") from error
     want = np.dtype(spec.dtype)
+    if want.name == "bfloat16":
+        return _as_bfloat16(name, where, x, want, source)
+    if want.kind == "c":  # complex: any real or complex numbers, finite
+        if x.dtype.kind not in "fiuc":
+            raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
+        if x.dtype.kind in "fc" and not np.all(np.isfinite(x)):
+            raise InputError(f"data {source}: {where} contains NaN or infinite values")
+        return x.astype(want, copy=False)
     if x.dtype.kind not in "fiub":
         raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
     if want.kind in "iub" and x.dtype.kind == "f":
@@ -264,6 +273,21 @@ def _cast(name: str, where: str, x: np.ndarray, spec: TensorSpec, source: str) -
         info = np.iinfo(want)
         if x.min() < info.min or x.max() > info.max:
             raise InputError(f"data {source}: {where} has values outside {want}'s range")
+    return x.astype(want, copy=False)
+
+
+def _as_bfloat16(name: str, where: str, x: np.ndarray, want: np.dtype, source: str) -> np.ndarray:
+    """Numbers for a bfloat16 input: any real numbers within its range, finite, or a bfloat16 array as numpy
+    saves one (`np.savez` writes the 2-byte values as void, `V2`: read back as bfloat16)."""
+    if x.dtype.kind == "V" and x.dtype.itemsize == 2 and x.dtype.fields is None:
+        x = x.view(want)
+    elif x.dtype.name != "bfloat16" and x.dtype.kind not in "fiu":
+        raise InputError(f"data {source}: {where} has dtype {x.dtype}; input {name!r} takes {want}")
+    wide = x.astype(np.float64)
+    if not np.all(np.isfinite(wide)):
+        raise InputError(f"data {source}: {where} contains NaN or infinite values")
+    if wide.size and np.max(np.abs(wide)) > BFLOAT16_MAX:
+        raise InputError(f"data {source}: {where} has values outside {want}'s range (largest {BFLOAT16_MAX:g})")
     return x.astype(want, copy=False)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from builder.errors import InputError
 from builder.optimize import tfenv
 from builder.optimize.qat_models import QAT_WHY, is_quantization_aware
-from builder.model.rows import call_rows, fixed_batch, row_count, take
+from builder.model.rows import answer_rows, fixed_batch, row_count, take
 from builder.report import TensorSpec
 from builder.wire.tensors import TF_DTYPES
 
@@ -160,13 +160,13 @@ class LoadedModel:
         from builder.optimize.budget import rows_per_call
 
         step = fixed_batch(self.inputs) or batch or rows_per_call(4 * self.params if self.params else None)
-        return _in_batches(self.inputs, x, self._predict, step)
+        return _in_batches(self.inputs, self.outputs, x, self._predict, step)
 
     def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
         """The original's outputs of another of its signatures (`others`), in batches."""
         assert self._predict_other is not None, "the original has no other signatures"
         predict_other = self._predict_other
-        return _in_batches(self.others[name][0], x, lambda feed: predict_other(name, feed), batch)
+        return _in_batches(*self.others[name], x, lambda feed: predict_other(name, feed), batch)
 
     @property
     def has_keras3(self) -> bool:
@@ -214,11 +214,12 @@ def _released(_: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     raise RuntimeError("the original model was released from this process; its answers were computed before")
 
 
-def _in_batches(inputs: tuple[TensorSpec, ...], x: Arrays, call: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-                step: int) -> dict[str, np.ndarray]:
-    """`call` over every row of `x`, `step` rows a call; unbatched inputs in row form are called as declared."""
+def _in_batches(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], x: Arrays,
+                call: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], step: int) -> dict[str, np.ndarray]:
+    """`call` over every row of `x`, `step` rows a call, one answer per row: unbatched inputs in row form are
+    called as declared; an output without a batch is each row's own call's (`builder.model.rows.answer_rows`)."""
     rows = row_count(inputs, x)
-    parts = [call_rows(inputs, take(inputs, x, i, i + step), call)
+    parts = [answer_rows(inputs, outputs, take(inputs, x, i, i + step), call)
              for i in range(0, rows, step)]
     return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
@@ -501,12 +502,21 @@ def saved_model_contract(fn: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorS
             tuple(TensorSpec(n, s.dtype.name, _shape(s.shape)) for n, s in sorted(outputs.items())))
 
 
+def _as_array(tensor: Any) -> np.ndarray:
+    """A TensorFlow answer as an array: a scalar bfloat16 tensor's `__array__` gives numpy no array (an ml_dtypes
+    scalar), its `.numpy()` value does."""
+    try:
+        return np.asarray(tensor)
+    except ValueError:
+        return np.asarray(tensor.numpy())
+
+
 def _signature_predict(fn: Any, inputs: tuple[TensorSpec, ...]) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
     tf = tfenv.tensorflow()
 
     def predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = fn(**{s.name: tf.constant(x[s.name], dtype=tf.as_dtype(s.dtype)) for s in inputs})
-        return {k: np.asarray(v) for k, v in result.items()}
+        return {k: _as_array(v) for k, v in result.items()}
 
     return predict
 

@@ -49,6 +49,11 @@ from builder.report import OutputMetric, OutputSpec
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
+    """One row of float64 columns per row of `a`; a complex value is two columns (its real and imaginary parts),
+    so an error is measured on both."""
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        return np.ascontiguousarray(a, dtype=np.complex128).reshape(len(a), -1).view(np.float64)
     a = np.asarray(a, dtype=np.float64)
     return a.reshape(len(a), -1) if a.ndim > 1 else a.reshape(len(a), 1)
 

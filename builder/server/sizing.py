@@ -412,15 +412,15 @@ def _time_calls(runtime: str, model_path: Path, samples_path: Path | None, signa
     first = create_backend(runtime, model_path, 1)
     signature = first.signatures.get(signature_name or DEFAULT_SIGNATURE) or next(iter(first.signatures.values()))
     single = example_inputs(signature, samples_path)
-    first.predict(signature.name, single)
+    first.answer(signature.name, single)
     after = rss_bytes()
     memory = None
     if before is not None and after is not None:
         memory = Memory(*usable_memory(), front=before, interpreter=max(0, after - before))
     backends = {t: first if t == 1 else create_backend(runtime, model_path, t) for t in thread_counts(cores)}
-    runners: dict[str, Any] = {f"threads={t}": (lambda b=backend: b.predict(signature.name, single))
+    runners: dict[str, Any] = {f"threads={t}": (lambda b=backend: b.answer(signature.name, single))
                                for t, backend in backends.items()}
     if signature.inputs and all(batched(spec) for spec in signature.inputs):
         several = example_inputs(signature, samples_path, BATCH_PROBE)
-        runners["batch"] = lambda: first.predict(signature.name, several)
+        runners["batch"] = lambda: first.answer(signature.name, several)
     return loop.interleave(runners, budget_s, warmup=3, min_samples=20)[0], memory

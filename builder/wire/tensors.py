@@ -2,7 +2,7 @@
 
 Clients send either `tensor_content` (the raw little-endian bytes: what `tf.make_tensor_proto` writes for
 an ndarray, and the fast path: no per-value work) or the typed repeated fields (`float_val`, `int_val`, ...,
-`half_val` holding float16 bit patterns). TensorFlow's rules are followed: a typed field with one value
+`half_val` holding float16 and bfloat16 bit patterns, `scomplex_val`/`dcomplex_val` (real, imaginary) pairs). TensorFlow's rules are followed: a typed field with one value
 fills the whole shape, an empty one means zeros, any other count must match the shape exactly. Strings
 (DT_STRING) are always `string_val`, one bytes value per element (TensorFlow never packs them into
 `tensor_content`), and become numpy object arrays of bytes.
@@ -40,8 +40,24 @@ TF_DTYPES: dict[str, tuple[str, int]] = {
     "float16": ("DT_HALF", 19),
     "uint32": ("DT_UINT32", 22),
     "uint64": ("DT_UINT64", 23),
+    "complex64": ("DT_COMPLEX64", 8),
+    "complex128": ("DT_COMPLEX128", 18),
     "object": ("DT_STRING", 7),  # strings: numpy object arrays of bytes
 }
+
+
+#: bfloat16 where numpy can spell it: `ml_dtypes` (what TensorFlow and LiteRT install) registers it with numpy,
+#: as TensorFlow's own `tf.bfloat16.as_numpy_dtype`; without it the dtype is refused like any unknown one
+try:
+    import ml_dtypes  # noqa: F401 - registers the dtype
+
+    TF_DTYPES["bfloat16"] = ("DT_BFLOAT16", 14)
+except ImportError:  # pragma: no cover - both optimize and serve extras install it
+    pass
+#: 16-bit floats whose typed field is `half_val`, holding each value's bit pattern
+HALF_FIELD = ("float16", "bfloat16")
+#: bfloat16's largest finite value (numpy's finfo does not know the dtype ml_dtypes adds)
+BFLOAT16_MAX = 3.3895313892515355e38
 
 
 class WireError(ValueError):
@@ -56,7 +72,10 @@ VALUE_FIELD: dict[str, str] = {
     "float32": "float_val", "float64": "double_val", "int32": "int_val", "int16": "int_val", "int8": "int_val",
     "uint8": "int_val", "uint16": "int_val", "int64": "int64_val", "bool": "bool_val", "float16": "half_val",
     "uint32": "uint32_val", "uint64": "uint64_val", "object": "string_val",
+    "complex64": "scomplex_val", "complex128": "dcomplex_val", "bfloat16": "half_val",
 }
+#: complex values go in their typed field as (real, imaginary) pairs, each part in the dtype's float
+COMPLEX_PARTS: dict[str, np.dtype] = {"complex64": np.dtype(np.float32), "complex128": np.dtype(np.float64)}
 
 
 def dtype_name(number: int) -> str:
@@ -94,8 +113,14 @@ def read_tensor(proto: Any, where: str, content: Any = None) -> tuple[np.ndarray
         return np.frombuffer(content, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape), True
     values = getattr(proto, VALUE_FIELD[dtype.name])
     count = len(values)
-    if dtype.name == "float16":
-        flat = np.asarray(values, dtype=np.uint16).view(np.float16)
+    if dtype.name in COMPLEX_PARTS:
+        if count % 2:
+            raise WireError(f"{where}: {count} values in {VALUE_FIELD[dtype.name]}: complex values come as (real, "
+                            "imaginary) pairs")
+        flat = np.asarray(values, dtype=COMPLEX_PARTS[dtype.name]).view(dtype)
+        count //= 2
+    elif dtype.name in HALF_FIELD:
+        flat = np.asarray(values, dtype=np.uint16).view(dtype)
     else:
         try:
             flat = np.asarray(values, dtype=dtype)
@@ -133,8 +158,11 @@ def fill_proto(proto: Any, array: np.ndarray, content: bool = True) -> Any:
         proto.string_val.extend(bytes(v) for v in array.reshape(-1))
     elif content:
         proto.tensor_content = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-    elif array.dtype.name == "float16":
-        proto.half_val.extend(array.reshape(-1).view(np.uint16).tolist())
+    elif array.dtype.name in HALF_FIELD:
+        proto.half_val.extend(np.ascontiguousarray(array).reshape(-1).view(np.uint16).tolist())
+    elif array.dtype.name in COMPLEX_PARTS:
+        getattr(proto, VALUE_FIELD[array.dtype.name]).extend(
+            np.ascontiguousarray(array).reshape(-1).view(COMPLEX_PARTS[array.dtype.name]).tolist())
     else:
         getattr(proto, VALUE_FIELD[array.dtype.name]).extend(array.reshape(-1).tolist())
     return proto

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.wire.tensors import WireError
+from builder.wire.tensors import TF_DTYPES, WireError
 
 HEADER_LENGTH = "inference-header-content-length"
 #: v2 datatype <-> numpy dtype name ("object": numpy object arrays of bytes).
@@ -24,6 +24,8 @@ DATATYPES = {
     "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
     "BYTES": "object",
 }
+if "bfloat16" in TF_DTYPES:  # where numpy can spell it (`builder.wire.tensors`)
+    DATATYPES["BF16"] = "bfloat16"
 DATATYPE_OF = {numpy: v2 for v2, numpy in DATATYPES.items()}
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from tests.modelgen.lattice import BATCH2, CELLS, DTYPES, PROTOCOLS, RANKS, SIZES, Cell, known_failure, verdict
+from tests.modelgen.lattice import (BATCH2, CELLS, DTYPES, PROTOCOLS, RANKS, SIZES, Cell, Verdict, known_failure,
+                                    verdict)
 
 #: the table's columns: (heading, the cells of a dtype it stands for)
 COLUMNS: tuple[tuple[str, object], ...] = (
@@ -26,16 +27,26 @@ def _mark(cells: list[Cell], protocol: str, notes: dict[str, str]) -> str:
     knowns = {known_failure(cell, protocol) for cell in cells}
     if len(knowns) == 1 and None not in knowns:  # none of them goes through yet, for one reason
         return f"not yet ({notes.setdefault(knowns.pop(), chr(ord('a') + len(notes)))})"
-    verdicts = {(verdict(cell, protocol), known_failure(cell, protocol)) for cell in cells}
-    if len(verdicts) > 1:
-        return " / ".join(sorted(v.short + (f" (not yet: {k})" if k else "") for v, k in verdicts))
-    ((one, known),) = verdicts
+    entries: dict[str, set[str]] = {}
+    for cell in cells:
+        entries.setdefault(_entry(verdict(cell, protocol), known_failure(cell, protocol), notes), set()).add(_kind(cell))
+    if len(entries) == 1:
+        return next(iter(entries))
+    return "; ".join(f"{entry} with {' or '.join(sorted(kinds))}" for entry, kinds in sorted(entries.items()))
+
+
+def _entry(one: Verdict, known: str | None, notes: dict[str, str]) -> str:
     if known:
         return f"not yet ({notes.setdefault(known, chr(ord('a') + len(notes)))})"
     if one.served:
         return "served"
-    mark = notes.setdefault(one.reason, chr(ord("a") + len(notes)))
-    return f"refused ({mark})"
+    return f"refused ({notes.setdefault(one.reason, chr(ord('a') + len(notes)))})"
+
+
+def _kind(cell: Cell) -> str:
+    """What an entry that mixes verdicts says of the cells each verdict stands for."""
+    return ("both" if cell.beside and cell.out_scalar else "a scalar input" if cell.beside else
+            "a scalar output" if cell.out_scalar else "nothing beside")
 
 
 def render() -> str:

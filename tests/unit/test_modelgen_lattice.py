@@ -50,6 +50,7 @@ def test_the_short_sample_holds_the_cells_a_user_meets_first(seed: int) -> None:
     assert any(c.rank >= 1 and c.beside for c in chosen)
     assert any(c.rank == 0 for c in chosen)
     assert not any(lattice.known_failure(c) for c in chosen)
+    assert any(c.out_scalar for c in (s.the_cell for s in lattice.sample(seed, 4)))
     assert len(lattice.sample(seed, 6)) == 6 and lattice.sample(seed, 6)[:0] == []
 
 
@@ -63,11 +64,21 @@ def test_verdicts_follow_tf_servings_rules() -> None:
         refused = verdict(cell, REST_ROWS)
         assert not refused.served and refused.status == "HTTP 400" and "scalar" in refused.reason
         assert all(verdict(cell, p).served for p in PROTOCOLS if p != REST_ROWS)
-    # dtypes optimize does not take yet: refused there, for every protocol, in one line
-    for dtype in lattice.NOT_SERVED:
-        assert {verdict(Cell(dtype, 1, lattice.NONE, False), p).stage for p in PROTOCOLS} == {"optimize"}
-    assert verdict(Cell("complex64", 1, lattice.NONE, False), V2).reason == lattice.REASON_DTYPE
+    # bfloat16 as float16: every protocol (v2's BF16)
+    assert all(verdict(Cell("bfloat16", 2, lattice.FIXED, False), p).served for p in PROTOCOLS)
+    # complex: gRPC carries it; TF Serving's JSON has no complex values, v2 no complex datatype
+    for protocol in PROTOCOLS:
+        one = verdict(Cell("complex64", 2, lattice.FIXED, False), protocol)
+        assert one.served == (protocol == lattice.GRPC)
+        assert one.served or (one.status == "HTTP 400" and "complex" in one.reason)
     assert verdict(Cell("string", 0, lattice.NONE, True), REST_COLUMNS).served
+
+
+def test_a_dtype_optimize_does_not_take_is_refused_there_for_every_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert lattice.NOT_SERVED == ()  # every dtype TF Serving carries is taken today
+    monkeypatch.setattr(lattice, "NOT_SERVED", ("bfloat16",))
+    refused = {verdict(Cell("bfloat16", 1, lattice.NONE, False), p) for p in PROTOCOLS}
+    assert refused == {lattice.Verdict(False, "optimize", "exit 2", lattice.REASON_DTYPE)}
 
 
 def test_the_lattice_page_is_what_the_lattice_writes() -> None:
@@ -77,7 +88,7 @@ def test_the_lattice_page_is_what_the_lattice_writes() -> None:
 
 def test_the_table_says_every_verdict() -> None:
     page = render()
-    for reason in (lattice.REASON_ROWS, lattice.REASON_DTYPE):
+    for reason in (lattice.REASON_ROWS, lattice.REASON_ROWS_OUT, lattice.REASON_JSON, lattice.REASON_V2):
         assert reason in page
     assert "| float64 | refused (a) | served | served | served | served | served | refused (a) |" in page
     served = sum(verdict(c, p).served and not lattice.known_failure(c, p) for c in CELLS for p in PROTOCOLS)
@@ -118,15 +129,27 @@ def test_the_sweep_groups_failures_by_what_does_not_vary() -> None:
     assert failure_class("optimize exit 1: TypeError: x") != failure_class("optimize exit 2: tfsmith: error: y")
 
 
-def test_known_failures_are_named_and_shown_as_not_yet() -> None:
-    assert lattice.known_failure(CELL["float32-r2-fixed-total"]) == lattice.KNOWN_SCALAR_OUTPUT
-    for protocol in (lattice.GRPC, REST_COLUMNS, None):  # a scalar string answer is served on every protocol
-        assert lattice.known_failure(CELL["string-r0-none"], protocol) is None
+def test_a_scalar_output_is_served_where_the_protocol_carries_it() -> None:
+    cell = CELL["float32-r2-fixed-total"]
+    assert lattice.known_failure(cell) is None
+    refused = verdict(cell, REST_ROWS)
+    assert not refused.served and refused.status == "HTTP 400" and refused.reason == lattice.REASON_ROWS_OUT
+    assert all(verdict(cell, p).served for p in PROTOCOLS if p != REST_ROWS)
+    assert "| float32 | served | served | served | served | served | served | served | served | served | served |" \
+        in render().split("## REST columns")[1]
+
+
+def test_known_failures_are_named_and_shown_as_not_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not any(lattice.known_failure(c, p) for c in CELLS for p in (*PROTOCOLS, None))  # none today
+    why = "a reason found by the generator"
+    monkeypatch.setattr(lattice, "KNOWN", ((lambda c: c.out_scalar, lattice.GRPC, why),))
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"], lattice.GRPC) == why
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"], REST_COLUMNS) is None
+    assert lattice.known_failure(CELL["float32-r2-fixed-total"]) == why  # any protocol
     assert lattice.known_failure(CELL["float64-r3-fixed"]) is None
-    assert lattice.known_failure(CELL["float64-r3-batch2"]) is None  # a fixed batch of 2 goes through
-    assert lattice.known_failure(CELL["complex64-r1-none"]) is None  # refused, as its verdict says
-    page = render()
     import re
 
-    mark = re.search(r"- \((\w)\) not yet as TF Serving does it: " + re.escape(lattice.KNOWN_SCALAR_OUTPUT), page)
-    assert mark and f"not yet ({mark.group(1)})" in page
+    page = render()
+    mark = re.search(r"- \((\w)\) not yet as TF Serving does it: " + re.escape(why), page)
+    assert mark and f"not yet ({mark.group(1)})" in page.split("## gRPC")[1].split("## v2")[0]
+    assert f"not yet ({mark.group(1)})" not in page.split("## gRPC")[0]

@@ -137,5 +137,5 @@ def test_typed_values_follow_tensorflow_fill_rules() -> None:
     short.tensor_shape.dim.add(size=3)
     with pytest.raises(WireError, match="tensor_content has 8 bytes"):
         to_array(short, "x")
-    with pytest.raises(WireError, match="unsupported dtype DataType 8"):  # DT_COMPLEX64
-        to_array(ours.TensorProto(dtype=8), "x")
+    with pytest.raises(WireError, match="unsupported dtype DataType 11"):  # DT_QINT8
+        to_array(ours.TensorProto(dtype=11), "x")

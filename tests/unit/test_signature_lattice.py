@@ -147,8 +147,10 @@ def test_every_dtype_the_wire_carries_is_one_optimize_takes() -> None:
     assert {"float64", "uint16", "uint32", "uint64"} <= SUPPORTED_DTYPES
     assert len(SUPPORTED_DTYPES) == len(TF_DTYPES)
     check_supported("m", (TensorSpec("state", "float64", (None, 4)),), (TensorSpec("value", "float64", (None, 1)),))
-    with pytest.raises(InputError, match="complex64"):
-        check_supported("m", (TensorSpec("z", "complex64", (None, 4)),), ())
+    check_supported("m", (TensorSpec("z", "complex64", (None, 4)),), (TensorSpec("w", "complex128", (None,)),))
+    check_supported("m", (TensorSpec("b", "bfloat16", (None, 4)),), ())
+    with pytest.raises(InputError, match="qint8"):  # a quantized dtype no serving signature holds
+        check_supported("m", (TensorSpec("z", "qint8", (None, 4)),), ())
 
 
 def test_the_gate_sets_aside_rows_where_the_original_answers_nan() -> None:

@@ -57,10 +57,10 @@ class BackendPool:
         backend = self._free.get()
         try:
             if self.on_model_cpu is None:
-                return backend.predict(signature, inputs)
+                return backend.answer(signature, inputs)
             start = time.thread_time()
             try:
-                return backend.predict(signature, inputs)
+                return backend.answer(signature, inputs)
             finally:
                 self.on_model_cpu(time.thread_time() - start)
         finally:
@@ -91,7 +91,7 @@ def measure_pool(pool: BackendPool, samples_path: Path | None, budget_s: float =
     try:
         for _ in range(pool.size):
             with pool.checkout() as backend:
-                backend.predict(signature.name, inputs)
+                backend.answer(signature.name, inputs)
         times = loop.interleave({"model": lambda: pool.predict(signature.name, inputs)}, budget_s, warmup=0,
                                 min_samples=SELF_TEST_MIN_SAMPLES)[0]["model"]
     except Exception as error:  # noqa: BLE001 - a model that cannot be timed is still served

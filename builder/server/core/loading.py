@@ -30,7 +30,10 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     pool = pool or BackendPool.create(config.runtime, config.model_path, config.workers, config.threads)
     default = served_signature(config, pool.signatures)
     executor = ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="tfsmith-infer")
-    batchable = all(s.inputs and all(batched(spec) for spec in s.inputs) for s in pool.signatures.values())
+    # merged requests need every input and output to carry the batch: an answer for the whole call (a sum over
+    # its rows) is no request's own once calls are merged
+    batchable = all(s.inputs and all(batched(spec) for spec in (*s.inputs, *s.outputs))
+                    for s in pool.signatures.values())
     model_p50_us = measure_pool(pool, config.samples_path, signature_name=default)
     pool.on_model_cpu = metrics.model_cpu.labels(config.model_name).inc  # after the self-test: requests only
     cores = read_cores().count

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 
-from builder.wire.tensors import TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
+from builder.wire.tensors import BFLOAT16_MAX, TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
@@ -85,10 +85,11 @@ def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = Tr
             raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
     elif want.kind == "b" and raw.dtype.kind != "b":
         raise RequestError(f"{where}: expected booleans")
-    elif want.kind == "f" and raw.dtype.kind in "fiu" and raw.size and want.itemsize < raw.dtype.itemsize:
+    elif (want.kind == "f" or want.name == "bfloat16") and raw.dtype.kind in "fiu" and raw.size \
+            and want.itemsize < raw.dtype.itemsize:
         # Finite values beyond the dtype's largest are refused, also those a cast would round down to it
         # (two reductions first: the exact test with its temporaries runs only when one is out of range).
-        limit = np.finfo(want).max
+        limit = float(np.finfo(want).max) if want.kind == "f" else BFLOAT16_MAX
         if (raw.max() > limit or raw.min() < -limit) and np.any(np.abs(raw[np.isfinite(raw)]) > limit):
             raise RequestError(f"{where}: value out of range for {spec.dtype}")
         return raw.astype(want)
@@ -350,10 +351,39 @@ def model_metadata(name: str, version: int, signatures: Mapping[str, SignatureSp
 def decode_predict(body: bytes, signatures: Mapping[str, Any], max_batch: int, default: str | None) -> TfsCall:
     """The call of a predict body: the fast path's (`tensor_json`, its structure check passed), else the general
     path's, read once."""
-    fast = tensor_json.read_predict(body, signatures, max_batch, default)
-    if not isinstance(fast, tensor_json.Left):
-        return fast
-    return decode_general(body, fast, signatures, max_batch, default)
+    try:
+        fast = tensor_json.read_predict(body, signatures, max_batch, default)
+        call = (fast if not isinstance(fast, tensor_json.Left)
+                else decode_general(body, fast, signatures, max_batch, default))
+    except RequestError:
+        addressed = _addressed(body, signatures, default)
+        if addressed is not None:
+            json_carries(addressed)  # complex values written somehow: the reason is that JSON has none
+        raise
+    json_carries(signatures[call.signature])
+    return call
+
+
+def _addressed(body: bytes, signatures: Mapping[str, Any], default: str | None) -> SignatureSpec | None:
+    """The signature a body that could not be read addresses, when that much can be read (else None)."""
+    import json
+
+    try:
+        document = json.loads(body)
+        name = document.get("signature_name") if isinstance(document, dict) else None
+        return choose_signature(name, signatures, default)
+    except (ValueError, TypeError, RequestError):
+        return None
+
+
+def json_carries(signature: SignatureSpec) -> None:
+    """TF Serving's JSON has numbers, booleans and strings, no complex values (its REST API refuses a complex
+    tensor): a signature with one is refused before the model runs (RequestError 400), in one line."""
+    for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            if spec.dtype.startswith("complex"):
+                raise RequestError(f"{kind} {spec.name!r} is {spec.dtype}: TF Serving's JSON (REST) carries no "
+                                   "complex values; ask over gRPC")
 
 
 def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,

@@ -286,6 +286,18 @@ async def model_ready(context: Context, request: Request, name: str, version: st
     return health.not_ready()
 
 
+def carried(served: ServedModel) -> ServedModel:
+    """The model, when v2 has a datatype for every tensor of its default signature (the one v2 calls); else
+    RequestError 400 in one line: v2 has no complex datatype."""
+    signature = served.signature("")
+    for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            if spec.dtype not in DATATYPE_OF:
+                raise RequestError(f"{kind} {spec.name!r} is {spec.dtype}: v2 has no {spec.dtype.rstrip('0123456789')} "
+                                   "datatype; ask over gRPC")
+    return served
+
+
 async def infer(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
     """Inference: JSON, or the binary extension (whose tensors stay where they lie: in a model process, in the
     shared memory the front wrote them to)."""
@@ -297,6 +309,6 @@ async def infer(context: Context, request: Request, name: str, version: str | No
         body = bytes(body)  # all of it is JSON
     codec = InferCodec(header_length)
     served, (call, kept) = await plane.read(name, version, None, codec.size(body),
-                                            lambda served: codec.decode(served, body))
+                                            lambda served: codec.decode(carried(served), body))
     answer = codec.encode(served, call, kept, await served.predict(call))
     return Answer(200, answer.body, answer.headers)
