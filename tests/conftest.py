@@ -49,6 +49,7 @@ FIRST = (
     "tests/e2e/test_bench.py",
     "tests/e2e/test_variable_length.py",
     "tests/e2e/test_optimize_first_contact.py",
+    "tests/e2e/test_optimize_unseen_kinds.py",
     "arm64-cli-build",
     "tests/engine/test_multiarch.py",
 )
