@@ -5,6 +5,11 @@ Composes N models from the catalog (tests/modelgen), builds them in one subproce
 model (id, what it is made of, optimize ok?, served ok?, the failure's one line) and then the failure classes
 with the models in each. `--start I` begins at index I (with `--count 1`, the one model a failing test names);
 `--keep DIR` keeps the models, DATA and optimize folders there. Exits 0 when every model went through, 1 else.
+
+`--recipe auto` (or a recipe file) instead of the light one (float files only), and `--optimize-only` to stop
+after optimize: then it also prints what became of pruning (pruned and kept, pruned and dropped with the causes,
+not pruned and why, by whether DATA had training rows) and every optional step that ended without a line of
+its own saying why (`tests/modelgen/dropouts.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from tests.modelgen.composer import compose
-from tests.modelgen.runner import Outcome, build_models, run_model
+from tests.modelgen.dropouts import Pruning, pruning_outcome, silent_steps
+from tests.modelgen.runner import LIGHT_RECIPE, OPTIMIZED, Outcome, build_models, run_model
 
 
 def failure_class(failure: str) -> str:
@@ -52,6 +58,35 @@ def classes(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def fold(cause: str) -> str:
+    """A cause with its numbers folded, so causes that differ only in figures count together."""
+    return re.sub(r"\d+(\.\d+)?", "N", cause)[:200]
+
+
+def pruning_counts(pruned: dict[str, Pruning]) -> str:
+    """Pruning's outcomes over the sweep: per verdict, with and without training rows, the causes counted."""
+    lines = ["\npruning over the sweep (training rows: DATA has x_train):"]
+    for rows in (True, False):
+        members = {k: p for k, p in pruned.items() if (p.train_rows > 0) == rows}
+        labelled = sum(p.train_labels for p in members.values())
+        lines.append(f"  {'with' if rows else 'without'} training rows: {len(members)} models"
+                     + (f" ({labelled} with labels, {len(members) - labelled} x_train only)" if rows else ""))
+        for verdict in ("kept", "dropped", "not pruned", "not asked"):
+            group = [p for p in members.values() if p.verdict == verdict]
+            if not group:
+                continue
+            label = {"kept": "pruned and kept", "dropped": "pruned and dropped"}.get(verdict, verdict)
+            shots = sum(p.one_shot for p in group)
+            lines.append(f"    {label}: {len(group)}" + (f" ({shots} one-shot)" if shots else ""))
+            causes: dict[str, int] = defaultdict(int)
+            for p in group:
+                if p.why:
+                    causes[fold(p.why)] += 1
+            for cause, n in sorted(causes.items(), key=lambda item: -item[1]):
+                lines.append(f"      [{n}] {cause}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=38)
@@ -59,16 +94,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="keep the models and outputs in this folder")
     parser.add_argument("--details", action="store_true", help="print each failure's whole text")
+    parser.add_argument("--recipe", default=None, help="'auto' or a recipe file (default: float files only)")
+    parser.add_argument("--optimize-only", action="store_true", help="stop after optimize; count pruning's outcomes")
     args = parser.parse_args(argv)
+    recipe = (LIGHT_RECIPE if args.recipe is None else "auto" if args.recipe == "auto"
+              else Path(args.recipe).read_text())
     work = args.keep or Path(tempfile.mkdtemp(prefix="model-sweep-"))
     specs = compose(args.seed, args.count, start=args.start)
     print(f"model sweep: seed {args.seed}, models {args.start}..{args.start + args.count - 1}, work {work}", flush=True)
     built = build_models(specs, work / "models")
     outcomes = []
+    pruned: dict[str, Pruning] = {}
+    silent: dict[str, list[str]] = {}
     for spec in specs:
-        outcome = run_model(built[spec.id], work / spec.id)
+        outcome = run_model(built[spec.id], work / spec.id, recipe, serve=not args.optimize_only)
         outcomes.append(outcome)
         print(f"{'ok  ' if outcome.ok else 'FAIL'} {spec.id}  {outcome.failure or ''}", flush=True)
+        out = work / spec.id / OPTIMIZED
+        if outcome.optimized and (out / "report.json").exists():
+            pruned[spec.id] = pruning_outcome(out, built[spec.id].data)
+            silent[spec.id] = silent_steps(out)
+            p = pruned[spec.id]
+            print(f"     pruning: {p.verdict}{' (one-shot)' if p.one_shot else ''}{': ' + p.why if p.why else ''}"
+                  f"; train rows {p.train_rows}" + "".join(f"\n     NO NOTE: {s}" for s in silent[spec.id]),
+                  flush=True)
         if args.details and outcome.detail:
             print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
     print()
@@ -77,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{went} of {len(outcomes)} went through optimize -> serve -> REST/gRPC/v2 as the original"
           f" ({sum(o.optimized for o in outcomes)} optimized)")
     print(classes(outcomes))
-    return 0 if went == len(outcomes) else 1
+    print(pruning_counts(pruned))
+    quiet = {k: v for k, v in silent.items() if v}
+    print(f"\noptional steps that ended without a line saying why: {sum(map(len, quiet.values()))} in {len(quiet)} models")
+    for model, problems in quiet.items():
+        print(f"  {model}: " + "; ".join(problems))
+    return 0 if went == len(outcomes) and not quiet else 1
 
 
 if __name__ == "__main__":
