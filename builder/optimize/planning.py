@@ -49,14 +49,16 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
     if original_tflite:
         skips.append(skip("model.tflite", "it is the original", said="the model is a .tflite: it is the original "
                           "and the only artifact; it is evaluated and measured as it is"))
-        skips += [skip(step, "the model is a .tflite", said="") for step in planned_steps(recipe)]
+        skips += [skip(step, "the model is a .tflite (the original is the only artifact)")
+                  for step in planned_steps(recipe)]
         return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
                        export=recipes.Export(tflite_fp32=False, xla=False, openvino=False),
                        choose="tflite_original"), skips
     if why_not_trainable and (pruning or quant.qat):
         why = f"the model is {why_not_trainable}"
         skips.append(skip(PRUNING, why, said=f"pruning and QAT skipped: {why}"))
-        skips.append(skip(QAT, why, said=""))
+        if quant.qat:  # asked for: a line of its own, as every step that drops out has
+            skips.append(skip(QAT, why))
         pruning, quant = None, replace(quant, qat=False)
     if why_not_qat and quant.qat:
         why = f"the model is {why_not_qat}"
@@ -273,7 +275,8 @@ def make_plan(options: Options, say: Say) -> Plan:
             plan.no_tflite = failure.cause
             gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
             ledger.add([skip(gone[0] if gone else FILE_NAMES["tflite_fp32"], failure.cause, said=note)]
-                       + [skip(step, failure.cause, said="") for step in gone[1:]])
+                       + [skip(step, "no plain .tflite (the converter's failure is the note above)")
+                          for step in gone[1:]])
     if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
         before = recipe
         modes = tuple(m for m in recipe.quantization.modes if m != "int8")
@@ -282,7 +285,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         why = "DATA has no x_calib or x_train rows to calibrate on (x_val is never used for that)"
         gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
         ledger.add([skip(gone[0] if gone else "int8", why, said=f"int8 skipped: {why}; dynamic-range needs none")]
-                   + [skip(step, why, said="") for step in gone[1:]])
+                   + [skip(step, "DATA has no x_calib or x_train rows to calibrate on") for step in gone[1:]])
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
     need_train = (recipe.pruning is not None and not plan.one_shot) or recipe.quantization.qat
     data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
@@ -385,9 +388,11 @@ def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | 
 
 
 def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:
-    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it) and a Select-TF-ops
-    .tflite are what is left; pruning and QAT only feed .tflite files, so they go too. (recipe, one-line note)."""
-    adapted = replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
-                      export=replace(recipe.export, tflite_fp32=False), choose="saved_model")
+    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it), a Select-TF-ops
+    .tflite and OpenVINO's IR (float, and int8 where the recipe quantizes to int8: OpenVINO converts the
+    SavedModel, not the .tflite) are what is left. QAT goes (its product is a .tflite); pruning stays, since the
+    pruned SavedModel is what TensorFlow serves and OpenVINO converts. (recipe, one-line note)."""
+    adapted = replace(recipe, quantization=replace(recipe.quantization, qat=False),
+                      export=replace(recipe.export, tflite_fp32=False, tflite=False), choose="saved_model")
     return adapted, (f"no plain .tflite: the TFLite converter says: {cause} (full text: {log}); serving the "
                      "SavedModel on TensorFlow, and a .tflite with Select TF ops is tried for TensorFlow's interpreter")

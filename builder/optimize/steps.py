@@ -263,8 +263,8 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
     if not openvino_available():
         for n, format in enumerate(wanted):
             ledger.skipped(FILE_NAMES[format], "OpenVINO is not installed here",
-                           said="" if n else f"{names} not written: OpenVINO is not installed here "
-                                             "(pip install 'tfsmith[bench]')")
+                           said=f"{FILE_NAMES[format]} not written: OpenVINO is not installed here" if n else
+                           f"{names} not written: OpenVINO is not installed here (pip install 'tfsmith[bench]')")
         return []
     from builder.optimize import openvino_ir
 
@@ -287,7 +287,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
     if "openvino_ir_int8" not in wanted:
         return produced
     if model is None:
-        ledger.skipped(int8, "the float IR it is quantized from was not written", said="")
+        ledger.skipped(int8, "the float IR it is quantized from was not written")
         return produced
 
     def quantized() -> Path:
