@@ -47,10 +47,11 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
     skips: list[Attempt] = []
     pruning, quant = recipe.pruning, recipe.quantization
     if original_tflite:
+        steps = planned_steps(recipe)
         skips.append(skip("model.tflite", "it is the original", said="the model is a .tflite: it is the original "
-                          "and the only artifact; it is evaluated and measured as it is"))
-        skips += [skip(step, "the model is a .tflite (the original is the only artifact)")
-                  for step in planned_steps(recipe)]
+                          "and the only artifact; it is evaluated and measured as it is"
+                          + (f" (not made: {', '.join(steps)})" if steps else "")))
+        skips += [skip(step, "the model is a .tflite", said="") for step in steps]  # each named in the line above
         return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
                        export=recipes.Export(tflite_fp32=False, xla=False, openvino=False),
                        choose="tflite_original"), skips

@@ -8,8 +8,8 @@ with the models in each. `--start I` begins at index I (with `--count 1`, the on
 
 `--recipe auto` (or a recipe file) instead of the light one (float files only), and `--optimize-only` to stop
 after optimize: then it also prints what became of pruning (pruned and kept, pruned and dropped with the causes,
-not pruned and why, by whether DATA had training rows) and every optional step that ended without a line of
-its own saying why (`tests/modelgen/dropouts.py`).
+not pruned and why, by whether DATA had training rows) and every optional step that ended without a line
+saying why (`tests/modelgen/dropouts.py`).
 """
 
 from __future__ import annotations

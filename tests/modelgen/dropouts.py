@@ -2,8 +2,9 @@
 a word of their own, and what became of pruning (kept, dropped with its cause, or not tried and why).
 
 Every optional step the recipe asked for (pruning, QAT, each file beyond the SavedModel, serving_xla) has a ledger
-entry by the end of a run (`builder.optimize.ledger`); one that was not done must carry its own line in the notes
-saying why. The sweep counts pruning's outcomes over many models with these, and the suite asserts the first.
+entry by the end of a run (`builder.optimize.ledger`); one that was not done must carry a line in the notes
+saying why, or be named in a line that does. The sweep counts pruning's outcomes over many models with these,
+and the suite asserts the first.
 """
 
 from __future__ import annotations
@@ -32,16 +33,17 @@ class Pruning:
 
 
 def silent_steps(out: Path) -> list[str]:
-    """The optional steps of the run in `out` that ended without a line of their own saying why: an entry that
-    is not done and has no line, one the ledger had to mark unaccounted, or a file said done that is not there."""
+    """The optional steps of the run in `out` that ended without a line saying why: an entry that is not done
+    whose own line is empty and that no line of the run names (one line may say it for several steps it names),
+    one the ledger had to mark unaccounted, or a file said done that is not there."""
     report = Report.load(out)
     problems = []
     last = {a.step: a for a in report.attempts}  # a step's last entry is what became of it
     for step, attempt in last.items():
         if attempt.outcome == UNACCOUNTED:
             problems.append(f"{step}: {attempt.line}")
-        elif attempt.outcome != DONE and not attempt.line.strip():
-            problems.append(f"{step}: {attempt.outcome} ({attempt.cause}) without a line of its own")
+        elif attempt.outcome != DONE and not attempt.line.strip() and not any(step in n for n in report.notes):
+            problems.append(f"{step}: {attempt.outcome} ({attempt.cause}) without a line naming it")
         elif attempt.outcome == DONE and step.endswith((".tflite", ".xml")) and not (out / step).exists():
             problems.append(f"{step}: done, but {step} is not in the output")
     return problems
