@@ -170,6 +170,10 @@ class Plan:
     #: the original's answers on x_train for the outputs without training labels, computed once before any
     #: fine-tuning (`contract.teacher_answers`): what pruning and QAT fine-tune those outputs to
     train_answers: dict[str, np.ndarray] | None = None
+    #: the unpruned model's float .tflite, measured once pruning is kept (`pruning_gains.unpruned_float`), or why
+    #: there is none to set the pruned one against
+    unpruned_fp32: dict[str, int] | None = None
+    unpruned_why: str | None = None
 
     @property
     def notes(self) -> Any:

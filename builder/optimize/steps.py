@@ -85,11 +85,28 @@ def prune_step(run: Run, made: Made) -> Made:
                                          max_relative_error=options.max_relative_error)
     if passed:
         run.ledger.kept(PRUNING, f"the pruned float model agrees with the original ({why})")
+        measure_unpruned(run)
         return replace(made, model=model, sparsity=sparsity)
     run.ledger.dropped(PRUNING, f"the pruned float model changed the answers ({why}; agreement "
                                 f"{quality.agreement_summary(metrics):.3f}); every file made from it would fail the "
                                 "gate against the original, so the original's weights go on")
     return made
+
+
+def measure_unpruned(run: Run) -> None:
+    """The unpruned model's float .tflite (the plan's probe of the original's weights), its size and gzip size
+    for the report beside the pruned one's; or why there is none to compare."""
+    from builder.optimize.pruning_gains import unpruned_float
+
+    plan = run.plan
+    if plan.no_tflite is not None:
+        plan.unpruned_why = "the model has no plain .tflite"
+    elif plan.loaded.others:
+        plan.unpruned_why = "the pruned .tflite carries the model's other signatures, the probe only one"
+    elif plan.probe_fp32 is None:
+        plan.unpruned_why = "the unpruned float conversion was not made while planning"
+    else:
+        plan.unpruned_fp32 = unpruned_float(plan.probe_fp32, run.scratch)
 
 
 def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
@@ -199,7 +216,10 @@ def convert_step(run: Run, made: Made) -> Made:
                     plan.notes.extend(plan.probe_notes)
                 elif apart and mode == "int8" and float_file is not None and original_weights and not others:
                     plan.notes.extend(int8_from_float(run, float_file, source, path, signature))
-                elif apart:
+                elif apart or mode == "int8":
+                    # full int8 runs the model in TFLite's calibrator, native code that can take the process down
+                    # on a model it does not take (a Keras 3 stateful SimpleRNN: SIGSEGV while calibrating): apart,
+                    # such a crash is a dropped file with its note, never the run (one more TensorFlow start, ~3 s)
                     plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
                                                     signature, others, other_calib, limit=_limit(run)))
                 else:

@@ -87,6 +87,46 @@ def pruning_counts(pruned: dict[str, Pruning]) -> str:
     return "\n".join(lines)
 
 
+def counted(work: Path, spec_id: str, data: Path | None) -> tuple[Pruning, list[str]] | None:
+    """(what became of pruning, the steps without a line) of one model's optimize folder; None without a report."""
+    out = work / spec_id / OPTIMIZED
+    if not (out / "report.json").exists():
+        return None
+    return pruning_outcome(out, data), silent_steps(out)
+
+
+def summary(pruned: dict[str, Pruning], silent: dict[str, list[str]]) -> tuple[str, bool]:
+    """The counts, and whether every step said why it was not done."""
+    quiet = {k: v for k, v in silent.items() if v}
+    lines = [pruning_counts(pruned),
+             f"\noptional steps that ended without a line saying why: {sum(map(len, quiet.values()))} in "
+             f"{len(quiet)} models"]
+    lines += [f"  {model}: " + "; ".join(problems) for model, problems in quiet.items()]
+    return "\n".join(lines), not quiet
+
+
+def recount(work: Path, specs: list) -> int:
+    """The counts over an earlier sweep's --keep folder (its models and optimize folders as they are)."""
+    import json
+
+    pruned: dict[str, Pruning] = {}
+    silent: dict[str, list[str]] = {}
+    for spec in specs:
+        entry = work / "models" / f"{spec.id}.contract.json"
+        data = Path(json.loads(entry.read_text())["data"]) if entry.exists() else None
+        found = counted(work, spec.id, data)
+        if found is None:
+            print(f"no report  {spec.id}")
+            continue
+        pruned[spec.id], silent[spec.id] = found
+        p = found[0]
+        print(f"{spec.id}  pruning: {p.verdict}{' (one-shot)' if p.one_shot else ''}{': ' + p.why if p.why else ''}")
+    text, said = summary(pruned, silent)
+    print(f"\n{len(pruned)} optimize reports of {len(specs)} models in {work}")
+    print(text)
+    return 0 if said else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=38)
@@ -96,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--details", action="store_true", help="print each failure's whole text")
     parser.add_argument("--recipe", default=None, help="'auto' or a recipe file (default: float files only)")
     parser.add_argument("--optimize-only", action="store_true", help="stop after optimize; count pruning's outcomes")
+    parser.add_argument("--recount", type=Path, default=None,
+                        help="only count pruning and silent steps again over a --keep folder of an earlier sweep")
     args = parser.parse_args(argv)
+    if args.recount is not None:
+        return recount(args.recount, compose(args.seed, args.count, start=args.start))
     recipe = (LIGHT_RECIPE if args.recipe is None else "auto" if args.recipe == "auto"
               else Path(args.recipe).read_text())
     work = args.keep or Path(tempfile.mkdtemp(prefix="model-sweep-"))
@@ -110,10 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run_model(built[spec.id], work / spec.id, recipe, serve=not args.optimize_only)
         outcomes.append(outcome)
         print(f"{'ok  ' if outcome.ok else 'FAIL'} {spec.id}  {outcome.failure or ''}", flush=True)
-        out = work / spec.id / OPTIMIZED
-        if outcome.optimized and (out / "report.json").exists():
-            pruned[spec.id] = pruning_outcome(out, built[spec.id].data)
-            silent[spec.id] = silent_steps(out)
+        found = counted(work, spec.id, built[spec.id].data) if outcome.optimized else None
+        if found is not None:
+            pruned[spec.id], silent[spec.id] = found
             p = pruned[spec.id]
             print(f"     pruning: {p.verdict}{' (one-shot)' if p.one_shot else ''}{': ' + p.why if p.why else ''}"
                   f"; train rows {p.train_rows}" + "".join(f"\n     NO NOTE: {s}" for s in silent[spec.id]),
@@ -126,12 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{went} of {len(outcomes)} went through optimize -> serve -> REST/gRPC/v2 as the original"
           f" ({sum(o.optimized for o in outcomes)} optimized)")
     print(classes(outcomes))
-    print(pruning_counts(pruned))
-    quiet = {k: v for k, v in silent.items() if v}
-    print(f"\noptional steps that ended without a line saying why: {sum(map(len, quiet.values()))} in {len(quiet)} models")
-    for model, problems in quiet.items():
-        print(f"  {model}: " + "; ".join(problems))
-    return 0 if went == len(outcomes) and not quiet else 1
+    text, said = summary(pruned, silent)
+    if args.optimize_only or args.recipe:
+        print(text)
+    return 0 if went == len(outcomes) and said else 1
 
 
 if __name__ == "__main__":
