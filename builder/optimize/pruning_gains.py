@@ -91,7 +91,7 @@ def lines(sparsity: Mapping[str, Any], artifacts: Iterable[Any], candidates: Ite
         out.append(f"- no unpruned float .tflite to set against: {sparsity['unpruned_why']}")
     timed: dict[str, list[str]] = {}
     for c in candidates:
-        if c.p50_us is not None and not c.error:
+        if c.p50_us is not None:  # timed, choosable or not (a candidate that compiles per shape is timed too)
             timed.setdefault(c.artifact, []).append(f"{c.runtime}{' (' + c.precision + ')' if c.precision else ''} "
                                                     f"{c.p50_us:.1f} us")
     for a in artifacts:
