@@ -81,6 +81,11 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
 ONE_SHOT_NOTE = ("pruning: one-shot by magnitude (DATA has no x_train with labels to fine-tune on): the highest "
                  "sparsity of 20% to 90% at which the model still agrees with the original on the held-out rows")
 
+
+def one_shot_note(why: str) -> str:
+    """The plan's line for one-shot pruning, saying why there is no fine-tuning."""
+    return ONE_SHOT_NOTE.replace("DATA has no x_train with labels to fine-tune on", why)
+
 #: The ledger's names of the steps beyond the SavedModel that are not one file each.
 PRUNING, QAT = "pruning", "quantization-aware training"
 
@@ -124,7 +129,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
         how = (f"{p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
                f", {p.epochs} fine-tuning epochs")
         if one_shot:
-            how = "one-shot by magnitude (DATA has no training rows with labels): the highest of 20-90% the gate keeps"
+            how = "one-shot by magnitude (no fine-tuning): the highest of 20-90% the gate keeps"
         lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
                                           if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
@@ -239,8 +244,12 @@ def make_plan(options: Options, say: Say) -> Plan:
     ledger = Ledger(options.out, budget)
     asked = recipe
     why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
-    one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
-                and (loaded.keras_model is not None or loaded.has_keras3))
+    keras = loaded.keras_model is not None or loaded.has_keras3
+    # an output no loss applies to (an int or bool answer) stops fine-tuning, not pruning by magnitude alone
+    by_outputs = keras and why_not_trainable is not None and why_not_trainable == untrainable_outputs(loaded.outputs)
+    one_shot = recipe.name == "auto" and keras and ((not has_train and why_not_trainable is None) or by_outputs)
+    lossless = lossless_outputs(loaded.outputs)
+    one_shot_why = f"the model is {lossless}" if by_outputs else "DATA has no x_train with labels to fine-tune on"
     if one_shot and recipe.pruning is not None and budget.in_a_process("prune"):  # the search is in memory
         from builder.measure.memory import text as memory_text
 
@@ -249,12 +258,16 @@ def make_plan(options: Options, say: Say) -> Plan:
                     "keeps a pruned copy and its traced functions resident for the rest of the run (3.6 GiB beside "
                     "2.0 GiB for a BERT-base-sized classifier) for a smaller gzip only, since sparsity does not speed "
                     "up dense kernels")
-    recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None, why_not_qat,
-                                 one_shot=one_shot)
+    if one_shot and by_outputs:  # pruned without fine-tuning; QAT, which trains, still goes with its line
+        recipe, skips = adapt_recipe(recipe, None, has_train, loaded.tflite_path is not None,
+                                     why_not_qat or lossless, one_shot=True)
+    else:
+        recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None,
+                                     why_not_qat, one_shot=one_shot)
     ledger.add(skips)
     one_shot = one_shot and recipe.pruning is not None
     if one_shot:
-        ledger.note(ONE_SHOT_NOTE)
+        ledger.note(one_shot_note(one_shot_why))
     if why_not_trainable and loaded.trainable_why_not and not skips:
         ledger.note(f"the model is {loaded.trainable_why_not}")
     for note in loaded.notes:
@@ -341,8 +354,8 @@ def why_not_fine_tuned(loaded: Any) -> tuple[str | None, str | None]:
     pruned by tfsmith's own step, while QAT (tfmot's) takes only tf_keras; an output no loss applies to stops
     both."""
     outputs_why = untrainable_outputs(loaded.outputs)
-    if getattr(loaded, "has_keras3", False) and not outputs_why:
-        return None, loaded.trainable_why_not
+    if getattr(loaded, "has_keras3", False):  # its own note says only why QAT does not apply
+        return (outputs_why, None) if outputs_why else (None, loaded.trainable_why_not)
     return loaded.trainable_why_not or outputs_why, None
 
 
@@ -353,11 +366,16 @@ FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
 def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
     """Why pruning and QAT cannot fine-tune this model, when an output is not a float (a string label, an
     argmax id, a flag): no loss applies to it; None otherwise."""
+    found = lossless_outputs(outputs)
+    return f"{found}, so only post-training quantization applies" if found else None
+
+
+def lossless_outputs(outputs: tuple[Any, ...]) -> str | None:
+    """"a model with output 'flag' (bool) that fine-tuning has no loss for", None when every output is a float."""
     found = [f"{t.name!r} ({t.dtype})" for t in outputs if t.dtype not in FLOAT_DTYPES]
     if not found:
         return None
-    return (f"a model with output{'s' if len(found) > 1 else ''} {', '.join(found)} that fine-tuning has no loss "
-            "for, so only post-training quantization applies")
+    return f"a model with output{'s' if len(found) > 1 else ''} {', '.join(found)} that fine-tuning has no loss for"
 
 
 def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | None, tuple[str, ...]]:

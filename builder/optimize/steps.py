@@ -62,7 +62,7 @@ def prune_step(run: Run, made: Made) -> Made:
         return passed, why
 
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
-        if plan.one_shot:  # no training rows: the highest sparsity the gate keeps, without fine-tuning
+        if plan.one_shot:  # nothing to fine-tune on or with: the highest sparsity the gate keeps, untrained
             model, sparsity, tried = prune_oneshot.prune_one_shot(original, judged)
             run.ledger.note(prune_oneshot.search_note(tried))
             return model, sparsity, answers(model)

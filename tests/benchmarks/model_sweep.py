@@ -38,7 +38,8 @@ def failure_class(failure: str) -> str:
 def table(outcomes: list[Outcome]) -> str:
     lines = [f"{'model':<78} {'optimize':<8} {'served':<6} failure", "-" * 140]
     for o in outcomes:
-        lines.append(f"{o.spec.id:<78} {'ok' if o.optimized else 'FAIL':<8} {'ok' if o.served else 'FAIL':<6} "
+        served = "ok" if o.served else "-" if o.optimized and not o.failure else "FAIL"  # "-": not asked
+        lines.append(f"{o.spec.id:<78} {'ok' if o.optimized else 'FAIL':<8} {served:<6} "
                      f"{(o.failure or '')[:400]}")
         lines.append(f"    {o.spec.describe()}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ every model with training rows in DATA has a pruned candidate judged by the gate
 The models come from the generator (tests/modelgen) as users build them; the default set is one plain
 `tf.Module` SavedModel without labels, a Keras 3 stateful RNN in .h5, and a tf_keras LSTM SavedModel with two
 signatures whose plain .tflite cannot be made (OpenVINO's IR then still comes, float and int8, from the
-SavedModel). `MODELGEN_NOTES_SEED`, `MODELGEN_NOTES_START` and `MODELGEN_NOTES_COUNT` choose another set;
+SavedModel), and a tf_keras model with a bool output, which fine-tuning has no loss for: it is pruned one-shot. `MODELGEN_NOTES_SEED`, `MODELGEN_NOTES_START` and `MODELGEN_NOTES_COUNT` choose another set;
 `python -m tests.benchmarks.model_sweep --recipe auto --optimize-only` runs the same checks over a larger one.
 """
 
@@ -30,7 +30,10 @@ if any(importlib.util.find_spec(m) is None for m in ("tensorflow", "keras", "tf_
 SEED = int(os.environ.get("MODELGEN_NOTES_SEED", "7"))
 START = int(os.environ.get("MODELGEN_NOTES_START", "1"))
 COUNT = int(os.environ.get("MODELGEN_NOTES_COUNT", "3"))
-SPECS = compose(SEED, COUNT, start=START)
+#: ... and a tf_keras .keras model with a bool output no loss applies to (and labels for its float one): pruned
+#: one-shot, without fine-tuning, and judged by the gate
+SPECS = compose(SEED, COUNT, start=START) + ([] if "MODELGEN_NOTES_SEED" in os.environ else compose(1, 1, start=5))
+FLOATS = ("float16", "float32", "float64", "bfloat16")
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +59,6 @@ def test_every_optional_step_made_its_file_or_says_why(spec, built: dict[str, Bu
     if has_training_rows(model.data):  # a pruned candidate judged by the gate, or a line saying why not
         assert pruning.verdict in ("kept", "dropped", "not pruned")
         assert pruning.verdict == "kept" or pruning.why, f"{spec.id}: pruning {pruning.verdict} without a cause"
+    outputs = next(iter(model.contract.values()))["outputs"]
+    if spec.keras == "tf_keras" and spec.fmt in ("keras", "h5") and any(o["dtype"] not in FLOATS for o in outputs):
+        assert pruning.verdict in ("kept", "dropped") and pruning.one_shot, pruning  # judged, not skipped
