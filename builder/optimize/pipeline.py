@@ -145,8 +145,8 @@ def pruning_bought(run: Run, made: Made) -> dict | None:
     plan = run.plan
     runtimes = [c.runtime for c in made.choice.selection.candidates] or [r.runtime for r in made.results]
     return {**made.sparsity.to_dict(), "one_shot": plan.one_shot, "unpruned_fp32": plan.unpruned_fp32,
-            "unpruned_why": plan.unpruned_why,
-            "sparse_kernels": sparse_kernels(runtimes, host_facts().features)}
+            "unpruned_why": plan.unpruned_why, "stored_sparse": plan.stored_sparse,
+            "sparse_kernels": sparse_kernels(runtimes, host_facts().features, plan.stored_sparse)}
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:

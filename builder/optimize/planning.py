@@ -179,6 +179,8 @@ class Plan:
     #: there is none to set the pruned one against
     unpruned_fp32: dict[str, int] | None = None
     unpruned_why: str | None = None
+    #: the pruned model's float .tflite when its zeros are stored sparse (the converter's EXPERIMENTAL_SPARSITY)
+    stored_sparse: str | None = None
 
     @property
     def notes(self) -> Any:

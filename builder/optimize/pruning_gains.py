@@ -7,6 +7,7 @@ Sparse kernels, per runtime, as their own documentation states them:
   (`tf.lite.Optimize.EXPERIMENTAL_SPARSITY`, DENSIFY ops in the file), and only in float CNN subgraphs of one
   shape (a 3x3 stride-2 convolution over 3 channels first, 1x1 convolutions at least 2/3 zeros, a spatial mean
   or depth-to-space last). Any other sparse weights are densified when the model loads and run on dense kernels.
+  The pruned model's float .tflite is converted so (`quantize` mode sparse_fp32): the file itself shrinks.
 - OpenVINO (CPU plugin): sparse weights decompression (`CPU_SPARSE_WEIGHTS_DECOMPRESSION_RATE`) packs the
   non-zero weights of int8 MatMul / FullyConnected layers, and only on CPUs with Intel AMX.
 - TensorFlow: no sparse kernels for weights stored dense.
@@ -39,11 +40,24 @@ def openvino_sparse(features: Iterable[str]) -> str:
             "int8 MatMul weights only on CPUs with Intel AMX, and this CPU has no AMX (amx_tile, amx_int8)")
 
 
-def sparse_kernels(runtimes: Iterable[str], features: Iterable[str]) -> dict[str, str]:
+def litert_sparse(stored_sparse: str | None) -> str:
+    """Whether XNNPACK's sparse kernels ran the pruned .tflite files: a fact of how they store their weights."""
+    if stored_sparse is None:
+        return LITERT_DENSE
+    return (f"not used: {stored_sparse} stores the pruned weights sparse (the converter's EXPERIMENTAL_SPARSITY, "
+            "DENSIFY ops), which LiteRT densifies once when the model loads; XNNPACK's sparse kernels take only float "
+            "CNN subgraphs of one shape (a 3x3 stride-2 convolution over 3 channels first, 1x1 convolutions at least "
+            "2/3 zeros, a spatial mean last), so the pruned model runs on dense kernels; the sparse storage makes "
+            "the file smaller, not faster")
+
+
+def sparse_kernels(runtimes: Iterable[str], features: Iterable[str],
+                   stored_sparse: str | None = None) -> dict[str, str]:
     """Per runtime family timed in the run (tensorflow, litert, openvino): whether sparse kernels ran the pruned
-    model here, and why not."""
+    model here, and why not. `stored_sparse`: the .tflite that stores the pruned weights sparse, if any."""
     features = tuple(features)
-    said = {"litert": LITERT_DENSE, "openvino": openvino_sparse(features), "tensorflow": TENSORFLOW_DENSE}
+    said = {"litert": litert_sparse(stored_sparse), "openvino": openvino_sparse(features),
+            "tensorflow": TENSORFLOW_DENSE}
     families = []
     for runtime in runtimes:
         family = next((f for f in said if runtime.startswith(f)), None)
@@ -83,7 +97,8 @@ def lines(sparsity: Mapping[str, Any], artifacts: Iterable[Any], candidates: Ite
     unpruned = sparsity.get("unpruned_fp32")
     float_file = next((a for a in artifacts if a.format == "tflite_fp32"), None)
     if unpruned and float_file is not None:
-        out.append(f"- float .tflite: {kib(float_file.size_bytes)} (gzip {kib(float_file.gzip_bytes)}) pruned, against "
+        stored = " (zeros stored sparse)" if sparsity.get("stored_sparse") == float_file.path else ""
+        out.append(f"- float .tflite: {kib(float_file.size_bytes)} (gzip {kib(float_file.gzip_bytes)}) pruned{stored}, against "
                    f"{kib(unpruned['size_bytes'])} (gzip {kib(unpruned['gzip_bytes'])}) unpruned: "
                    f"{ratio(float_file.size_bytes, unpruned['size_bytes'])} the size, "
                    f"{ratio(float_file.gzip_bytes, unpruned['gzip_bytes'])} the gzip size")

@@ -204,10 +204,27 @@ def convert_step(run: Run, made: Made) -> Made:
     with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
             mode = format.removeprefix("tflite_")
+            if format == "tflite_fp32" and not original_weights:  # the pruned zeros stored sparse
+                mode = "sparse_fp32"
             probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
             path = run.staging / FILE_NAMES[format]
 
             def converted() -> Path:
+                nonlocal mode
+                if mode == "sparse_fp32":
+                    try:
+                        return converted_as(mode)
+                    except isolated.OverBudget:
+                        raise
+                    except Exception as error:  # noqa: BLE001 - the plain float file is the second chance
+                        from builder.optimize.causes import cause
+
+                        mode = "fp32"
+                        plan.notes.append(f"{FILE_NAMES[format]}: the pruned weights are stored dense: the converter "
+                                          f"could not store them sparse ({cause(error)})")
+                return converted_as(mode)
+
+            def converted_as(mode: str) -> Path:
                 if isinstance(probed, Path):
                     shutil.move(probed, path)
                 elif probed is not None:
@@ -235,6 +252,8 @@ def convert_step(run: Run, made: Made) -> Made:
             if done is None:
                 path.unlink(missing_ok=True)
                 continue
+            if mode == "sparse_fp32":
+                plan.stored_sparse = FILE_NAMES[format]
             if format == "tflite_select_tf":
                 run.ledger.note(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
                                 "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "

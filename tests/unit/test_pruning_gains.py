@@ -22,6 +22,9 @@ def test_each_runtime_timed_says_whether_sparse_kernels_ran_and_openvino_follows
     with_amx = sparse_kernels(["openvino"], AMX_HOST)["openvino"]
     assert "this CPU has Intel AMX" in with_amx and "compiled without it" in with_amx
     assert sparse_kernels(["tensorflow"], AMX_HOST) == {"tensorflow": said["tensorflow"]}
+    stored = sparse_kernels(["litert"], AVX512_HOST, "model_fp32.tflite")["litert"]
+    assert stored.startswith("not used: model_fp32.tflite stores the pruned weights sparse")
+    assert "densifies once when the model loads" in stored and "smaller, not faster" in stored
 
 
 def test_the_unpruned_float_tflite_is_measured_as_artifacts_are(tmp_path: Path) -> None:
