@@ -125,7 +125,7 @@ def make_report(run: Run, made: Made) -> Report:
         host={"cpu_features": sorted(host_facts().features), "threads": options.threads,
               "tensorflow": tfenv.tensorflow().__version__, "litert": _version("ai-edge-litert"),
               "openvino": _version("openvino") if steps.openvino_available() else None},
-        baseline=made.baseline, sparsity=made.sparsity.to_dict() if made.sparsity else None,
+        baseline=made.baseline, sparsity=pruning_bought(run, made),
         artifacts=tuple(made.results), chosen=choice.artifact, chosen_runtime=choice.runtime, samples=SAMPLES_NAME,
         gate=Gate(options.max_accuracy_drop, options.max_relative_error, "original", passed,
                   chosen_result.reason if chosen_result else f"{choice.artifact} was not produced"),
@@ -133,6 +133,20 @@ def make_report(run: Run, made: Made) -> Report:
         attempts=plan.ledger.attempts(),
         memory=MemoryUse(plan.ledger.budget.limit if plan.ledger.budget else None, memory.run_peak_bytes(),
                          made.chosen_runner_bytes))
+
+
+def pruning_bought(run: Run, made: Made) -> dict | None:
+    """The pruned model's sparsity and what it bought (`pruning_gains`): the unpruned float .tflite's size and
+    gzip size, and per runtime timed here whether sparse kernels ran it. None when the model is not pruned."""
+    from builder.optimize.pruning_gains import sparse_kernels
+
+    if made.sparsity is None:
+        return None
+    plan = run.plan
+    runtimes = [c.runtime for c in made.choice.selection.candidates] or [r.runtime for r in made.results]
+    return {**made.sparsity.to_dict(), "one_shot": plan.one_shot, "unpruned_fp32": plan.unpruned_fp32,
+            "unpruned_why": plan.unpruned_why, "stored_sparse": plan.stored_sparse,
+            "sparse_kernels": sparse_kernels(runtimes, host_facts().features, plan.stored_sparse)}
 
 
 def relocated(report: Report, staging: Path, out: Path) -> Report:

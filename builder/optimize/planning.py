@@ -47,16 +47,19 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
     skips: list[Attempt] = []
     pruning, quant = recipe.pruning, recipe.quantization
     if original_tflite:
+        steps = planned_steps(recipe)
         skips.append(skip("model.tflite", "it is the original", said="the model is a .tflite: it is the original "
-                          "and the only artifact; it is evaluated and measured as it is"))
-        skips += [skip(step, "the model is a .tflite", said="") for step in planned_steps(recipe)]
+                          "and the only artifact; it is evaluated and measured as it is"
+                          + (f" (not made: {', '.join(steps)})" if steps else "")))
+        skips += [skip(step, "the model is a .tflite", said="") for step in steps]  # each named in the line above
         return replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
                        export=recipes.Export(tflite_fp32=False, xla=False, openvino=False),
                        choose="tflite_original"), skips
     if why_not_trainable and (pruning or quant.qat):
         why = f"the model is {why_not_trainable}"
         skips.append(skip(PRUNING, why, said=f"pruning and QAT skipped: {why}"))
-        skips.append(skip(QAT, why, said=""))
+        if quant.qat:  # asked for: a line of its own, as every step that drops out has
+            skips.append(skip(QAT, why))
         pruning, quant = None, replace(quant, qat=False)
     if why_not_qat and quant.qat:
         why = f"the model is {why_not_qat}"
@@ -77,6 +80,11 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
 
 ONE_SHOT_NOTE = ("pruning: one-shot by magnitude (DATA has no x_train with labels to fine-tune on): the highest "
                  "sparsity of 20% to 90% at which the model still agrees with the original on the held-out rows")
+
+
+def one_shot_note(why: str) -> str:
+    """The plan's line for one-shot pruning, saying why there is no fine-tuning."""
+    return ONE_SHOT_NOTE.replace("DATA has no x_train with labels to fine-tune on", why)
 
 #: The ledger's names of the steps beyond the SavedModel that are not one file each.
 PRUNING, QAT = "pruning", "quantization-aware training"
@@ -121,7 +129,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
         how = (f"{p.structured and f'{p.structured[0]}:{p.structured[1]} structured' or f'{p.sparsity:.0%} {p.schedule}'}"
                f", {p.epochs} fine-tuning epochs")
         if one_shot:
-            how = "one-shot by magnitude (DATA has no training rows with labels): the highest of 20-90% the gate keeps"
+            how = "one-shot by magnitude (no fine-tuning): the highest of 20-90% the gate keeps"
         lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
                                           if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
@@ -167,6 +175,12 @@ class Plan:
     #: the original's answers on x_train for the outputs without training labels, computed once before any
     #: fine-tuning (`contract.teacher_answers`): what pruning and QAT fine-tune those outputs to
     train_answers: dict[str, np.ndarray] | None = None
+    #: the unpruned model's float .tflite, measured once pruning is kept (`pruning_gains.unpruned_float`), or why
+    #: there is none to set the pruned one against
+    unpruned_fp32: dict[str, int] | None = None
+    unpruned_why: str | None = None
+    #: the pruned model's float .tflite when its zeros are stored sparse (the converter's EXPERIMENTAL_SPARSITY)
+    stored_sparse: str | None = None
 
     @property
     def notes(self) -> Any:
@@ -232,8 +246,12 @@ def make_plan(options: Options, say: Say) -> Plan:
     ledger = Ledger(options.out, budget)
     asked = recipe
     why_not_trainable, why_not_qat = why_not_fine_tuned(loaded)
-    one_shot = (recipe.name == "auto" and not has_train and why_not_trainable is None
-                and (loaded.keras_model is not None or loaded.has_keras3))
+    keras = loaded.keras_model is not None or loaded.has_keras3
+    # an output no loss applies to (an int or bool answer) stops fine-tuning, not pruning by magnitude alone
+    by_outputs = keras and why_not_trainable is not None and why_not_trainable == untrainable_outputs(loaded.outputs)
+    one_shot = recipe.name == "auto" and keras and ((not has_train and why_not_trainable is None) or by_outputs)
+    lossless = lossless_outputs(loaded.outputs)
+    one_shot_why = f"the model is {lossless}" if by_outputs else "DATA has no x_train with labels to fine-tune on"
     if one_shot and recipe.pruning is not None and budget.in_a_process("prune"):  # the search is in memory
         from builder.measure.memory import text as memory_text
 
@@ -242,12 +260,16 @@ def make_plan(options: Options, say: Say) -> Plan:
                     "keeps a pruned copy and its traced functions resident for the rest of the run (3.6 GiB beside "
                     "2.0 GiB for a BERT-base-sized classifier) for a smaller gzip only, since sparsity does not speed "
                     "up dense kernels")
-    recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None, why_not_qat,
-                                 one_shot=one_shot)
+    if one_shot and by_outputs:  # pruned without fine-tuning; QAT, which trains, still goes with its line
+        recipe, skips = adapt_recipe(recipe, None, has_train, loaded.tflite_path is not None,
+                                     why_not_qat or lossless, one_shot=True)
+    else:
+        recipe, skips = adapt_recipe(recipe, why_not_trainable, has_train, loaded.tflite_path is not None,
+                                     why_not_qat, one_shot=one_shot)
     ledger.add(skips)
     one_shot = one_shot and recipe.pruning is not None
     if one_shot:
-        ledger.note(ONE_SHOT_NOTE)
+        ledger.note(one_shot_note(one_shot_why))
     if why_not_trainable and loaded.trainable_why_not and not skips:
         ledger.note(f"the model is {loaded.trainable_why_not}")
     for note in loaded.notes:
@@ -273,7 +295,8 @@ def make_plan(options: Options, say: Say) -> Plan:
             plan.no_tflite = failure.cause
             gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
             ledger.add([skip(gone[0] if gone else FILE_NAMES["tflite_fp32"], failure.cause, said=note)]
-                       + [skip(step, failure.cause, said="") for step in gone[1:]])
+                       + [skip(step, "no plain .tflite (the converter's failure is the note above)")
+                          for step in gone[1:]])
     if recipe.name == "auto" and "int8" in recipe.quantization.modes and not (raw.x["calib"] or raw.x["train"]):
         before = recipe
         modes = tuple(m for m in recipe.quantization.modes if m != "int8")
@@ -282,7 +305,7 @@ def make_plan(options: Options, say: Say) -> Plan:
         why = "DATA has no x_calib or x_train rows to calibrate on (x_val is never used for that)"
         gone = [s for s in planned_steps(before) if s not in planned_steps(recipe)]
         ledger.add([skip(gone[0] if gone else "int8", why, said=f"int8 skipped: {why}; dynamic-range needs none")]
-                   + [skip(step, why, said="") for step in gone[1:]])
+                   + [skip(step, "DATA has no x_calib or x_train rows to calibrate on") for step in gone[1:]])
     need_calib = "int8" in recipe.quantization.modes or recipe.quantization.qat
     need_train = (recipe.pruning is not None and not plan.one_shot) or recipe.quantization.qat
     data = data_mod.validate_data(raw, loaded.inputs, loaded.outputs, need_train=need_train, need_calib=need_calib,
@@ -333,8 +356,8 @@ def why_not_fine_tuned(loaded: Any) -> tuple[str | None, str | None]:
     pruned by tfsmith's own step, while QAT (tfmot's) takes only tf_keras; an output no loss applies to stops
     both."""
     outputs_why = untrainable_outputs(loaded.outputs)
-    if getattr(loaded, "has_keras3", False) and not outputs_why:
-        return None, loaded.trainable_why_not
+    if getattr(loaded, "has_keras3", False):  # its own note says only why QAT does not apply
+        return (outputs_why, None) if outputs_why else (None, loaded.trainable_why_not)
     return loaded.trainable_why_not or outputs_why, None
 
 
@@ -345,11 +368,16 @@ FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
 def untrainable_outputs(outputs: tuple[Any, ...]) -> str | None:
     """Why pruning and QAT cannot fine-tune this model, when an output is not a float (a string label, an
     argmax id, a flag): no loss applies to it; None otherwise."""
+    found = lossless_outputs(outputs)
+    return f"{found}, so only post-training quantization applies" if found else None
+
+
+def lossless_outputs(outputs: tuple[Any, ...]) -> str | None:
+    """"a model with output 'flag' (bool) that fine-tuning has no loss for", None when every output is a float."""
     found = [f"{t.name!r} ({t.dtype})" for t in outputs if t.dtype not in FLOAT_DTYPES]
     if not found:
         return None
-    return (f"a model with output{'s' if len(found) > 1 else ''} {', '.join(found)} that fine-tuning has no loss "
-            "for, so only post-training quantization applies")
+    return f"a model with output{'s' if len(found) > 1 else ''} {', '.join(found)} that fine-tuning has no loss for"
 
 
 def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | None, tuple[str, ...]]:
@@ -385,9 +413,11 @@ def _probe_conversion(loaded: Any, budget: Budget) -> tuple[Any, bytes | Path | 
 
 
 def without_tflite(recipe: Recipe, cause: str, log: Path) -> tuple[Recipe, str]:
-    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it) and a Select-TF-ops
-    .tflite are what is left; pruning and QAT only feed .tflite files, so they go too. (recipe, one-line note)."""
-    adapted = replace(recipe, pruning=None, quantization=recipes.Quantization(modes=()),
-                      export=replace(recipe.export, tflite_fp32=False), choose="saved_model")
+    """The recipe when no plain .tflite can be made: the SavedModel (TensorFlow serves it), a Select-TF-ops
+    .tflite and OpenVINO's IR (float, and int8 where the recipe quantizes to int8: OpenVINO converts the
+    SavedModel, not the .tflite) are what is left. QAT goes (its product is a .tflite); pruning stays, since the
+    pruned SavedModel is what TensorFlow serves and OpenVINO converts. (recipe, one-line note)."""
+    adapted = replace(recipe, quantization=replace(recipe.quantization, qat=False),
+                      export=replace(recipe.export, tflite_fp32=False, tflite=False), choose="saved_model")
     return adapted, (f"no plain .tflite: the TFLite converter says: {cause} (full text: {log}); serving the "
                      "SavedModel on TensorFlow, and a .tflite with Select TF ops is tried for TensorFlow's interpreter")

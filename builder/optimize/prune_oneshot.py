@@ -116,7 +116,7 @@ def prune_one_shot(model: Any, agrees: Callable[[Any], tuple[bool, str]],
     best, tried = highest_passing(levels, judge)
     if best is None:
         lowest = min(tried, key=lambda t: t.level)
-        raise TfsmithError(f"one-shot pruning (no training rows to fine-tune on) changed the answers at every "
+        raise TfsmithError(f"one-shot pruning (without fine-tuning) changed the answers at every "
                            f"level tried, down to {lowest.level:.0%} ({lowest.why})")
     prune_to(best)
     layers: dict[str, tuple[int, int]] = {}

@@ -84,6 +84,9 @@ class Export:
     #: OpenVINO's IR converted from the SavedModel (float; int8 by NNCF where the recipe quantizes to int8): on
     #: by default, since which of LiteRT and OpenVINO is faster depends on the model and the CPU
     openvino: bool = True
+    #: plain .tflite files at all (float and quantized): off only where the model's plain .tflite cannot be made
+    #: (`planning.without_tflite`), which leaves the quantization modes for OpenVINO's int8 IR
+    tflite: bool = True
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,10 @@ class Recipe:
     def formats(self) -> tuple[str, ...]:
         """Every artifact format this recipe produces, in output order."""
         formats = ["saved_model"]
-        if self.export.tflite_fp32:
+        if self.export.tflite_fp32 and self.export.tflite:
             formats.append("tflite_fp32")
-        formats += [f"tflite_{mode}" for mode in QUANT_MODES if mode in self.quantization.modes]
+        if self.export.tflite:
+            formats += [f"tflite_{mode}" for mode in QUANT_MODES if mode in self.quantization.modes]
         if self.quantization.qat:
             formats.append("tflite_qat_int8")
         if self.export.openvino:

@@ -124,6 +124,7 @@ def write_markdown(report: Report, path: Path) -> None:
     lines += [f"- output `{t.name}`: {t.dtype} {list(t.shape)}; {t.task}: {t.task_why}" for t in report.contract.outputs]
     if report.sparsity:
         lines.append(f"\nSparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}.")
+        lines += ["", "## What pruning bought", "", *pruned_lines(report)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     lines += ["", TIMINGS]
@@ -143,6 +144,13 @@ def write_markdown(report: Report, path: Path) -> None:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     lines += ["", f"![size vs latency]({REPORT_PNG})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def pruned_lines(report: Report) -> list[str]:
+    """What pruning bought (`pruning_gains.lines`): every artifact is made from the pruned model."""
+    from builder.optimize.pruning_gains import lines
+
+    return lines(report.sparsity, report.artifacts, report.selection.candidates)
 
 
 def attempt_rows(report: Report) -> list[str]:

@@ -62,7 +62,7 @@ def prune_step(run: Run, made: Made) -> Made:
         return passed, why
 
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
-        if plan.one_shot:  # no training rows: the highest sparsity the gate keeps, without fine-tuning
+        if plan.one_shot:  # nothing to fine-tune on or with: the highest sparsity the gate keeps, untrained
             model, sparsity, tried = prune_oneshot.prune_one_shot(original, judged)
             run.ledger.note(prune_oneshot.search_note(tried))
             return model, sparsity, answers(model)
@@ -85,11 +85,28 @@ def prune_step(run: Run, made: Made) -> Made:
                                          max_relative_error=options.max_relative_error)
     if passed:
         run.ledger.kept(PRUNING, f"the pruned float model agrees with the original ({why})")
+        measure_unpruned(run)
         return replace(made, model=model, sparsity=sparsity)
     run.ledger.dropped(PRUNING, f"the pruned float model changed the answers ({why}; agreement "
                                 f"{quality.agreement_summary(metrics):.3f}); every file made from it would fail the "
                                 "gate against the original, so the original's weights go on")
     return made
+
+
+def measure_unpruned(run: Run) -> None:
+    """The unpruned model's float .tflite (the plan's probe of the original's weights), its size and gzip size
+    for the report beside the pruned one's; or why there is none to compare."""
+    from builder.optimize.pruning_gains import unpruned_float
+
+    plan = run.plan
+    if plan.no_tflite is not None:
+        plan.unpruned_why = "the model has no plain .tflite"
+    elif plan.loaded.others:
+        plan.unpruned_why = "the pruned .tflite carries the model's other signatures, the probe only one"
+    elif plan.probe_fp32 is None:
+        plan.unpruned_why = "the unpruned float conversion was not made while planning"
+    else:
+        plan.unpruned_fp32 = unpruned_float(plan.probe_fp32, run.scratch)
 
 
 def _batched_keras(serve: Callable, x: Mapping[str, np.ndarray], tf: Any, batch: int = 256) -> dict[str, np.ndarray]:
@@ -187,10 +204,27 @@ def convert_step(run: Run, made: Made) -> Made:
     with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
             mode = format.removeprefix("tflite_")
+            if format == "tflite_fp32" and not original_weights:  # the pruned zeros stored sparse
+                mode = "sparse_fp32"
             probed = plan.probe_fp32 if format == "tflite_fp32" and original_weights and not others else None
             path = run.staging / FILE_NAMES[format]
 
             def converted() -> Path:
+                nonlocal mode
+                if mode == "sparse_fp32":
+                    try:
+                        return converted_as(mode)
+                    except isolated.OverBudget:
+                        raise
+                    except Exception as error:  # noqa: BLE001 - the plain float file is the second chance
+                        from builder.optimize.causes import cause
+
+                        mode = "fp32"
+                        plan.notes.append(f"{FILE_NAMES[format]}: the pruned weights are stored dense: the converter "
+                                          f"could not store them sparse ({cause(error)})")
+                return converted_as(mode)
+
+            def converted_as(mode: str) -> Path:
                 if isinstance(probed, Path):
                     shutil.move(probed, path)
                 elif probed is not None:
@@ -199,7 +233,10 @@ def convert_step(run: Run, made: Made) -> Made:
                     plan.notes.extend(plan.probe_notes)
                 elif apart and mode == "int8" and float_file is not None and original_weights and not others:
                     plan.notes.extend(int8_from_float(run, float_file, source, path, signature))
-                elif apart:
+                elif apart or mode == "int8":
+                    # full int8 runs the model in TFLite's calibrator, native code that can take the process down
+                    # on a model it does not take (a Keras 3 stateful SimpleRNN: SIGSEGV while calibrating): apart,
+                    # such a crash is a dropped file with its note, never the run (one more TensorFlow start, ~3 s)
                     plan.notes.extend(isolated.call(quantize.convert_to_file, source, mode, path, plan.data.x_calib,
                                                     signature, others, other_calib, limit=_limit(run)))
                 else:
@@ -215,6 +252,8 @@ def convert_step(run: Run, made: Made) -> Made:
             if done is None:
                 path.unlink(missing_ok=True)
                 continue
+            if mode == "sparse_fp32":
+                plan.stored_sparse = FILE_NAMES[format]
             if format == "tflite_select_tf":
                 run.ledger.note(f"{FILE_NAMES[format]}: converted with Select TF ops (TFLite builtins plus TensorFlow "
                                 "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
@@ -263,8 +302,8 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
     if not openvino_available():
         for n, format in enumerate(wanted):
             ledger.skipped(FILE_NAMES[format], "OpenVINO is not installed here",
-                           said="" if n else f"{names} not written: OpenVINO is not installed here "
-                                             "(pip install 'tfsmith[bench]')")
+                           said=f"{FILE_NAMES[format]} not written: OpenVINO is not installed here" if n else
+                           f"{names} not written: OpenVINO is not installed here (pip install 'tfsmith[bench]')")
         return []
     from builder.optimize import openvino_ir
 
@@ -287,7 +326,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
     if "openvino_ir_int8" not in wanted:
         return produced
     if model is None:
-        ledger.skipped(int8, "the float IR it is quantized from was not written", said="")
+        ledger.skipped(int8, "the float IR it is quantized from was not written")
         return produced
 
     def quantized() -> Path:

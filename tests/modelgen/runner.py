@@ -36,6 +36,8 @@ BUILD_DEADLINE_S = 1800
 OPTIMIZE_DEADLINE_S = 900
 START_DEADLINE_S = 240
 MODEL_NAME = "m"
+#: the folder of `run_model`'s work where optimize writes
+OPTIMIZED = "optimized"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 #: contract dtype -> TensorFlow's DataType name and the v2 datatype (the protocols' own spellings, written here,
@@ -116,7 +118,7 @@ def build_models(specs: list[ModelSpec], out: Path) -> dict[str, Built]:
 # ------------------------------------------------------------------------------------------------ optimize
 
 
-def optimize_command(built: Built, out: Path, recipe: Path) -> list[str]:
+def optimize_command(built: Built, out: Path, recipe: Path | str) -> list[str]:
     return [str(TFSMITH), "optimize", str(built.model), "--data", str(built.data), "--recipe", str(recipe),
             "--out", str(out), "--latency-runs", LATENCY_RUNS]
 
@@ -427,21 +429,30 @@ def metadata_problems(server: Server, built: Built) -> list[str]:
 # ------------------------------------------------------------------------------------------------ one model
 
 
-def repro_command(built: Built, out: Path, recipe: Path) -> str:
+def repro_command(built: Built, out: Path, recipe: Path | str) -> str:
     spec = built.spec
     return (f"python -m tests.benchmarks.model_sweep --seed {spec.seed} --start {spec.index} --count 1 --details "
             f"--keep /tmp/modelgen-{spec.id}   (optimize alone: " + " ".join(optimize_command(built, out, recipe)) + ")")
 
 
-def run_model(built: Built, work: Path) -> Outcome:
-    """optimize -> serve -> every client; the outcome, never an exception for what tfsmith does."""
+def recipe_for(work: Path, recipe: str) -> Path | str:
+    """`--recipe` for optimize: "auto" as it is, else the recipe text written into `work`."""
+    if recipe == "auto":
+        return recipe
+    path = work / "recipe.toml"
+    path.write_text(recipe)
+    return path
+
+
+def run_model(built: Built, work: Path, recipe_text: str = LIGHT_RECIPE, serve: bool = True) -> Outcome:
+    """optimize -> serve -> every client; the outcome, never an exception for what tfsmith does. `recipe_text`:
+    a recipe's TOML, or "auto"; `serve=False` stops after optimize (its report is in `work`/optimized)."""
     from builder.report import Report
 
     outcome = Outcome(built.spec)
     work.mkdir(parents=True, exist_ok=True)
-    recipe = work / "light.toml"
-    recipe.write_text(LIGHT_RECIPE)
-    out = work / "optimized"
+    recipe = recipe_for(work, recipe_text)
+    out = work / OPTIMIZED
     outcome.repro = repro_command(built, out, recipe)
     if built.build_error:
         outcome.failure = "build: " + one_line(built.build_error)
@@ -454,6 +465,8 @@ def run_model(built: Built, work: Path) -> Outcome:
         outcome.detail = (done.stdout + done.stderr)[-6000:]
         return outcome
     outcome.optimized = True
+    if not serve:
+        return outcome
     report = Report.load(out)
     tasks = {o.name: o.task for o in report.contract.outputs}
     gate = {"max_accuracy_drop": report.gate.max_accuracy_drop, "max_relative_error": report.gate.max_relative_error}

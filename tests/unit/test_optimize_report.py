@@ -248,9 +248,10 @@ def test_auto_on_this_host_adds_serving_xla_to_measure_it_and_another_target_doe
     gpu = TargetFacts("gpu host", "x86_64", HOST.features, ("9.0",))
     assert not measures_here(choose_recipe("auto", gpu)[0], gpu)  # tensor cores: the SavedModel by rule
     adapted, note = without_tflite(here, "'tf.X' op is neither a custom op nor a flex op", Path("out/logs/c.log"))
-    # what LiteRT cannot run, TensorFlow serves; OpenVINO's converter is still tried on the SavedModel
-    assert adapted.formats == ("saved_model", "openvino_ir_fp32") and adapted.choose == "saved_model"
-    assert adapted.pruning is None
+    # what LiteRT cannot run, TensorFlow serves; OpenVINO's converter is still tried on the SavedModel, and its
+    # int8 IR too (NNCF quantizes the IR, not a .tflite); the pruned SavedModel is still what both serve
+    assert adapted.formats == ("saved_model", "openvino_ir_fp32", "openvino_ir_int8") and adapted.choose == "saved_model"
+    assert adapted.pruning == here.pruning and not adapted.quantization.qat
     assert adapted.export.xla and note.startswith("no plain .tflite: the TFLite converter says: 'tf.X' op")
     assert "(full text: out/logs/c.log)" in note and "\n" not in note
 
