@@ -69,7 +69,12 @@ class Built:
         with np.load(self.reference) as ref:
             for key in ref.files:
                 part, signature, name = key.split("/", 2)
-                out.setdefault(signature, {"x": {}, "y": {}})[part][name] = ref[key]
+                value = ref[key]
+                if value.dtype.kind == "V" and value.dtype.itemsize == 2:  # numpy saves bfloat16 as 2-byte void
+                    import ml_dtypes
+
+                    value = value.view(ml_dtypes.bfloat16)
+                out.setdefault(signature, {"x": {}, "y": {}})[part][name] = value
         return out
 
 
@@ -204,6 +209,8 @@ def to_json(values: np.ndarray) -> Any:
             except UnicodeDecodeError:
                 return {"b64": base64.b64encode(v).decode()}
         return np.vectorize(one, otypes=[object])(values).tolist() if values.size else values.tolist()
+    if values.dtype.kind == "c":  # JSON has no complex numbers: (real, imaginary) pairs, which a server refuses
+        return np.stack([values.real, values.imag], axis=-1).tolist()
     return values.tolist()
 
 
@@ -297,6 +304,10 @@ def agree(got: np.ndarray, want: np.ndarray, task: str, gate: dict[str, float]) 
         else:
             same = list((got.astype(want.dtype) == want).reshape(-1))
         return None if all(same) else f"{sum(not s for s in same)} of {len(same)} values differ (exact)"
+    if want.dtype.kind == "c":  # both parts: the error relative to the original's spread of either
+        scale = max(float(np.std(np.concatenate([want.real.ravel(), want.imag.ravel()]))), 1e-12)
+        error = float(np.sqrt(np.mean(np.abs(got.astype(np.complex128) - want) ** 2))) / scale
+        return None if error <= gate["max_relative_error"] else f"relative_error {error:.4g} (complex)"
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
         return "non-finite values"
@@ -417,7 +428,7 @@ def metadata_problems(server: Server, built: Built) -> list[str]:
             elif served[key] != sig:
                 problems.append(f"{source} [{key}]: {json.dumps(served[key])} != the original's {json.dumps(sig)}")
     v2 = server.http.get(f"{server.url}/v2/models/{MODEL_NAME}").json()
-    want = contract_as(built.contract, V2)["serving_default"]
+    want = contract_as(built.contract, {**V2, "complex64": "COMPLEX64", "complex128": "COMPLEX128"})["serving_default"]
     for part in ("inputs", "outputs"):
         got = sorted(({"name": t["name"], "dtype": t["datatype"], "shape": [None if d < 0 else d for d in t["shape"]]}
                       for t in v2.get(part, [])), key=lambda s: s["name"])
@@ -562,7 +573,7 @@ def ask_protocol(server: Server, protocol: str, x: dict[str, np.ndarray], want: 
     inputs = []
     for name, value in x.items():
         dtype = "string" if value.dtype.kind == "S" else str(value.dtype)
-        data = np.char.decode(value, "utf-8").reshape(-1).tolist() if dtype == "string" else value.reshape(-1).tolist()
+        data = np.char.decode(value, "utf-8").reshape(-1).tolist() if dtype == "string" else to_json(value.reshape(-1))
         inputs.append({"name": name, "shape": list(value.shape), "datatype": V2.get(dtype, dtype.upper()),
                        "data": data})
     reply = server.http.post(f"{server.url}/v2/models/{MODEL_NAME}/infer", json={"inputs": inputs})
@@ -576,8 +587,8 @@ def cell_agree(got: np.ndarray, want: np.ndarray, gate: dict[str, float]) -> str
     """`agree` for a cell's answer: a lone float (a signature of scalars) within the gate's relative error of the
     original's; anything else as `agree` judges it."""
     want, got = np.asarray(want), np.asarray(got)
-    if want.dtype.kind == "f" and want.size == 1 and got.size == 1:
-        g, w = float(got.reshape(-1)[0]), float(want.reshape(-1)[0])
+    if want.dtype.kind in "fc" and want.size == 1 and got.size == 1:
+        g, w = got.reshape(-1)[0].item(), want.reshape(-1)[0].item()  # a float, or a complex number
         close = np.isfinite(g) and abs(g - w) <= gate["max_relative_error"] * max(abs(w), 1e-6)
         return None if close else f"{g!r}, the original's {w!r}"
     return agree(got, want, "regression", gate)
