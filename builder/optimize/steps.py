@@ -180,7 +180,7 @@ def convert_step(run: Run, made: Made) -> Made:
     Made from the original's unpruned weights, the float .tflite is the one the plan's probe already converted
     from them (the same converter, signature and weights; the gate judges it like any other file), not a second
     conversion (4-5 CPU seconds for MobileNetV2)."""
-    from builder.optimize import loads, quantize
+    from builder.optimize import evaluate, loads, quantize
     from builder.optimize import signatures as sigs
     from builder.optimize.model_io import copy_original
 
@@ -201,6 +201,7 @@ def convert_step(run: Run, made: Made) -> Made:
         formats.append("tflite_select_tf")
     apart = in_a_process(run, "convert")
     float_file: Path | None = None  # the float .tflite once written: a big model's int8 is quantized from it
+    evaluate.gzip_soon(saved_model)  # each file's gzip size measured while the next conversion runs
     with loads.shared() as load:  # one Python load of `source` for every conversion of it here
         for format in formats:
             mode = format.removeprefix("tflite_")
@@ -259,6 +260,7 @@ def convert_step(run: Run, made: Made) -> Made:
                                 "kernels); it runs on TensorFlow's own interpreter where TensorFlow carries the Flex "
                                 "delegate, never on LiteRT")
             produced.append((format, path))
+            evaluate.gzip_soon(path)
             if format == "tflite_fp32":
                 float_file = path
         plan.probe_fp32 = None  # written out or not needed: not held in memory for the rest of the run
@@ -305,7 +307,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
                            said=f"{FILE_NAMES[format]} not written: OpenVINO is not installed here" if n else
                            f"{names} not written: OpenVINO is not installed here (pip install 'tfsmith[bench]')")
         return []
-    from builder.optimize import openvino_ir
+    from builder.optimize import evaluate, openvino_ir
 
     produced: list[tuple[str, Path]] = []
     fp32, int8 = FILE_NAMES["openvino_ir_fp32"], FILE_NAMES["openvino_ir_int8"]
@@ -323,6 +325,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
         if model is not None:
             written = model if isinstance(model, Path) else openvino_ir.write_ir(model, run.staging / fp32)
             produced.append(("openvino_ir_fp32", written))
+            evaluate.gzip_soon(written)
     if "openvino_ir_int8" not in wanted:
         return produced
     if model is None:
@@ -341,6 +344,7 @@ def ir_files(run: Run, saved_model: Path, load: Any = None) -> list[tuple[str, P
         path = ledger.attempt(int8, quantized, log="quantize-openvino", failed=f"{int8} not written", kind="nncf")
     if path is not None:
         produced.append(("openvino_ir_int8", path))
+        evaluate.gzip_soon(path)
     return produced
 
 
