@@ -152,13 +152,17 @@ dockerfiles: venv
 # on the cores of this host (serve_scaling: per-request dispatch against balanced one-process servers, the
 # model alone, --processes auto against the configurations it could have chosen, the server's CPU per request,
 # one client and busy, beside its front alone answering a fixed body; then 38 generated models through
-# optimize -> serve -> REST/gRPC/v2 compared with the originals (model_sweep, about 40 minutes on 2 cores);
+# optimize -> serve -> REST/gRPC/v2 compared with the originals (model_sweep, about 40 minutes on 2 cores), and 36
+# through `optimize --recipe auto`, counting what became of pruning and of every optional step (each ends with a
+# line saying why); the signature lattice, every dtype x rank x protocol cell (cell_sweep: LATTICE_CELLS=928, about
+# 12 s a cell on 2 idle cores, so hours; LATTICE_CELLS=40 for a sample);
 # on 8 CPUs or more the servers get three quarters of them and the load generator the rest); last, the real-size
 # zoo through optimize under GNU time -v (real_size: BERT-base/large, ViT-B/16, EfficientNet-B0, ResNet50,
 # wide-and-deep 1M and 10M rows; REAL_SIZE_MODELS=a,b for a subset, REAL_SIZE_LIMIT=9G for a memory cgroup each). bench_goals judges
 # tfsmith's own speed goals (outside the package); the target fails when one is missed. Tables on the terminal; JSON, markdown, charts in build/bench/.
 BENCH_OUT ?= build/bench
 BENCH_THREADS ?= 2
+LATTICE_CELLS ?= 928
 bench: venv mlserver-venv
 	@$(TFSMITH) example --out $(BENCH_OUT)/example
 	@$(TFSMITH) bench $(BENCH_OUT)/example/digits_cnn.keras --data $(BENCH_OUT)/example/digits.npz \
@@ -171,10 +175,13 @@ bench: venv mlserver-venv
 		$$(test -f $(MLSERVER_VENV)/.installed && echo --mlserver-python $(MLSERVER_VENV)/bin/python) || serving=1; \
 	scaling=0; $(PY) -m tests.benchmarks.serve_scaling --out $(BENCH_OUT)/serve_scaling --judge || scaling=1; \
 	models=0; $(PY) -m tests.benchmarks.model_sweep --count 38 --seed 1 --keep $(BENCH_OUT)/model_sweep || models=1; \
+	$(PY) -m tests.benchmarks.model_sweep --count 36 --seed 1 --recipe auto --optimize-only \
+		--keep $(BENCH_OUT)/model_sweep_auto || models=1; \
+	lattice=0; $(PY) -m tests.modelgen.cell_sweep --seed 1 --count $(LATTICE_CELLS) || lattice=1; \
 	test -x /usr/bin/time || { apt-get update -qq && apt-get install -y -qq time; } >/dev/null || echo "GNU time missing"; \
 	zoo=0; $(PY) -m tests.benchmarks.real_size $(if $(REAL_SIZE_MODELS),--models $(REAL_SIZE_MODELS)) \
 		$(if $(REAL_SIZE_LIMIT),--cgroup-limit $(REAL_SIZE_LIMIT)) --out $(BENCH_OUT)/real_size || zoo=1; \
-	exit $$(( deploy || goals || serving || scaling || models || zoo ))
+	exit $$(( deploy || goals || serving || scaling || models || lattice || zoo ))
 
 # The serving benchmark's peer: MLServer with the same LiteRT interpreter, in a venv of its own (without it,
 # its floors are reported as not judged).
