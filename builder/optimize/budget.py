@@ -76,9 +76,13 @@ class Budget:
     race_growth: float = 1.0
 
     def need(self, kind: str, size: int | None = None) -> int:
-        """What a step of `kind` reading `size` bytes (default: the model's weights) is expected to need."""
+        """What a step of `kind` reading `size` bytes (default: the model's weights) is expected to need. A kind
+        may name what it reads after a slash (`runner:litert/tflite_float16`, `runner_kind`): what that kind
+        took, else what its family (`runner:litert`) took last, else the family's rule."""
         base = size if size is not None else self.weights
-        return int(self.taken.get(kind, RULES.get(kind, 2.0)) * base)
+        family = kind.split("/", 1)[0]
+        ratio = self.taken.get(kind) or self.taken.get(family) or RULES.get(kind) or RULES.get(family, 2.0)
+        return int(ratio * base)
 
     def in_a_process(self, kind: str, size: int | None = None) -> bool:
         """Whether a step of `kind` runs in a process of its own: where it is expected to need a real share of
@@ -108,7 +112,7 @@ class Budget:
         load) teaches nothing: the rule stays."""
         base = size if size is not None else self.weights
         if before is not None and peak is not None and base > 0 and peak - before > base * 0.05:
-            self.taken[kind] = (peak - before) / base
+            self.taken[kind] = self.taken[kind.split("/", 1)[0]] = (peak - before) / base
 
     def learn_race_growth(self, expected: int, before: int | None, after: int | None) -> None:
         """A race group expected to add `expected` bytes (its runners' opening, as measured) held `after` with

@@ -506,7 +506,7 @@ def evaluate_step(run: Run, made: Made) -> Made:
     for index, (format, path) in enumerate(made.produced):
         with stage(run.say, f"evaluating {path.name}"):
             runtime = evaluated_on(format)
-            kind, size = runner_kind(runtime), file_bytes(path)
+            kind, size = runner_kind(runtime, format), file_bytes(path)
             refused = budget.refusal(kind, size) if budget is not None and format != "saved_model" else None
             if refused is not None:
                 results.append(unrunnable(format, path, runtime, plan, MemoryError(f"not enough memory: {refused} "
@@ -541,16 +541,20 @@ def keeps_room(budget: Any, ahead: tuple[tuple[str, Path], ...]) -> bool:
     room = budget.room(RACE_SHARE)
     if room is None:
         return True
-    needs = [budget.need(runner_kind(evaluated_on(format)), file_bytes(path)) for format, path in ahead]
+    needs = [budget.need(runner_kind(evaluated_on(format), format), file_bytes(path)) for format, path in ahead]
     return room > max(needs, default=0)
 
 
-def runner_kind(runtime: str) -> str:
-    """What the memory budget knows a runner of `runtime` as (`builder.optimize.budget.RULES`)."""
+def runner_kind(runtime: str, format: str | None = None) -> str:
+    """What the memory budget knows a runner of `runtime` as (`builder.optimize.budget.RULES`), and where the
+    artifact's format is known, of that format: one runtime holds very different multiples of a file by its
+    format (a BERT-base-sized model on LiteRT, opened and asked once: the float .tflite 1.84x its file, the
+    float16 one 4.85x, widened to float32 beside its own copy; the dynamic-range one 2.05x), so a runner is
+    sized by what a runner of its own format took, where one was opened (`Budget.need`)."""
     for family in ("tensorflow", "litert", "openvino"):
         if runtime.startswith(family):
-            return f"runner:{family}"
-    return "runner:tensorflow"
+            return f"runner:{family}" + (f"/{format}" if format else "")
+    return "runner:tensorflow" + (f"/{format}" if format else "")
 
 
 def file_bytes(path: Path) -> int:
@@ -672,10 +676,11 @@ def measure_step(run: Run, made: Made) -> Made:
     loaded_folders: dict[str, Any] = {}  # a SavedModel's first runner on TensorFlow, by folder
 
     held_to = run.ledger.budget  # the memory budget (`budget` below is the race's time)
+    formats = {r.path: r.format for r in results}  # what the budget knows each file's runners by
 
     def opened_within_budget(runtime: str, path: Path, asked: str | None, backend: Any) -> Any:
         """A new runner, where the budget has room for it (one sharing a SavedModel's load needs no more)."""
-        kind, size = runner_kind(runtime), file_bytes(path)
+        kind, size = runner_kind(runtime, formats.get(Path(path).name)), file_bytes(path)
         refused = held_to.refusal(kind, size) if held_to is not None and backend is None else None
         if refused is not None:
             raise MemoryError(f"not opened: not enough memory: {refused} (--memory)")
@@ -837,8 +842,8 @@ def pair_cost(pair: Pair, staging: Path, held: bool, shared: set[str], budget: A
     and file, times the growth the race's groups have shown."""
     result, runtime, _ = pair
     path = staging / result.path
-    kind = runner_kind(runtime)
-    if held or not path.exists() or (kind == "runner:tensorflow" and result.path in shared):
+    kind = runner_kind(runtime, result.format)
+    if held or not path.exists() or (runner_kind(runtime) == "runner:tensorflow" and result.path in shared):
         return 0
     return int(budget.need(kind, file_bytes(path)) * budget.race_growth)
 

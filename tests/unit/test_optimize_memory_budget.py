@@ -34,6 +34,18 @@ def test_the_first_step_of_a_kind_is_sized_by_its_rule_and_later_ones_by_what_th
     assert budget.need("runner:litert", size=100 * MIB) == int(budgets.RULES["runner:litert"] * 100 * MIB)
 
 
+def test_a_runner_is_sized_by_what_a_runner_of_its_own_format_took_else_by_its_runtimes_last() -> None:
+    budget = budgets.Budget(limit=8 * 1024 * MIB, weights=400 * MIB)
+    fp32, float16, dynamic = (steps.runner_kind("litert", f) for f in ("tflite_fp32", "tflite_float16", "tflite_dynamic"))
+    assert (fp32, steps.runner_kind("openvino-bf16")) == ("runner:litert/tflite_fp32", "runner:openvino")
+    assert budget.need(float16, 200 * MIB) == int(budgets.RULES["runner:litert"] * 200 * MIB)  # nothing learned: the rule
+    budget.learn(float16, before=0, peak=970 * MIB, size=200 * MIB)  # widened to float32 beside its own copy: 4.85x
+    budget.learn(dynamic, before=0, peak=205 * MIB, size=100 * MIB)  # 2.05x, learned last
+    assert budget.need(float16, 200 * MIB) == int(4.85 * 200 * MIB)  # its own format's, not the last runner's
+    assert budget.need(fp32, 400 * MIB) == int(2.05 * 400 * MIB)  # a format not opened yet: the runtime's last
+    assert budget.need("runner:litert", 400 * MIB) == int(2.05 * 400 * MIB)
+
+
 def test_a_step_that_does_not_fit_says_what_it_needs_beside_what_is_in_use_and_what_is_usable() -> None:
     assert budgets.Budget(limit=None, weights=10**12).refusal("convert") is None  # no limit known: no refusal
     tiny = budgets.Budget(limit=64 * MIB, weights=400 * MIB)
