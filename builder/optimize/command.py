@@ -111,6 +111,11 @@ def run_optimize_command(*, model: Path, data: str, recipe: str, target: str | N
         print(f"note: {note}")
     if report.sparsity:
         print(f"sparsity: target {report.sparsity['target']:.3f}, achieved {report.sparsity['achieved']:.3f}")
+        from builder.optimize.pruning_gains import float_against_unpruned
+
+        against = float_against_unpruned(report.sparsity, report.artifacts)
+        if against:
+            print(f"pruning bought: {against}")
     signature = "" if report.chosen_signature == "serving_default" else f", signature {report.chosen_signature}"
     pick = reporting.chosen_candidate(report)
     print(f"chosen: {report.chosen} on {reporting.runtime_text(report.chosen_runtime, pick.precision if pick else '')}"

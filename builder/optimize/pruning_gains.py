@@ -88,22 +88,31 @@ def kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MiB"
 
 
+def float_against_unpruned(sparsity: Mapping[str, Any], artifacts: Iterable[Any]) -> str | None:
+    """The pruned float .tflite's size and gzip size against the unpruned one's, or why there is no unpruned one
+    to set against (None when neither is known): what the report and optimize's last lines say."""
+    unpruned = sparsity.get("unpruned_fp32")
+    float_file = next((a for a in artifacts if a.format == "tflite_fp32"), None)
+    if unpruned and float_file is not None:
+        stored = " (zeros stored sparse)" if sparsity.get("stored_sparse") == float_file.path else ""
+        return (f"float .tflite: {kib(float_file.size_bytes)} (gzip {kib(float_file.gzip_bytes)}) pruned{stored}, "
+                f"against {kib(unpruned['size_bytes'])} (gzip {kib(unpruned['gzip_bytes'])}) unpruned: "
+                f"{ratio(float_file.size_bytes, unpruned['size_bytes'])} the size, "
+                f"{ratio(float_file.gzip_bytes, unpruned['gzip_bytes'])} the gzip size")
+    if sparsity.get("unpruned_why"):
+        return f"no unpruned float .tflite to set against: {sparsity['unpruned_why']}"
+    return None
+
+
 def lines(sparsity: Mapping[str, Any], artifacts: Iterable[Any], candidates: Iterable[Any]) -> list[str]:
     """The report's "What pruning bought" section: sparsity, the float .tflite against the unpruned one, each
     pruned file's size and its batch-1 p50 per runtime, and the sparse kernels per runtime."""
     out = [f"- sparsity: {sparsity['achieved']:.1%} of the pruned layers' weights are zero (target "
            f"{sparsity['target']:.1%}{', one-shot by magnitude' if sparsity.get('one_shot') else ''})"]
     artifacts = list(artifacts)
-    unpruned = sparsity.get("unpruned_fp32")
-    float_file = next((a for a in artifacts if a.format == "tflite_fp32"), None)
-    if unpruned and float_file is not None:
-        stored = " (zeros stored sparse)" if sparsity.get("stored_sparse") == float_file.path else ""
-        out.append(f"- float .tflite: {kib(float_file.size_bytes)} (gzip {kib(float_file.gzip_bytes)}) pruned{stored}, against "
-                   f"{kib(unpruned['size_bytes'])} (gzip {kib(unpruned['gzip_bytes'])}) unpruned: "
-                   f"{ratio(float_file.size_bytes, unpruned['size_bytes'])} the size, "
-                   f"{ratio(float_file.gzip_bytes, unpruned['gzip_bytes'])} the gzip size")
-    elif sparsity.get("unpruned_why"):
-        out.append(f"- no unpruned float .tflite to set against: {sparsity['unpruned_why']}")
+    against = float_against_unpruned(sparsity, artifacts)
+    if against:
+        out.append(f"- {against}")
     timed: dict[str, list[str]] = {}
     for c in candidates:
         if c.p50_us is not None:  # timed, choosable or not (a candidate that compiles per shape is timed too)

@@ -92,3 +92,4 @@ def test_a_keras3_digits_cnn_pruned_to_80_percent_passes_a_two_percent_gate_at_a
     assert "sparse kernels, litert: not used: model_fp32.tflite stores the pruned weights sparse" in markdown
     assert "pruned (zeros stored sparse), against" in markdown
     assert "model_fp32.tflite (pruned):" in markdown and " us" in markdown
+    assert "pruning bought: float .tflite:" in done.stdout  # said at the end of optimize's output too
