@@ -149,3 +149,18 @@ def test_a_runner_stays_open_for_the_race_only_with_room_for_the_next_evaluation
     budget.held = 4 * 1024 * MIB + 1
     assert not steps.keeps_room(budget, ())
     assert steps.keeps_room(None, (("openvino_ir_fp32", ir),))  # no budget: every runner stays open
+
+
+def test_a_big_models_files_are_asked_two_rows_again_and_a_small_ones_eight() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    def plan(weights: int, batch: int | None) -> object:
+        ledger = SimpleNamespace(budget=budgets.Budget(limit=None, weights=weights))
+        loaded = SimpleNamespace(inputs=(TensorSpec("x", "float32", (batch, 4)),))
+        return SimpleNamespace(ledger=ledger, loaded=loaded, gate_x={"x": np.zeros((65, 4), np.float32)})
+
+    assert len(steps.repeated_rows(plan(436 * MIB, None))["x"]) == 2
+    assert len(steps.repeated_rows(plan(4 * MIB, None))["x"]) == steps.REPEAT_ROWS
+    assert len(steps.repeated_rows(plan(436 * MIB, 4))["x"]) == steps.REPEAT_ROWS  # whole fixed batches, as ever
