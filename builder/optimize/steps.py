@@ -804,7 +804,9 @@ def measure_step(run: Run, made: Made) -> Made:
 #: caches): the race sizes its later groups by the growth its groups showed (`Budget.race_growth`), and the
 #: share leaves room for the first group's. A BERT-base-sized classifier under an 8 GiB budget, on 2 quiet
 #: cores: at half, optimize peaked at 4.6 GiB; at 0.4, 4.1 GiB in 5.6 min (10 groups); at 0.35, 3.8 GiB in 6.1
-#: min (14 groups, most of one pair: what optimize holds beside them, 2-3 GiB, leaves little of the share).
+#: min (14 groups, most of one pair: what optimize held beside them, 2-3 GiB, left little of the share). With
+#: TensorFlow's tensors from malloc and runners sized by their own format, at 0.4: 3.2-3.3 GiB in 4.75-5 min
+#: (6-7 groups).
 RACE_SHARE = 0.4
 
 
