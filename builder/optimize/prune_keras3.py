@@ -263,6 +263,7 @@ def prune_model(model: Any, pruning: Pruning, x_train: Any, y_train: Any, loss: 
             raise TfsmithError("no layer of this model can be pruned (no Dense, convolution or Embedding kernels)")
         masks = Masks(targets)
         x_train, y_train, loss = fit_structure(pruned, x_train, y_train, loss)
+        x_train = _text_as_tensors(x_train)
         pruned.compile(optimizer=keras.optimizers.Adam(5e-4), loss=loss)
         pruned.fit(x_train, y_train, batch_size=pruning.batch_size, epochs=pruning.epochs, shuffle=True,
                    callbacks=[mask_callback(masks, pruning, schedule)], verbose=verbose)
@@ -278,6 +279,21 @@ def prune_model(model: Any, pruning: Pruning, x_train: Any, y_train: Any, loss: 
         raise TfsmithError(f"pruning reached sparsity {achieved:.3f}, short of the target {pruning.sparsity:.3f}")
     by_layer = {name: zeros / size for name, (zeros, size) in layers.items()}
     return pruned, SparsityResult(pruning.sparsity, achieved, by_layer, schedule, None)
+
+
+def _text_as_tensors(x: Any) -> Any:
+    """`fit`'s x with each text array as a TensorFlow string tensor: Keras 3's fit refuses numpy text of any
+    kind (bytes, str or object: "Invalid dtype: bytes8"), which a model on raw strings is trained on."""
+    import tensorflow as tf
+
+    def one(value: Any) -> Any:
+        return tf.constant(value) if isinstance(value, np.ndarray) and value.dtype.kind in "SUO" else value
+
+    if isinstance(x, dict):
+        return {k: one(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [one(v) for v in x]
+    return one(x)
 
 
 def _rows(x: Any) -> int:

@@ -123,3 +123,23 @@ def test_one_shot_pruning_keeps_the_highest_level_its_judge_passes_and_leaves_th
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
     with pytest.raises(TfsmithError, match="changed the answers at every level tried, down to 20%"):
         prune_one_shot(model, lambda m: (False, "never"))
+
+
+def test_a_model_on_raw_strings_is_fine_tuned_on_its_text(keras) -> None:
+    """Keras 3's fit refuses numpy text ("Invalid dtype: bytes8"); DATA keeps strings as bytes."""
+    from builder.optimize.prune_keras3 import prune_model
+    from builder.optimize.recipe import Pruning
+
+    words = keras.Input((1,), dtype="string", name="word")
+    hot = keras.layers.StringLookup(vocabulary=["red", "green", "blue"], output_mode="one_hot")(words)
+    hidden = keras.layers.Dense(64, activation="relu")(keras.layers.Flatten()(hot))
+    model = keras.Model(words, keras.layers.Dense(2, activation="softmax")(hidden))
+    rng = np.random.default_rng(0)
+    text = rng.choice(np.array([b"red", b"green", b"blue", b"other"], dtype="S8"), size=(128, 1))
+    labels = (text[:, 0] == b"red").astype("int64")
+    pruned, result = prune_model(model, Pruning(sparsity=0.5, epochs=2, batch_size=16), [text], [labels],
+                                 ["sparse_categorical_crossentropy"])
+    assert result.achieved >= 0.49
+    import tensorflow as tf
+
+    assert tuple(pruned(tf.constant(text[:4])).shape) == (4, 2)
