@@ -257,7 +257,7 @@ class InferCodec:
 
     @staticmethod
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
-        signature = choose_signature("", served.signatures, served.default_signature)
+        signature = carried(choose_signature("", served.signatures, served.default_signature))
         arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         return make_call(signature, arrays, served.max_request_batch, order), (document, order, binary)
@@ -286,16 +286,15 @@ async def model_ready(context: Context, request: Request, name: str, version: st
     return health.not_ready()
 
 
-def carried(served: ServedModel) -> ServedModel:
-    """The model, when v2 has a datatype for every tensor of its default signature (the one v2 calls); else
-    RequestError 400 in one line: v2 has no complex datatype."""
-    signature = served.signature("")
+def carried(signature: Any) -> Any:
+    """The signature v2 calls, when v2 has a datatype for every tensor of it; else RequestError 400 in one line:
+    v2 has no complex datatype. Checked where the request is decoded, so it costs no step of its own."""
     for kind, specs in (("input", signature.inputs), ("output", signature.outputs)):
         for spec in specs:
             if spec.dtype not in DATATYPE_OF:
                 raise RequestError(f"{kind} {spec.name!r} is {spec.dtype}: v2 has no {spec.dtype.rstrip('0123456789')} "
                                    "datatype; ask over gRPC")
-    return served
+    return signature
 
 
 async def infer(context: Context, request: Request, name: str, version: str | None = None) -> Answer:
@@ -309,6 +308,6 @@ async def infer(context: Context, request: Request, name: str, version: str | No
         body = bytes(body)  # all of it is JSON
     codec = InferCodec(header_length)
     served, (call, kept) = await plane.read(name, version, None, codec.size(body),
-                                            lambda served: codec.decode(carried(served), body))
+                                            lambda served: codec.decode(served, body))
     answer = codec.encode(served, call, kept, await served.predict(call))
     return Answer(200, answer.body, answer.headers)
