@@ -214,7 +214,8 @@ def test_what_litert_cannot_serve_still_completes_with_what_can_be_served(
     formats = {a.format for a in report.artifacts}
     saved = report.artifact("saved_model")
     assert saved.accepted and saved.runtime == "tensorflow"
-    assert all((m.relative_error or 0) < 1e-3 for m in saved.metrics)  # the float model, unchanged
+    if report.sparsity is None:  # not pruned (a model without a plain .tflite may be): the float model, unchanged
+        assert all((m.relative_error or 0) < 1e-3 for m in saved.metrics)
     tf_rows = {(c.runtime, c.signature) for c in report.selection.candidates if c.artifact == "saved_model"}
     assert ("tensorflow", model.signature) in tf_rows
     if name in ("gru_sequence", "text_classifier"):
