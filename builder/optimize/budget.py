@@ -18,8 +18,10 @@ x86-64), and only a rule on any other stack.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from builder.measure import memory
 from builder.optimize import isolated
@@ -49,6 +51,18 @@ RULES: dict[str, float] = {
 BIG_WEIGHTS = 100 << 20
 #: Rows per call for such a model, and for any other.
 FEW_ROWS, MANY_ROWS = 8, 256
+
+
+#: A Keras call that judges a model's answers gets at most this many bytes of input rows at once.
+CALL_INPUT_BYTES = 8 << 20
+
+
+def rows_by_input_bytes(x: Mapping[str, np.ndarray], most: int = MANY_ROWS) -> int:
+    """Rows per call so that one call's inputs stay under CALL_INPUT_BYTES (at least one row, at most `most`).
+    Why: activations grow with each row's size, not the weights'; EfficientNet-B0 (16 MB of weights) judged on
+    65 rows of 224x224x3 images in one Keras call peaked at 7.5 GiB while its one-shot pruning searched."""
+    row = sum(int(np.asarray(v).nbytes // max(1, len(v))) for v in x.values() if np.ndim(v))
+    return max(1, min(most, CALL_INPUT_BYTES // max(1, row)))
 
 
 def rows_per_call(weight_bytes: int | None) -> int:

@@ -53,7 +53,9 @@ def prune_step(run: Run, made: Made) -> Made:
 
     def answers(model: Any) -> dict[str, np.ndarray]:
         serve = keras_serving_fn(model, contract.inputs, tuple(o.tensor() for o in contract.outputs))
-        return _batched_keras(serve, plan.gate_x, tfenv.tensorflow())
+        from builder.optimize.budget import rows_by_input_bytes
+
+        return _batched_keras(serve, plan.gate_x, tfenv.tensorflow(), batch=rows_by_input_bytes(plan.gate_x))
 
     def judged(model: Any) -> tuple[bool, str]:
         _, passed, why = quality.judge(answers(model), run.reference, {}, contract.outputs,

@@ -164,3 +164,12 @@ def test_a_big_models_files_are_asked_two_rows_again_and_a_small_ones_eight() ->
     assert len(steps.repeated_rows(plan(436 * MIB, None))["x"]) == 2
     assert len(steps.repeated_rows(plan(4 * MIB, None))["x"]) == steps.REPEAT_ROWS
     assert len(steps.repeated_rows(plan(436 * MIB, 4))["x"]) == steps.REPEAT_ROWS  # whole fixed batches, as ever
+
+
+def test_a_call_that_judges_a_model_gets_few_image_rows_and_many_small_ones() -> None:
+    import numpy as np
+
+    images = {"image": np.zeros((65, 224, 224, 3), np.float32)}  # 602 KB a row
+    assert budgets.rows_by_input_bytes(images) == budgets.CALL_INPUT_BYTES // (224 * 224 * 3 * 4) == 13
+    assert budgets.rows_by_input_bytes({"x": np.zeros((65, 64), np.float32)}) == budgets.MANY_ROWS
+    assert budgets.rows_by_input_bytes({"x": np.zeros((2, 4096, 4096), np.float32)}) == 1  # never none
