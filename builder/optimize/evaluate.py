@@ -227,12 +227,14 @@ class Runner:
 
     def predict_all(self, x: Arrays, batch: int | None = None) -> dict[str, np.ndarray]:
         """Outputs on every row of `x`: the model's fixed batch a call, else `batch`, by default
-        `budget.rows_per_call` for the size of this runner's file."""
+        `budget.rows_per_call` for the size of this runner's file, and few rows of big inputs (images) a call
+        (`budget.rows_by_input_bytes`)."""
         from builder.model.artifact import artifact_files
-        from builder.optimize.budget import rows_per_call
+        from builder.optimize.budget import rows_by_input_bytes, rows_per_call
 
         fixed = fixed_batch(self.inputs)
-        step = fixed or batch or rows_per_call(sum(p.stat().st_size for p in artifact_files(self.path)))
+        step = fixed or batch or rows_by_input_bytes(
+            x, rows_per_call(sum(p.stat().st_size for p in artifact_files(self.path))))
         rows = len(next(iter(x.values())))
         parts = [self.predict({k: v[i : i + step] for k, v in x.items()}) for i in range(0, rows, step)]
         return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}

@@ -154,12 +154,14 @@ class LoadedModel:
 
     def predict(self, x: Arrays, batch: int | None = None) -> dict[str, np.ndarray]:
         """The original model's outputs by output name, in batches (fixed-batch models: their batch size; else
-        `batch`, by default `budget.rows_per_call` for its weights).
+        `batch`, by default `budget.rows_per_call` for its weights, and few rows of big inputs a call:
+        `budget.rows_by_input_bytes`).
 
         Inputs that take no batch (a scalar beside the batch) come in row form (`builder.model.rows`)."""
-        from builder.optimize.budget import rows_per_call
+        from builder.optimize.budget import rows_by_input_bytes, rows_per_call
 
-        step = fixed_batch(self.inputs) or batch or rows_per_call(4 * self.params if self.params else None)
+        step = fixed_batch(self.inputs) or batch or rows_by_input_bytes(
+            x, rows_per_call(4 * self.params if self.params else None))
         return _in_batches(self.inputs, self.outputs, x, self._predict, step)
 
     def predict_signature(self, name: str, x: Arrays, batch: int = 256) -> dict[str, np.ndarray]:
