@@ -20,20 +20,28 @@ def explain_plan(*, model: Path, data: str, recipe: str, target: str | None, cud
                  max_accuracy_drop: float, max_relative_error: float, threads: int, signature: str | None = None,
                  imports: tuple[str, ...] = (), memory: int | None = None) -> list[str]:
     """The plan for THIS model: loads it, reads its contract and DATA, and says what will (not) be done."""
-    from builder.optimize import tfenv
-
-    from builder.optimize.causes import keep_log
-
     # --explain writes no output; the full texts its notes name go to a fresh temp folder instead of --out
     logs = Path(tempfile.mkdtemp(prefix="tfsmith-explain-"))
-    options = Options(model=model, data=data, recipe_spec=recipe, target=target, out=logs,
-                      max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
-                      max_relative_error=max_relative_error, signature=signature, imports=imports, memory=memory)
+    try:
+        return _explained(logs, Options(model=model, data=data, recipe_spec=recipe, target=target, out=logs,
+                                        max_accuracy_drop=max_accuracy_drop, threads=threads, cuda_cc=cuda_cc,
+                                        max_relative_error=max_relative_error, signature=signature,
+                                        imports=imports, memory=memory))
+    finally:  # the folder stays only when a note names a file in it
+        if logs.is_dir() and not any(logs.iterdir()):
+            logs.rmdir()
+
+
+def _explained(logs: Path, options: Options) -> list[str]:
+    """The plan's lines; the full texts its notes name are written to `logs`."""
+    from builder.optimize import tfenv
+    from builder.optimize.causes import keep_log
+
     with tfenv.quiet_native_stderr():
         plan = make_plan(options, lambda _: None)
         for name, text in plan.ledger.logs.items():
             keep_log(name, text, logs)
-        reference = original_answers(plan.loaded, {k: v[:64] for k, v in plan.data.x_val.items()}, model)
+        reference = original_answers(plan.loaded, {k: v[:64] for k, v in plan.data.x_val.items()}, options.model)
         contract = settle_contract(plan, reference, rows=64)
     lines = explain_lines(plan.recipe, plan.reasons, plan.facts, None, contract, one_shot=plan.one_shot)
     if plan.loaded.others:

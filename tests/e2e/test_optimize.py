@@ -482,12 +482,16 @@ def test_keras2_h5_model_is_prunable_format(example: dict[str, Path], tmp_path: 
     ],
 )
 def test_explain_follows_the_named_target(example: dict[str, Path], tfsmith, target: list[str],
-                                          expected: list[str]) -> None:
+                                          expected: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code, stdout, stderr = tfsmith("optimize", example["model"], "--data", example["data"], "--explain", *target)
     assert code == 0, stderr
     for fragment in expected:
         assert fragment in stdout
     assert sum(line.startswith("why: ") for line in stdout.splitlines()) >= 6
+    assert not list(tmp_path.glob("tfsmith-explain-*"))  # no note named a log: no folder left behind
 
 
 def test_unknown_target_is_one_line(example: dict[str, Path], tmp_path: Path, tfsmith) -> None:
