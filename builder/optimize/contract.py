@@ -163,8 +163,21 @@ def settle_contract(plan: Any, reference: Mapping[str, np.ndarray], rows: int | 
         contract = contract_with(keep(y_val))
     else:
         set_aside = set()
-    plan.notes.extend(distillation_notes(plan, set_aside))
+    faithful = fidelity_judged(contract, plan.data.y_train)
+    if faithful:  # fine-tuned to the original's answers, which their gate measures them against
+        data = plan.data
+        plan.data = replace(data, y_train={k: v for k, v in data.y_train.items() if k not in faithful} or None)
+    plan.notes.extend(distillation_notes(plan, set_aside, faithful))
     return contract
+
+
+def fidelity_judged(contract: ModelContract, y_train: Mapping[str, np.ndarray] | None) -> set[str]:
+    """The outputs with training labels whose gate is fidelity to the original, not the labels: regression
+    outputs (relative error against the original's answers, labels or not). Fine-tuning them on their labels
+    would pull the pruned model towards the labels and away from what it is judged against (a model whose
+    answers are 0.45 of their spread from the labels fails a 5% fidelity gate by moving to them), so they are
+    fine-tuned to the original's own answers on the training rows, as an output without labels is."""
+    return {s.name for s in contract.outputs if s.task == "regression" and s.name in (y_train or {})}
 
 
 def fine_tunes(plan: Any) -> str | None:
@@ -176,9 +189,10 @@ def fine_tunes(plan: Any) -> str | None:
     return " and ".join(steps) or None
 
 
-def distillation_notes(plan: Any, set_aside: set[str] = frozenset()) -> list[str]:
-    """A note for each output fine-tuning has no training labels for: it is fine-tuned to the original's own
-    answers on the training rows, so the report never suggests labels that are not there."""
+def distillation_notes(plan: Any, set_aside: set[str] = frozenset(), faithful: set[str] = frozenset()) -> list[str]:
+    """A note for each output fine-tuning has no training labels for (none given, set aside, or `faithful`:
+    judged by fidelity to the original): it is fine-tuned to the original's own answers on the training rows, so
+    the report never suggests labels that are not there or were not used."""
     from builder.optimize.data import distilled_outputs
 
     step, data = fine_tunes(plan), plan.data
@@ -187,6 +201,8 @@ def distillation_notes(plan: Any, set_aside: set[str] = frozenset()) -> list[str
     rows = data.train_rows
 
     def has(name: str) -> str:
+        if name in faithful:
+            return "its training labels, but is judged by fidelity to the original (regression)"
         return "its training labels set aside" if name in set_aside else "no training labels"
 
     return [f"{step}: output {name!r} has {has(name)}: fine-tuned to the original's own answers on the {rows} "

@@ -79,7 +79,7 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
 
 
 ONE_SHOT_NOTE = ("pruning: one-shot by magnitude (DATA has no x_train with labels to fine-tune on): the highest "
-                 "sparsity of 20% to 90% at which the model still agrees with the original on the held-out rows")
+                 "sparsity of 20% to 90% at which the model still passes the gate against the original on the held-out rows")
 
 
 def one_shot_note(why: str) -> str:
@@ -130,7 +130,7 @@ def explain_lines(recipe: Recipe, reasons: tuple[str, ...], facts: TargetFacts, 
                f", {p.epochs} fine-tuning epochs")
         if one_shot:
             how = "one-shot by magnitude (no fine-tuning): the highest of 20-90% the gate keeps"
-        lines.append(f"pruning: {how}" + ("; kept only if the pruned model agrees with the original within the gate"
+        lines.append(f"pruning: {how}" + ("; kept only if the pruned model passes the gate against the original"
                                           if recipe.name == "auto" else ""))
     lines.append(f"quantization: {', '.join(recipe.quantization.modes) or 'none'}"
                  f"{'; QAT ' + str(recipe.quantization.qat_epochs) + ' epoch(s)' if recipe.quantization.qat else ''}")

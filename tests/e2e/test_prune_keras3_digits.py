@@ -1,13 +1,13 @@
 """The example digits CNN as a Keras 3 user has it (trained with Keras 3, saved as .keras) through
-`tfsmith optimize` with pruning to 80%: the pruned float .tflite passes the gate against the original, and its gzip
-size is at most a third of the unpruned float .tflite's, as the report gives both (and so is its size: the
-pruned zeros are stored sparse); the report says what pruning
+`tfsmith optimize` with pruning to 80%: the pruned model passes the default gate against the original (DATA has
+held-out labels, so the gate is the accuracy drop, top-1 agreement beside it: the same gate every file made
+from it gets), and the pruned float .tflite's gzip size is at most a third of the unpruned float .tflite's, as
+the report gives both (and so is its size: the pruned zeros are stored sparse); the report says what pruning
 bought (sparsity, sizes, speed per runtime, sparse kernels per runtime).
 
-The gate is --max-accuracy-drop 0.02, not the default 0.01: of the gate's 360 rows (359 held out and one blank
-image) four are near-ties for the original (top-two margins 0.02-0.28, the blank image's 0.02), and fine-tuning
-flips 3-5 of them at 80% (measured over seeds), where 0.01 allows 3 (the tf_keras example at 50% flips 4); fine-tuning
-alone, without pruning, flips 4-12 of them with Adam on the labels."""
+The pruned model changes a few of the 360 gate rows' answers (three to five, measured over fine-tuning seeds:
+rows where the original's top two scores are 0.02-0.28 apart), while its accuracy on the held-out labels stays
+the original's or rises; the line that keeps it gives both."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ np.savez_compressed(sys.argv[1] + "/digits.npz", **arrays)
 """
 
 
-def test_a_keras3_digits_cnn_pruned_to_80_percent_passes_a_two_percent_gate_at_a_third_of_the_float_gzip(tmp_path: Path) -> None:
+def test_a_keras3_digits_cnn_pruned_to_80_percent_passes_the_gate_at_a_third_of_the_float_gzip(tmp_path: Path) -> None:
     env = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", TRAIN, str(tmp_path)], check=True, env=env, cwd=REPO, timeout=900)
     recipe = tmp_path / "recipe.toml"
@@ -70,12 +70,14 @@ def test_a_keras3_digits_cnn_pruned_to_80_percent_passes_a_two_percent_gate_at_a
     out = tmp_path / "optimized"
     done = subprocess.run([str(REPO / ".venv" / "bin" / "tfsmith"), "optimize", str(tmp_path / "digits_cnn.keras"),
                            "--data", str(tmp_path / "digits.npz"), "--recipe", str(recipe), "--out", str(out),
-                           "--latency-runs", "20", "--max-accuracy-drop", "0.02"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           "--latency-runs", "20"], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     sparsity = report["sparsity"]
     assert sparsity is not None, report["notes"]
+    pruning = next(a for a in report["attempts"] if a["step"] == "pruning")
+    assert pruning["outcome"] == "done" and "accuracy" in pruning["line"] and "agreement" in pruning["line"], pruning
     assert sparsity["achieved"] >= 0.79
     pruned = next(a for a in report["artifacts"] if a["format"] == "tflite_fp32")
     assert pruned["accepted"], pruned  # judged by the gate against the original

@@ -214,3 +214,22 @@ def test_no_distillation_note_where_nothing_is_fine_tuned() -> None:
     assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10)}, one_shot=True)) == []  # one-shot
     assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10)}, pruning=False)) == []
     assert distillation_notes(fake_plan({"kind": RNG.integers(0, 3, 10), "level": np.zeros((10, 2))})) == []
+
+
+def test_a_regression_output_is_fine_tuned_to_the_originals_answers_not_its_labels() -> None:
+    """A regression output's gate is fidelity to the original (relative error against its answers), so its
+    training labels would pull fine-tuning away from what it is judged against: it is distilled, with a note,
+    while a classification output keeps its labels (its gate is the accuracy drop against them)."""
+    from builder.optimize.contract import settle_contract, teacher_answers
+
+    plan = fake_plan({"kind": RNG.integers(0, 3, 10), "level": RNG.normal(size=(10, 2)).astype(np.float32)})
+    contract = settle_contract(plan, reference_of(plan))
+    assert {s.name: s.task for s in contract.outputs} == {"kind": "classification", "level": "regression"}
+    assert set(plan.data.y_train) == {"kind"}
+    assert plan.notes == ["pruning: output 'level' has its training labels, but is judged by fidelity to the "
+                          "original (regression): fine-tuned to the original's own answers on the 10 training rows"]
+    np.testing.assert_allclose(teacher_answers(plan)["level"], plan.loaded.predict(plan.data.x_train)["level"])
+
+    only = fake_plan({"level": RNG.normal(size=(10, 2)).astype(np.float32)})
+    settle_contract(only, reference_of(only))
+    assert only.data.y_train is None and set(teacher_answers(only)) == {"kind", "level"}
