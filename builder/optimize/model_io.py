@@ -377,8 +377,14 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
 
     `like`: the model whose input/output names and order to use when `model` renamed its layers (tfmot's QAT
     wrappers call the output `quant_<name>`); positions are the same.
+
+    A float output answers in the dtype `outputs` declares: a mixed-precision model's float32 twin (what the
+    conversions start from, and what pruning fine-tunes) computes in float32 where the original answers float16,
+    and a client of the original gets float16.
     """
+    tf = tfenv.tensorflow()
     own_in, own_out = keras_specs(like if like is not None else model)
+    dtypes = {s.name: tf.as_dtype(s.dtype) for s in outputs}
     in_names = [s.name for s in own_in]
     own_out_names = [s.name for s in own_out]
     out_names = [s.name for s in outputs]
@@ -394,9 +400,16 @@ def keras_serving_fn(model: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[
             result = model(args[0] if len(args) == 1 else args, training=False)
         if not isinstance(result, Mapping):
             result = dict(zip(own_out_names, result if isinstance(result, (list, tuple)) else [result]))
-        return {n: result[n] for n in out_names}
+        return {n: _as_declared(result[n], dtypes[n], tf) for n in out_names}
 
     return serve
+
+
+def _as_declared(tensor: Any, dtype: Any, tf: Any) -> Any:
+    """`tensor` cast to `dtype` where both are floats of another width; anything else as it is."""
+    if tensor.dtype != dtype and tensor.dtype.is_floating and dtype.is_floating:
+        return tf.cast(tensor, dtype)
+    return tensor
 
 
 def is_keras3(model: Any) -> bool:

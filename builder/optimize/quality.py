@@ -479,6 +479,56 @@ def judge(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],
     return metrics, True, "; ".join(f"{m.output}: {m.metric} {m.value:.4f} <= {m.limit:.4f}" for m in metrics)
 
 
+def answers_lost(spec: OutputSpec, outputs: np.ndarray, original: np.ndarray, labels: np.ndarray | None
+                 ) -> tuple[int, int] | None:
+    """(rows the original answers right that `outputs` answers wrong, rows the original answers right) for a
+    classification or binary output with labels; None for any other output (nothing to lose against)."""
+    if labels is None or spec.task not in (BINARY, "classification"):
+        return None
+    if spec.task == BINARY:
+        answers, answers_orig = binary_answers(outputs, original), binary_answers(original, original)
+        truth = binary_labels(labels, f"labels of {spec.name}")
+    else:
+        answers_per_row = positions(original)
+        if answers_per_row > 1:
+            outputs, original = per_position(outputs), per_position(original)
+        answers, answers_orig = top1(outputs), top1(original)
+        truth = class_ids(labels, _rows(original).shape[1], f"labels of {spec.name}", answers_per_row).reshape(-1)
+    n = len(truth)
+    right = answers_orig[:n] == truth
+    return int(np.count_nonzero(answers[:n][right] != truth[right])), int(np.count_nonzero(right))
+
+
+def judge_retrained(outputs: Mapping[str, np.ndarray], original: Mapping[str, np.ndarray],
+                    labels: Mapping[str, np.ndarray], specs: tuple[OutputSpec, ...], *, max_accuracy_drop: float,
+                    max_relative_error: float) -> tuple[tuple[OutputMetric, ...], bool, str]:
+    """`judge`, and for a model whose weights were trained again (pruned and fine-tuned): of the rows the
+    original answers right, at most `max_accuracy_drop` answered wrong, per output with labels.
+
+    Why the second rule: fine-tuning can trade answers, losing some the original got right while gaining as many
+    elsewhere, so the accuracy drop alone would keep a model that answers a fifth of the rows differently (a
+    generated binary classifier pruned to 50%: accuracy up 0.031, agreement 0.785). Quantization cannot learn, so
+    the files keep `judge` alone. Rows the original answers wrong may change: there is no right answer to lose."""
+    metrics, passed, why = judge(outputs, original, labels, specs, max_accuracy_drop=max_accuracy_drop,
+                                 max_relative_error=max_relative_error)
+    kept = answered_rows(original)
+    if not kept.all():
+        outputs, original, labels = _answered(outputs, kept), _answered(original, kept), _answered(labels, kept)
+    lost_lines = []
+    for spec in specs:
+        counted = answers_lost(spec, outputs[spec.name], original[spec.name], labels.get(spec.name))
+        if counted is None or not counted[1]:
+            continue
+        lost, right = counted
+        if lost / right > max_accuracy_drop + 1e-9:
+            lost_lines.append(f"{spec.name}: answers lost {lost / right:.4f} > {max_accuracy_drop:.4f} ({lost} of the "
+                              f"{right} rows the original answers right)")
+    if not lost_lines:
+        return metrics, passed, why
+    failed = [f"{m.output}: {m.metric} {m.value:.4f} > {m.limit:.4f}" for m in metrics if not m.passed]
+    return metrics, False, "; ".join(failed + lost_lines)
+
+
 def agreement_summary(metrics: tuple[OutputMetric, ...]) -> float:
     """One number for "agrees with the original": the worst top-1 agreement, or 1 - worst relative error."""
     values = [m.agreement if m.agreement is not None else max(0.0, 1.0 - (m.relative_error or 0.0))

@@ -58,7 +58,7 @@ def prune_step(run: Run, made: Made) -> Made:
         return _batched_keras(serve, plan.gate_x, tfenv.tensorflow(), batch=rows_by_input_bytes(plan.gate_x))
 
     def judged(model: Any) -> tuple[bool, str]:
-        _, passed, why = quality.judge(answers(model), run.reference, data.y_val, contract.outputs,
+        _, passed, why = quality.judge_retrained(answers(model), run.reference, data.y_val, contract.outputs,
                                        max_accuracy_drop=options.max_accuracy_drop,
                                        max_relative_error=options.max_relative_error)
         return passed, why
@@ -80,21 +80,20 @@ def prune_step(run: Run, made: Made) -> Made:
     if done is None:
         return made
     model, sparsity, pruned_out = done
-    # Judged by the gate every file made from it gets, on the same rows: against the original, with the
-    # held-out labels where DATA has them (the accuracy drop, top-1 agreement beside it in the line), by
-    # fidelity where it has none; a stricter judge here would drop a model whose files all pass.
-    metrics, passed, why = quality.judge(pruned_out, run.reference, data.y_val, contract.outputs,
+    # Judged by the gate every file made from it gets, on the same rows (against the original: with DATA's
+    # held-out labels the accuracy drop, agreement or fidelity without), and, since fine-tuning can trade
+    # answers, by the answers it loses of those the original gets right (`quality.judge_retrained`).
+    metrics, passed, why = quality.judge_retrained(pruned_out, run.reference, data.y_val, contract.outputs,
                                          max_accuracy_drop=options.max_accuracy_drop,
                                          max_relative_error=options.max_relative_error)
     agreement = quality.agreement_summary(metrics)
     if passed:
-        run.ledger.kept(PRUNING, f"the pruned float model passes the gate against the original ({why}; "
+        run.ledger.kept(PRUNING, f"the pruned float model keeps the original's answers within the gate ({why}; "
                                  f"agreement {agreement:.3f})")
         measure_unpruned(run)
         return replace(made, model=model, sparsity=sparsity)
-    run.ledger.dropped(PRUNING, f"the pruned float model fails the gate against the original ({why}; agreement "
-                                f"{agreement:.3f}); every file made from it would fail it too, so the original's "
-                                "weights go on")
+    run.ledger.dropped(PRUNING, f"the pruned float model changed the original's answers beyond the gate ({why}; "
+                                f"agreement {agreement:.3f}), so the original's weights go on")
     return made
 
 

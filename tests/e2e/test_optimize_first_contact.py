@@ -132,6 +132,18 @@ np.savez(f"{out}/wide_deep.npz", **{"x_val/city": np.char.encode(city[val][:, No
                                     "x_val/user": user[val][:, None], "x_val/age": age[val][:, None],
                                     "y_val/click": clicked[val][:, None]})
 np.save(f"{out}/wide_deep_expected.npy", np.asarray(model({k: tf.constant(v[val]) for k, v in x.items()})))
+
+keras.mixed_precision.set_global_policy("mixed_float16")  # a model that answers float16: no float32 last layer
+yh = rng.integers(0, 4, 600).astype("int64"); xh = 0.2 * rng.random((600, 8, 8, 1), dtype=np.float32)
+for k in range(4):  # the class is the bright quadrant: answers the model is sure of
+    xh[yh == k, 4 * (k // 2):4 * (k // 2) + 4, 4 * (k % 2):4 * (k % 2) + 4] += 1.0
+i = keras.Input((8, 8, 1), name="image")
+h = keras.layers.Dense(32, activation="relu")(keras.layers.Flatten()(i))
+half = keras.Model(i, keras.layers.Dense(4, activation="softmax", name="probs")(h))
+half.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy"); half.fit(xh[:400], yh[:400], epochs=10, verbose=0)
+half.save(f"{out}/half.keras")
+keras.mixed_precision.set_global_policy("float32")
+np.savez(f"{out}/half.npz", x_train=xh[:400], y_train=yh[:400], x_val=xh[400:], y_val=yh[400:])
 '''
 
 
@@ -238,6 +250,20 @@ def test_a_mixed_precision_model_gets_tflite_candidates(optimize) -> None:
     assert any(n.startswith("mixed precision (mixed_float16)") for n in report["notes"])
     assert artifact(report, "model_fp32.tflite")["accepted"], artifact(report, "model_fp32.tflite")["reason"]
     assert artifact(report, "model_int8.tflite")["metrics"]  # made and judged (the gate may keep it or not)
+
+
+def test_a_mixed_precision_model_answering_float16_is_pruned_and_converted_answering_float16(optimize) -> None:
+    # pruning fine-tunes its float32 twin and the conversions start from it: the served files answer float16
+    # as the original does (they answered float32 and were all refused for it; a pruned one left no file at all)
+    out, report, _ = optimize("half.keras", "half.npz", "[pruning]\nsparsity = 0.3\nepochs = 2\n"
+                                                        "[quantization]\nmodes = [\"dynamic\"]\n")
+    assert [(o["name"], o["dtype"]) for o in report["model"]["contract"]["outputs"]] == [("probs", "float16")]
+    assert report["sparsity"] is not None, report["notes"]  # kept: the served SavedModel is the pruned export
+    for path in ("saved_model", "model_fp32.tflite", "model_dynamic.tflite"):
+        assert artifact(report, path)["accepted"], artifact(report, path)["reason"]
+    from ai_edge_litert.interpreter import Interpreter
+
+    assert Interpreter(str(out / "model_fp32.tflite")).get_output_details()[0]["dtype"] == np.float16
 
 
 def test_pruning_the_model_cannot_take_drops_out_whatever_the_recipe(optimize) -> None:

@@ -204,3 +204,68 @@ def test_logit_binary_answers_split_at_zero() -> None:
     assert binary_answers(logits, logits).tolist() == [False, True, True]
     probabilities = np.array([[0.2], [0.5], [0.7]])
     assert binary_answers(probabilities, probabilities).tolist() == [False, True, True]
+
+
+def _onehot_scores(classes: np.ndarray, columns: int = 3) -> np.ndarray:
+    """Confident probabilities answering `classes`."""
+    scores = np.full((len(classes), columns), 0.1 / (columns - 1), np.float32)
+    scores[np.arange(len(classes)), classes] = 0.9
+    return scores
+
+
+def test_a_retrained_model_that_trades_answers_is_refused_though_its_accuracy_rose() -> None:
+    from builder.optimize.quality import judge_retrained
+
+    truth = np.arange(100) % 3
+    original = truth.copy()
+    original[:30] = (truth[:30] + 1) % 3  # wrong on rows 0-29, right on 30-99 (accuracy 0.70)
+    pruned = original.copy()
+    pruned[:20] = truth[:20]  # 20 wrong answers made right
+    pruned[30:40] = (truth[30:40] + 1) % 3  # 10 right answers lost: accuracy 0.80, agreement 0.70
+    outputs, reference, labels = {"p": _onehot_scores(pruned)}, {"p": _onehot_scores(original)}, {"p": truth}
+    specs = (spec("p", "classification", 3),)
+    _, passed, _ = judge(outputs, reference, labels, specs, max_accuracy_drop=0.01, max_relative_error=0.05)
+    assert passed  # the accuracy drop alone keeps it
+    _, passed, why = judge_retrained(outputs, reference, labels, specs, max_accuracy_drop=0.01,
+                                     max_relative_error=0.05)
+    assert not passed
+    assert why == "p: answers lost 0.1429 > 0.0100 (10 of the 70 rows the original answers right)"
+
+
+def test_a_retrained_model_may_change_rows_the_original_answers_wrong() -> None:
+    from builder.optimize.quality import judge_retrained
+
+    truth = np.arange(300) % 3
+    original = truth.copy()
+    original[:6] = (truth[:6] + 1) % 3  # six rows the original answers wrong
+    pruned = original.copy()
+    pruned[:3] = truth[:3]  # three of them changed to right
+    pruned[3] = (truth[3] + 2) % 3  # one wrong answer changed to another wrong one
+    pruned[10] = (truth[10] + 1) % 3  # and one right answer lost: 1 of 294, within 1%
+    outputs, reference, labels = {"p": _onehot_scores(pruned)}, {"p": _onehot_scores(original)}, {"p": truth}
+    specs = (spec("p", "classification", 3),)
+    metrics, passed, why = judge_retrained(outputs, reference, labels, specs, max_accuracy_drop=0.01,
+                                           max_relative_error=0.05)
+    assert passed and metrics[0].metric == "accuracy_drop" and metrics[0].agreement == pytest.approx(295 / 300)
+    _, passed, _ = judge(outputs, reference, {}, specs, max_accuracy_drop=0.01, max_relative_error=0.05)
+    assert not passed  # agreement alone (0.983) would refuse it
+
+
+def test_a_retrained_binary_output_without_labels_is_judged_as_the_files_are() -> None:
+    from builder.optimize.quality import judge_retrained
+
+    rng = np.random.default_rng(0)
+    original = rng.random((200, 1)).astype(np.float32)
+    pruned = original.copy()
+    pruned[:10] = 1.0 - pruned[:10]  # 10 of 200 answers flipped: disagreement 0.05
+    specs = (spec("yes", "binary", 1),)
+    for labels in ({}, {"yes": (original[:, 0] >= 0.5)}):
+        want = judge({"yes": pruned}, {"yes": original}, labels, specs, max_accuracy_drop=0.01,
+                     max_relative_error=0.05)
+        got = judge_retrained({"yes": pruned}, {"yes": original}, labels, specs, max_accuracy_drop=0.01,
+                              max_relative_error=0.05)
+        assert not got[1] and not want[1]
+        if labels:  # the original answers every row right: the 10 flipped are lost
+            assert "yes: answers lost 0.0500 > 0.0100 (10 of the 200 rows the original answers right)" in got[2]
+        else:
+            assert got == want
