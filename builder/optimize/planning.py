@@ -79,7 +79,8 @@ def adapt_recipe(recipe: Recipe, why_not_trainable: str | None, has_train: bool,
 
 
 ONE_SHOT_NOTE = ("pruning: one-shot by magnitude (DATA has no x_train with labels to fine-tune on): the highest "
-                 "sparsity of 20% to 90% at which the model still passes the gate against the original on the held-out rows")
+                 "sparsity of 20% to 90% at which the model still passes the gate against the original on the "
+                 "held-out rows")
 
 
 def one_shot_note(why: str) -> str:

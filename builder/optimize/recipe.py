@@ -330,8 +330,8 @@ def auto_recipe(features: frozenset[str], gpu_capabilities: tuple[str, ...] = ()
                        "(MobileNetV2 16 ms -> 96 ms with XLA, measured on this stack)")
     pruning = Pruning(sparsity=0.5, schedule="polynomial", epochs=2)
     reasons.append("pruning: 50% polynomial over 2 fine-tuning epochs: the gzipped artifact shrinks at little "
-                   "accuracy risk; sparsity does not speed up dense kernels; kept only when the pruned model passes the quality "
-                   "gate against the original (tfmot for Keras 2 models, tfsmith's own masks for Keras 3); "
+                   "accuracy risk; sparsity does not speed up dense kernels; kept only when the pruned model passes "
+                   "the quality gate against the original (tfmot for Keras 2 models, tfsmith's own masks for Keras 3); "
                    "without training labels, one-shot: the highest of 20-90% the gate keeps; skipped for Keras 2 "
                    "subclassed models and models with no Keras model inside (a plain SavedModel, a .tflite)")
     reasons.append("qat: off: post-training int8 stays within a point on typical CNNs; ask for it in a recipe "

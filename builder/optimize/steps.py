@@ -59,8 +59,8 @@ def prune_step(run: Run, made: Made) -> Made:
 
     def judged(model: Any) -> tuple[bool, str]:
         _, passed, why = quality.judge_retrained(answers(model), run.reference, data.y_val, contract.outputs,
-                                       max_accuracy_drop=options.max_accuracy_drop,
-                                       max_relative_error=options.max_relative_error)
+                                                 max_accuracy_drop=options.max_accuracy_drop,
+                                                 max_relative_error=options.max_relative_error)
         return passed, why
 
     def pruned_and_called() -> tuple[Any, Any, dict[str, np.ndarray]]:
@@ -84,8 +84,8 @@ def prune_step(run: Run, made: Made) -> Made:
     # held-out labels the accuracy drop, agreement or fidelity without), and, since fine-tuning can trade
     # answers, by the answers it loses of those the original gets right (`quality.judge_retrained`).
     metrics, passed, why = quality.judge_retrained(pruned_out, run.reference, data.y_val, contract.outputs,
-                                         max_accuracy_drop=options.max_accuracy_drop,
-                                         max_relative_error=options.max_relative_error)
+                                                   max_accuracy_drop=options.max_accuracy_drop,
+                                                   max_relative_error=options.max_relative_error)
     agreement = quality.agreement_summary(metrics)
     if passed:
         run.ledger.kept(PRUNING, f"the pruned float model keeps the original's answers within the gate ({why}; "
