@@ -500,6 +500,22 @@ def remove_signature(directory: Path, name: str) -> None:
     fresh.rename(directory)
 
 
+def saved_signature(saved_model_dir: Path, key: str) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """A SavedModel signature's inputs and outputs as its saved_model.pb declares them, read without loading
+    it (numpy's dtype names, TensorFlow's `string`; None for a dimension of any size)."""
+    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+
+    tf = tfenv.tensorflow()
+    signature = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def[key]
+
+    def specs(tensors: Any) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(name, tf.as_dtype(info.dtype).name,
+                                tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim))
+                     for name, info in sorted(tensors.items()))
+
+    return specs(signature.inputs), specs(signature.outputs)
+
+
 def _tf_shape(shape: tuple[int | None, ...]) -> list[int | None]:
     """The signature's shape: as the model declares it (a batch of any size, or the fixed one a model built with
     `batch_size` takes)."""

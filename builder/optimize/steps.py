@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from builder.errors import TfsmithError
 from builder.optimize import isolated
 from builder.optimize.context import Made, Opened, Run
 from builder.optimize.contract import REPEAT_ROWS, answers_moved, contract_kept, fit_arguments, teacher_answers
@@ -126,7 +127,7 @@ def export_step(run: Run, made: Made) -> Made:
     """The serving SavedModel (the optimized float model, the contract's signature) into staging: the original's
     own SavedModel when the pruned model (or the Keras export with `serving_xla`) cannot be exported, the
     ledger saying why (and the files are then made from the original's weights)."""
-    from builder.optimize.model_io import export_keras
+    from builder.optimize.model_io import export_keras, saved_signature
 
     plan, contract = run.plan, run.contract
     loaded, recipe, model = plan.loaded, plan.recipe, made.model
@@ -140,6 +141,10 @@ def export_step(run: Run, made: Made) -> Made:
             def exported() -> Any:
                 export_keras(model, target, contract.inputs, tuple(o.tensor() for o in contract.outputs),
                              xla=recipe.export.xla)
+                if made.sparsity is not None:  # every file is made from it: one that answers otherwise serves none
+                    kept, differs = contract_kept(contract, *saved_signature(target, "serving_default"))
+                    if not kept:
+                        raise TfsmithError(f"the pruned model's SavedModel {differs}")
                 return model
 
             step = "the pruned SavedModel" if made.sparsity is not None else XLA_SIGNATURE

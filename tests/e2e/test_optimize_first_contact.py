@@ -266,6 +266,22 @@ def test_a_mixed_precision_model_answering_float16_is_pruned_and_converted_answe
     assert Interpreter(str(out / "model_fp32.tflite")).get_output_details()[0]["dtype"] == np.float16
 
 
+def test_a_pruned_export_that_answers_otherwise_drops_pruning_and_the_model_is_served(
+        optimize, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every file is made from the pruned SavedModel: were it to answer another dtype than the original (its
+    # float32 twin's, without the cast back), no file would pass; pruning drops out instead, with the difference
+    from builder.optimize import model_io
+
+    monkeypatch.setattr(model_io, "_as_declared", lambda tensor, dtype, tf: tensor)
+    _, report, stdout = optimize("half.keras", "half.npz", "[pruning]\nsparsity = 0.3\nepochs = 2\n"
+                                                           "[quantization]\nmodes = []\n")
+    note = next(n for n in report["notes"] if n.startswith("pruning dropped"))
+    assert note.startswith("pruning dropped: the pruned model's SavedModel signature differs from the original's: "
+                           "probs float16[?,4], probs float32[?,4]"), note
+    assert report["sparsity"] is None and artifact(report, "saved_model")["accepted"]
+    assert f"note: {note}" in stdout
+
+
 def test_pruning_the_model_cannot_take_drops_out_whatever_the_recipe(optimize) -> None:
     # 95% of a tiny model's weights: tfmot stops short of the target on its small tensors (and what it reaches
     # changes the answers); either way pruning drops out with its reason and the original's weights are served
