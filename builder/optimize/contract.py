@@ -368,6 +368,6 @@ def contract_kept(contract: ModelContract, inputs: tuple[TensorSpec, ...], outpu
     got_in, got_out = frozenset(inputs), frozenset(outputs)
     if want_in == got_in and want_out == got_out:
         return True, ""
-    differ = sorted((want_in ^ got_in) | (want_out ^ got_out), key=lambda t: t.name)
+    differ = sorted((want_in ^ got_in) | (want_out ^ got_out), key=lambda t: (t.name, t.dtype, str(t.shape)))
     return False, "signature differs from the original's: " + ", ".join(
         f"{t.name} {t.dtype}{_shape_text(t.shape)}" for t in differ[:4])

@@ -233,3 +233,18 @@ def test_a_regression_output_is_fine_tuned_to_the_originals_answers_not_its_labe
     only = fake_plan({"level": RNG.normal(size=(10, 2)).astype(np.float32)})
     settle_contract(only, reference_of(only))
     assert only.data.y_train is None and set(teacher_answers(only)) == {"kind", "level"}
+
+
+def test_a_signature_that_differs_is_named_in_one_order() -> None:
+    """The specs that differ are listed by name, then dtype and shape: a message (and a test of it) never
+    depends on how a set happens to iterate."""
+    from builder.optimize.contract import contract_kept
+    from builder.report import ModelContract, OutputSpec
+
+    contract = ModelContract(inputs=(TensorSpec("x", "float32", (None, 4)),),
+                             outputs=(OutputSpec("probs", "float16", (None, 4), "classification", "test"),))
+    kept, differs = contract_kept(contract, (TensorSpec("x", "float32", (None, 4)),),
+                                  (TensorSpec("probs", "float32", (None, 4)),))
+    assert not kept
+    assert differs == "signature differs from the original's: probs float16[?,4], probs float32[?,4]"
+    assert contract_kept(contract, contract.inputs, tuple(o.tensor() for o in contract.outputs)) == (True, "")
