@@ -500,13 +500,19 @@ def remove_signature(directory: Path, name: str) -> None:
     fresh.rename(directory)
 
 
+def declared_signatures(saved_model_dir: Path) -> Any:
+    """The SavedModel's signatures as its saved_model.pb declares them (the proto's `signature_def` map), read
+    without loading the model."""
+    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+
+    return saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+
+
 def saved_signature(saved_model_dir: Path, key: str) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
     """A SavedModel signature's inputs and outputs as its saved_model.pb declares them, read without loading
     it (numpy's dtype names, TensorFlow's `string`; None for a dimension of any size)."""
-    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
-
     tf = tfenv.tensorflow()
-    signature = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def[key]
+    signature = declared_signatures(saved_model_dir)[key]
 
     def specs(tensors: Any) -> tuple[TensorSpec, ...]:
         return tuple(TensorSpec(name, tf.as_dtype(info.dtype).name,

@@ -356,9 +356,9 @@ def _convert_saved(saved_model_dir: Path, mode: str, x_calib: Calibration, notes
 def declared_shapes(saved_model_dir: Path, keys: list[str]) -> dict[str, dict[str, tuple[int, ...]]]:
     """Each signature's input and output shapes as the SavedModel declares them (-1 for a dimension of any
     size), read from its saved_model.pb without loading it."""
-    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+    from builder.optimize.model_io import declared_signatures
 
-    signatures = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+    signatures = declared_signatures(saved_model_dir)
     found: dict[str, dict[str, tuple[int, ...]]] = {}
     for key in keys:
         if key not in signatures:

@@ -77,9 +77,9 @@ def _folded(tf: Any, function: Any) -> tuple[Any, list[tuple[str, list[int]]], l
 
 def declared_inputs(saved_model_dir: Path, key: str) -> list[str]:
     """The signature's input names, read from saved_model.pb without loading the model."""
-    from tensorflow.python.tools import saved_model_utils  # type: ignore[import-not-found]
+    from builder.optimize.model_io import declared_signatures
 
-    signatures = saved_model_utils.get_meta_graph_def(str(saved_model_dir), "serve").signature_def
+    signatures = declared_signatures(saved_model_dir)
     return list(signatures[key].inputs) if key in signatures else []
 
 
