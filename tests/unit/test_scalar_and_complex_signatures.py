@@ -222,7 +222,7 @@ def test_data_for_a_bfloat16_input_takes_numbers_or_numpys_saved_bfloat16() -> N
 
 def test_json_numbers_for_a_bfloat16_input_within_its_range() -> None:
     from builder.server.core.call import RequestError
-    from builder.server.protocols.tfs_rest import to_typed_array
+    from builder.server.protocols.jsoncodec import to_typed_array
 
     spec = TensorSpec("b", "bfloat16", (None, 2))
     got = to_typed_array([[0.5, 2.0], [1.0, -3.0]], spec, "inputs.b")

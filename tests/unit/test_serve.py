@@ -239,7 +239,7 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "serve" / "tiny_conv.t
 
 
 def test_booleans_among_numbers_are_refused_unless_the_body_has_none() -> None:
-    from builder.server.protocols.tfs_rest import may_hold_booleans, to_typed_array
+    from builder.server.protocols.jsoncodec import may_hold_booleans, to_typed_array
 
     spec = TensorSpec("x", "float32", (None, 2))
     with pytest.raises(RequestError, match="booleans"):

@@ -10,7 +10,7 @@ import pytest
 
 from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server.core.call import Call, RequestError, batch_of, check_shape, make_call
-from builder.server.protocols import tensor_json, tfs_rest, v2
+from builder.server.protocols import jsoncodec, tfs_rest, v2
 
 SCALAR_BESIDE = SignatureSpec("serving_default",
                               inputs=(TensorSpec("features", "float32", (None, 3)), TensorSpec("temperature", "float32", ())),
@@ -64,7 +64,7 @@ def test_float64_passes_every_decoder_exactly() -> None:
     general = tfs_rest.parse_predict({"inputs": values}, {"serving_default": DOUBLES})
     assert general.inputs["state"].dtype == np.float64
     np.testing.assert_array_equal(general.inputs["state"], np.array(values, np.float64))
-    fast = tensor_json.parse_predict(json.dumps({"inputs": values}).encode(), {"serving_default": DOUBLES}, 64)
+    fast = jsoncodec.parse_predict(json.dumps({"inputs": values}).encode(), {"serving_default": DOUBLES}, 64)
     if fast is not None:  # the fast path may leave it to the general path, never read it differently
         np.testing.assert_array_equal(fast.inputs["state"], general.inputs["state"])
         assert fast.inputs["state"].dtype == np.float64

@@ -22,9 +22,8 @@ from builder.server.protocols.tfs_rest import (
     model_metadata,
     parse_predict,
     string_json,
-    to_string_array,
-    to_typed_array,
 )
+from builder.server.protocols.jsoncodec import to_string_array, to_typed_array
 from builder.server.core.call import RequestError
 from builder.wire.tensors import fill_proto, to_array
 from builder.server.protocols.v2 import DATATYPE_OF, json_data, parse_inputs

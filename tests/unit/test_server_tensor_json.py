@@ -1,6 +1,6 @@
 """The numeric fast path of a JSON predict answers exactly what the general path answers, or stands aside.
 
-Differential: every body goes through both `tensor_json.parse_predict` and `protocol.parse_predict`; where the
+Differential: every body goes through both `jsoncodec.parse_predict` and `protocol.parse_predict`; where the
 fast path takes a body, the arrays (dtype, shape, values), the signature and the row/column form must equal
 the general path's; where the general path refuses a body, the fast path must not take it.
 """
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.report import TensorSpec
-from builder.server.protocols import tensor_json
+from builder.server.protocols import jsoncodec
 from builder.server.core.call import RequestError
-from builder.server.protocols.tensor_json import TfsCall
+from builder.server.protocols.jsoncodec import TfsCall
 from builder.server.protocols.tfs_rest import SignatureSpec, parse_json, parse_predict
 
 
@@ -37,7 +37,7 @@ def general(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) ->
 
 
 def assert_same(body: bytes, sigs: dict[str, SignatureSpec], max_batch: int = 64) -> TfsCall | None:
-    fast = tensor_json.parse_predict(body, sigs, max_batch)
+    fast = jsoncodec.parse_predict(body, sigs, max_batch)
     slow = general(body, sigs, max_batch)
     if fast is None:
         return None
@@ -84,13 +84,13 @@ def test_rows_and_columns_take_the_fast_path_with_the_general_answer() -> None:
     b'{"instances": {"x0": [[1,2,3],[4,5,6]]}}',
 ])
 def test_what_the_fast_path_cannot_be_sure_of_goes_to_the_general_path(body: bytes) -> None:
-    assert tensor_json.parse_predict(body, signatures(), 64) is None
+    assert jsoncodec.parse_predict(body, signatures(), 64) is None
     assert_same(body, signatures())
 
 
 def test_a_batch_over_the_limit_is_left_to_the_general_refusal() -> None:
     body = json.dumps({"instances": np.zeros((5, 2, 3)).tolist()}).encode()
-    assert tensor_json.parse_predict(body, signatures(), 4) is None
+    assert jsoncodec.parse_predict(body, signatures(), 4) is None
     assert isinstance(general(body, signatures(), 4), RequestError)
 
 
@@ -113,8 +113,8 @@ def test_dtypes(dtype: str, values: Any, taken: bool) -> None:
 
 def test_signatures_it_does_not_take() -> None:
     body = json.dumps({"instances": np.zeros((1, 2, 3)).tolist()}).encode()
-    assert tensor_json.parse_predict(body, signatures(shape=(None, None, 3)), 64) is None  # dynamic dimension
-    assert tensor_json.parse_predict(body, signatures(inputs=2), 64) is None
+    assert jsoncodec.parse_predict(body, signatures(shape=(None, None, 3)), 64) is None  # dynamic dimension
+    assert jsoncodec.parse_predict(body, signatures(inputs=2), 64) is None
 
 
 def test_scalar_rows() -> None:
@@ -124,9 +124,9 @@ def test_scalar_rows() -> None:
 
 def test_the_parser_is_reusable_after_a_refusal() -> None:
     good = json.dumps({"instances": np.ones((2, 2, 3)).tolist()}).encode()
-    assert tensor_json.parse_predict(b'{"instances": [[[1,2,3],[4,5,[6]]]]}', signatures(), 64) is None
-    assert tensor_json.parse_predict(good, signatures(), 64) is not None
-    assert tensor_json.parse_predict(good, signatures(), 64) is not None
+    assert jsoncodec.parse_predict(b'{"instances": [[[1,2,3],[4,5,[6]]]]}', signatures(), 64) is None
+    assert jsoncodec.parse_predict(good, signatures(), 64) is not None
+    assert jsoncodec.parse_predict(good, signatures(), 64) is not None
 
 
 numbers = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False, width=64),
@@ -178,7 +178,7 @@ def v2_general(body: bytes, signature: SignatureSpec) -> dict[str, np.ndarray] |
 
 def v2_same(body: bytes, signature: SignatureSpec) -> bool:
     """True when the fast path took the body; asserts it answers exactly what the general path answers."""
-    document = tensor_json.v2_document(body, v2.DATATYPES)
+    document = jsoncodec.v2_document(body, v2.DATATYPES)
     if document is None:
         return False
     plain = parse_json(body)
@@ -203,7 +203,7 @@ def test_v2_flat_numbers_take_the_fast_path() -> None:
     body = json.dumps({"id": "a", "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
                                               "data": x.ravel().tolist()}], "outputs": [{"name": "y"}]}).encode()
     assert v2_same(body, v2_signature())
-    document = tensor_json.v2_document(body, v2.DATATYPES)
+    document = jsoncodec.v2_document(body, v2.DATATYPES)
     assert isinstance(document["inputs"][0]["data"], np.ndarray)
     two = json.dumps({"inputs": [{"name": n, "shape": [1, 3], "datatype": "INT32", "data": [1, 2, -3]}
                                  for n in ("a", "b")]}, indent=1).encode()
@@ -223,16 +223,16 @@ def test_v2_flat_numbers_take_the_fast_path() -> None:
 def test_v2_what_is_not_flat_numbers_gets_the_general_answer(data: Any) -> None:
     body = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": data}]}).encode()
     v2_same(body, v2_signature())
-    document = tensor_json.v2_document(body, v2.DATATYPES)
+    document = jsoncodec.v2_document(body, v2.DATATYPES)
     assert document is None or not isinstance(document["inputs"][0]["data"], np.ndarray)
 
 
 def test_v2_bodies_with_escapes_or_stray_data_keys_take_the_general_path() -> None:
     escaped = b'{"inputs": [{"name": "x\\u0020", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}'
-    assert tensor_json.v2_document(escaped, v2.DATATYPES) is None
+    assert jsoncodec.v2_document(escaped, v2.DATATYPES) is None
     stray = b'{"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3], ' \
             b'"parameters": {"d1ata": [[1]]}}]}'
-    assert tensor_json.v2_document(stray, v2.DATATYPES) is None
+    assert jsoncodec.v2_document(stray, v2.DATATYPES) is None
     assert v2_general(stray, v2_signature()).startswith("error:")
 
 
@@ -278,14 +278,14 @@ def test_the_fast_path_takes_nothing_the_general_path_refuses(body: bytes) -> No
 
 
 @pytest.mark.parametrize("body, left", [
-    (b'{"instances": [[[1,2,3],[4,5,NaN]]]}', tensor_json.Left.UNREADABLE),  # simdjson refuses NaN
-    (b'{"instances": [[[1,2,3],[4,5,6]]]', tensor_json.Left.UNREADABLE),
-    (b'{"instances": [[[1,2,3],[4,5,123456789012345678901234567890]]]}', tensor_json.Left.UNREADABLE),
-    (b'{"instances": [[[1,2,3],[4],[5,6]]]}', tensor_json.Left.PARSED),      # read, but ragged
-    (b'{"instances": [[[1,2,3],[4,5,"6"]]]}', tensor_json.Left.PARSED),
+    (b'{"instances": [[[1,2,3],[4,5,NaN]]]}', jsoncodec.Left.UNREADABLE),  # simdjson refuses NaN
+    (b'{"instances": [[[1,2,3],[4,5,6]]]', jsoncodec.Left.UNREADABLE),
+    (b'{"instances": [[[1,2,3],[4,5,123456789012345678901234567890]]]}', jsoncodec.Left.UNREADABLE),
+    (b'{"instances": [[[1,2,3],[4],[5,6]]]}', jsoncodec.Left.PARSED),      # read, but ragged
+    (b'{"instances": [[[1,2,3],[4,5,"6"]]]}', jsoncodec.Left.PARSED),
 ])
-def test_a_body_left_to_the_general_path_says_which_decoder_reads_it(body: bytes, left: tensor_json.Left) -> None:
-    assert tensor_json.read_predict(body, signatures(), 64) is left
+def test_a_body_left_to_the_general_path_says_which_decoder_reads_it(body: bytes, left: jsoncodec.Left) -> None:
+    assert jsoncodec.read_predict(body, signatures(), 64) is left
 
 
 def test_the_general_path_reads_a_body_once_and_answers_as_before(monkeypatch: pytest.MonkeyPatch) -> None:

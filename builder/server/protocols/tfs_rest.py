@@ -6,8 +6,8 @@ Its routes (TF Serving's, so existing clients and probes work unchanged; declare
   GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata   signatures: inputs/outputs, dtypes, shapes
   POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict    row (`instances`) or columnar (`inputs`) predict
 A predict body (as the front handed it, gzip already decoded) is read into numpy by one fast path
-(`tensor_json`, simdjson straight into an array for one numeric input) or else the general path once
-(`parse_predict` over `jsoncodec`), and the outputs are written back in the request's form (`format_outputs`).
+(`jsoncodec.read_predict`, simdjson straight into an array for one numeric input) or else the general path
+once (`parse_predict` over `jsoncodec`), and the outputs are written back in the request's form (`format_outputs`).
 Lookup, readiness and decoding off the event loop are the data plane's (`dataplane.read`), the call and its
 rules `core/call`'s; errors are raised, and answered and counted by the route table's router (`core.outcome`).
 
@@ -31,9 +31,9 @@ import numpy as np
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
 from builder.server.core.call import RequestError, batch_of, check_shape, choose_signature
 from builder.server.process.messages import JSON, Answer, Request
-from builder.server.protocols import jsoncodec, tensor_json
+from builder.server.protocols import jsoncodec
 from builder.server.protocols.answers import json_answer
-from builder.server.protocols.tensor_json import TfsCall
+from builder.server.protocols.jsoncodec import TfsCall, may_hold_booleans, parse_json, to_typed_array
 
 if TYPE_CHECKING:
     from builder.server.routes import Context
@@ -44,98 +44,6 @@ from builder.wire.tensors import BFLOAT16_MAX, TF_DTYPES, wire_shape  # noqa: E4
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
-
-
-def parse_json(body: bytes, standard: bool = False) -> Any:
-    """The request body as JSON; a 400 naming the problem otherwise (`standard`: see `jsoncodec.loads`)."""
-    try:
-        return jsoncodec.loads(body, standard)
-    except (UnicodeDecodeError, ValueError) as error:  # json.JSONDecodeError is a ValueError
-        raise RequestError(f"malformed JSON body: {error}") from None
-    except RecursionError:
-        raise RequestError("malformed JSON body: nested too deeply") from None
-
-
-def to_typed_array(value: Any, spec: TensorSpec, where: str, booleans: bool = True) -> np.ndarray:
-    """A JSON value as an array of the spec's dtype, refusing values the dtype cannot hold exactly.
-
-    numpy turns `[0.5, true]` into floats silently; a `true` among the numbers of a numeric input is refused
-    like an all-boolean one. Looking for one costs a walk over the values, so callers that know the body
-    has no `true`/`false` at all (a byte search) pass `booleans=False` to skip it. A string input takes
-    JSON strings and `{"b64": ...}` objects (`to_string_array`)."""
-    if spec.dtype == STRING:
-        return to_string_array(value, where)
-    if _contains_b64(value):
-        raise RequestError(f"{where}: binary ({{\"b64\": ...}}) values are not supported for {spec.dtype} input")
-    try:
-        raw = np.asarray(value)
-    except (ValueError, TypeError, RecursionError) as error:
-        raise RequestError(f"{where}: not a rectangular tensor ({error})") from None
-    if raw.dtype == object or raw.dtype.kind in "USV":
-        raise RequestError(f"{where}: expected numbers of type {spec.dtype}, got a ragged or non-numeric value")
-    want = np.dtype(spec.dtype)
-    if want.kind != "b" and (raw.dtype.kind == "b" or (booleans and _has_bool(value))):
-        raise RequestError(f"{where}: expected {spec.dtype}, got booleans")
-    if want.kind in "iu":
-        if raw.dtype.kind == "f":
-            if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
-                raise RequestError(f"{where}: expected integers for {spec.dtype} input, got fractional values")
-        info = np.iinfo(want)
-        if raw.size and (raw.min() < info.min or raw.max() > info.max):
-            raise RequestError(f"{where}: value out of range for {spec.dtype} [{info.min}, {info.max}]")
-    elif want.kind == "b" and raw.dtype.kind != "b":
-        raise RequestError(f"{where}: expected booleans")
-    elif (want.kind == "f" or want.name == "bfloat16") and raw.dtype.kind in "fiu" and raw.size \
-            and want.itemsize < raw.dtype.itemsize:
-        # Finite values beyond the dtype's largest are refused, also those a cast would round down to it
-        # (two reductions first: the exact test with its temporaries runs only when one is out of range).
-        limit = float(np.finfo(want).max) if want.kind == "f" else BFLOAT16_MAX
-        if (raw.max() > limit or raw.min() < -limit) and np.any(np.abs(raw[np.isfinite(raw)]) > limit):
-            raise RequestError(f"{where}: value out of range for {spec.dtype}")
-        return raw.astype(want)
-    return raw.astype(want, copy=False)
-
-
-def to_string_array(value: Any, where: str) -> np.ndarray:
-    """A (nested) list of JSON strings and `{"b64": "..."}` objects as an object array of bytes.
-
-    TF Serving's JSON mapping: a string is its UTF-8 bytes, binary data is Base64 in an object whose only
-    key is `b64`. The shape is read off the first element at each depth and every list must match it: numpy
-    would silently turn ragged lists into an array of lists when asked for dtype=object."""
-    shape: list[int] = []
-    probe = value
-    while isinstance(probe, list):
-        shape.append(len(probe))
-        if not probe:
-            break
-        probe = probe[0]
-    flat: list[bytes] = []
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:  # depth-first, children pushed in reverse so `flat` is in row-major order
-        item, depth = stack.pop()
-        if depth == len(shape):
-            flat.append(string_value(item, where))
-            continue
-        if not isinstance(item, list) or len(item) != shape[depth]:
-            raise RequestError(f"{where}: not a rectangular tensor of strings")
-        stack.extend((child, depth + 1) for child in reversed(item))
-    array = np.empty(len(flat), dtype=object)
-    array[:] = flat
-    return array.reshape(shape)
-
-
-def string_value(item: Any, where: str) -> bytes:
-    """One JSON value of a string tensor as bytes: a string (UTF-8) or `{"b64": "<Base64>"}`."""
-    if isinstance(item, str):
-        return item.encode("utf-8", "surrogatepass")  # JSON can carry lone surrogates; they are bytes too
-    if isinstance(item, dict):
-        if set(item) != {"b64"} or not isinstance(item["b64"], str):
-            raise RequestError(f'{where}: a binary value is an object with one key, {{"b64": "<Base64>"}}')
-        try:
-            return base64.b64decode(item["b64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise RequestError(f"{where}: malformed Base64 in a b64 value") from None
-    raise RequestError(f"{where}: expected strings (or {{\"b64\": ...}} objects), got {type(item).__name__}")
 
 
 def string_json(value: bytes, binary: bool) -> str | dict[str, str]:
@@ -157,31 +65,6 @@ def json_values(array: np.ndarray, name: str) -> Any:
     flat = np.empty(array.size, dtype=object)
     flat[:] = [string_json(bytes(v), binary) for v in array.reshape(-1)]
     return flat.reshape(array.shape).tolist()
-
-
-def _has_bool(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif item is True or item is False:
-            return True
-    return False
-
-
-def may_hold_booleans(body: bytes) -> bool:
-    """False when a JSON body certainly holds no boolean: `true` has an r, `false` an f, and JSON numbers
-    have neither, so a body with no r and no f has none. Two single-byte searches (memchr) cost ~0.2 ms on
-    a 3.6 MB MobileNetV2 body where searching for the words costs ~3.4 ms; a body whose keys hold those
-    letters (`signature_name`, some input names) only takes the slower exact walk."""
-    return b"r" in body or b"f" in body
-
-
-def _contains_b64(value: Any) -> bool:
-    while isinstance(value, list) and value:
-        value = value[0]
-    return isinstance(value, dict) and "b64" in value
 
 
 def parse_predict(body: Any, signatures: Mapping[str, SignatureSpec], max_batch: int = 4096,
@@ -349,11 +232,11 @@ def model_metadata(name: str, version: int, signatures: Mapping[str, SignatureSp
 
 
 def decode_predict(body: bytes, signatures: Mapping[str, Any], max_batch: int, default: str | None) -> TfsCall:
-    """The call of a predict body: the fast path's (`tensor_json`, its structure check passed), else the general
+    """The call of a predict body: the fast path's (`jsoncodec.read_predict`, its structure check passed), else the general
     path's, read once."""
     try:
-        fast = tensor_json.read_predict(body, signatures, max_batch, default)
-        call = (fast if not isinstance(fast, tensor_json.Left)
+        fast = jsoncodec.read_predict(body, signatures, max_batch, default)
+        call = (fast if not isinstance(fast, jsoncodec.Left)
                 else decode_general(body, fast, signatures, max_batch, default))
     except RequestError:
         addressed = _addressed(body, signatures, default)
@@ -386,11 +269,11 @@ def json_carries(signature: SignatureSpec) -> None:
                                    "complex values; ask over gRPC")
 
 
-def decode_general(body: bytes, left: tensor_json.Left, signatures: Any, max_batch: int,
+def decode_general(body: bytes, left: jsoncodec.Left, signatures: Any, max_batch: int,
                    default: str | None) -> TfsCall:
-    """The call of a predict body `tensor_json` left to the general path: decoded once by the decoder it
+    """The call of a predict body `jsoncodec`'s fast path left to the general path: decoded once by the decoder it
     names and validated by `parse_predict` (RequestError 400)."""
-    document = parse_json(body, standard=left is tensor_json.Left.UNREADABLE)
+    document = parse_json(body, standard=left is jsoncodec.Left.UNREADABLE)
     return parse_predict(document, signatures, max_batch, may_hold_booleans(body), default)
 
 

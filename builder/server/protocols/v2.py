@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from builder.model.signature import STRING, SignatureSpec, TensorSpec
-from builder.server.protocols import health, jsoncodec, tensor_json
+from builder.server.protocols import health, jsoncodec
 from builder.server.protocols.answers import json_answer
 from builder.server.core.dataplane import ModelMetadata, ServedModel
 from builder.server.process.messages import Answer, Request
 from builder.server.core.call import Call, RequestError, choose_signature, make_call
-from builder.server.protocols.tfs_rest import may_hold_booleans, parse_json, to_typed_array
+from builder.server.protocols.jsoncodec import may_hold_booleans, parse_json, to_typed_array
 from builder.wire.tensors import wire_shape
 from builder.wire.tensors import WireError
 from builder.wire.v2_binary import DATATYPE_OF, DATATYPES, HEADER_LENGTH, decode_bytes, encode_bytes
@@ -146,9 +146,13 @@ def parse_inputs(request: Any, signature: SignatureSpec, binary: memoryview, boo
             continue
         if "data" not in tensor:
             raise RequestError(f"{where}: needs 'data' or parameters.binary_data_size")
-        if not isinstance(tensor["data"], (list, np.ndarray)):  # an array: numbers read by `tensor_json`
+        if not isinstance(tensor["data"], (list, np.ndarray)):  # an array: numbers read by `jsoncodec`'s fast path
             raise RequestError(f"{where}: 'data' must be a list of values")
-        flat = to_typed_array(tensor["data"], TensorSpec(name, dtype, ()), where, booleans).reshape(-1)
+        data = tensor["data"]
+        if isinstance(data, np.ndarray) and data.dtype == dtype:  # read and typed by `jsoncodec.read_v2`
+            flat = data.reshape(-1)
+        else:
+            flat = to_typed_array(data, TensorSpec(name, dtype, ()), where, booleans).reshape(-1)
         if flat.size != size:
             raise RequestError(f"{where}: {flat.size} values in 'data' for shape {shape} ({size} values)")
         arrays[name] = flat.reshape(shape)
@@ -230,7 +234,7 @@ Decoded = tuple[Call, Kept]
 
 @dataclass(frozen=True)
 class InferCodec:
-    """A v2 infer body (JSON `data`, read straight into numpy where `tensor_json` is sure, else the general
+    """A v2 infer body (JSON `data`, read straight into numpy where `jsoncodec`'s fast path is sure, else the general
     path once; or the binary extension) into a call, and the outputs into the v2 answer."""
 
     header_length: str | None  # Inference-Header-Content-Length: the JSON's length before the binary data
@@ -241,24 +245,27 @@ class InferCodec:
         return len(body) if length is None or not length.strip().isdigit() else min(len(body), int(length))
 
     def decode(self, served: ServedModel, body: bytes) -> Decoded:
-        """The fast path's call once its structure check agrees (`tensor_json.read_v2`: read and checked in one
+        """The fast path's call once its structure check agrees (`jsoncodec.read_v2`: read and checked in one
         call); else the general path's. A request the fast path's document makes invalid is refused only once
         the check agrees (else the general path's document decides, and its refusal is the one a client
         gets)."""
-        fast = tensor_json.Left.PARSED if self.header_length is not None else tensor_json.read_v2(body, DATATYPES)
-        if isinstance(fast, tensor_json.Left):
+        fast = jsoncodec.Left.PARSED if self.header_length is not None else jsoncodec.read_v2(body, DATATYPES)
+        if isinstance(fast, jsoncodec.Left):
             return self._decode(served, body, fast)
         return self._call(served, body, fast, memoryview(b""))
 
-    def _decode(self, served: ServedModel, body: bytes, left: tensor_json.Left) -> Decoded:
+    def _decode(self, served: ServedModel, body: bytes, left: jsoncodec.Left) -> Decoded:
         """The general path: the body decoded once by the decoder `left` names."""
-        document, tail = split_body(body, self.header_length, standard=left is tensor_json.Left.UNREADABLE)
+        document, tail = split_body(body, self.header_length, standard=left is jsoncodec.Left.UNREADABLE)
         return self._call(served, body, document, tail)
 
     @staticmethod
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
         signature = carried(choose_signature("", served.signatures, served.default_signature))
-        arrays = parse_inputs(document, signature, tail, may_hold_booleans(bytes(body[:len(body) - len(tail)])))
+        inputs = document.get("inputs") if isinstance(document, dict) else None
+        lists = isinstance(inputs, list) and any(isinstance(t, dict) and isinstance(t.get("data"), list) for t in inputs)
+        arrays = parse_inputs(document, signature, tail,
+                              lists and may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
         return make_call(signature, arrays, served.max_request_batch, order), (document, order, binary)
 
