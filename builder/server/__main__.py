@@ -91,7 +91,7 @@ def size_server(config: Any, args: Any) -> tuple[Any, Any]:
     from builder.measure.cores import read_cores
     from builder.model import registry
     from builder.server import sizing
-    from builder.server.core.batching import BatchingConfig
+    from builder.server.core.runner import BatchingConfig
 
     asked = sizing.Asked(processes=args.processes, threads=args.threads, interpreters=args.workers,
                          max_batch=args.max_batch, preference=args.prefer, pin=args.pin_cores == "on")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import InputError
-from builder.server.core.batching import BatchingConfig
+from builder.server.core.runner import BatchingConfig
 from builder.server.core.model_config import ModelSource, version_folders
 from builder.server.options import DEFAULT_MAX_BODY_BYTES
 
@@ -37,7 +37,7 @@ class ServerConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_request_batch: int = 4096
-    dispatch: str = "auto"  # auto (`batching.dispatch_mode`) | inline | turns | threads
+    dispatch: str = "auto"  # auto (`runner.dispatch_mode`) | inline | turns | threads
     samples_path: Path | None = None  # the model's own example inputs (optimize's samples.npz), for warm-up
     sources: tuple[ModelSource, ...] = ()  # models from a config file or a base path (instead of model_path)
     poll_seconds: float = 0.0  # look for new versions this often (0 = never)

@@ -19,7 +19,7 @@ from builder.server.config import ServerConfig
 from builder.server.core.dataplane import DataPlane
 from builder.server.core.loading import load_models, load_version
 from builder.server.core.metrics import Metrics
-from builder.server.core.interpreters import BackendPool
+from builder.server.core.runner import BackendPool
 from builder.server.routes import Context, Router
 
 log = logging.getLogger("tfsmith.serve")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.measure.cores import Cores, release_free_memory
-from builder.server.core.batching import INLINE_BELOW_US
+from builder.server.core.runner import INLINE_BELOW_US
 from builder.measure.decide import Timed, faster_beyond_noise
 from builder.measure.stats import Summary
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.server.core.batching import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
+from builder.server.core.runner import (BatchingConfig, batch_key, dispatch_mode, merge_inputs, run_inline, split_outputs,
                                      take_count)
 from builder.server.protocols.tfs_rest import (
     SignatureSpec,

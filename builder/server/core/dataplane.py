@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from builder.model.signature import SignatureSpec
-from builder.server.core.batching import DynamicBatcher
+from builder.server.core.runner import DynamicBatcher
 from builder.server.core.call import Call, RequestError, choose_signature, parse_version
 from builder.server.core.metrics import Metrics
 from builder.server.core.ranges import Ranges, check_ranges
@@ -50,7 +50,7 @@ class ServedModel:
     default_signature: str | None = None  # what a request naming no signature gets (protocol.default_signature)
     platform: str = ""  # the model's format as v2 metadata names it (e.g. litert_tflite, tensorflow_savedmodel)
     model_p50_us: float | None = None  # the start-up self-test's median call time (None: not measured)
-    pool: Any = None  # the interpreter pool (`backends.BackendPool`) the batcher runs on, for /healthz
+    pool: Any = None  # the interpreter pool (`runner.BackendPool`) the batcher runs on, for /healthz
     ready: bool = False
     #: the values of integer inputs the original model accepts, by signature (`ranges`): others are refused
     ranges: Ranges = field(default_factory=dict)

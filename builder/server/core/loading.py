@@ -13,11 +13,11 @@ from pathlib import Path
 
 from builder.errors import InputError
 from builder.measure.cores import read_cores
-from builder.server.core.batching import INLINE, TURNS, DynamicBatcher, dispatch_mode
+from builder.server.core.runner import INLINE, TURNS, BackendPool, DynamicBatcher, dispatch_mode
 from builder.server.config import ServerConfig
 from builder.server.core.metrics import Metrics
 from builder.server.core.model_config import ModelSource, served_folders
-from builder.server.core.interpreters import BackendPool, measure_pool
+from builder.server.core.self_test import measure_pool
 from builder.model.signature import SignatureSpec, batched
 from builder.server.core.call import default_signature
 from builder.server.core.ranges import served_ranges

@@ -8,7 +8,7 @@ waits here, in arrival order, and takes the first window that frees: one queue i
 so no request waits behind a busy process while another idles, whatever the clients' connections look like.
 A process that died is paused (its window 0: nothing new goes to it) until its replacement takes its place.
 The choice (`choose`) is a pure function; `Balancer` is the asyncio shell around it. (How a model's calls
-then run inside a process, on its event loop or on worker threads, is `--dispatch`: `batching.dispatch_mode`.)
+then run inside a process, on its event loop or on worker threads, is `--dispatch`: `runner.dispatch_mode`.)
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from builder.server.front.model_processes import ModelProcesses, spawner
 
 log = logging.getLogger("tfsmith.serve")
 
-#: How a model's calls run in the front's own process (`batching.dispatch_mode`), for the start-up line.
+#: How a model's calls run in the front's own process (`runner.dispatch_mode`), for the start-up line.
 CALLS_RUN = {"inline": "on the event loop", "turns": "on the event loop, one per turn of it",
              "threads": "on worker threads"}
 

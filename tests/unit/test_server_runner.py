@@ -11,7 +11,7 @@ import pytest
 import uvloop
 
 from builder.model.failures import ModelInputError
-from builder.server.core.batching import BatchingConfig, DynamicBatcher
+from builder.server.core.runner import BatchingConfig, DynamicBatcher
 from builder.server.core.call import Call
 
 

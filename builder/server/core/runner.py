@@ -1,9 +1,11 @@
-"""Dynamic batching: merge concurrent predict calls into one interpreter call when that helps.
+"""How a served version's calls run: on its interpreters (`BackendPool`: one per worker thread, checked out for
+one call each), and where and with whom each call runs: alone on a worker thread, on the event loop itself, on
+the loop one call per turn (`dispatch_mode`), or merged with concurrent calls into one batch.
 
-A small model spends most of a request in Python and HTTP, not in the interpreter, so batching pays only
-under concurrency. The policy (TF Serving's, simplified): requests with the same signature and per-example
-shapes queue together; a batch leaves when it holds `max_batch_size` examples, when `timeout_us` has passed
-since its first request, or — with timeout 0 — as soon as a worker is free ("natural" batching: no added
+Dynamic batching: a small model spends most of a request in Python and HTTP, not in the interpreter, so batching
+pays only under concurrency. The policy (TF Serving's, simplified): requests with the same signature and
+per-example shapes queue together; a batch leaves when it holds `max_batch_size` examples, when `timeout_us` has
+passed since its first request, or — with timeout 0 — as soon as a worker is free ("natural" batching: no added
 latency at low load, bigger batches exactly when workers are busy). The decisions are pure functions;
 `DynamicBatcher` is the asyncio shell around them.
 """
@@ -11,20 +13,69 @@ latency at low load, bigger batches exactly when workers are busy). The decision
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from builder.model.backend import Backend
+from builder.model.create import create_backends
 from builder.model.failures import ModelInputError
-from builder.server.core.interpreters import BackendPool
 from builder.server.core.call import Call
 
 BatchKey = tuple[object, ...]
+
+
+class BackendPool:
+    """N backend instances for N worker threads; a call checks one out, so none is ever shared."""
+
+    def __init__(self, backends: list[Backend]) -> None:
+        if not backends:
+            raise ValueError("a pool needs at least one backend")
+        self.size = len(backends)
+        self.runtime = backends[0].runtime
+        self.platform = backends[0].platform or f"{self.runtime}_tflite"
+        self.signatures = backends[0].signatures
+        self._free: queue.SimpleQueue[Backend] = queue.SimpleQueue()
+        for backend in backends:
+            self._free.put(backend)
+        #: Told the CPU seconds of each call (the calling thread's: with intra-op threads, theirs are not in
+        #: it), so the server can say what it spends beyond the model (`metrics`).
+        self.on_model_cpu: Callable[[float], None] | None = None
+
+    @classmethod
+    def create(cls, runtime: str, model_path: Path, workers: int = 1, threads: int = 1) -> BackendPool:
+        return cls(create_backends(runtime, model_path, workers, threads))
+
+    @contextmanager
+    def checkout(self) -> Iterator[Backend]:
+        backend = self._free.get()
+        try:
+            yield backend
+        finally:
+            self._free.put(backend)
+
+    def predict(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Blocking; safe from any number of threads: the call checks a backend out and puts it back (as
+        `checkout` does, without a context manager's calls on every request)."""
+        backend = self._free.get()
+        try:
+            if self.on_model_cpu is None:
+                return backend.answer(signature, inputs)
+            start = time.thread_time()
+            try:
+                return backend.answer(signature, inputs)
+            finally:
+                self.on_model_cpu(time.thread_time() - start)
+        finally:
+            self._free.put(backend)
 
 
 @dataclass(frozen=True)
