@@ -11,6 +11,7 @@ fills the whole shape, an empty one means zeros, any other count must match the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -90,7 +91,7 @@ def to_array(proto: Any, where: str) -> np.ndarray:
 def read_tensor(proto: Any, where: str, content: Any = None) -> tuple[np.ndarray, bool]:
     """`to_array`, and whether the values came as raw `tensor_content` (a server answers in the form it was
     asked in; reading the field again to find out would copy it again). `content`: the tensor_content when it
-    was cut out of the message before parsing (`predict_split`), read in place."""
+    was cut out of the message before parsing (`tfs_grpc.parse_predict`), read in place."""
     dtype = DTYPE_OF_ENUM.get(proto.dtype)
     if dtype is None:
         raise WireError(f"{where}: unsupported dtype {dtype_name(proto.dtype)}")
@@ -175,3 +176,22 @@ def _strings_as_objects(array: np.ndarray) -> np.ndarray:
     flat = np.empty(array.size, dtype=object)
     flat[:] = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in array.reshape(-1).tolist()]
     return flat.reshape(array.shape)
+
+
+def read_tensors(protos: Mapping[str, Any], contents: Mapping[str, Any], prefix: str
+                 ) -> tuple[dict[str, np.ndarray], bool]:
+    """Every tensor of a map (a PredictRequest's inputs) as arrays by name (`read_tensor`, each named
+    `<prefix>.<name>` in a WireError), and whether all came as raw `tensor_content`. `contents`: the
+    tensor_contents cut out of the message before it was parsed, by name."""
+    arrays: dict[str, np.ndarray] = {}
+    raw = bool(protos)
+    for name, proto in protos.items():
+        arrays[name], content = read_tensor(proto, f"{prefix}.{name}", contents.get(name))
+        raw = raw and content
+    return arrays, raw
+
+
+def fill_protos(protos: Any, arrays: Mapping[str, np.ndarray], content: bool = True) -> None:
+    """`fill_proto` for each array into the TensorProto map `protos` (a PredictResponse's outputs), in order."""
+    for name, array in arrays.items():
+        fill_proto(protos[name], array, content)

@@ -1,4 +1,4 @@
-"""A large PredictRequest read in place (`predict_split`) against protobuf reading it whole: the same tensors,
+"""A large PredictRequest read in place (`tfs_grpc.parse_predict`) against protobuf reading it whole: the same tensors,
 the same other fields, and the same refusals, for messages of every shape a client sends and for broken ones."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from builder.wire import tfs_proto as pb
-from builder.wire.predict_split import SPLIT_FROM_BYTES, parse_predict, split_contents
+from builder.server.protocols.tfs_grpc import SPLIT_FROM_BYTES, parse_predict, split_contents
 from builder.wire.tensors import WireError, fill_proto, read_tensor
 
 
