@@ -21,6 +21,7 @@ import functools
 import importlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -273,24 +274,32 @@ def resolve(handler: str) -> Handler:
 class Router:
     """The table bound to its handlers: answers every request handed to it, in either layout, and counts it. Always
     answers: a failure becomes its outcome's answer (`core.outcome`: 500 / INTERNAL for the server's own, logged
-    with its traceback), never an exception. `routes`: the routes this router answers (the front's own router
-    answers only `Route.front` ones)."""
+    with its traceback), never an exception.
 
-    def __init__(self, context: Context, routes: tuple[Route, ...] = ROUTES) -> None:
+    `forward`: the front's router when the models run in processes of their own. It answers the `Route.front`
+    routes and what no route takes (404, 405) itself, and hands every other request, and every gRPC call, to
+    `forward` (the least busy model process), which answers and counts it; one that `forward` cannot deliver
+    is answered and counted here (`core.outcome.Unavailable`: 503)."""
+
+    def __init__(self, context: Context, forward: Callable[[Request], Awaitable[Answer]] | None = None) -> None:
         from builder.server.core import outcome  # here, not at import: the table imports no model stack
 
         self.context = context
         self.metrics = context.metrics
+        self.forward = forward
         self._outcome = outcome
-        self._index = Index(routes)
-        self._handlers = {route: resolve(route.handler) for route in routes}
-        self._rpcs = {rpc.name: (rpc, resolve(rpc.read), resolve(rpc.handler)) for rpc in RPCS} if routes is ROUTES else {}
+        self._index = INDEX
+        answered = ROUTES if forward is None else tuple(route for route in ROUTES if route.front)
+        self._handlers = {route: resolve(route.handler) for route in answered}
+        self._rpcs = {rpc.name: (rpc, resolve(rpc.read), resolve(rpc.handler)) for rpc in RPCS} if forward is None else {}
 
     async def answer(self, request: Request) -> Answer:
         outcomes = self._outcome
         model, entrypoint, counted, parameters = "", "REST", "", {}
         handler: Handler | None = None
         if request.kind == GRPC:
+            if self.forward is not None:
+                return await self._forwarded(request, "", "", "GRPC")
             entrypoint = "GRPC"
             found = self._rpcs.get(request.method)
             if found is not None:
@@ -299,8 +308,10 @@ class Router:
             match = self._index.match(request.method, request.path)
             if match is not None:
                 route, parameters = match
+                handler = self._handlers.get(route)
+                if handler is None:
+                    return await self._forwarded(request, parameters.get("name", ""), route.api, route.entrypoint)
                 counted, entrypoint, model = route.api, route.entrypoint, parameters.get("name", "")
-                handler = self._handlers[route]
         metrics = self.metrics if counted is not None else None  # not counted: not in flight either
         start = metrics.begin() if metrics is not None else 0.0
         result = outcomes.GONE  # unless the request is answered: a client gone, its task cancelled
@@ -326,6 +337,22 @@ class Router:
             if metrics is not None:
                 metrics.end(model if not model or self.context.known(model) else "unknown", counted or "",
                             entrypoint, result.label, start)
+
+
+    async def _forwarded(self, request: Request, model: str, api: str | None, entrypoint: str) -> Answer:
+        """`forward`'s answer; one it cannot deliver (no process left to take it, or the one holding it gone)
+        answered with its outcome and counted here, since no model process counted it."""
+        assert self.forward is not None
+        start = time.perf_counter()
+        try:
+            return await self.forward(request)
+        except self._outcome.Unavailable as error:
+            result = self._outcome.outcome_of(error)
+            if self.metrics is not None and api is not None:
+                known = not model or self.context.known(model)
+                self.metrics.request(model if known else "unknown", api, entrypoint, result.label,
+                                     time.perf_counter() - start)
+            return refusal(result, request.kind)
 
 
 @functools.cache

@@ -44,6 +44,10 @@ class ClientGone(Exception):
     """The client disconnected before its answer: nobody is left to answer."""
 
 
+class Unavailable(Exception):
+    """Nothing can answer the request now (503 / UNAVAILABLE): its message is the reason a client is given."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one request ended: `http` status, `grpc` code, metric `label`, one-line `reason` ("" when answered)."""
@@ -92,11 +96,13 @@ def internal_error_message(error: BaseException) -> str:
 def outcome_of(error: BaseException) -> Outcome:
     """What `error` ends a request as: a request error its own status; a model that refused what the request
     carried (`ModelInputError`: an id beyond the vocabulary) 400, as TF Serving answers a graph's
-    InvalidArgumentError; a client gone 499; anything else the server's own failure, 500."""
+    InvalidArgumentError; a client gone 499; nothing able to answer now 503; anything else the server's own failure, 500."""
     if isinstance(error, RequestError):
         return outcome(error.status, str(error))
     if isinstance(error, ModelInputError):
         return outcome(400, str(error))
     if isinstance(error, ClientGone):
         return GONE
+    if isinstance(error, Unavailable):
+        return outcome(503, str(error))
     return outcome(500, internal_error_message(error))

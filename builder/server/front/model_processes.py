@@ -15,6 +15,7 @@ deaths within a minute are a crash loop: the server stops with the cause (status
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import multiprocessing
@@ -29,13 +30,12 @@ from builder.errors import TfsmithError
 from builder.server import routes
 from builder.server.config import ServerConfig, config_to_json
 from builder.server.core.metrics import Metrics
-from builder.server.core.outcome import outcome
 from builder.server.front.balancer import Balancer, window
 from builder.server.front.metrics_sum import front_only, merge_expositions
 from builder.server.front.supervision import CrashLoop, exit_reason
 from builder.server.front.version_switch import VersionSwitch
-from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
-from builder.server.process.messages import HTTP, Answer, Drain, Ready, Refused, Request, Stop, refusal
+from builder.server.process.channel import LOST, META_ROOM, ChannelClosed, FrontEnd  # noqa: F401 - LOST: what a held request is told
+from builder.server.process.messages import HTTP, Answer, Drain, Ready, Refused, Request, Stop
 
 log = logging.getLogger("tfsmith.serve")
 
@@ -46,9 +46,6 @@ FRONT_ROUTES = tuple(route for route in routes.ROUTES if route.front)
 STOP_SECONDS = 10.0
 #: How long a process whose channel closed gets to finish exiting before it is killed (its exit status is read).
 EXIT_SECONDS = 5.0
-#: What a request held by a process that died is told.
-LOST = "the model process answering this request stopped; the server is starting another"
-LOST_OUTCOME = outcome(503, LOST)
 
 
 class ModelRefused(TfsmithError):
@@ -134,9 +131,13 @@ class ModelProcesses:
         self.processes = [self._start_process(index) for index in range(count)]
         #: what the front answers itself is counted here, and summed with the processes' counts when scraped
         self.metrics = Metrics()
-        self.router = routes.Router(routes.Context(None, config, health=self, metrics=self.metrics), FRONT_ROUTES)
         self.balancer: Balancer[FrontEnd] = Balancer([p.end for p in self.processes],
                                                            [self.slot_count] * count)
+        #: Every request's first stop: the front's routes answered here, every other request handed straight to
+        #: the least busy live process (`Balancer.run`), so this class is not on a request's path.
+        self.router = routes.Router(routes.Context(None, config, health=self, metrics=self.metrics),
+                                    forward=functools.partial(self.balancer.run, FrontEnd.answer))
+        self.answer = self.router.answer
 
     def _start_process(self, index: int) -> _Process:
         """Model process `index` started with the versions served now (a replacement loads what the others serve)."""
@@ -227,20 +228,6 @@ class ModelProcesses:
         if self.balancer.live == 0:
             self.balancer.abandon(ChannelClosed())
         self.died.set()
-
-    # --- answering -----------------------------------------------------------------------------------------
-
-    async def answer(self, request: Request) -> Answer:
-        """The answer to `request`: from the front's own router for a route the front answers (or a path no
-        route takes), else from the least busy model process."""
-        if request.kind == HTTP:
-            match = routes.INDEX.match(request.method, request.path)
-            if match is None or match[0].front:
-                return await self.router.answer(request)
-        try:  # the least busy live process, once one has room
-            return await self.balancer.run(FrontEnd.answer, request)
-        except ChannelClosed:  # none will take it (the server stops), or the process died holding it
-            return refusal(LOST_OUTCOME, request.kind)
 
     # --- health, as the front sees it (`routes.Health`: what its router's health and metrics routes answer) ----
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any
 
-from builder.server.core.outcome import outcome
+from builder.server.core.outcome import Unavailable, outcome
 from builder.server.process.messages import (C, Activate, Answer, Body, Control, Drain, Kind, Load, Loaded, Ready,
                                              Refused, Request, Stop, refusal)
 
@@ -113,8 +113,16 @@ def _unpack_control(kind: type[C], data: bytes) -> C:
     return kind(*values)
 
 
-class ChannelClosed(Exception):
-    """The other end of the channel is gone (its process exited)."""
+#: What a request is told when the model process holding it, or the last one that could take it, is gone.
+LOST = "the model process answering this request stopped; the server is starting another"
+
+
+class ChannelClosed(Unavailable):
+    """The other end of the channel is gone (its process exited): a request it held or would take is answered
+    503 / UNAVAILABLE with `LOST`."""
+
+    def __init__(self, message: str = LOST) -> None:
+        super().__init__(message)
 
 
 def new_area(size: int, name: str = "tfsmith-slots") -> int:

@@ -263,7 +263,8 @@ class InferCodec:
     def _call(served: ServedModel, body: bytes, document: Any, tail: memoryview) -> Decoded:
         signature = carried(choose_signature("", served.signatures, served.default_signature))
         inputs = document.get("inputs") if isinstance(document, dict) else None
-        lists = isinstance(inputs, list) and any(isinstance(t, dict) and isinstance(t.get("data"), list) for t in inputs)
+        lists = isinstance(inputs, list) and any(isinstance(tensor, dict) and isinstance(tensor.get("data"), list)
+                                                 for tensor in inputs)  # only lists can hold a stray boolean
         arrays = parse_inputs(document, signature, tail,
                               lists and may_hold_booleans(bytes(body[:len(body) - len(tail)])))
         order, binary = binary_outputs(document, [s.name for s in signature.outputs])
