@@ -313,7 +313,9 @@ class Router:
                     return await self._forwarded(request, parameters.get("name", ""), route.api, route.entrypoint)
                 counted, entrypoint, model = route.api, route.entrypoint, parameters.get("name", "")
         metrics = self.metrics if counted is not None else None  # not counted: not in flight either
-        start = metrics.begin() if metrics is not None else 0.0
+        if metrics is not None:
+            metrics.active += 1
+        start = time.perf_counter()
         result = outcomes.GONE  # unless the request is answered: a client gone, its task cancelled
         try:
             if request.kind == GRPC:
@@ -335,9 +337,22 @@ class Router:
             return refusal(result, request.kind)
         finally:
             if metrics is not None:
-                metrics.end(model if not model or self.context.known(model) else "unknown", counted or "",
-                            entrypoint, result.label, start)
+                metrics.active -= 1
+                self.count(model, counted or "", entrypoint, result.label, time.perf_counter() - start)
 
+    def count(self, model: str, api: str, entrypoint: str, label: str, seconds: float) -> None:
+        """One request answered: counted under its model (a name not served as "unknown") and its outcome's
+        `label`, its latency observed under (model, `api`: predict, metadata, status..., `entrypoint`: REST,
+        V2 or GRPC). The one place requests are counted: this router's own, those the front refuses itself
+        and those no model process could take."""
+        if self.metrics is None:
+            return
+        if model and not self.context.known(model):
+            model = "unknown"
+        self.metrics.counts[(model, label)] += 1
+        key = (model, api, entrypoint)
+        child = self.metrics.latency.get(key) or self.metrics.latency_child(key)
+        child.observe(seconds * 1e6)
 
     async def _forwarded(self, request: Request, model: str, api: str | None, entrypoint: str) -> Answer:
         """`forward`'s answer; one it cannot deliver (no process left to take it, or the one holding it gone)
@@ -348,10 +363,8 @@ class Router:
             return await self.forward(request)
         except self._outcome.Unavailable as error:
             result = self._outcome.outcome_of(error)
-            if self.metrics is not None and api is not None:
-                known = not model or self.context.known(model)
-                self.metrics.request(model if known else "unknown", api, entrypoint, result.label,
-                                     time.perf_counter() - start)
+            if api is not None:
+                self.count(model, api, entrypoint, result.label, time.perf_counter() - start)
             return refusal(result, request.kind)
 
 

@@ -40,7 +40,7 @@ def load_model(config: ServerConfig, pool: BackendPool | None, metrics: Metrics)
     mode = (dispatch_mode(model_p50_us, config.batching, pool.size, cores) if config.dispatch == "auto"
             else config.dispatch)
     batcher = DynamicBatcher(pool, config.batching, executor, batchable, inline=mode == INLINE, turns=mode == TURNS)
-    batcher.on_batch = metrics.batch
+    batcher.observe_batch, batcher.observe_queued_us = metrics.batch_sizes.observe, metrics.queuing_us.observe
     metrics.load_seconds.labels(config.model_name, str(config.version)).set(time.perf_counter() - start)
     return ServedModel(name=config.model_name, version=config.version, signatures=pool.signatures,
                        batcher=batcher, runtime=pool.runtime, max_request_batch=config.max_request_batch,

@@ -6,13 +6,13 @@ TF Serving's: `:tensorflow:serving:request_count{model_name,status}`, `:tensorfl
 queries do not name, so the request count is published as TF Serving writes it (an untyped sample of the
 exact name) from a collector of our own. Ours: requests in flight, batch sizes, model load time, readiness.
 
-Recording sits on every request's path, so it is a dict increment and a cached histogram child per
-request; the text is built only when scraped.
+Requests are counted by whoever answers them (`routes.Router.count`: a dict increment and a cached histogram
+child per request, written there so that counting is no stop of its own on a request's path); the batcher
+observes its batch sizes and queue times itself; the text is built only when scraped.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
@@ -60,8 +60,9 @@ class Metrics:
                                   registry=self.registry)
         self.in_flight = Gauge("tfsmith_requests_in_flight", "Requests being answered now (all protocols).",
                                registry=self.registry)
-        self._batch = Histogram("tfsmith_batch_size", "Examples per interpreter call.", buckets=BATCH_BUCKETS,
-                                registry=self.registry)
+        self.in_flight.set_function(lambda: self.active)  # read when scraped: nothing to do per request
+        self.batch_sizes = Histogram("tfsmith_batch_size", "Examples per interpreter call.", buckets=BATCH_BUCKETS,
+                                     registry=self.registry)
         self.load_seconds = Gauge("tfsmith_model_load_seconds", "Time to load and warm the model.",
                                   ["model_name", "version"], registry=self.registry)
         self.ready = Gauge("tfsmith_model_ready", "1 while the model is loaded, warmed and not draining.",
@@ -70,36 +71,18 @@ class Metrics:
                                  "thread's), for what the server spends beyond the model: "
                                  "process_cpu_seconds_total minus this.", ["model_name"], registry=self.registry)
         ProcessCollector(registry=self.registry)
-        self._children: dict[tuple[str, str, str], Any] = {}
-        self._queue_child = self._queuing.labels("tfsmith_batch_threads")
-        self.active = 0  # requests of any route being answered now (`begin`, `end`)
+        #: the latency histogram's child of each (model, API, entrypoint), made once (`latency_child`)
+        self.latency: dict[tuple[str, str, str], Any] = {}
+        self.queuing_us = self._queuing.labels("tfsmith_batch_threads")
+        #: requests of any route being answered now; kept by whoever counts requests (`routes.Router`)
+        self.active = 0
 
-    def begin(self) -> float:
-        """One more request in flight; its start time, for `end`."""
-        self.in_flight.inc()
-        self.active += 1
-        return time.perf_counter()
-
-    def end(self, model: str, api: str, entrypoint: str, label: str, start: float) -> None:
-        """The request begun at `start` answered: counted under its outcome's `label` (`core.outcome`)."""
-        self.in_flight.dec()
-        self.active -= 1
-        self.request(model, api, entrypoint, label, time.perf_counter() - start)
-
-    def request(self, model: str, api: str, entrypoint: str, label: str, seconds: float) -> None:
-        """Count one request and its latency (api: predict, metadata, status, ready...; entrypoint: REST/V2/GRPC;
-        label: its outcome's status label, OK, INVALID_ARGUMENT...)."""
-        self.counts[(model, label)] += 1
-        key = (model, api, entrypoint)
-        child = self._children.get(key)
+    def latency_child(self, key: tuple[str, str, str]) -> Any:
+        """The request latency histogram's child of (model, API, entrypoint), made on its first request."""
+        child = self.latency.get(key)
         if child is None:
-            child = self._children[key] = self._latency.labels(*key)
-        child.observe(seconds * 1e6)
-
-    def batch(self, examples: int, queued_seconds: float) -> None:
-        """One interpreter call of `examples` examples whose oldest request queued `queued_seconds`."""
-        self._batch.observe(examples)
-        self._queue_child.observe(queued_seconds * 1e6)
+            child = self.latency[key] = self._latency.labels(*key)
+        return child
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

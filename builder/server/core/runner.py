@@ -190,8 +190,10 @@ class DynamicBatcher:
         self._executor = executor
         self._batchable = batchable  # False when the model's batch dimension is fixed
         self._queues: dict[BatchKey, deque[Queued]] = {}
-        #: Called with (examples, seconds the oldest request queued) for each merged batch (metrics).
-        self.on_batch: Callable[[int, float], None] | None = None
+        #: Told the examples of each merged batch, and how long its oldest request queued in microseconds
+        #: (the metrics' histograms: `Metrics.batch_sizes`, `Metrics.queuing_us`).
+        self.observe_batch: Callable[[float], None] | None = None
+        self.observe_queued_us: Callable[[float], None] | None = None
         self._draining: set[BatchKey] = set()
         #: Set when a partial batch waiting for company (`timeout_us`) fills up: it leaves then, not at the timeout.
         self._filled: dict[BatchKey, asyncio.Event] = {}
@@ -250,8 +252,9 @@ class DynamicBatcher:
     async def _run(self, taken: list[Queued]) -> None:
         assert self._slots is not None
         calls = [q.call for q in taken]
-        if self.on_batch is not None:
-            self.on_batch(sum(c.batch for c in calls), time.perf_counter() - taken[0].since)
+        if self.observe_batch is not None and self.observe_queued_us is not None:
+            self.observe_batch(sum(c.batch for c in calls))
+            self.observe_queued_us((time.perf_counter() - taken[0].since) * 1e6)
         try:
             merged = merge_inputs(calls)
             outputs = await asyncio.get_running_loop().run_in_executor(

@@ -84,6 +84,7 @@ class LocalModels:
 
         self.server = ModelServer(config)
         self.answer = self.server.answer  # the model server's router itself: nothing between the front and it
+        self.router = self.server.router
         self.metrics = self.server.plane.metrics  # the front's own refusals are counted with the model server's requests
         self.died = asyncio.Event()  # never set: nothing to lose
 
@@ -154,7 +155,7 @@ async def _serve(config: ServerConfig, sock: socket.socket, address: str, log_le
         def refused(result: Outcome, method: str, path: str, client: str) -> None:
             """A request the front refused itself (malformed, a head, body or message too large, a coding it
             does not read): counted like any other, and logged when access lines are asked for."""
-            models.metrics.request("", "", entrypoint, result.label, 0.0)
+            models.router.count("", "", entrypoint, result.label, 0.0)
             if config.access_log:
                 access_log.log_refusal(result, protocol, method, path, client)
 
