@@ -1,19 +1,22 @@
-"""Which of the server's modules one request passes, and how often it enters each (a measurement, not a test).
+"""Which of the server's modules one request passes, and how it comes into each (a measurement, not a test).
 
     python -m tests.benchmarks.request_path [--model FILE] [--src DIR] [--model-processes 2] [--requests 10]
 
 Starts `python -m builder.server` (from this checkout, or `--src DIR`: another checkout, for before/after) with
 a profile hook in every process of it (the front and each model process: a `sitecustomize` on PYTHONPATH) and
-sends, one at a time, a v2 JSON infer, a TF Serving REST predict and a gRPC Predict of the digits CNN. For
-each it prints, per request: the server modules (`builder.server.*`, `builder.wire.*`) it passed and how many
-times it entered each: a call from a frame of another module into one of this module (a coroutine resumed
-after an await is counted apart, as a resume). Counting runs only between two marks written to a file the
-hook reads, so each path is counted over its own requests alone.
+sends, one at a time over one keep-alive connection (as `requests.Session`, tritonclient and gRPC channels do),
+a v2 JSON infer, a TF Serving REST predict and a gRPC Predict of the digits CNN. For each it prints, per
+request, the server modules (`builder.server.*`, `builder.wire.*`) it passed, every process together, and how
+it came into each: an *entry* is a call from a frame of another server module into this one (one layer calling
+another); a *callback* is a call from outside the server's code (asyncio's protocol callbacks and task steps,
+grpcio's threads); a coroutine resumed after an await is a *resume*, neither. Counting runs only between two
+marks written to a file the hook reads, so each path is counted over its own requests alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -71,8 +74,13 @@ if _PHASE_FILE:
         caller = back.f_globals.get("__name__", "") if back is not None else ""
         if caller == name:
             return
-        kind = "resumes" if frame.f_lasti > _first_resume(frame.f_code) else "entries"
-        entry = _state["counts"].setdefault(name, {"entries": 0, "resumes": 0})
+        if frame.f_lasti > _first_resume(frame.f_code):
+            kind = "resumes"
+        elif caller.startswith("builder.server") or caller.startswith("builder.wire"):
+            kind = "entries"
+        else:
+            kind = "callbacks"
+        entry = _state["counts"].setdefault(name, {"entries": 0, "callbacks": 0, "resumes": 0})
         entry[kind] += 1
 
     sys.setprofile(_profile)
@@ -88,10 +96,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **(headers or {})})
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        return answer.read()
+class _KeepAlive:
+    """One HTTP/1.1 connection kept open for every request, as clients that send many do."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, path: str, body: bytes) -> bytes:
+        self.connection.request("POST", path, body, {"Content-Type": "application/json"})
+        answer = self.connection.getresponse()
+        data = answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"{path}: {answer.status} {data[:200]!r}")
+        return data
 
 
 def _get(url: str) -> bytes:
@@ -143,8 +160,9 @@ def measure(model: Path, src: Path | None, model_processes: int, requests: int) 
         fill_proto(message.inputs[name], row)
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         predict = channel.unary_unary(f"/{pb.PREDICTION_SERVICE}/Predict")
-        sends = {"v2 infer (JSON)": lambda: _post(f"{url}/v2/models/m/infer", v2),
-                 "TF Serving REST predict": lambda: _post(f"{url}/v1/models/m:predict", rest),
+        client = _KeepAlive(port)
+        sends = {"v2 infer (JSON)": lambda: client.post("/v2/models/m/infer", v2),
+                 "TF Serving REST predict": lambda: client.post("/v1/models/m:predict", rest),
                  "gRPC Predict": lambda: predict(message.SerializeToString(), timeout=60)}
         for index, (label, send) in enumerate(sends.items()):
             for _ in range(20):
@@ -168,10 +186,10 @@ def measure(model: Path, src: Path | None, model_processes: int, requests: int) 
         modules: dict[str, dict[str, float]] = {}
         for dump in (work / "out").glob(f"p{index}-*.json"):
             for module, counts in json.loads(dump.read_text()).items():
-                entry = modules.setdefault(module, {"entries": 0.0, "resumes": 0.0})
+                entry = modules.setdefault(module, {"entries": 0.0, "callbacks": 0.0, "resumes": 0.0})
                 for key in entry:
-                    entry[key] += counts[key] / requests
-        result[label] = dict(sorted(modules.items(), key=lambda item: -item[1]["entries"]))
+                    entry[key] += counts.get(key, 0) / requests
+        result[label] = dict(sorted(modules.items(), key=lambda item: (-item[1]["entries"], item[0])))
     return result
 
 
@@ -179,11 +197,13 @@ def render(result: dict[str, Any]) -> str:
     lines = []
     for label, modules in result.items():
         entries = sum(m["entries"] for m in modules.values())
+        callbacks = sum(m.get("callbacks", 0.0) for m in modules.values())
         most = max(modules.items(), key=lambda item: item[1]["entries"], default=("-", {"entries": 0}))
-        lines.append(f"{label}: {len(modules)} modules, {entries:.1f} entries a request "
-                     f"(most: {most[0]} {most[1]['entries']:.1f})")
+        lines.append(f"{label}: {len(modules)} modules, {entries:.1f} entries and {callbacks:.1f} callbacks a request "
+                     f"(most entered: {most[0]} {most[1]['entries']:.1f})")
         for module, counts in modules.items():
-            lines.append(f"    {module:45s} {counts['entries']:5.1f} entries  {counts['resumes']:5.1f} resumes")
+            lines.append(f"    {module:45s} {counts['entries']:5.1f} entries  {counts.get('callbacks', 0.0):5.1f} "
+                         f"callbacks  {counts['resumes']:5.1f} resumes")
     return "\n".join(lines)
 
 
