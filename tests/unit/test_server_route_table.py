@@ -15,9 +15,9 @@ import pytest
 from builder.server.protocols import openapi
 
 from builder.server import routes
+from builder.server.config import ServerConfig
 from builder.server.process.channel import FrontEnd, ModelEnd
 from builder.server.process.messages import GRPC, HTTP, Answer, Request
-from builder.server.front.model_processes import FRONT_ROUTES
 from tests.unit.test_server_routes import plane_with, router
 
 
@@ -87,7 +87,13 @@ def test_the_openapi_document_is_derived_from_the_table() -> None:
 
 
 def test_the_front_answers_only_routes_of_the_table() -> None:
-    assert {r.path: r.handler for r in FRONT_ROUTES} == {"/v2/health/live": "protocols.health.live", "/v2/health/ready": "protocols.health.ready",
+    async def forward(request: Request) -> Answer:
+        raise AssertionError("not forwarded")
+
+    config = ServerConfig(model_path=Path("m.tflite"), model_name="m")
+    front = routes.Router(routes.Context(None, config), forward=forward)
+    answered = {route.path: route.handler for route in front._handlers}
+    assert answered == {"/v2/health/live": "protocols.health.live", "/v2/health/ready": "protocols.health.ready",
                             "/healthz": "protocols.health.healthz", "/monitoring/prometheus/metrics": "protocols.monitoring.scrape"}
 
 

@@ -39,9 +39,6 @@ from builder.server.process.messages import HTTP, Answer, Drain, Ready, Refused,
 
 log = logging.getLogger("tfsmith.serve")
 
-#: The routes the front answers itself when the models run in processes of their own (`routes.Route.front`:
-#: health, never queued behind a long model call; metrics, every process's summed).
-FRONT_ROUTES = tuple(route for route in routes.ROUTES if route.front)
 #: How long stopped model processes get to exit before they are killed.
 STOP_SECONDS = 10.0
 #: How long a process whose channel closed gets to finish exiting before it is killed (its exit status is read).
