@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from builder.server.process.channel import ModelEnd
+from builder.server.process.channel import LOST, ModelEnd
 from builder.server.config import ServerConfig, config_from_json
 from builder.server.process.messages import GRPC, HTTP, Answer, Ready, Refused, Request
-from builder.server.front.model_processes import LOST, ModelProcesses
+from builder.server.front.model_processes import ModelProcesses
 from builder.server.front.supervision import CrashLoop, exit_reason
 
 CONFIG = ServerConfig(model_path=Path("/models/digits.tflite"), model_name="digits", workers=1)

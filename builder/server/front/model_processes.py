@@ -34,7 +34,7 @@ from builder.server.front.balancer import Balancer, window
 from builder.server.front.metrics_sum import front_only, merge_expositions
 from builder.server.front.supervision import CrashLoop, exit_reason
 from builder.server.front.version_switch import VersionSwitch
-from builder.server.process.channel import LOST, META_ROOM, ChannelClosed, FrontEnd  # noqa: F401 - LOST: what a held request is told
+from builder.server.process.channel import META_ROOM, ChannelClosed, FrontEnd
 from builder.server.process.messages import HTTP, Answer, Drain, Ready, Refused, Request, Stop
 
 log = logging.getLogger("tfsmith.serve")
