@@ -22,13 +22,12 @@ the whole request surface is unit-tested without a server. Reading JSON values i
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from builder.model.signature import STRING, SignatureSpec, TensorSpec
+from builder.model.signature import SignatureSpec, TensorSpec
 from builder.server.core.call import RequestError, batch_of, check_shape, choose_signature
 from builder.server.process.messages import JSON, Answer, Request
 from builder.server.protocols import jsoncodec
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 
-from builder.wire.tensors import BFLOAT16_MAX, TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
+from builder.wire.tensors import TF_DTYPES, wire_shape  # noqa: E402 - what every wire format shares
 
 #: Outputs whose name ends so are always answered as `{"b64": ...}` (TF Serving's rule for binary strings).
 BYTES_SUFFIX = "_bytes"
