@@ -213,6 +213,7 @@ def test_a_grpc_call_held_by_a_dead_process_fails_unavailable() -> None:
         fleet.process(0).kill()
         answer = await held
         assert answer.status == 14 and answer.message == LOST  # UNAVAILABLE
+        assert processes.metrics.counts[("", "UNAVAILABLE")] == 1  # answered by the front, so counted there
 
     supervised(scenario, count=1)
 

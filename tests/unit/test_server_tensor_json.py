@@ -213,6 +213,26 @@ def test_v2_flat_numbers_take_the_fast_path() -> None:
     assert v2_same(named_data, v2_signature(inputs=("data",)))  # an input called "data" is still a string
 
 
+@pytest.mark.parametrize("datatype, dtype", [("FP32", np.float32), ("FP16", np.float16), ("INT8", np.int8),
+                                             ("UINT16", np.uint16), ("FP64", np.float64)])
+def test_v2_the_fast_path_types_the_numbers_it_reads_so_v2_does_not_read_them_again(datatype: str, dtype: Any) -> None:
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 3], "datatype": datatype, "data": [1, 2, 3]}]}).encode()
+    document = jsoncodec.v2_document(body, v2.DATATYPES)
+    assert document is not None and document["inputs"][0]["data"].dtype == dtype
+    assert v2_same(body, v2_signature(np.dtype(dtype).name))
+
+
+@pytest.mark.parametrize("datatype, data", [("INT8", [1, 2, 300]), ("FP16", [1.0, 2.0, 1e6]), ("UINT8", [1, 2, -1])])
+def test_v2_a_number_its_datatype_cannot_hold_is_left_to_the_general_path_which_refuses_it(datatype: str,
+                                                                                           data: list[Any]) -> None:
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 3], "datatype": datatype, "data": data}]}).encode()
+    document = jsoncodec.v2_document(body, v2.DATATYPES)
+    assert document is not None and isinstance(document["inputs"][0]["data"], list)
+    refused = v2_general(body, v2_signature(np.dtype(v2.DATATYPES[datatype]).name))
+    assert isinstance(refused, str) and "out of range" in refused
+    assert v2_same(body, v2_signature(np.dtype(v2.DATATYPES[datatype]).name))
+
+
 @pytest.mark.parametrize("data", [
     [[1, 2, 3], [4, 5, 6]],   # nested: the general path reads it too, and decides
     [[1], 2, 3, 4, 5, 6],     # ragged: refused by the general path
