@@ -3,6 +3,7 @@ worker processes (and says where its time went)."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+#: Where tests that start `tfsmith serve` write its output (`server_logs`).
+SERVER_LOGS = "TFSMITH_TEST_SERVER_LOGS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of pytest's own temporary tree for the servers' output: kept for the last few runs (to read
+    after a failure) and then removed by pytest, where the temporary directory itself would gather them."""
+    logs = tmp_path_factory.mktemp("server-logs")
+    os.environ[SERVER_LOGS] = str(logs)
+    return logs
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import base64
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.conftest import SERVER_LOGS
 from tests.e2e.test_serve import REPO, STOPPED, TFSMITH, free_port
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -101,7 +103,7 @@ class TFServer:
     def __init__(self, *args: str) -> None:
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"tfsmith-serve-test-{self.port}.log"
+        self.log = Path(os.environ.get(SERVER_LOGS, tempfile.gettempdir())) / f"tfsmith-serve-test-{self.port}.log"
         self._out = self.log.open("w")
         self.process = subprocess.Popen(
             [str(TFSMITH), "serve", *args, "--port", str(self.port), "--grpc-port", str(self.grpc_port),

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.inprocess import run_cli
+from tests.conftest import SERVER_LOGS
 from tests.e2e.test_serve import REPO, STOPPED, TFSMITH, free_port
 
 pytestmark = pytest.mark.tf
@@ -158,7 +160,7 @@ class Server:
     def __init__(self, *args: str) -> None:
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"tfsmith-user-models-{self.port}.log"
+        self.log = Path(os.environ.get(SERVER_LOGS, tempfile.gettempdir())) / f"tfsmith-user-models-{self.port}.log"
         self._out = self.log.open("w")
         self.process = subprocess.Popen([str(TFSMITH), "serve", *args, "--port", str(self.port), "--grpc-port",
                                          str(self.grpc_port)], stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO)
