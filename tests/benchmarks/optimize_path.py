@@ -21,9 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.benchmarks.profiled import hook_path, report, work_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,20 +65,18 @@ if _OUT:
 
 
 def measure(model: Path, data: Path, src: Path | None, options: list[str]) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="tfsmith-optimize-path-"))
-    (work / "hook").mkdir()
-    (work / "hook" / "sitecustomize.py").write_text(HOOK)
-    out = work / "entries.json"
     source = src or ROOT
-    env = {**os.environ, "PYTHONPATH": f"{work / 'hook'}:{source}", "TFSMITH_OPTIMIZE_PATH_OUT": str(out)}
-    log = work / "optimize.log"
-    with log.open("wb") as sink:
-        code = subprocess.call([sys.executable, "-m", "builder.cli", "optimize", str(model), "--data", str(data),
-                                "--out", str(work / "out"), *options], env=env, cwd=source, stdout=sink,
-                               stderr=subprocess.STDOUT)
-    if code != 0 or not out.exists():
-        raise RuntimeError(f"optimize exited {code}; its output: {log}")
-    entries: list[list[str]] = json.loads(out.read_text())
+    with work_folder("tfsmith-optimize-path-") as work:
+        out = work / "entries.json"
+        env = {**os.environ, "PYTHONPATH": hook_path(work, HOOK, source), "TFSMITH_OPTIMIZE_PATH_OUT": str(out)}
+        log = work / "optimize.log"
+        with log.open("wb") as sink:
+            code = subprocess.call([sys.executable, "-m", "builder.cli", "optimize", str(model), "--data", str(data),
+                                    "--out", str(work / "out"), *options], env=env, cwd=source, stdout=sink,
+                                   stderr=subprocess.STDOUT)
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"optimize exited {code}; its output: {log}")
+        entries: list[list[str]] = json.loads(out.read_text())
     counts: dict[str, int] = {}
     calls: dict[str, set[tuple[str, str]]] = {}
     for module, caller, function in entries:
@@ -108,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     options = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     result = measure(args.model.resolve(), args.data.resolve(), args.src, options)
-    print(render(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return report(render(result), result, args.json)
 
 
 if __name__ == "__main__":

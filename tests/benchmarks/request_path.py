@@ -22,13 +22,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.benchmarks.profiled import hook_path, report, work_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,21 +118,24 @@ def _get(url: str) -> bytes:
 
 
 def measure(model: Path, src: Path | None, model_processes: int, requests: int) -> dict[str, Any]:
+    """Entries, callbacks and resumes per request into each module, by request kind (see the module)."""
+    with work_folder("tfsmith-request-path-") as work:
+        return _measure(work, model, src, model_processes, requests)
+
+
+def _measure(work: Path, model: Path, src: Path | None, model_processes: int, requests: int) -> dict[str, Any]:
     import grpc
 
     from builder.wire import tfs_proto as pb
     from builder.wire.tensors import fill_proto
     from tests.benchmarks.serve_peers import free_port
 
-    work = Path(tempfile.mkdtemp(prefix="tfsmith-request-path-"))
-    (work / "hook").mkdir()
-    (work / "hook" / "sitecustomize.py").write_text(HOOK)
     (work / "out").mkdir()
     phase = work / "phase"
     phase.write_text("off")
     port, grpc_port = free_port(), free_port()
     source = src or ROOT
-    env = {**os.environ, "PYTHONPATH": f"{work / 'hook'}:{source}", "TFSMITH_TRACE_PHASE": str(phase),
+    env = {**os.environ, "PYTHONPATH": hook_path(work, HOOK, source), "TFSMITH_TRACE_PHASE": str(phase),
            "TFSMITH_TRACE_OUT": str(work / "out")}
     log = (work / "server.log").open("wb")
     server = subprocess.Popen(
@@ -216,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the counts here")
     args = parser.parse_args(argv)
     result = measure(args.model, args.src, args.model_processes, args.requests)
-    print(render(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return report(render(result), result, args.json)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ change that adds a layer, a forwarding hop or a module to the path fails here an
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.benchmarks.profiled import hook_path
 from tests.benchmarks.request_path import HOOK
 from tests.e2e.test_serve import HTTP, LAYOUTS, STOPPED, Server, models  # noqa: F401 - models is a fixture
 
@@ -53,13 +53,10 @@ def test_a_request_passes_few_modules_and_enters_each_seldom(models: Path, layou
     from builder.wire import tfs_proto as pb
     from builder.wire.tensors import fill_proto
 
-    (tmp_path / "hook").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(HOOK)
     out, phase = tmp_path / "out", tmp_path / "phase"
     out.mkdir()
     phase.write_text("off")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "hook"),
-                                                                   os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PYTHONPATH", hook_path(tmp_path, HOOK))
     monkeypatch.setenv("TFSMITH_TRACE_PHASE", str(phase))
     monkeypatch.setenv("TFSMITH_TRACE_OUT", str(out))
     running = Server(str(models / "image.tflite"), "--model-name", "digits", *LAYOUTS[layout], "--interpreters", "1",
